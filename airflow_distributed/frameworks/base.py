@@ -1,0 +1,53 @@
+"""What every framework module declares: its roles, its master, its port and its replicas' variables."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from airflow_distributed.plan import ClusterPlan, Replica
+
+
+@dataclass(frozen=True)
+class Role:
+    """A replica role and where the spec describes it.
+
+    ``spec_key`` is ``None`` for the master (the environment's top level) or ``worker``/``ps`` for the
+    cluster keys (``n_workers``/``default_worker``/``worker``, ``n_ps``/``default_ps``/``ps``).
+    """
+
+    name: str
+    spec_key: str | None
+
+
+class Framework:
+    """Base of the per-framework modules. Subclasses are stateless and pure."""
+
+    name: ClassVar[str]
+    #: Roles in launch order; the first is the master (Polyaxon always creates it, index 0).
+    roles: ClassVar[tuple[Role, ...]]
+    default_port: ClassVar[int]
+
+    @property
+    def master_role(self) -> str:
+        return self.roles[0].name
+
+    def replica_env(self, replica: Replica, plan: ClusterPlan, backend: str) -> dict[str, str]:
+        """The framework's own variables for one replica (the common ones are added by the plan)."""
+        raise NotImplementedError
+
+    def files(self, plan: ClusterPlan, backend: str) -> Mapping[str, str]:
+        """Files (name -> text) every replica needs in the job's files directory, e.g. an MPI hostfile."""
+        return {}
+
+    def replica_command(
+        self, replica: Replica, plan: ClusterPlan, command: Sequence[str], files_dir: str
+    ) -> tuple[str, ...] | None:
+        """The argv a replica runs; ``None`` means standby (the backend keeps it alive, e.g. sshd for MPI)."""
+        return tuple(command)
+
+    def succeeded(self, exit_codes: Mapping[str, int | None], master_name: str) -> bool:
+        """The success rule of CONTRACT.md: the master exited 0."""
+        return exit_codes.get(master_name) == 0

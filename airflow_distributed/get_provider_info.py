@@ -1,0 +1,31 @@
+"""Provider metadata read by Airflow through the ``apache_airflow_provider`` entry point."""
+
+from __future__ import annotations
+
+from airflow_distributed import __version__
+
+
+def get_provider_info() -> dict:
+    return {
+        "package-name": "airflow-distributed",
+        "name": "Distributed Training",
+        "description": "Distributed training (TensorFlow, MXNet, PyTorch, Horovod) from a Polyaxon-style "
+        "environment spec, on local processes or Kubernetes pods.",
+        "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": "Distributed Training",
+                "external-doc-url": "https://github.com/airflow-distributed/airflow-distributed",
+                "tags": ["software"],
+            }
+        ],
+        "operators": [
+            {"integration-name": "Distributed Training", "python-modules": ["airflow_distributed.operators.training"]}
+        ],
+        "hooks": [
+            {
+                "integration-name": "Distributed Training",
+                "python-modules": ["airflow_distributed.hooks.local", "airflow_distributed.hooks.kubernetes"],
+            }
+        ],
+    }

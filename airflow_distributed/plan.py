@@ -1,0 +1,177 @@
+"""Spec + framework -> ``ClusterPlan``: every replica with its name, address, settings, command and variables.
+
+Pure: the same inputs give the same plan. Addresses come from an ``Addressing`` so one plan serves local
+processes (127.0.0.1 and ports the caller picked) and Kubernetes pods (stable DNS names).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from airflow_distributed.frameworks import Framework, get_framework
+from airflow_distributed.naming import replica_name
+from airflow_distributed.spec.models import PodSettings, PSCluster, Resources, TrainingSpec
+
+
+@dataclass(frozen=True)
+class LocalAddressing:
+    """Replicas on one machine: one host, one port per replica in plan order (picked free by the caller)."""
+
+    ports: Sequence[int]
+    host: str = "127.0.0.1"
+
+    def endpoint(self, ordinal: int, job: str, name: str, default_port: int) -> tuple[str, int]:
+        return self.host, self.ports[ordinal]
+
+
+@dataclass(frozen=True)
+class KubernetesAddressing:
+    """``<replica>.<job>.<namespace>.svc``: the pod's hostname under the job's headless Service."""
+
+    namespace: str
+    domain: str = "svc"
+
+    def endpoint(self, ordinal: int, job: str, name: str, default_port: int) -> tuple[str, int]:
+        return f"{name}.{job}.{self.namespace}.{self.domain}", default_port
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a backend puts things a replica is told about."""
+
+    model_dir: str
+    output_path: str
+    files_dir: str
+
+
+@dataclass(frozen=True)
+class Replica:
+    role: str
+    index: int
+    name: str
+    host: str
+    port: int
+    is_master: bool
+    settings: PodSettings
+    #: argv to run; ``None`` means standby (see ``Framework.replica_command``).
+    command: tuple[str, ...] | None = None
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def resources(self) -> Resources | None:
+        return self.settings.resources
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    job_name: str
+    framework: str
+    backend: str
+    replicas: tuple[Replica, ...]
+    layout: Layout
+    files: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def master(self) -> Replica:
+        return self.replicas[0]
+
+    @property
+    def cluster(self) -> dict[str, list[str]]:
+        """``{role: [host:port, ...]}`` in index order; roles with no replicas are left out."""
+        roles: dict[str, list[str]] = {}
+        for replica in self.replicas:
+            roles.setdefault(replica.role, []).append(replica.address)
+        return roles
+
+    def file_path(self, name: str) -> str:
+        return posixpath.join(self.layout.files_dir, name)
+
+    def replica(self, name: str) -> Replica:
+        for replica in self.replicas:
+            if replica.name == name:
+                return replica
+        raise KeyError(name)
+
+
+def build_plan(
+    spec: TrainingSpec,
+    job_name: str,
+    addressing: LocalAddressing | KubernetesAddressing,
+    layout: Layout,
+    command: Sequence[str],
+    *,
+    backend: str,
+    env: Mapping[str, str] | None = None,
+) -> ClusterPlan:
+    """Expand a validated spec into the ordered replicas of one job.
+
+    :param env: variables for every replica (the operator's ``env``); a replica's own ``env_vars`` come on top,
+        and the contract's variables last, because a job cannot run with those overridden.
+    """
+    framework = get_framework(spec.framework)
+    slots = _slots(spec, framework)
+    replicas = []
+    for ordinal, (role, index, settings) in enumerate(slots):
+        name = replica_name(job_name, role, index)
+        host, port = addressing.endpoint(ordinal, job_name, name, framework.default_port)
+        replicas.append(Replica(role, index, name, host, port, ordinal == 0, settings))
+    plan = ClusterPlan(job_name, framework.name, backend, tuple(replicas), layout)
+    plan = replace(plan, files=MappingProxyType(dict(framework.files(plan, backend))))
+    cluster_json = json.dumps(plan.cluster, separators=(",", ":"))
+    finished = []
+    for replica in plan.replicas:
+        variables = dict(env or {})
+        variables.update(replica.settings.env_vars or {})
+        variables.update(_common_env(plan, replica, cluster_json))
+        variables.update(framework.replica_env(replica, plan, backend))
+        argv = framework.replica_command(replica, plan, command, layout.files_dir)
+        finished.append(replace(replica, command=argv, env=MappingProxyType(variables)))
+    return replace(plan, replicas=tuple(finished))
+
+
+def _slots(spec: TrainingSpec, framework: Framework) -> list[tuple[str, int, PodSettings]]:
+    """(role, index, effective settings) for every replica, master first."""
+    env = spec.environment
+    master_settings = PodSettings.model_validate(
+        {key: getattr(env, key) for key in PodSettings.model_fields}
+    )
+    slots: list[tuple[str, int, PodSettings]] = []
+    cluster = spec.cluster
+    for role in framework.roles:
+        if role.spec_key is None:
+            slots.append((role.name, 0, master_settings))
+            continue
+        if role.spec_key == "ps" and not isinstance(cluster, PSCluster):
+            continue
+        count = getattr(cluster, "n_workers" if role.spec_key == "worker" else "n_ps")
+        default = getattr(cluster, f"default_{role.spec_key}") or PodSettings()
+        overrides = {entry.index: entry for entry in getattr(cluster, role.spec_key)}
+        for index in range(count):
+            chosen = overrides.get(index)
+            # An indexed entry replaces the default for that index (Polyaxon semantics), it is not merged.
+            settings = PodSettings.model_validate(chosen.model_dump(exclude={"index"})) if chosen else default
+            slots.append((role.name, index, settings))
+    return slots
+
+
+def _common_env(plan: ClusterPlan, replica: Replica, cluster_json: str) -> dict[str, str]:
+    env = {
+        "AIRFLOW_DISTRIBUTED_JOB": plan.job_name,
+        "AIRFLOW_DISTRIBUTED_FRAMEWORK": plan.framework,
+        "AIRFLOW_DISTRIBUTED_ROLE": replica.role,
+        "AIRFLOW_DISTRIBUTED_INDEX": str(replica.index),
+        "AIRFLOW_DISTRIBUTED_CLUSTER": cluster_json,
+        "AIRFLOW_DISTRIBUTED_MODEL_DIR": plan.layout.model_dir,
+        "PYTHONUNBUFFERED": "1",
+    }
+    if replica.is_master:
+        env["AIRFLOW_DISTRIBUTED_OUTPUT"] = plan.layout.output_path
+    return env

@@ -1,0 +1,104 @@
+"""Rules that need more than one field: one framework section, index ranges, requests <= limits."""
+
+from __future__ import annotations
+
+from airflow_distributed.spec.models import (
+    FRAMEWORK_OF_SECTION,
+    SECTION_OF,
+    Environment,
+    IndexedReplica,
+    PodSettings,
+    PSCluster,
+    Resources,
+    WorkerCluster,
+)
+from airflow_distributed.spec.quantities import QuantityError, amount_in_base_units
+
+Problem = tuple[str, str]
+
+
+def resolve_framework(framework: str | None, environment: Environment, root: str) -> tuple[str | None, list[Problem]]:
+    """The job's framework, from the argument and/or the one cluster section present."""
+    sections = list(environment.sections())
+    if len(sections) > 1:
+        found = " and ".join(f"'{s}'" for s in sections)
+        return None, [(root, f"only one framework section is allowed, found {found}")]
+    if framework is None:
+        if not sections:
+            allowed = ", ".join(FRAMEWORK_OF_SECTION)
+            return None, [("framework", f"missing: give framework= or one section in environment ({allowed})")]
+        return FRAMEWORK_OF_SECTION[sections[0]], []
+    if sections and sections[0] != SECTION_OF[framework]:
+        expected = SECTION_OF[framework]
+        return None, [
+            (f"{root}.{sections[0]}", f"does not match framework '{framework}', whose section is '{root}.{expected}'")
+        ]
+    return framework, []
+
+
+def check_environment(environment: Environment, root: str) -> list[Problem]:
+    problems = check_pod_settings(environment, root)
+    for key, section in environment.sections().items():
+        problems += _check_cluster(section, f"{root}.{key}", key)
+    return problems
+
+
+def check_pod_settings(settings: PodSettings, path: str) -> list[Problem]:
+    return check_resources(settings.resources, f"{path}.resources") if settings.resources else []
+
+
+def check_resources(resources: Resources, path: str) -> list[Problem]:
+    problems: list[Problem] = []
+    for kind, amount in resources.amounts().items():
+        if amount.requests is None or amount.limits is None:
+            continue
+        try:
+            requested = amount_in_base_units(kind, amount.requests)
+            limit = amount_in_base_units(kind, amount.limits)
+        except QuantityError:
+            continue  # already reported by the model
+        if kind in ("gpu", "tpu") and requested != limit:
+            problems.append(
+                (f"{path}.{kind}", f"requests ({amount.requests}) must equal limits ({amount.limits}): "
+                 "Kubernetes does not overcommit devices")
+            )
+        elif requested > limit:
+            problems.append(
+                (f"{path}.{kind}", f"requests ({_shown(kind, amount.requests)}) exceed limits "
+                 f"({_shown(kind, amount.limits)})")
+            )
+    return problems
+
+
+def _check_cluster(section: WorkerCluster, path: str, key: str) -> list[Problem]:
+    problems: list[Problem] = []
+    roles = [("worker", section.n_workers, section.default_worker, section.worker)]
+    if isinstance(section, PSCluster):
+        roles.append(("ps", section.n_ps, section.default_ps, section.ps))
+    for role, count, default, overrides in roles:
+        if default is not None:
+            problems += check_pod_settings(default, f"{path}.default_{role}")
+        problems += _check_overrides(overrides, count, f"{path}.{role}", f"n_{'workers' if role == 'worker' else role}")
+    return problems
+
+
+def _check_overrides(overrides: list[IndexedReplica], count: int, path: str, count_key: str) -> list[Problem]:
+    problems: list[Problem] = []
+    seen: dict[int, int] = {}
+    for position, entry in enumerate(overrides):
+        where = f"{path}[{position}]"
+        if not 0 <= entry.index < count:
+            valid = f"valid: 0..{count - 1}" if count else "no replicas of this role"
+            problems.append((f"{where}.index", f"{entry.index} is out of range ({count_key} is {count}; {valid})"))
+        if entry.index in seen:
+            problems.append((f"{where}.index", f"{entry.index} is already overridden by {path}[{seen[entry.index]}]"))
+        seen.setdefault(entry.index, position)
+        problems += check_pod_settings(entry, where)
+    return problems
+
+
+def _shown(kind: str, value: object) -> str:
+    """An amount with its Polyaxon unit, so '2Gi' vs 1024 reads as the comparison it is."""
+    if isinstance(value, str):
+        return value
+    return f"{value} MiB" if kind == "memory" else f"{value} cores" if kind == "cpu" else str(value)

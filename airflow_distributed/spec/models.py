@@ -1,0 +1,216 @@
+"""Pydantic models of the Polyaxon ``environment`` section.
+
+Structure only: unknown keys and wrong types are rejected here; rules that need the whole spec
+(index ranges, requests <= limits, one framework section) live in ``spec.checks``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, field_validator, model_validator
+
+from airflow_distributed.spec.quantities import amount_in_base_units
+
+Framework = Literal["tensorflow", "mxnet", "pytorch", "horovod"]
+FRAMEWORKS: tuple[str, ...] = ("tensorflow", "mxnet", "pytorch", "horovod")
+# The key of each framework's cluster subsection; Horovod's is Polyaxon's generic ``replicas``.
+SECTION_OF: dict[str, str] = {"tensorflow": "tensorflow", "mxnet": "mxnet", "pytorch": "pytorch", "horovod": "replicas"}
+FRAMEWORK_OF_SECTION: dict[str, str] = {section: fw for fw, section in SECTION_OF.items()}
+
+# Large enough for any real job (the 1000-replica benchmark included), small enough to catch a typo like 40000.
+MAX_REPLICAS_PER_ROLE = 2000
+RESOURCE_KINDS = ("cpu", "memory", "gpu", "tpu")
+
+Count = Annotated[StrictInt, Field(ge=0, le=MAX_REPLICAS_PER_ROLE)]
+Amount = StrictInt | StrictFloat | StrictStr
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _rename_singular(data: Any, pairs: tuple[tuple[str, str], ...]) -> Any:
+    """Accept Polyaxon's singular spellings (``request``) beside the plural ones."""
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    for singular, plural in pairs:
+        if singular in data:
+            if plural in data:
+                raise ValueError(f"give either '{singular}' or '{plural}', not both")
+            data[plural] = data.pop(singular)
+    return data
+
+
+class ResourceAmount(_Section):
+    """Requests and limits of one resource kind."""
+
+    requests: Amount | None = None
+    limits: Amount | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _singular(cls, data: Any) -> Any:
+        return _rename_singular(data, (("request", "requests"), ("limit", "limits")))
+
+    @field_validator("requests", "limits")
+    @classmethod
+    def _parses(cls, value: Amount | None) -> Amount | None:
+        if value is not None:
+            amount_in_base_units("cpu", value)  # raises with a message naming the value
+        return value
+
+
+class Resources(_Section):
+    """``cpu``/``memory``/``gpu``/``tpu``, or the Kubernetes form ``{requests: {...}, limits: {...}}``."""
+
+    cpu: ResourceAmount | None = None
+    memory: ResourceAmount | None = None
+    gpu: ResourceAmount | None = None
+    tpu: ResourceAmount | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kubernetes_form(cls, data: Any) -> Any:
+        data = _rename_singular(data, (("request", "requests"), ("limit", "limits")))
+        if not isinstance(data, dict) or not data or not set(data) <= {"requests", "limits"}:
+            return data
+        by_kind: dict[str, dict[str, Any]] = {}
+        for side in ("requests", "limits"):
+            amounts = data.get(side) or {}
+            if not isinstance(amounts, dict):
+                raise ValueError(f"'{side}' must map resource names to amounts, got {amounts!r}")
+            for kind, amount in amounts.items():
+                key = "gpu" if kind == "nvidia.com/gpu" else kind
+                by_kind.setdefault(key, {})[side] = amount
+        return by_kind
+
+    def amounts(self) -> dict[str, ResourceAmount]:
+        return {kind: getattr(self, kind) for kind in RESOURCE_KINDS if getattr(self, kind) is not None}
+
+    def device_count(self, kind: str = "gpu") -> int:
+        """Devices a replica gets: the limit, else the request (Kubernetes never overcommits devices)."""
+        amount = getattr(self, kind)
+        if amount is None:
+            return 0
+        value = amount.limits if amount.limits is not None else amount.requests
+        return 0 if value is None else int(amount_in_base_units(kind, value))
+
+    def cpu_limit(self) -> float | None:
+        """CPU limit in cores (else the request), for thread-count hints on the local backend."""
+        if self.cpu is None:
+            return None
+        value = self.cpu.limits if self.cpu.limits is not None else self.cpu.requests
+        return None if value is None else float(amount_in_base_units("cpu", value))
+
+
+EnvVars = dict[str, str] | list[tuple[str, str]]
+
+
+class PodSettings(_Section):
+    """What Polyaxon lets a user set on the master and on each replica."""
+
+    resources: Resources | None = None
+    node_selector: dict[str, str] | None = None
+    affinity: dict[str, Any] | None = None
+    tolerations: list[dict[str, Any]] | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    service_account: StrictStr | None = None
+    image_pull_secrets: list[StrictStr] | None = None
+    env_vars: EnvVars | None = None
+    secret_refs: list[StrictStr] | None = None
+    config_map_refs: list[StrictStr] | None = None
+    security_context: dict[str, Any] | None = None
+
+    @field_validator("env_vars")
+    @classmethod
+    def _env_as_dict(cls, value: EnvVars | None) -> dict[str, str] | None:
+        # Polyaxon wrote env_vars as [[name, value], ...]; one shape downstream is simpler.
+        return dict(value) if isinstance(value, list) else value
+
+
+class IndexedReplica(PodSettings):
+    """An override for one replica index; it replaces the default (Polyaxon semantics)."""
+
+    index: StrictInt
+
+
+def _fold_legacy_resources(data: Any, role: str) -> Any:
+    """Turn Polyaxon's older ``default_<role>_resources`` / ``<role>_resources`` keys into the current form."""
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    default_key, list_key = f"default_{role}_resources", f"{role}_resources"
+    if default_key in data:
+        default = dict(data.get(f"default_{role}") or {})
+        if "resources" in default:
+            raise ValueError(f"give either '{default_key}' or 'default_{role}.resources', not both")
+        default["resources"] = data.pop(default_key)
+        data[f"default_{role}"] = default
+    if list_key in data:
+        legacy = data.pop(list_key)
+        if not isinstance(legacy, list):
+            raise ValueError(f"'{list_key}' must be a list of {{index, cpu, memory, gpu}} entries")
+        entries = list(data.get(role) or [])
+        for item in legacy:
+            if not isinstance(item, dict) or "index" not in item:
+                raise ValueError(f"every '{list_key}' entry needs an 'index', got {item!r}")
+            rest = {k: v for k, v in item.items() if k != "index"}
+            entries.append({"index": item["index"], "resources": rest})
+        data[role] = entries
+    return data
+
+
+class WorkerCluster(_Section):
+    """A cluster of workers only (PyTorch, Horovod)."""
+
+    n_workers: Count = 0
+    default_worker: PodSettings | None = None
+    worker: list[IndexedReplica] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy(cls, data: Any) -> Any:
+        return _fold_legacy_resources(data, "worker")
+
+
+class PSCluster(WorkerCluster):
+    """Workers plus parameter servers (TensorFlow ``ps``, MXNet servers)."""
+
+    n_ps: Count = 0
+    default_ps: PodSettings | None = None
+    ps: list[IndexedReplica] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_ps(cls, data: Any) -> Any:
+        return _fold_legacy_resources(data, "ps")
+
+
+class Environment(PodSettings):
+    """The ``environment`` section: the master's settings plus at most one framework cluster."""
+
+    tensorflow: PSCluster | None = None
+    mxnet: PSCluster | None = None
+    pytorch: WorkerCluster | None = None
+    replicas: WorkerCluster | None = None
+
+    def sections(self) -> dict[str, WorkerCluster]:
+        return {key: getattr(self, key) for key in FRAMEWORK_OF_SECTION if getattr(self, key) is not None}
+
+
+class TrainingSpec(_Section):
+    """A validated spec: the framework (given or inferred) and its environment."""
+
+    framework: Framework
+    environment: Environment
+
+    @property
+    def cluster(self) -> WorkerCluster:
+        """The framework's cluster section; an empty one when the spec asks for the master alone."""
+        section = getattr(self.environment, SECTION_OF[self.framework])
+        if section is not None:
+            return section
+        return PSCluster() if self.framework in ("tensorflow", "mxnet") else WorkerCluster()

@@ -1,0 +1,278 @@
+"""Helpers used inside training code run as a replica of a distributed job.
+
+This module tells a replica where it stands in the job and lets the master report what the job produced:
+
+- :func:`get_cluster_info` -- the whole job, ``{role: ["host:port", ...]}``;
+- :func:`get_task_info` -- this replica: job name, role, index and whether it is the master;
+- :func:`get_model_dir` -- where to save the model;
+- :func:`log_metrics`, :func:`log_model` -- record metrics and the saved model's path;
+- :func:`get_outputs` -- the output document recorded so far.
+
+The output document is ``{"metrics": {...}, "model_path": ..., "history": [...]}``. It is written to the path in
+``AIRFLOW_DISTRIBUTED_OUTPUT`` after every call to :func:`log_metrics` or :func:`log_model`, atomically (a temporary
+file in the same directory, then :func:`os.replace`), so the backend reading it never sees half a document, even
+when the replica is killed in the middle of a write.
+
+Only the master replica is given ``AIRFLOW_DISTRIBUTED_OUTPUT``. Everywhere else the logging calls do nothing and
+return quietly, so the same script can run unchanged on every replica. Processes started by a launcher inside a
+replica (``horovodrun``, ``mpirun``, ``torchrun``) inherit that variable from their parent; of those, only the one
+with global rank 0 counts as the master (see :func:`get_task_info`).
+
+It uses the standard library only: training images need neither Airflow nor pydantic to import it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+import threading
+from typing import Any
+
+__all__ = [
+    "get_cluster_info",
+    "get_task_info",
+    "get_model_dir",
+    "log_metrics",
+    "log_model",
+    "get_outputs",
+]
+
+ENV_JOB = "AIRFLOW_DISTRIBUTED_JOB"
+ENV_ROLE = "AIRFLOW_DISTRIBUTED_ROLE"
+ENV_INDEX = "AIRFLOW_DISTRIBUTED_INDEX"
+ENV_CLUSTER = "AIRFLOW_DISTRIBUTED_CLUSTER"
+ENV_MODEL_DIR = "AIRFLOW_DISTRIBUTED_MODEL_DIR"
+ENV_OUTPUT = "AIRFLOW_DISTRIBUTED_OUTPUT"
+
+# Global-rank variables set by the launchers that start several processes inside one replica. Horovod's own comes
+# first because under horovodrun + MPI the MPI ones are set as well and agree with it; RANK is torchrun's (and the
+# contract's: the PyTorch master replica has RANK=0, so a plain master still counts).
+_LAUNCHER_RANK_VARIABLES = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK")
+
+# "s3://bucket/x", "gs://...", "hdfs://..." are left to the training framework; only plain paths are created here.
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def get_cluster_info() -> dict[str, list[str]]:
+    """Return the whole job as ``{role: ["host:port", ...]}``, from ``AIRFLOW_DISTRIBUTED_CLUSTER``.
+
+    An empty dict when the variable is unset (the script runs outside a job). Raises ``ValueError`` when it is set
+    but is not a JSON object of lists of addresses.
+    """
+    raw = os.environ.get(ENV_CLUSTER)
+    if raw is None or not raw.strip():
+        return {}
+    try:
+        cluster = json.loads(raw)
+    except ValueError as exc:
+        raise ValueError(f"{ENV_CLUSTER} is not valid JSON: {exc}") from None
+    if not isinstance(cluster, dict) or not all(
+        isinstance(role, str) and isinstance(addresses, list) and all(isinstance(a, str) for a in addresses)
+        for role, addresses in cluster.items()
+    ):
+        raise ValueError(f'{ENV_CLUSTER} must be a JSON object like {{"worker": ["host:port", ...]}}, got {raw!r}')
+    return cluster
+
+
+def get_task_info() -> dict[str, Any]:
+    """Return this replica as ``{"job": str | None, "role": str | None, "index": int, "is_master": bool}``.
+
+    ``is_master`` is true on the replica given ``AIRFLOW_DISTRIBUTED_OUTPUT`` (the master), and there only in the
+    process of global rank 0 when a launcher inside the replica started several processes that inherited the
+    variable (``HOROVOD_RANK``, ``OMPI_COMM_WORLD_RANK``, ``PMI_RANK`` or ``RANK`` set to something other than 0).
+    """
+    raw_index = os.environ.get(ENV_INDEX, "").strip()
+    try:
+        index = int(raw_index) if raw_index else 0
+    except ValueError:
+        raise ValueError(f"{ENV_INDEX} must be an integer, got {raw_index!r}") from None
+    return {
+        "job": os.environ.get(ENV_JOB) or None,
+        "role": os.environ.get(ENV_ROLE) or None,
+        "index": index,
+        "is_master": _output_path() is not None,
+    }
+
+
+_fallback_model_dir: str | None = None
+
+
+def get_model_dir() -> str:
+    """Return the directory to save the model in, from ``AIRFLOW_DISTRIBUTED_MODEL_DIR``.
+
+    A local path is created if missing; a URL (``s3://...``) is returned as it is, for the framework to write to.
+    When the variable is unset (the script runs by hand, outside a job), a temporary directory is created once per
+    process and returned on every call.
+    """
+    global _fallback_model_dir
+    model_dir = os.environ.get(ENV_MODEL_DIR, "").strip()
+    if model_dir:
+        if not _URL.match(model_dir):
+            os.makedirs(model_dir, exist_ok=True)
+        return model_dir
+    with _lock:
+        if _fallback_model_dir is None or not os.path.isdir(_fallback_model_dir):
+            _fallback_model_dir = tempfile.mkdtemp(prefix="airflow-distributed-model-")
+        return _fallback_model_dir
+
+
+def log_metrics(step: int | None = None, **values: Any) -> None:
+    """Record metrics on the master and rewrite the output document.
+
+    Each value replaces the latest one under its name in ``metrics``. When ``step`` is given, ``{"step": step,
+    **values}`` is also appended to ``history`` (the whole document is rewritten on each call, so log the history
+    per epoch or every few steps rather than on every step of a long run).
+
+    Values must be JSON-safe once converted: numbers, strings, booleans, ``None``, and lists or string-keyed dicts of
+    those. Scalars of other libraries (NumPy, PyTorch, TensorFlow, MXNet) are converted by duck typing, with
+    ``.item()`` or ``float()``; arrays and tensors with ``.tolist()``, ``.numpy()`` or ``.asnumpy()``. A NaN or
+    infinite value is stored as ``null`` and training goes on: a diverging run still reports what it has, and the
+    document stays strict JSON. Anything else raises ``TypeError`` naming the metric.
+
+    On a replica that is not the master it does nothing.
+    """
+    if not values and step is None:
+        return
+    # Conversion comes first and on every replica, so that a bad value fails the same way in a one-process test run
+    # as on the master of a real job.
+    clean = {name: _json_safe(value, name) for name, value in values.items()}
+    clean_step = None if step is None else _json_safe(step, "step")
+    path = _output_path()
+    if path is None:
+        return
+    with _lock:
+        document = _document_for(path)
+        document["metrics"].update(clean)
+        if step is not None:
+            document["history"].append({"step": clean_step, **clean})
+        _write(path, document)
+
+
+def log_model(path: str | os.PathLike[str]) -> None:
+    """Record where the model was saved (a local path or a URL) and rewrite the output document.
+
+    On a replica that is not the master it does nothing.
+    """
+    model_path = os.fspath(path)
+    if not isinstance(model_path, str):
+        model_path = os.fsdecode(model_path)
+    output = _output_path()
+    if output is None:
+        return
+    with _lock:
+        document = _document_for(output)
+        document["model_path"] = model_path
+        _write(output, document)
+
+
+def get_outputs() -> dict[str, Any]:
+    """Return a copy of the output document this process has recorded so far.
+
+    It starts empty in every process (``{"metrics": {}, "model_path": None, "history": []}``); on a replica that is
+    not the master it stays empty.
+    """
+    path = _output_path()
+    with _lock:
+        document = _document_for(path) if path is not None else _empty_document()
+        return json.loads(json.dumps(document))
+
+
+# --- internals -------------------------------------------------------------------------------------------------
+
+_lock = threading.RLock()
+# The document belongs to the output path it was recorded for: if the variable changes within a process (tests do
+# this), recording starts afresh instead of carrying one job's metrics into another's file.
+_state: dict[str, Any] = {"path": None, "document": None}
+
+
+def _empty_document() -> dict[str, Any]:
+    return {"metrics": {}, "model_path": None, "history": []}
+
+
+def _output_path() -> str | None:
+    path = os.environ.get(ENV_OUTPUT, "").strip()
+    if not path:
+        return None
+    for variable in _LAUNCHER_RANK_VARIABLES:
+        rank = os.environ.get(variable, "").strip()
+        if rank:
+            # Only the first variable set decides: under mpirun both HOROVOD_RANK and OMPI_COMM_WORLD_RANK are set.
+            return path if rank == "0" else None
+    return path
+
+
+def _document_for(path: str) -> dict[str, Any]:
+    if _state["path"] != path or _state["document"] is None:
+        _state["path"] = path
+        _state["document"] = _empty_document()
+    return _state["document"]
+
+
+def _write(path: str, document: dict[str, Any]) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    # Same directory as the target, so os.replace is a rename within one filesystem and therefore atomic.
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(document, handle, allow_nan=False, sort_keys=False)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        # mkstemp creates the file readable by its owner only; the backend reading it may run as another user
+        # (the Kubernetes XCom sidecar), so give it the permissions a plain open() would have.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _json_safe(value: Any, name: str) -> Any:
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return int(value)  # also turns an IntEnum or other int subclass into a plain int
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"metric {name!r}: dict keys must be strings, got {key!r}")
+            out[key] = _json_safe(item, f"{name}.{key}")
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(item, f"{name}[{i}]") for i, item in enumerate(value)]
+    # Scalars of array libraries: NumPy scalars and 0-d arrays, torch/TF/MXNet one-element tensors all have .item(),
+    # which keeps integers integral; a tensor on a GPU is copied to the host by it.
+    item = getattr(value, "item", None)
+    if callable(item):
+        try:
+            scalar = item()
+        except (ValueError, RuntimeError, TypeError):
+            scalar = value  # more than one element: try .tolist() below
+        if scalar is not value:
+            return _json_safe(scalar, name)
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist):
+        return _json_safe(tolist(), name)
+    # TensorFlow eager tensors and MXNet NDArrays have neither: they hand out a NumPy array, converted as above.
+    for method in ("numpy", "asnumpy"):
+        to_numpy = getattr(value, method, None)
+        if callable(to_numpy):
+            return _json_safe(to_numpy(), name)
+    if hasattr(value, "__float__"):
+        return _json_safe(float(value), name)
+    raise TypeError(
+        f"metric {name!r} has a value of type {type(value).__name__} that is not a number, string, bool, "
+        "None, or a list or dict of those"
+    )

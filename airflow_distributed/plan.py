@@ -175,3 +175,8 @@ def _common_env(plan: ClusterPlan, replica: Replica, cluster_json: str) -> dict[
     if replica.is_master:
         env["AIRFLOW_DISTRIBUTED_OUTPUT"] = plan.layout.output_path
     return env
+
+
+def replica_count(spec: TrainingSpec) -> int:
+    """How many replicas the spec asks for, master included (e.g. to pick that many free ports first)."""
+    return len(_slots(spec, get_framework(spec.framework)))

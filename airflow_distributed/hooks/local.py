@@ -1,0 +1,281 @@
+"""Local backend: every replica is a subprocess of the Airflow worker, in a process group of its own."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import psutil
+
+from airflow_distributed.manifests.local import ProcessSpec
+from airflow_distributed.status import FAILED, RUNNING, STOPPED, SUCCEEDED, ReplicaStatus
+
+log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+TAIL_LINES = 40
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    # If the Airflow task process is SIGKILLed it cannot stop its replicas; the kernel does it instead.
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    succeeded: bool
+    replicas: tuple[ReplicaStatus, ...]
+    #: the replica whose exit failed the job, with its code and last log lines
+    failed_replica: str | None = None
+    exit_code: int | None = None
+    tail: tuple[str, ...] = ()
+    timed_out: bool = False
+    stopped: bool = False
+
+
+class LocalReplicaProcess:
+    """One running replica: its process, its output pump and the last lines it printed."""
+
+    def __init__(self, spec: ProcessSpec, cwd: str, emit: Callable[[str, str], None]) -> None:
+        self.spec = spec
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self.exit_code: int | None = None
+        self.exited_at: float | None = None
+        self.stopped = False
+        self.process = subprocess.Popen(  # noqa: S603 - argv from the DAG author, never through a shell
+            list(spec.argv),
+            env=dict(spec.env),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        self._emit = emit
+        self._pump = threading.Thread(target=self._read, name=f"log-{spec.name}", daemon=True)
+        self._pump.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for raw in iter(self.process.stdout.readline, b""):
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            self.tail.append(line)
+            self._emit(self.spec.name, line)
+        self.process.stdout.close()
+        code = self.process.wait()
+        self.exited_at = time.monotonic()
+        self.exit_code = code
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def state(self) -> str:
+        if self.exit_code is None:
+            return RUNNING
+        if self.stopped and self.exit_code != 0:
+            return STOPPED
+        return SUCCEEDED if self.exit_code == 0 else FAILED
+
+    def status(self) -> ReplicaStatus:
+        return ReplicaStatus(
+            self.spec.name, self.spec.role, self.spec.index, self.state(), self.exit_code, where=f"pid {self.pid}"
+        )
+
+    def family(self) -> list[psutil.Process]:
+        """The replica and every descendant, including ones that left its process group."""
+        try:
+            root = psutil.Process(self.pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def join_output(self, timeout: float) -> None:
+        self._pump.join(timeout)
+
+
+class LocalJob:
+    """The replicas of one job on this machine; ``stop()`` leaves none of their processes behind."""
+
+    def __init__(
+        self,
+        replicas: Sequence[LocalReplicaProcess],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.replicas = list(replicas)
+        self._clock, self._sleep = clock, sleep
+
+    @property
+    def master(self) -> LocalReplicaProcess:
+        return next(r for r in self.replicas if r.spec.is_master)
+
+    def statuses(self) -> tuple[ReplicaStatus, ...]:
+        return tuple(r.status() for r in self.replicas)
+
+    def wait(
+        self,
+        *,
+        poll_interval: float = 0.2,
+        timeout: float | None = None,
+        settle: float = 5.0,
+        on_change: Callable[[tuple[ReplicaStatus, ...]], None] | None = None,
+    ) -> JobOutcome:
+        """Until the master succeeds or any replica fails; then the rest are stopped.
+
+        :param settle: after the master succeeds, how long the others get to finish on their own.
+        """
+        deadline = None if timeout is None else self._clock() + timeout
+        last: tuple[ReplicaStatus, ...] = ()
+        while True:
+            current = self.statuses()
+            if current != last and on_change:
+                on_change(current)
+            last = current
+            failed = sorted(
+                (r for r in self.replicas if r.exit_code not in (None, 0) and not r.stopped),
+                key=lambda r: r.exited_at or 0.0,
+            )
+            if failed:
+                first = failed[0]
+                self.stop()
+                first.join_output(1.0)
+                return JobOutcome(False, self.statuses(), first.spec.name, first.exit_code, tuple(first.tail))
+            if self.master.exit_code == 0:
+                self._settle(settle)
+                self.stop()
+                return JobOutcome(True, self.statuses())
+            if all(r.exit_code is not None for r in self.replicas):
+                # Everything exited without the master succeeding: the job was stopped (on_kill) under us.
+                return JobOutcome(False, self.statuses(), stopped=True)
+            if deadline is not None and self._clock() >= deadline:
+                self.stop()
+                return JobOutcome(False, self.statuses(), timed_out=True)
+            self._sleep(poll_interval)
+
+    def _settle(self, settle: float) -> None:
+        end = self._clock() + settle
+        while self._clock() < end and any(r.exit_code is None for r in self.replicas):
+            self._sleep(0.05)
+
+    def stop(self, grace: float = 5.0) -> None:
+        """TERM every replica's process group and descendants, KILL what is left after ``grace``."""
+        running = [r for r in self.replicas if r.exit_code is None]
+        for replica in running:
+            replica.stopped = True
+        family = [p for r in self.replicas for p in r.family()]
+        _signal(running, family, signal.SIGTERM)
+        gone_by = time.monotonic() + grace
+        _, alive = psutil.wait_procs(family, timeout=grace)
+        if alive or any(r.process.poll() is None for r in running):
+            _signal(running, alive, signal.SIGKILL)
+            psutil.wait_procs(alive, timeout=max(0.0, gone_by - time.monotonic()) + 5.0)
+        for replica in self.replicas:
+            try:
+                replica.process.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:  # pragma: no cover - after SIGKILL this does not happen
+                log.error("replica %s (pid %s) did not exit after SIGKILL", replica.spec.name, replica.pid)
+            replica.join_output(2.0)
+
+
+def _signal(replicas: Iterable[LocalReplicaProcess], family: Iterable[psutil.Process], sig: int) -> None:
+    for replica in replicas:
+        try:
+            os.killpg(replica.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for proc in family:
+        try:
+            proc.send_signal(sig)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+
+
+class LocalProcessHook:
+    """Starts a job's replicas as local processes; the operator talks to it as it does to the Kubernetes hook.
+
+    Not an Airflow connection hook: the local backend needs no connection. Clock and sleep are injectable
+    so timeouts are tested without waiting.
+    """
+
+    hook_name = "Distributed training (local processes)"
+
+    def __init__(
+        self,
+        *,
+        logger: logging.Logger | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.log = logger or log
+        self._clock, self._sleep = clock, sleep
+
+    @staticmethod
+    def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+        """Ports free right now; all sockets are held until every port is picked, so none repeats."""
+        sockets = []
+        try:
+            for _ in range(count):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sock.bind((host, 0))
+                sockets.append(sock)
+            return [s.getsockname()[1] for s in sockets]
+        finally:
+            for sock in sockets:
+                sock.close()
+
+    @staticmethod
+    def visible_gpus() -> list[str]:
+        """GPU ids this worker may hand out: ``CUDA_VISIBLE_DEVICES`` if set, else what ``nvidia-smi`` lists."""
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is not None:
+            return [d for d in visible.split(",") if d.strip() and d.strip() != "-1"]
+        smi = shutil.which("nvidia-smi")
+        if not smi:
+            return []
+        try:
+            out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20, check=True).stdout
+        except (OSError, subprocess.SubprocessError):
+            return []
+        return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+
+    def write_files(self, files_dir: str, files: Mapping[str, str]) -> None:
+        os.makedirs(files_dir, exist_ok=True)
+        for name, text in files.items():
+            with open(os.path.join(files_dir, name), "w", encoding="utf-8") as handle:
+                handle.write(text)
+
+    def start(self, specs: Sequence[ProcessSpec], *, cwd: str) -> LocalJob:
+        """Start every replica; if one cannot start, the ones already started are stopped before raising."""
+        started: list[LocalReplicaProcess] = []
+        try:
+            for spec in specs:
+                self.log.info("starting %s: %s", spec.name, _shorten(shlex.join(spec.argv)))
+                started.append(LocalReplicaProcess(spec, cwd, self._emit))
+        except OSError as err:
+            LocalJob(started).stop()
+            raise RuntimeError(f"replica {spec.name} could not start {spec.argv[0]!r}: {err.strerror or err}") from err
+        return LocalJob(started, clock=self._clock, sleep=self._sleep)
+
+    def _emit(self, name: str, line: str) -> None:
+        self.log.info("[%s] %s", name, line)
+
+
+def _shorten(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,62 @@
+"""The output document the master writes, and the operator's XCom built from it (pure)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow_distributed.status import ReplicaStatus
+
+
+def parse_output_document(text: str | None) -> dict[str, Any]:
+    """``{"metrics": {...}, "model_path": ..., "history": [...]}``; tolerant of a missing or partial document."""
+    if not text:
+        return {"metrics": {}, "model_path": None, "history": []}
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"the master's output document is not JSON: {err}") from None
+    if not isinstance(doc, dict):
+        raise ValueError("the master's output document must be a JSON object")
+    metrics = doc.get("metrics") or {}
+    return {
+        "metrics": {str(k): _json_safe(v) for k, v in metrics.items()} if isinstance(metrics, Mapping) else {},
+        "model_path": doc.get("model_path"),
+        "history": doc.get("history") if isinstance(doc.get("history"), list) else [],
+    }
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def job_result(
+    *,
+    job_name: str,
+    framework: str,
+    backend: str,
+    state: str,
+    document: Mapping[str, Any],
+    replicas: Sequence[ReplicaStatus],
+    namespace: str | None = None,
+) -> dict[str, Any]:
+    """The operator's ``return_value`` (CONTRACT.md "Output document"); small and JSON-safe."""
+    result = {
+        "job_name": job_name,
+        "framework": framework,
+        "backend": backend,
+        "state": state,
+        "metrics": dict(document.get("metrics") or {}),
+        "model_path": document.get("model_path"),
+        "replicas": [
+            {"name": r.name, "role": r.role, "index": r.index, "state": r.state, "exit_code": r.exit_code}
+            for r in replicas
+        ],
+    }
+    if namespace is not None:
+        result["namespace"] = namespace
+    return result

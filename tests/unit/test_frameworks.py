@@ -1,0 +1,121 @@
+"""Each framework's variables, per CONTRACT.md, for every replica of a job; table-driven."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pytest
+
+from airflow_distributed.naming import job_name
+from airflow_distributed.plan import KubernetesAddressing, Layout, LocalAddressing, build_plan
+from airflow_distributed.spec import load_spec
+
+LAYOUT = Layout(model_dir="/m", output_path="/o/output.json", files_dir="/f")
+PORTS = LocalAddressing(ports=[31000, 31001, 31002, 31003, 31004])
+
+
+@dataclass(frozen=True)
+class EnvCase:
+    name: str
+    framework: str
+    environment: dict
+    replica: str  # suffix after the job name
+    expected: dict[str, str]
+
+
+CASES = [
+    EnvCase("pytorch master", "pytorch", {"pytorch": {"n_workers": 2}}, "master-0",
+            {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "31000", "WORLD_SIZE": "3", "RANK": "0",
+             "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": "31000", "PET_NNODES": "3", "PET_NODE_RANK": "0",
+             "PET_NPROC_PER_NODE": "1"}),
+    EnvCase("pytorch worker 1 is rank 2", "pytorch", {"pytorch": {"n_workers": 2}}, "worker-1",
+            {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "31000", "WORLD_SIZE": "3", "RANK": "2",
+             "PET_NODE_RANK": "2"}),
+    EnvCase("mxnet scheduler", "mxnet", {"mxnet": {"n_workers": 2, "n_ps": 1}}, "scheduler-0",
+            {"DMLC_ROLE": "scheduler", "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": "31000",
+             "DMLC_NUM_SERVER": "1", "DMLC_NUM_WORKER": "2"}),
+    EnvCase("mxnet server", "mxnet", {"mxnet": {"n_workers": 2, "n_ps": 1}}, "server-0",
+            {"DMLC_ROLE": "server", "DMLC_SERVER_ID": "0", "DMLC_NUM_SERVER": "1", "DMLC_NUM_WORKER": "2"}),
+    EnvCase("mxnet worker", "mxnet", {"mxnet": {"n_workers": 2, "n_ps": 1}}, "worker-1",
+            {"DMLC_ROLE": "worker", "DMLC_WORKER_ID": "1", "DMLC_PS_ROOT_PORT": "31000"}),
+    EnvCase("horovod hostfile", "horovod", {"replicas": {"n_workers": 2}}, "worker-0",
+            {"OMPI_MCA_orte_default_hostfile": "/f/hostfile"}),
+]
+
+
+def _plan(framework, environment, addressing=PORTS, backend="local"):
+    spec = load_spec(framework, environment)
+    return build_plan(spec, "job", addressing, LAYOUT, ["python", "train.py"], backend=backend, env={"A": "1"})
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_framework_variables(case: EnvCase):
+    replica = _plan(case.framework, case.environment).replica(f"job-{case.replica}")
+    assert {k: replica.env.get(k) for k in case.expected} == case.expected
+    assert replica.env["AIRFLOW_DISTRIBUTED_JOB"] == "job"
+    assert replica.env["PYTHONUNBUFFERED"] == "1"
+    assert replica.env["A"] == "1"
+
+
+def test_tf_config_per_replica_leaves_out_empty_roles():
+    plan = _plan("tensorflow", {"tensorflow": {"n_workers": 2}})
+    configs = {r.name: json.loads(r.env["TF_CONFIG"]) for r in plan.replicas}
+    assert configs["job-worker-1"] == {
+        "cluster": {"chief": ["127.0.0.1:31000"], "worker": ["127.0.0.1:31001", "127.0.0.1:31002"]},
+        "task": {"type": "worker", "index": 1},
+        "environment": "cloud",
+    }
+    assert configs["job-chief-0"]["task"] == {"type": "chief", "index": 0}
+
+
+def test_kubernetes_addresses_are_stable_dns_names():
+    plan = _plan("tensorflow", {"tensorflow": {"n_workers": 1, "n_ps": 1}}, KubernetesAddressing("team-a"),
+                 backend="kubernetes")
+    cluster = json.loads(plan.master.env["TF_CONFIG"])["cluster"]
+    assert cluster == {
+        "chief": ["job-chief-0.job.team-a.svc:2222"],
+        "ps": ["job-ps-0.job.team-a.svc:2222"],
+        "worker": ["job-worker-0.job.team-a.svc:2222"],
+    }
+    mxnet = _plan("mxnet", {"mxnet": {"n_workers": 1, "n_ps": 1}}, KubernetesAddressing("ns"), backend="kubernetes")
+    assert mxnet.replica("job-worker-0").env["DMLC_USE_KUBERNETES"] == "1"
+    assert mxnet.replica("job-worker-0").env["DMLC_PS_ROOT_URI"] == "job-scheduler-0.job.ns.svc"
+
+
+def test_horovod_launcher_runs_command_under_horovodrun_and_workers_stand_by():
+    env = {"replicas": {"n_workers": 2, "worker": [{"index": 1, "resources": {"gpu": {"requests": 2, "limits": 2}}}]}}
+    local = _plan("horovod", env)
+    assert local.master.command == ("horovodrun", "--gloo", "-np", "4", "--hostfile", "/f/hostfile",
+                                    "python", "train.py")
+    assert [r.command for r in local.replicas[1:]] == [None, None]
+    assert local.files == {"hostfile": "localhost slots=4\n"}
+    k8s = _plan("horovod", env, KubernetesAddressing("ns"), backend="kubernetes")
+    assert k8s.files["hostfile"].splitlines() == [
+        "job-launcher-0.job.ns.svc slots=1", "job-worker-0.job.ns.svc slots=1", "job-worker-1.job.ns.svc slots=2"
+    ]
+
+
+def test_contract_variables_win_over_user_variables():
+    spec = load_spec("pytorch", {"pytorch": {"n_workers": 1, "default_worker": {"env_vars": [["RANK", "9"], ["B", "2"]]}}})
+    plan = build_plan(spec, "job", PORTS, LAYOUT, ["x"], backend="local", env={"WORLD_SIZE": "7", "C": "3"})
+    worker = plan.replica("job-worker-0")
+    assert (worker.env["RANK"], worker.env["WORLD_SIZE"], worker.env["B"], worker.env["C"]) == ("1", "2", "2", "3")
+
+
+@pytest.mark.parametrize(
+    ("dag_id", "task_id", "run_id", "map_index"),
+    [
+        ("dag", "train", "manual__2026-11-21T20:14:30.689650+00:00", -1),
+        ("d", "9_Group.Sub__Task_With_A_Very_Long_Name_That_Goes_On_And_On", "scheduled__x", 1234),
+        ("d", "___", "r", -1),
+    ],
+)
+def test_job_names_are_deterministic_dns_labels(dag_id, task_id, run_id, map_index):
+    name = job_name(dag_id, task_id, run_id, map_index)
+    assert name == job_name(dag_id, task_id, run_id, map_index)
+    assert name != job_name(dag_id, task_id, run_id + "x", map_index)
+    assert name != job_name(dag_id, task_id, run_id, map_index + 1)
+    assert len(name) <= 40 and name[0].isalpha() and name[-1].isalnum()
+    assert all(c.islower() or c.isdigit() or c == "-" for c in name)
+    assert len(f"{name}-scheduler-1999") <= 63

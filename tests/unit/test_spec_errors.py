@@ -1,0 +1,98 @@
+"""Bad input: one SpecValidationError naming every problem with its path, never a traceback from deep inside."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from airflow_distributed.spec import SpecValidationError, load_spec
+
+
+@dataclass(frozen=True)
+class BadCase:
+    name: str
+    environment: Any
+    framework: str | None = None
+    #: (path, message fragment) that must each be among the problems
+    expected: list[tuple[str, str]] = field(default_factory=list)
+
+
+CASES = [
+    BadCase("index out of range", {"tensorflow": {"n_workers": 4, "worker": [{"index": 7}]}},
+            expected=[("environment.tensorflow.worker[0].index", "7 is out of range (n_workers is 4")]),
+    BadCase("duplicate index", {"mxnet": {"n_workers": 2, "n_ps": 1, "ps": [{"index": 0}, {"index": 0}]}},
+            expected=[("environment.mxnet.ps[1].index", "already overridden by environment.mxnet.ps[0]")]),
+    BadCase("negative count", {"pytorch": {"n_workers": -2}},
+            expected=[("environment.pytorch.n_workers", "-2 is out of range (must be >= 0)")]),
+    BadCase("absurd count", {"pytorch": {"n_workers": 50000}},
+            expected=[("environment.pytorch.n_workers", "must be <= 2000")]),
+    BadCase("count as a string", {"tensorflow": {"n_workers": "4"}},
+            expected=[("environment.tensorflow.n_workers", "expected an integer, got str '4'")]),
+    BadCase("count as a bool", {"tensorflow": {"n_ps": True}},
+            expected=[("environment.tensorflow.n_ps", "expected an integer")]),
+    BadCase("misspelt key suggests the right one", {"tensorflow": {"n_worker": 2}},
+            expected=[("environment.tensorflow.n_worker", "did you mean 'n_workers'?")]),
+    BadCase("misspelt resource key", {"resources": {"cpus": {"requests": 1}}},
+            expected=[("environment.resources.cpus", "did you mean 'cpu'?")]),
+    BadCase("misspelt requests", {"resources": {"cpu": {"requets": 1}}},
+            expected=[("environment.resources.cpu.requets", "did you mean 'requests'?")]),
+    BadCase("ps for pytorch", {"pytorch": {"n_workers": 2, "n_ps": 1}},
+            expected=[("environment.pytorch.n_ps", "no parameter servers")]),
+    BadCase("requests over limits", {"resources": {"cpu": {"requests": 3, "limits": 2}}},
+            expected=[("environment.resources.cpu", "requests (3 cores) exceed limits (2 cores)")]),
+    BadCase("memory units compared", {"resources": {"memory": {"requests": "2Gi", "limits": 1024}}},
+            expected=[("environment.resources.memory", "requests (2Gi) exceed limits (1024 MiB)")]),
+    BadCase("gpu requests must equal limits", {"resources": {"gpu": {"requests": 1, "limits": 2}}},
+            expected=[("environment.resources.gpu", "must equal limits")]),
+    BadCase("bad quantity", {"resources": {"memory": {"limits": "12 gigs"}}},
+            expected=[("environment.resources.memory.limits", "is not a Kubernetes quantity")]),
+    BadCase("both spellings", {"resources": {"gpu": {"request": 1, "requests": 1}}},
+            expected=[("environment.resources.gpu", "either 'request' or 'requests'")]),
+    BadCase("two framework sections", {"tensorflow": {}, "mxnet": {}},
+            expected=[("environment", "only one framework section is allowed, found 'tensorflow' and 'mxnet'")]),
+    BadCase("section does not match framework", {"tensorflow": {"n_workers": 1}}, framework="pytorch",
+            expected=[("environment.tensorflow", "does not match framework 'pytorch'")]),
+    BadCase("unknown framework", {}, framework="jax", expected=[("framework", "'jax' is not supported")]),
+    BadCase("no framework at all", {"resources": {}}, expected=[("framework", "missing")]),
+    BadCase("wrong type of node_selector", {"pytorch": {"default_worker": {"node_selector": ["a"]}}},
+            expected=[("environment.pytorch.default_worker.node_selector", "expected a mapping")]),
+    BadCase("not a mapping", [1, 2], framework="pytorch", expected=[("environment", "must be a mapping")]),
+    BadCase("invalid YAML", "tensorflow: [1", expected=[("environment", "is not valid YAML")]),
+    BadCase("missing spec file", "/nonexistent/spec.yaml", expected=[("environment", "cannot read")]),
+    BadCase("override index missing", {"pytorch": {"n_workers": 2, "worker": [{"resources": {}}]}},
+            expected=[("environment.pytorch.worker[0].index", "is required")]),
+    BadCase(
+        "every problem at once",
+        {"tensorflow": {"n_worker": 2, "n_workers": 4, "worker": [{"index": 9}]},
+         "resources": {"cpu": {"requests": 4, "limits": 1}}},
+        expected=[
+            ("environment.tensorflow.n_worker", "did you mean 'n_workers'?"),
+            ("environment.tensorflow.worker[0].index", "9 is out of range"),
+            ("environment.resources.cpu", "exceed limits"),
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_bad_input_names_the_path_and_what_is_allowed(case: BadCase):
+    with pytest.raises(SpecValidationError) as err:
+        load_spec(case.framework, case.environment)
+    problems = err.value.problems
+    for path, fragment in case.expected:
+        assert any(p == path and fragment in m for p, m in problems), (path, fragment, problems)
+    rendered = str(err.value)
+    assert rendered.startswith("invalid distributed training spec")
+    assert "Traceback" not in rendered and "pydantic" not in rendered
+    assert err.value.__cause__ is None  # nothing from inside the validator leaks into the error chain
+
+
+def test_message_lists_every_problem_on_its_own_line():
+    with pytest.raises(SpecValidationError) as err:
+        load_spec(None, {"pytorch": {"n_workers": 2, "worker": [{"index": 5}]}, "resourcs": {}})
+    lines = str(err.value).splitlines()
+    assert lines[0] == "invalid distributed training spec: 2 problems"
+    assert "  environment.resourcs: unknown key 'resourcs'; did you mean 'resources'?" in lines
+    assert "  environment.pytorch.worker[0].index: 5 is out of range (n_workers is 2; valid: 0..1)" in lines

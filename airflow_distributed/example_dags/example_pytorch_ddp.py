@@ -7,14 +7,13 @@ losses and saves ``model.pt``; a downstream task reads both from XCom.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pendulum
 from airflow.sdk import DAG, task
 
+from airflow_distributed.example_dags import TRAINING_DIR
 from airflow_distributed.operators import DistributedTrainingOperator
 
-TRAINING = Path(__file__).resolve().parent / "training"
 
 with DAG(
     dag_id="example_pytorch_ddp",
@@ -34,7 +33,7 @@ with DAG(
                 "default_worker": {"resources": {"cpu": {"requests": 1, "limits": 1}}},
             },
         },
-        command=["python", str(TRAINING / "pytorch_ddp.py")],
+        command=["python", str(TRAINING_DIR / "pytorch_ddp.py")],
         args=["--steps", "{{ params.steps }}", "--lr", "{{ params.lr }}"],
     )
 

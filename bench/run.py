@@ -1,0 +1,21 @@
+"""Run every benchmark and print one JSON document of ratios and figures (record them in bench/README.md)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import crash_latency  # noqa: E402
+import import_time  # noqa: E402
+import local_vs_torchrun  # noqa: E402
+
+if __name__ == "__main__":
+    results = {
+        "import_time": import_time.measure(),
+        "crash_latency": crash_latency.measure(),
+        "local_vs_torchrun": local_vs_torchrun.measure(),
+    }
+    print(json.dumps(results, indent=2))

@@ -60,3 +60,33 @@ def job_result(
     if namespace is not None:
         result["namespace"] = namespace
     return result
+
+
+#: Bounds that keep the ``job`` XCom small whatever the job logged.
+HISTORY_POINTS = 200
+LOG_LINES = 30
+LOG_REPLICAS = 64
+LINE_CHARS = 500
+
+
+def job_record(
+    result: Mapping[str, Any], document: Mapping[str, Any], logs: Mapping[str, Sequence[str]], duration: float
+) -> dict[str, Any]:
+    """The ``job`` XCom: the result plus what a job view shows (metric history, each replica's last lines)."""
+    return {
+        **result,
+        "duration_seconds": round(duration, 3),
+        "history": downsample(list(document.get("history") or []), HISTORY_POINTS),
+        "logs": {
+            name: [line[:LINE_CHARS] for line in list(lines)[-LOG_LINES:]]
+            for name, lines in list(logs.items())[:LOG_REPLICAS]
+        },
+    }
+
+
+def downsample(points: list[Any], limit: int) -> list[Any]:
+    """At most ``limit`` evenly spaced points, always keeping the first and the last."""
+    if len(points) <= limit:
+        return points
+    step = (len(points) - 1) / (limit - 1)
+    return [points[round(i * step)] for i in range(limit)]

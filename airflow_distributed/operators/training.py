@@ -150,7 +150,7 @@ class DistributedTrainingOperator(BaseOperator):
     def _run_local(self, spec: TrainingSpec, name: str, command: list[str], context: Context) -> dict[str, Any]:
         from airflow_distributed.hooks.local import LocalProcessHook
         from airflow_distributed.manifests.local import process_specs
-        from airflow_distributed.outputs import job_result, parse_output_document
+        from airflow_distributed.outputs import job_record, job_result, parse_output_document
         from airflow_distributed.plan import Layout, LocalAddressing, build_plan, replica_count
         from airflow_distributed.status import render_table
 
@@ -186,19 +186,18 @@ class DistributedTrainingOperator(BaseOperator):
             self._local_job = None
         elapsed = time.monotonic() - started
         self.log.info("replicas of %s (final):\n%s", name, render_table(outcome.replicas))
+        # Read on failure too: metrics logged before a crash help whoever looks at the failed run.
+        document = parse_output_document(_read_text(output_path))
+        result = job_result(
+            job_name=name, framework=spec.framework, backend="local",
+            state="succeeded" if outcome.succeeded else "failed", document=document, replicas=outcome.replicas,
+        )
+        logs = {replica.spec.name: list(replica.tail) for replica in job.replicas}
+        context["ti"].xcom_push(key="job", value=job_record(result, document, logs, elapsed))
         if not outcome.succeeded:
             raise DistributedJobError(self._failure_message(name, outcome, elapsed))
-        with_document = None
-        if os.path.exists(output_path):
-            with open(output_path, encoding="utf-8") as handle:
-                with_document = handle.read()
-        else:
+        if document["metrics"] == {} and document["model_path"] is None:
             self.log.warning("the master wrote no output document at %s: no metrics or model path", output_path)
-        document = parse_output_document(with_document)
-        result = job_result(
-            job_name=name, framework=spec.framework, backend="local", state="succeeded",
-            document=document, replicas=outcome.replicas,
-        )
         self.log.info(
             "job %s succeeded in %.1fs; metrics: %s; model path: %s",
             name, elapsed, json.dumps(result["metrics"]), result["model_path"],
@@ -222,3 +221,11 @@ class DistributedTrainingOperator(BaseOperator):
         if job is not None:
             self.log.info("task killed: stopping every replica")
             job.stop(self.stop_grace_period)
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None

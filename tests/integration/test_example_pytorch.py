@@ -27,4 +27,8 @@ def test_pytorch_example_trains_and_reports_through_xcom():
     model_path = xcom(run, "train", "model_path")
     assert os.path.isfile(model_path) and os.path.getsize(model_path) > 0
     assert xcom(run, "report")["model_path"] == model_path
+    job = xcom(run, "train", "job")
+    assert job["state"] == "succeeded" and job["duration_seconds"] > 0
+    assert job["history"] and all("step" in point for point in job["history"])
+    assert set(job["logs"]) == {r["name"] for r in result["replicas"]}
     assert replica_processes(result["job_name"]) == []

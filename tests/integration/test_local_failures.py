@@ -30,6 +30,9 @@ def test_a_crashing_replica_fails_the_task_naming_it(dag_id, crashed, capfd):
     assert f"-{crashed} exited with code 3" in failure
     assert "every other replica was stopped" in failure
     assert xcom(run, "train") is None
+    job = xcom(run, "train", "job")
+    assert job["state"] == "failed"
+    assert {r["name"].split("-", 2)[-1]: r["exit_code"] for r in job["replicas"]}[crashed] == 3
     assert replica_processes("train-") == []
 
 

@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                 # Divided by the global batch, so that the summed gradients are those of the global mean loss.
                 loss = tf.nn.compute_average_loss(squared_error, global_batch_size=global_batch)
             gradients = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+            optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
             return loss
 
         per_replica_loss = strategy.run(replica_step, args=next(iterator))

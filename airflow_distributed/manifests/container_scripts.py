@@ -1,0 +1,85 @@
+"""Two small programs a job's pods run with the training image's own Python 3: the readiness wait and the
+output relay, and the argv that starts each.
+
+They go in with ``python -I -c`` so nothing beyond a Python 3 interpreter has to be in the image, which it has
+anyway to run the training command. ``-I`` (isolated) keeps a training repository's own ``json.py`` or a
+``PYTHONPATH`` from shadowing the standard library they use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+# The kubelet reads a container's termination message from this file (the Kubernetes default path).
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+# The kubelet cuts a termination message at 4096 bytes (and at 12 KiB for all containers of a pod together).
+TERMINATION_MESSAGE_LIMIT = 4096
+
+# argv: <timeout seconds> <host:port>...  Waits until each peer's name resolves and its port accepts TCP.
+WAIT_FOR_PEERS = """\
+import socket, sys, time
+timeout = float(sys.argv[1])
+deadline = time.monotonic() + timeout
+for peer in sys.argv[2:]:
+    host, port = peer.rsplit(":", 1)
+    print("waiting for", peer, flush=True)
+    while True:
+        try:
+            socket.create_connection((host, int(port)), timeout=5).close()
+            break
+        except OSError as err:
+            if time.monotonic() > deadline:
+                sys.exit(f"{peer} is not reachable after {timeout:g}s: {err}")
+            time.sleep(1)
+    print(peer, "is reachable", flush=True)
+"""
+
+# argv: <output path> <message path> <command>...  Runs the command (signals forwarded), then copies the output
+# document into the termination message, shortened to what the kubelet keeps, and exits with the command's code.
+RELAY_OUTPUT = f"""\
+import json, signal, subprocess, sys
+LIMIT = {TERMINATION_MESSAGE_LIMIT}
+output, message, command = sys.argv[1], sys.argv[2], sys.argv[3:]
+try:
+    child = subprocess.Popen(command)
+except OSError as err:
+    print(f"cannot start {{command[0]!r}}: {{err}}", file=sys.stderr, flush=True)
+    sys.exit(127)
+for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(number, lambda signum, frame: child.send_signal(signum))
+code = child.wait()
+
+def brief(text):
+    if len(text.encode()) <= LIMIT:
+        return text
+    try:
+        document = json.loads(text)
+    except ValueError:
+        document = None
+    document = document if isinstance(document, dict) else {{}}
+    kept = {{key: document[key] for key in ("metrics", "model_path") if key in document}}
+    for candidate in (kept, {{k: v for k, v in kept.items() if k == "model_path"}}):
+        short = json.dumps({{**candidate, "truncated": True}})
+        if len(short.encode()) <= LIMIT:
+            return short
+    return json.dumps({{"truncated": True}})
+
+try:
+    with open(output, encoding="utf-8", errors="replace") as handle:
+        text = handle.read()
+    with open(message, "w", encoding="utf-8") as handle:
+        handle.write(brief(text))
+except OSError:
+    pass  # no document, or nowhere to put it: the exit code is what matters
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
+def wait_for_peers_command(python: str, peers: Sequence[tuple[str, int]], timeout_seconds: float) -> list[str]:
+    return [python, "-I", "-c", WAIT_FOR_PEERS, f"{timeout_seconds:g}", *(f"{host}:{port}" for host, port in peers)]
+
+
+def relay_output_command(
+    python: str, command: Sequence[str], output_path: str, message_path: str = TERMINATION_MESSAGE_PATH
+) -> list[str]:
+    return [python, "-I", "-c", RELAY_OUTPUT, output_path, message_path, *command]

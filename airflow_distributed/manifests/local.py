@@ -79,6 +79,17 @@ def assign_gpus(plan: ClusterPlan, gpus: Sequence[str]) -> dict[str, list[str]]:
     return devices
 
 
+def resolve_python(command: Sequence[str], interpreter: str) -> list[str]:
+    """The job's command with a leading ``python``/``python3`` replaced by ``interpreter``.
+
+    Done on the user's command before planning, so it also holds where a launcher wraps it (horovodrun).
+    """
+    command = list(command)
+    if command and command[0] in PYTHON_NAMES:
+        command[0] = interpreter
+    return command
+
+
 def _resolve(argv: Sequence[str], interpreter: str) -> tuple[str, ...]:
     if not argv:
         return tuple(argv)

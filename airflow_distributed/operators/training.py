@@ -66,7 +66,7 @@ class DistributedTrainingOperator(BaseOperator):
     :param settle_period: seconds the other replicas get to finish on their own after the master succeeds.
     """
 
-    template_fields: Sequence[str] = ("image", "command", "args", "env", "environment", "model_dir")
+    template_fields: Sequence[str] = ("image", "command", "args", "env", "environment", "model_dir", "python")
     template_fields_renderers = {"environment": "json", "env": "json", "command": "py"}
     ui_color = "#d4e6f9"
 
@@ -149,7 +149,7 @@ class DistributedTrainingOperator(BaseOperator):
 
     def _run_local(self, spec: TrainingSpec, name: str, command: list[str], context: Context) -> dict[str, Any]:
         from airflow_distributed.hooks.local import LocalProcessHook
-        from airflow_distributed.manifests.local import process_specs
+        from airflow_distributed.manifests.local import process_specs, resolve_python
         from airflow_distributed.outputs import job_record, job_result, parse_output_document
         from airflow_distributed.plan import Layout, LocalAddressing, build_plan, replica_count
         from airflow_distributed.status import render_table
@@ -162,11 +162,13 @@ class DistributedTrainingOperator(BaseOperator):
         if os.path.exists(output_path):
             os.remove(output_path)  # a retry must not report the previous try's metrics
         layout = Layout(model_dir=model_dir, output_path=output_path, files_dir=os.path.join(work_dir, "files"))
+        interpreter = self.python or sys.executable
         addressing = LocalAddressing(ports=hook.free_ports(replica_count(spec)))
-        plan = build_plan(spec, name, addressing, layout, command, backend="local", env=self.env)
+        plan = build_plan(spec, name, addressing, layout, resolve_python(command, interpreter), backend="local",
+                          env=self.env)
         specs = process_specs(
             plan,
-            interpreter=self.python or sys.executable,
+            interpreter=interpreter,
             gpus=hook.visible_gpus(),
             cpu_count=os.cpu_count() or 1,
             base_env=os.environ,

@@ -46,6 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--features", type=int, default=8, help="input features (default: %(default)s)")
     parser.add_argument("--hidden", type=int, default=16, help="hidden units (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of data and model (default: %(default)s)")
+    parser.add_argument("--data", default=None, help="a torch file of tensors x and y to train on instead")
     parser.add_argument("--log-every", type=int, default=10, help="history interval in steps (default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds to wait for a peer in set-up or a collective (default: %(default)s)")
@@ -59,6 +60,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def make_data(args: argparse.Namespace) -> TensorDataset:
+    if args.data:
+        # A data set prepared upstream (e.g. by a pipeline's prepare step): a dict of tensors "x" and "y".
+        tensors = torch.load(args.data)
+        args.samples, args.features = tensors["x"].shape
+        return TensorDataset(tensors["x"].float(), tensors["y"].float().reshape(-1, 1))
     # The same generator seed on every rank gives every rank the same data set; the sampler then shards it.
     generator = torch.Generator().manual_seed(args.seed)
     x = torch.randn(args.samples, args.features, generator=generator)

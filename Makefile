@@ -8,13 +8,16 @@ PYTEST_ARGS ?=
 
 .PHONY: example test test-slow mxnet bench clean
 
+# pip's output goes to a log that is shown only when the install fails.
+PIP_INSTALL = $(PY) -m pip install --quiet --disable-pip-version-check
+
 $(VENV)/.installed-base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[torch]"
+	$(PIP_INSTALL) -e ".[torch]" > $(VENV)/pip.log 2>&1 || (cat $(VENV)/pip.log; exit 1)
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-base
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[test]"
+	$(PIP_INSTALL) -e ".[test]" > $(VENV)/pip.log 2>&1 || (cat $(VENV)/pip.log; exit 1)
 	touch $@
 
 example: $(VENV)/.installed-base

@@ -2,14 +2,19 @@
 
 The job's launcher replica runs this script under ``horovodrun`` (or ``mpirun``), which starts one process per slot
 over all replicas, the launcher's own slots first, so that rank 0 runs on the launcher. Each rank trains a small MLP
-on its own shard of a synthetic regression; ``hvd.DistributedOptimizer`` averages the gradients of all ranks with an
+on its own shard of a synthetic regression, or with ``--data`` of a torch file of tensors ``x`` and ``y`` prepared
+upstream (a path every rank can read); ``hvd.DistributedOptimizer`` averages the gradients of all ranks with an
 all-reduce before every update, after ``hvd.broadcast_parameters`` has given every rank rank 0's initial weights.
 
 After training the ranks all-gather a checksum of their parameters and fail unless they are identical: since the
 shards differ, they only are when the gradients really were all-reduced. Rank 0 saves ``model.pt`` into the model
 directory and reports ``initial_loss``, ``final_loss`` (mean squared error over the whole data set), ``world_size``
-and the loss history through :mod:`airflow_distributed.tracking`. The launcher forwards its environment, so every
-rank sees ``AIRFLOW_DISTRIBUTED_OUTPUT``; only rank 0 writes.
+and the loss history through :mod:`airflow_distributed.tracking`; it logs the history with the final metrics, once
+training is over. The launcher forwards its environment, so every rank sees ``AIRFLOW_DISTRIBUTED_OUTPUT``; only
+rank 0 writes.
+
+The data, model, training loop, check and report are shared with ``pytorch_ddp.py`` in ``torch_regression.py``;
+this script starts Horovod, sets up the optimizer and gives the shared code Horovod's collectives.
 
 Run by hand without a launcher, it trains alone as rank 0 of 1.
 
@@ -20,151 +25,56 @@ Options for failure tests: ``--crash-at-step N --crash-rank R`` makes rank R exi
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import time
 
 import horovod.torch as hvd
 import torch
-from torch import nn
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from airflow_distributed import tracking
-
-CRASH_EXIT_CODE = 3
-DIVERGED_EXIT_CODE = 4
+import common
+import torch_regression
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--steps", type=int, default=60, help="optimizer steps (default: %(default)s)")
-    parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (default: %(default)s)")
-    parser.add_argument("--batch-size", type=int, default=16, help="per-rank batch size (default: %(default)s)")
-    parser.add_argument("--samples", type=int, default=512, help="data set size, all ranks (default: %(default)s)")
-    parser.add_argument("--features", type=int, default=8, help="input features (default: %(default)s)")
-    parser.add_argument("--hidden", type=int, default=16, help="hidden units (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of data and model (default: %(default)s)")
-    parser.add_argument("--log-every", type=int, default=10, help="history interval in steps (default: %(default)s)")
-    parser.add_argument("--crash-at-step", type=int, default=None, help="exit with code 3 at this step")
-    parser.add_argument("--crash-rank", type=int, default=0, help="rank that crashes (default: %(default)s)")
-    parser.add_argument("--sleep-per-step", type=float, default=0.0, help="seconds to sleep after each step")
-    args = parser.parse_args(argv)
-    if args.steps < 1 or args.batch_size < 1 or args.log_every < 1:
-        parser.error("--steps, --batch-size and --log-every must be at least 1")
-    return args
+    parser = common.make_parser(__doc__, default_steps=60, unit="rank")
+    torch_regression.add_data_option(parser)
+    common.add_failure_options(parser)
+    return common.parse_args(parser, argv)
 
 
-def make_data(args: argparse.Namespace) -> TensorDataset:
-    # The same generator seed on every rank gives every rank the same data set; the sampler then shards it.
-    generator = torch.Generator().manual_seed(args.seed)
-    x = torch.randn(args.samples, args.features, generator=generator)
-    weights = torch.randn(args.features, 1, generator=generator)
-    y = x @ weights + 0.5 * torch.sin(2.0 * x[:, :1]) + 0.01 * torch.randn(args.samples, 1, generator=generator)
-    return TensorDataset(x, y)
+class HorovodCollectives(torch_regression.Collectives):
+    """Horovod's collectives. Horovod matches a collective across ranks by its name."""
 
+    def sum(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
+        return hvd.allreduce(tensor, op=hvd.Sum, name=name)
 
-def global_mse(model: nn.Module, loader: DataLoader) -> float:
-    """Mean squared error over every rank's shard: sums and counts are all-reduced, so all ranks get the same value."""
-    totals = torch.zeros(2, dtype=torch.float64)
-    with torch.no_grad():
-        for x, y in loader:
-            totals[0] += nn.functional.mse_loss(model(x), y, reduction="sum").double()
-            totals[1] += y.numel()
-    totals = hvd.allreduce(totals, op=hvd.Sum, name="mse_totals")
-    return (totals[0] / totals[1]).item()
+    def mean(self, tensor: torch.Tensor, name: str) -> float:
+        return hvd.allreduce(tensor, op=hvd.Average, name=name).item()
 
-
-def parameter_checksum(model: nn.Module) -> torch.Tensor:
-    """Three float64 summaries of all parameters; a weighted sum makes a permutation or sign change show up too."""
-    flat = torch.cat([p.detach().reshape(-1).double() for p in model.parameters()])
-    positions = torch.arange(1, flat.numel() + 1, dtype=torch.float64)
-    return torch.stack([flat.sum(), (flat * flat).sum(), (flat * positions).sum()])
+    def gather(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
+        # allgather concatenates along the first dimension: one row per rank.
+        return hvd.allgather(tensor.unsqueeze(0), name=name)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if "OMP_NUM_THREADS" not in os.environ:
-        # Several tiny processes share a few cores: one thread each avoids oversubscription, which is far slower.
-        torch.set_num_threads(1)
+    torch_regression.limit_threads()
 
     hvd.init()
     rank, world_size = hvd.rank(), hvd.size()
     print(f"rank {rank}/{world_size} (local rank {hvd.local_rank()}): horovod ready", flush=True)
 
-    torch.manual_seed(args.seed)
-    dataset = make_data(args)
-    # drop_last keeps every rank at the same number of batches, so no rank waits on an all-reduce nobody joins.
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=args.seed,
-                                 drop_last=True)
-    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True)
-    eval_loader = DataLoader(dataset, batch_size=256, sampler=sampler)
-    if len(loader) == 0:
-        raise SystemExit(f"--samples {args.samples} leaves no full batch of {args.batch_size} per rank")
-
-    model = nn.Sequential(nn.Linear(args.features, args.hidden), nn.Tanh(), nn.Linear(args.hidden, 1))
+    shards = torch_regression.shard_data(args, rank, world_size)
+    model = torch_regression.make_model(args)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     # Start every rank from rank 0's weights (and optimizer state), then average gradients at every step.
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(), op=hvd.Average)
 
-    initial_loss = global_mse(model, eval_loader)
-    if rank == 0:
-        print(f"initial loss {initial_loss:.6f}", flush=True)
-
-    history = []
-    started = time.monotonic()
-    step, epoch = 0, 0
-    while step < args.steps:
-        sampler.set_epoch(epoch)
-        for x, y in loader:
-            step += 1
-            if args.crash_at_step is not None and step == args.crash_at_step and rank == args.crash_rank:
-                print(f"rank {rank}: crashing at step {step} as asked (--crash-at-step)", file=sys.stderr, flush=True)
-                sys.stdout.flush()
-                # os._exit: no clean-up, no Horovod shutdown, like a process that really dies.
-                os._exit(CRASH_EXIT_CODE)
-            optimizer.zero_grad()
-            loss = nn.functional.mse_loss(model(x), y)
-            loss.backward()
-            optimizer.step()
-            if step % args.log_every == 0 or step == args.steps:
-                batch_loss = hvd.allreduce(loss.detach(), op=hvd.Average, name=f"batch_loss_{step}").item()
-                history.append((step, batch_loss))
-                if rank == 0:
-                    print(f"step {step} batch loss {batch_loss:.6f}", flush=True)
-            if args.sleep_per_step > 0:
-                time.sleep(args.sleep_per_step)
-            if step >= args.steps:
-                break
-        epoch += 1
-    train_seconds = time.monotonic() - started
-
-    final_loss = global_mse(model, eval_loader)
-    checksums = hvd.allgather(parameter_checksum(model).unsqueeze(0), name="parameter_checksums")
-    identical = all(torch.equal(checksums[0], other) for other in checksums[1:])
-    if not identical:
-        print(f"rank {rank}: parameters differ across ranks: {checksums.tolist()}", file=sys.stderr)
-        return DIVERGED_EXIT_CODE
-
-    if rank == 0:
-        print(f"final loss {final_loss:.6f} after {args.steps} steps on {world_size} ranks in {train_seconds:.2f} s; "
-              f"parameters identical on all ranks", flush=True)
-        model_path = os.path.join(tracking.get_model_dir(), "model.pt")
-        torch.save(model.state_dict(), model_path)
-        for logged_step, batch_loss in history:
-            tracking.log_metrics(step=logged_step, loss=batch_loss)
-        tracking.log_metrics(
-            initial_loss=initial_loss,
-            final_loss=final_loss,
-            loss=final_loss,
-            world_size=world_size,
-            steps=args.steps,
-            train_seconds=round(train_seconds, 3),
-            parameters_identical=identical,
-        )
-        tracking.log_model(model_path)
-
+    exit_code = torch_regression.fit(args, model, model, optimizer, shards, rank, world_size, HorovodCollectives(),
+                                     log_history_live=False)
+    if exit_code != 0:
+        return exit_code
     hvd.shutdown()
     return 0
 

@@ -35,27 +35,16 @@ import time
 
 import numpy as np
 
+import common
 from airflow_distributed import tracking
 
 HANDOFF_FILE = "metrics.json"
-DIVERGED_EXIT_CODE = 4
+# Beside common's exit codes: the scheduler found no results from worker 0.
 MISSING_RESULTS_EXIT_CODE = 5
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--steps", type=int, default=40, help="optimizer steps (default: %(default)s)")
-    parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (default: %(default)s)")
-    parser.add_argument("--batch-size", type=int, default=16, help="per-worker batch size (default: %(default)s)")
-    parser.add_argument("--samples", type=int, default=512, help="data set size, all workers (default: %(default)s)")
-    parser.add_argument("--features", type=int, default=8, help="input features (default: %(default)s)")
-    parser.add_argument("--hidden", type=int, default=16, help="hidden units (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of data and model (default: %(default)s)")
-    parser.add_argument("--log-every", type=int, default=10, help="history interval in steps (default: %(default)s)")
-    args = parser.parse_args(argv)
-    if args.steps < 1 or args.batch_size < 1 or args.log_every < 1:
-        parser.error("--steps, --batch-size and --log-every must be at least 1")
-    return args
+    return common.parse_args(common.make_parser(__doc__, default_steps=40, unit="worker"), argv)
 
 
 def prepare_environment() -> None:
@@ -167,7 +156,7 @@ def train_worker(args: argparse.Namespace) -> int:
         loss.backward()
         # Gradients are summed over all workers, so normalize by the global batch to average them.
         trainer.step(args.batch_size * num_workers)
-        if step % args.log_every == 0 or step == args.steps:
+        if common.is_log_step(args, step):
             # Worker 0's own batch, as a mean squared error (L2Loss halves it).
             batch_loss = 2.0 * float(loss.mean().asscalar())
             history.append({"step": step, "loss": batch_loss})
@@ -180,22 +169,16 @@ def train_worker(args: argparse.Namespace) -> int:
     identical = bool(np.all(checksums == checksums[0]))
     if not identical:
         print(f"worker {rank}: parameters differ across workers: {checksums.tolist()}", file=sys.stderr)
-        return DIVERGED_EXIT_CODE
+        return common.DIVERGED_EXIT_CODE
 
     if rank == 0:
         model_dir = tracking.get_model_dir()
         model_path = os.path.join(model_dir, "model.params")
         net.save_parameters(model_path)
         results = {
-            "metrics": {
-                "initial_loss": initial_loss,
-                "final_loss": final_loss,
-                "loss": final_loss,
-                "world_size": num_workers,
-                "steps": args.steps,
-                "train_seconds": round(train_seconds, 3),
-                "parameters_identical": identical,
-            },
+            "metrics": common.result_metrics(
+                initial_loss=initial_loss, final_loss=final_loss, world_size=num_workers, steps=args.steps,
+                train_seconds=train_seconds, identical=identical),
             "model_path": model_path,
             "history": history,
         }

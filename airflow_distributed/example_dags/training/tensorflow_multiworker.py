@@ -30,25 +30,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+import common  # noqa: E402
 from airflow_distributed import tracking  # noqa: E402
-
-DIVERGED_EXIT_CODE = 4
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--steps", type=int, default=40, help="optimizer steps (default: %(default)s)")
-    parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (default: %(default)s)")
-    parser.add_argument("--batch-size", type=int, default=16, help="per-worker batch size (default: %(default)s)")
-    parser.add_argument("--samples", type=int, default=512, help="data set size, all workers (default: %(default)s)")
-    parser.add_argument("--features", type=int, default=8, help="input features (default: %(default)s)")
-    parser.add_argument("--hidden", type=int, default=16, help="hidden units (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of data and model (default: %(default)s)")
-    parser.add_argument("--log-every", type=int, default=10, help="history interval in steps (default: %(default)s)")
-    args = parser.parse_args(argv)
-    if args.steps < 1 or args.batch_size < 1 or args.log_every < 1:
-        parser.error("--steps, --batch-size and --log-every must be at least 1")
-    return args
+    return common.parse_args(common.make_parser(__doc__, default_steps=40, unit="worker"), argv)
 
 
 def make_data(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
@@ -157,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     for step in range(1, args.steps + 1):
         batch_loss = float(train_step(batches))
-        if step % args.log_every == 0 or step == args.steps:
+        if common.is_log_step(args, step):
             history.append((step, batch_loss))
             if chief:
                 print(f"step {step} batch loss {batch_loss:.6f}", flush=True)
@@ -168,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     identical = bool(np.all(checksums == checksums[0]))
     if not identical:
         print(f"weights differ across workers: {checksums.tolist()}", file=sys.stderr)
-        return DIVERGED_EXIT_CODE
+        return common.DIVERGED_EXIT_CODE
 
     # Every worker saves; only the chief's copy is kept.
     model_dir = tracking.get_model_dir() if chief else tempfile.mkdtemp(prefix="tf-worker-model-")
@@ -181,15 +168,9 @@ def main(argv: list[str] | None = None) -> int:
 
     for step, batch_loss in history:
         tracking.log_metrics(step=step, loss=batch_loss)
-    tracking.log_metrics(
-        initial_loss=initial_loss,
-        final_loss=final_loss,
-        loss=final_loss,
-        world_size=workers,
-        steps=args.steps,
-        train_seconds=round(train_seconds, 3),
-        weights_identical=identical,
-    )
+    tracking.log_metrics(**common.result_metrics(
+        initial_loss=initial_loss, final_loss=final_loss, world_size=workers, steps=args.steps,
+        train_seconds=train_seconds, identical=identical, identical_name="weights_identical"))
     tracking.log_model(model_path)
     print(f"chief: initial loss {initial_loss:.6f}, final loss {final_loss:.6f} after {args.steps} steps on "
           f"{workers} workers in {train_seconds:.2f} s; weights identical on all workers")

@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: example test test-slow mxnet bench clean
+.PHONY: example test test-slow mxnet browser bench clean
 
 # pip's output goes to a log that is shown only when the install fails.
 PIP_INSTALL = $(PY) -m pip install --quiet --disable-pip-version-check
@@ -26,7 +26,13 @@ example: $(VENV)/.installed-base
 mxnet:
 	bash scripts/mxnet-venv.sh $(PYTHON)
 
-test: $(VENV)/.installed-test mxnet
+# The browser test drives Debian's Chromium; installed when missing and we may (root), else that test skips.
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq chromium chromium-driver >/dev/null) || echo "no chromium: the browser test will skip"; }
+
+test: $(VENV)/.installed-test mxnet browser
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 test-slow: $(VENV)/.installed-test mxnet

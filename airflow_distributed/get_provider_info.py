@@ -22,6 +22,7 @@ def get_provider_info() -> dict:
         "operators": [
             {"integration-name": "Distributed Training", "python-modules": ["airflow_distributed.operators.training"]}
         ],
+        "extra-links": ["airflow_distributed.links.DistributedJobLink", "airflow_distributed.links.JobUrlLink"],
         "hooks": [
             {
                 "integration-name": "Distributed Training",

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_distributed.links import JobLinks, operator_links
 from airflow_distributed.spec import SpecValidationError, TrainingSpec, load_spec
 
 if TYPE_CHECKING:
@@ -64,11 +65,15 @@ class DistributedTrainingOperator(BaseOperator):
     :param python: interpreter of the local replicas (e.g. a framework's own virtualenv); default: Airflow's.
     :param stop_grace_period: seconds a replica gets after SIGTERM before SIGKILL.
     :param settle_period: seconds the other replicas get to finish on their own after the master succeeds.
+    :param job_links: extra link buttons as (name, URL template) pairs, e.g.
+        ``("TensorBoard", "https://tb.example.com/#scalars&regexInput={job_name}")``; placeholders ``{job_name}``,
+        ``{dag_id}``, ``{run_id}``, ``{task_id}``, ``{map_index}``, ``{try_number}``.
     """
 
     template_fields: Sequence[str] = ("image", "command", "args", "env", "environment", "model_dir", "python")
     template_fields_renderers = {"environment": "json", "env": "json", "command": "py"}
     ui_color = "#d4e6f9"
+    operator_extra_links = operator_links()
 
     def __init__(
         self,
@@ -87,9 +92,12 @@ class DistributedTrainingOperator(BaseOperator):
         python: str | None = None,
         stop_grace_period: float = 5.0,
         settle_period: float = 5.0,
+        job_links: JobLinks | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if job_links:
+            self.operator_extra_links = operator_links(job_links)
         self.framework = framework
         self.environment = environment
         self.command = command

@@ -1,0 +1,175 @@
+"""Which Kubernetes API failures are worth retrying, how long to wait, and short messages for the rest.
+
+Shared by the sync hook and the async trigger. Nothing here talks to the network: the retry loops take the
+call, the sleep and the logger as arguments, so a test of a retry path does not wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from airflow.providers.common.compat.sdk import AirflowException
+
+T = TypeVar("T")
+
+#: Rate limiting and server-side trouble: the same request may succeed a moment later.
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+class KubernetesJobError(AirflowException):
+    """A Kubernetes API call for a job failed for good; the message names the object (namespace/name)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def api_status(error: BaseException) -> int | None:
+    """The HTTP status of a ``kubernetes`` or ``kubernetes_asyncio`` ``ApiException``, else ``None``."""
+    status = getattr(error, "status", None)
+    # Both clients' ApiException carry ``status``/``reason``/``body``; checking the shape keeps this module free
+    # of both imports (the async client is only needed in the triggerer).
+    if isinstance(status, int) and hasattr(error, "reason") and hasattr(error, "body"):
+        return status
+    return None
+
+
+def is_connection_error(error: BaseException) -> bool:
+    """A request that never got an answer: refused, reset, timed out (urllib3 or aiohttp)."""
+    import urllib3.exceptions
+
+    if isinstance(error, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError, asyncio.TimeoutError)):
+        return True
+    try:
+        import aiohttp
+    except ImportError:  # pragma: no cover - aiohttp comes with kubernetes_asyncio
+        return False
+    return isinstance(error, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError))
+
+
+def is_transient(error: BaseException) -> bool:
+    status = api_status(error)
+    if status is not None:
+        return status in TRANSIENT_STATUSES
+    return is_connection_error(error)
+
+
+def retry_after(error: BaseException) -> float | None:
+    """Seconds the server asked us to wait (``Retry-After`` on 429/503), if it said."""
+    headers = getattr(error, "headers", None) or {}
+    try:
+        value = headers.get("Retry-After") if hasattr(headers, "get") else None
+        return None if value is None else max(0.0, float(value))
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with jitter for transient failures only.
+
+    :param attempts: tries in all, the first one included.
+    :param initial_delay: wait before the second try, in seconds.
+    :param max_delay: the longest wait between two tries.
+    :param jitter: fraction of each wait that is random, so that many waiters do not retry in step.
+    """
+
+    attempts: int = 6
+    initial_delay: float = 0.5
+    max_delay: float = 15.0
+    jitter: float = 0.2
+
+    def delay(self, attempt: int, error: BaseException) -> float | None:
+        """Seconds to wait after try number ``attempt`` (0-based) failed with ``error``; ``None``: give up."""
+        if not is_transient(error):
+            return None
+        asked = retry_after(error)
+        if asked is not None and attempt + 1 < self.attempts:
+            return min(asked, self.max_delay)
+        return self.backoff(attempt)
+
+    def backoff(self, attempt: int) -> float | None:
+        """The wait after failed try number ``attempt`` (0-based) whatever the error; ``None`` past the last."""
+        if attempt + 1 >= self.attempts:
+            return None
+        base = min(self.max_delay, self.initial_delay * (2**attempt))
+        return base * (1 - self.jitter + self.jitter * random.random())  # noqa: S311 - jitter, not security
+
+
+def call_with_retries(
+    call: Callable[[], T],
+    *,
+    what: str,
+    policy: RetryPolicy,
+    sleep: Callable[[float], None],
+    log: logging.Logger,
+) -> T:
+    """``call()``, retried after transient failures; the last failure is raised as it came."""
+    attempt = 0
+    while True:
+        try:
+            return call()
+        except Exception as error:
+            wait = policy.delay(attempt, error)
+            if wait is None:
+                raise
+            log.warning("%s: %s; retrying in %.1fs (try %d of %d)", what, short_error(error), wait, attempt + 2,
+                        policy.attempts)
+            sleep(wait)
+            attempt += 1
+
+
+async def acall_with_retries(
+    call: Callable[[], Awaitable[T]],
+    *,
+    what: str,
+    policy: RetryPolicy,
+    log: logging.Logger,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+) -> T:
+    """The async twin of ``call_with_retries``."""
+    attempt = 0
+    while True:
+        try:
+            return await call()
+        except Exception as error:
+            wait = policy.delay(attempt, error)
+            if wait is None:
+                raise
+            log.warning("%s: %s; retrying in %.1fs (try %d of %d)", what, short_error(error), wait, attempt + 2,
+                        policy.attempts)
+            await sleep(wait)
+            attempt += 1
+
+
+def short_error(error: BaseException) -> str:
+    """``404 NotFound: pods "x" not found`` from an ApiException's Status body; else the exception, one line."""
+    status = api_status(error)
+    if status is None:
+        text = str(error).strip().splitlines()
+        return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+    body = getattr(error, "body", None)
+    if isinstance(body, (bytes, bytearray)):
+        body = body.decode("utf-8", "replace")
+    try:
+        document = json.loads(body) if body else {}
+    except ValueError:
+        document = {}
+    if not isinstance(document, dict):
+        document = {}
+    reason = document.get("reason") or getattr(error, "reason", None) or ""
+    message = document.get("message") or (body.strip()[:200] if isinstance(body, str) else "")
+    return " ".join(part for part in (str(status), str(reason), ":" if message else "", message) if part).replace(
+        " :", ":"
+    )
+
+
+def job_error(what: str, error: BaseException) -> KubernetesJobError:
+    """The error to raise ``from error``: ``<what>: <status> <reason>: <message>``."""
+    return KubernetesJobError(f"{what}: {short_error(error)}", api_status(error))

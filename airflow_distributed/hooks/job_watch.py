@@ -1,0 +1,505 @@
+"""The state of one job's pods, from a LIST and the events of one watch: a status per replica and a verdict.
+
+Pure: values in, values out; pods are the API server's JSON (camelCase dicts), so the sync hook and the
+async trigger feed it the same way. Times are the caller's clock, passed in.
+
+Rules (CONTRACT.md: "Any replica exiting non-zero fails the job at once"):
+
+- the job succeeds when the master's ``base`` container has terminated with exit code 0. The master pod stays
+  Running after that (the XCom sidecar), so the pod phase is not what decides;
+- it fails the moment any replica's ``base`` (or its readiness step) terminates non-zero, its pod fails
+  without one (evicted, deadline), it is deleted, or it cannot start: an image that can never be pulled at
+  once, anything else (Unschedulable, ErrImagePull, ImagePullBackOff, ...) once ``startup_timeout`` is over.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER, READINESS_CONTAINER
+from airflow_distributed.status import FAILED, PENDING, RUNNING, STOPPED, SUCCEEDED, ReplicaStatus, render_table
+
+SUCCESS, FAILURE = "succeeded", "failed"
+# Waiting reasons that no amount of waiting fixes: fail at once instead of at the end of startup_timeout.
+PERMANENT_WAITING_REASONS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
+# Waiting reasons that only say "starting", not why a pod is stuck.
+_STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
+#: Above this many replicas the table shows counts and the replicas worth a look, not every row.
+TABLE_ROWS = 40
+
+
+@dataclass(frozen=True)
+class ReplicaSlot:
+    """A replica the job should have, whether or not its pod exists yet."""
+
+    name: str
+    role: str
+    index: int
+    is_master: bool = False
+
+
+def replica_slots(plan: Any) -> tuple[ReplicaSlot, ...]:
+    """The slots of a ``ClusterPlan``, master first."""
+    return tuple(ReplicaSlot(r.name, r.role, r.index, r.is_master) for r in plan.replicas)
+
+
+def slots_to_json(slots: Sequence[ReplicaSlot]) -> list[list[Any]]:
+    """Compact (a trigger's kwargs carry it): ``[[name, role, index], ...]``, the master first."""
+    return [[s.name, s.role, s.index] for s in slots]
+
+
+def slots_from_json(data: Sequence[Sequence[Any]]) -> tuple[ReplicaSlot, ...]:
+    return tuple(ReplicaSlot(str(name), str(role), int(index), i == 0) for i, (name, role, index) in enumerate(data))
+
+
+@dataclass(frozen=True)
+class JobVerdict:
+    """How a job ended: ``state`` is ``succeeded`` or ``failed``; a failure names the replica and why.
+
+    ``cause`` is ``exit`` (a container exited non-zero), ``pod`` (the pod failed without an exit code),
+    ``deleted``, ``startup`` (it never started) or ``stopped`` (the task was killed).
+    """
+
+    state: str
+    replica: str | None = None
+    cause: str | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    message: str | None = None
+    container: str | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state == SUCCESS
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobVerdict:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+    def describe(self, startup_timeout: float | None = None) -> str:
+        """One line for the failure message, without the job name."""
+        if self.succeeded:
+            return "the master succeeded"
+        if self.cause == "exit":
+            where = "" if self.container in (None, MAIN_CONTAINER) else f" (container {self.container})"
+            reason = f" ({self.reason})" if self.reason and self.reason != "Error" else ""
+            return f"replica {self.replica} exited with code {self.exit_code}{reason}{where}"
+        if self.cause == "startup":
+            within = f" within {startup_timeout:g}s" if startup_timeout is not None else ""
+            detail = ": ".join(part for part in (self.reason, self.message) if part)
+            return f"replica {self.replica} did not start{within}: {detail or 'Pending'}"
+        if self.cause == "deleted":
+            return f"the pod of replica {self.replica} was deleted"
+        if self.cause == "stopped":
+            return "the job was stopped (task killed)"
+        detail = ": ".join(part for part in (self.reason, self.message) if part)
+        return f"the pod of replica {self.replica} failed: {detail or 'Failed'}"
+
+
+# ------------------------------------------------------------------------------------------ one pod
+
+
+def container_status(pod: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
+    status = pod.get("status") or {}
+    for entry in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []):
+        if entry.get("name") == name:
+            return entry
+    return None
+
+
+def container_state(pod: Mapping[str, Any], name: str) -> tuple[str | None, Mapping[str, Any]]:
+    """(``running`` | ``terminated`` | ``waiting`` | ``None``, the state's fields) of one container."""
+    entry = container_status(pod, name) or {}
+    state = entry.get("state") or {}
+    for key in ("terminated", "running", "waiting"):
+        if state.get(key) is not None:
+            return key, state[key]
+    return None, {}
+
+
+def termination_message(pod: Mapping[str, Any], container: str = MAIN_CONTAINER) -> str | None:
+    kind, fields = container_state(pod, container)
+    return fields.get("message") if kind == "terminated" else None
+
+
+def log_available(pod: Mapping[str, Any] | None, container: str = MAIN_CONTAINER) -> bool:
+    """The API answers a container's log only once it has started (running or terminated)."""
+    return pod is not None and container_state(pod, container)[0] in ("running", "terminated")
+
+
+def _started(pod: Mapping[str, Any]) -> bool:
+    """Past scheduling and image pulls: some container (the readiness step counts) runs or has run."""
+    if (pod.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed"):
+        return True
+    status = pod.get("status") or {}
+    for entry in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        state = entry.get("state") or {}
+        if state.get("running") is not None or state.get("terminated") is not None:
+            return True
+    return False
+
+
+def _waiting(pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """Why a pod is not running yet: a container's waiting reason, else the scheduler's, else the pod's."""
+    status = pod.get("status") or {}
+    for entry in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        waiting = (entry.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") and waiting["reason"] not in _STARTING_REASONS:
+            return waiting["reason"], waiting.get("message")
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return condition.get("reason") or "Unschedulable", condition.get("message")
+    if status.get("reason"):
+        return status["reason"], status.get("message")
+    return None, None
+
+
+def _exit(pod: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
+    """(container, terminated state) of the container whose exit decides this replica, if one has exited."""
+    kind, fields = container_state(pod, READINESS_CONTAINER)
+    if kind == "terminated" and fields.get("exitCode") not in (None, 0):
+        return READINESS_CONTAINER, fields
+    kind, fields = container_state(pod, MAIN_CONTAINER)
+    if kind == "terminated":
+        return MAIN_CONTAINER, fields
+    return None
+
+
+def replica_status(slot: ReplicaSlot, pod: Mapping[str, Any] | None, *, deleted: bool = False) -> ReplicaStatus:
+    """A slot's row of the table, from its pod (``None``: not created yet)."""
+    if pod is None:
+        return ReplicaStatus(slot.name, slot.role, slot.index, STOPPED if deleted else PENDING)
+    where = (pod.get("spec") or {}).get("nodeName") or ""
+    entry = container_status(pod, MAIN_CONTAINER) or {}
+    restarts = int(entry.get("restartCount") or 0)
+    exited = _exit(pod)
+    if exited is not None:
+        _, fields = exited
+        code = fields.get("exitCode")
+        state = SUCCEEDED if code == 0 else FAILED
+        reason = fields.get("reason") if code != 0 else None
+        return ReplicaStatus(slot.name, slot.role, slot.index, state, code, where, restarts, reason)
+    if deleted:
+        return ReplicaStatus(slot.name, slot.role, slot.index, STOPPED, None, where, restarts)
+    phase = (pod.get("status") or {}).get("phase")
+    if phase == "Failed":
+        reason, _ = _waiting(pod)
+        return ReplicaStatus(slot.name, slot.role, slot.index, FAILED, None, where, restarts, reason)
+    if container_state(pod, MAIN_CONTAINER)[0] == "running":
+        return ReplicaStatus(slot.name, slot.role, slot.index, RUNNING, None, where, restarts)
+    reason, _ = _waiting(pod)
+    return ReplicaStatus(slot.name, slot.role, slot.index, PENDING, None, where, restarts, reason)
+
+
+# ------------------------------------------------------------------------------------------ a job
+
+
+class JobTracker:
+    """The latest pod of every slot and what they add up to.
+
+    :param slots: the replicas the job has, master first.
+    :param startup_timeout: seconds a replica may take to start, counted from ``started_at``.
+    :param started_at: when the wait began, on the caller's clock.
+    """
+
+    def __init__(self, slots: Sequence[ReplicaSlot], *, startup_timeout: float, started_at: float) -> None:
+        if not slots:
+            raise ValueError("a job has at least one replica")
+        self.slots = tuple(slots)
+        self._by_name = {slot.name: slot for slot in self.slots}
+        self.startup_timeout = startup_timeout
+        self.started_at = started_at
+        self._pods: dict[str, dict[str, Any]] = {}
+        self._deleted: set[str] = set()
+        self._failure: JobVerdict | None = None
+
+    @property
+    def master(self) -> ReplicaSlot:
+        return self.slots[0]
+
+    def pod(self, name: str) -> dict[str, Any] | None:
+        return self._pods.get(name)
+
+    def missing(self) -> list[str]:
+        """Slots with no pod (never created, or deleted)."""
+        return [slot.name for slot in self.slots if slot.name not in self._pods]
+
+    def reset(self, pods: Iterable[Mapping[str, Any]]) -> bool:
+        """Replace everything with a LIST's items; a pod that was known and is not listed was deleted."""
+        before = self.statuses()
+        listed = {p["metadata"]["name"]: dict(p) for p in pods if p["metadata"]["name"] in self._by_name}
+        self._deleted |= set(self._pods) - set(listed)
+        self._pods = listed
+        self._deleted -= set(listed)
+        return self.statuses() != before
+
+    def apply(self, event_type: str, pod: Mapping[str, Any]) -> bool:
+        """One watch event (ADDED / MODIFIED / DELETED); returns whether any row of the table changed."""
+        name = (pod.get("metadata") or {}).get("name")
+        if name not in self._by_name:
+            return False
+        before = self.statuses_of(name)
+        if event_type == "DELETED":
+            self._pods.pop(name, None)
+            self._deleted.add(name)
+            # A pod that exited keeps its last status in the table; the verdict was taken before.
+            if _exit(pod) is not None:
+                self._pods[name] = dict(pod)
+        else:
+            self._pods[name] = dict(pod)
+            self._deleted.discard(name)
+        return self.statuses_of(name) != before
+
+    def statuses_of(self, name: str) -> ReplicaStatus:
+        return replica_status(self._by_name[name], self._pods.get(name), deleted=name in self._deleted)
+
+    def statuses(self) -> tuple[ReplicaStatus, ...]:
+        return tuple(replica_status(s, self._pods.get(s.name), deleted=s.name in self._deleted) for s in self.slots)
+
+    def verdict(self, now: float) -> JobVerdict | None:
+        """The job's outcome as of ``now``, or ``None`` while it runs. A failure, once seen, stays."""
+        if self._failure is not None:
+            return self._failure
+        master = self._pods.get(self.master.name)
+        if master is not None:
+            exited = _exit(master)
+            if exited is not None and exited[0] == MAIN_CONTAINER and exited[1].get("exitCode") == 0:
+                return JobVerdict(SUCCESS, self.master.name)
+        self._failure = self._first_failure(now)
+        return self._failure
+
+    def _first_failure(self, now: float) -> JobVerdict | None:
+        exits = []
+        for slot in self.slots:
+            pod = self._pods.get(slot.name)
+            if pod is None:
+                continue
+            exited = _exit(pod)
+            if exited is not None and exited[1].get("exitCode") not in (None, 0):
+                exits.append((str(exited[1].get("finishedAt") or ""), slot, exited))
+        if exits:
+            # Several replicas fail within moments of each other (peers lose their connection): the first is the cause.
+            _, slot, (container, fields) = min(exits, key=lambda item: item[0])
+            return JobVerdict(FAILURE, slot.name, "exit", fields.get("exitCode"), fields.get("reason"),
+                              fields.get("message"), container)
+        for slot in self.slots:
+            pod = self._pods.get(slot.name)
+            if slot.name in self._deleted and (pod is None or _exit(pod) is None):
+                return JobVerdict(FAILURE, slot.name, "deleted")
+            if pod is None:
+                continue
+            status = pod.get("status") or {}
+            if status.get("phase") == "Failed" and _exit(pod) is None:
+                return JobVerdict(FAILURE, slot.name, "pod", None, status.get("reason") or "Failed",
+                                  status.get("message"))
+            reason, message = _waiting(pod)
+            if reason in PERMANENT_WAITING_REASONS:
+                return JobVerdict(FAILURE, slot.name, "startup", None, reason, message)
+        if now < self.startup_deadline:
+            return None
+        for slot in self.slots:
+            pod = self._pods.get(slot.name)
+            if pod is None:
+                return JobVerdict(FAILURE, slot.name, "startup", None, "NotCreated", "the pod does not exist")
+            if not _started(pod):
+                reason, message = _waiting(pod)
+                return JobVerdict(FAILURE, slot.name, "startup", None, reason or "Pending", message)
+        return None
+
+    @property
+    def startup_deadline(self) -> float:
+        return self.started_at + self.startup_timeout
+
+    def waiting_for_start(self) -> bool:
+        return any(slot.name not in self._pods or not _started(self._pods[slot.name]) for slot in self.slots)
+
+    def seconds_to_deadline(self, now: float) -> float | None:
+        """Until the startup deadline, while some replica has not started; ``None`` when none is waiting."""
+        if not self.waiting_for_start():
+            return None
+        return max(0.0, self.startup_deadline - now)
+
+
+# ------------------------------------------------------------------------------------------ the watch
+
+
+class WatchGone(Exception):
+    """The watch's resourceVersion is too old (410 Gone / Expired): list again."""
+
+
+class WatchError(Exception):
+    """The watch stream carried an ERROR event other than 410."""
+
+
+class JobWatch:
+    """LIST, then one watch resumed from the last resourceVersion, relisting after 410 Gone.
+
+    The I/O loop around it asks ``needs_list``, performs the request and hands the results back.
+    """
+
+    def __init__(self, tracker: JobTracker) -> None:
+        self.tracker = tracker
+        self.resource_version: str | None = None
+
+    @property
+    def needs_list(self) -> bool:
+        return self.resource_version is None
+
+    def on_list(self, body: Mapping[str, Any]) -> bool:
+        self.resource_version = (body.get("metadata") or {}).get("resourceVersion") or None
+        return self.tracker.reset(body.get("items") or [])
+
+    def on_line(self, line: str | bytes) -> bool:
+        """One line of the watch stream; returns whether the table changed.
+
+        :raises WatchGone: the resourceVersion expired; ``needs_list`` is now true.
+        :raises WatchError: any other ERROR event.
+        """
+        if isinstance(line, (bytes, bytearray)):
+            line = line.decode("utf-8", "replace")
+        if not line.strip():
+            return False
+        event = json.loads(line)
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                self.resource_version = None
+                raise WatchGone(obj.get("message") or "resource version expired")
+            raise WatchError(f"{obj.get('code')} {obj.get('reason')}: {obj.get('message')}")
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        if version:
+            self.resource_version = version
+        if kind == "BOOKMARK":
+            return False
+        return self.tracker.apply(kind, obj)
+
+    def on_gone(self) -> None:
+        self.resource_version = None
+
+    def watch_seconds(self, now: float, longest: int) -> int:
+        """``timeoutSeconds`` for the next watch request: never past the startup deadline (an integer >= 1)."""
+        left = self.tracker.seconds_to_deadline(now)
+        if left is None:
+            return max(1, int(longest))
+        return max(1, min(int(longest), math.ceil(left)))
+
+
+# ------------------------------------------------------------------------------------------ logs
+
+
+def parse_timestamp_ns(text: str) -> int:
+    """RFC 3339 with up to nanoseconds (as ``timestamps=true`` log lines carry) -> nanoseconds since the epoch."""
+    text = text.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    fraction = 0
+    if "." in text:
+        head, rest = text.split(".", 1)
+        count = len(rest) - len(rest.lstrip("0123456789"))
+        digits, zone = rest[:count], rest[count:]
+        fraction = int((digits + "000000000")[:9])
+        text = head + zone
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return int(moment.timestamp()) * 10**9 + fraction
+
+
+def format_since_time(timestamp_ns: int) -> str:
+    """``sinceTime`` for a log request: whole seconds, rounded down (the API keeps no fraction of it)."""
+    return datetime.fromtimestamp(timestamp_ns // 10**9, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class LogCursor:
+    """Where a followed log is: reconnect with ``since_time()`` and ``accept()`` drops what was already seen.
+
+    Lines come with ``timestamps=true``. ``sinceTime`` has whole seconds, so a reconnect repeats the lines of
+    the last second; those with the last timestamp seen are skipped as many times as they were emitted.
+    """
+
+    def __init__(self) -> None:
+        self.last_ns: int | None = None
+        self._emitted_at_last = 0
+        self._to_skip = 0
+
+    def since_time(self) -> str | None:
+        return None if self.last_ns is None else format_since_time(self.last_ns)
+
+    def reconnecting(self) -> None:
+        self._to_skip = self._emitted_at_last
+
+    def accept(self, line: str) -> str | None:
+        """The text of a new line, or ``None`` for a line already emitted."""
+        stamp, _, text = line.partition(" ")
+        try:
+            ns = parse_timestamp_ns(stamp)
+        except ValueError:
+            return line  # not a timestamped line (should not happen): never drop output
+        if self.last_ns is not None and ns < self.last_ns:
+            return None
+        if self.last_ns is not None and ns == self.last_ns:
+            if self._to_skip > 0:
+                self._to_skip -= 1
+                return None
+            self._emitted_at_last += 1
+            return text
+        self.last_ns, self._emitted_at_last, self._to_skip = ns, 1, 0
+        return text
+
+
+def strip_timestamps(lines: Iterable[str]) -> list[str]:
+    return [line.partition(" ")[2] if line[:4].isdigit() else line for line in lines]
+
+
+# ------------------------------------------------------------------------------------------ the table
+
+
+def replica_table(rows: Sequence[ReplicaStatus], limit: int = TABLE_ROWS) -> str:
+    """``status.render_table`` for small jobs; for big ones, counts per state and the rows worth a look."""
+    if len(rows) <= limit:
+        return render_table(rows)
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.state] = counts.get(row.state, 0) + 1
+    summary = ", ".join(f"{count} {state}" for state, count in sorted(counts.items(), key=lambda kv: -kv[1]))
+    usual = max(counts, key=lambda state: counts[state])
+    notable = [row for i, row in enumerate(rows) if i == 0 or row.state != usual or row.reason]
+    shown = notable[:limit]
+    more = f"\n... and {len(notable) - len(shown)} more" if len(notable) > len(shown) else ""
+    return f"{len(rows)} replicas: {summary}\n{render_table(shown)}{more}"
+
+
+#: Seconds between two tables of a job with more than ``TABLE_ROWS`` replicas (a table per pod event would flood).
+TABLE_INTERVAL = 10.0
+
+
+class TableReporter:
+    """Hands the replicas' states to ``on_change`` when they changed, at most once every ``interval`` seconds.
+
+    :param clock: the caller's clock, in seconds.
+    """
+
+    def __init__(self, on_change: Any, clock: Any, interval: float = 0.0) -> None:
+        self.on_change, self.clock, self.interval = on_change, clock, interval
+        self.pending = False
+        self.last = float("-inf")
+
+    def __call__(self, changed: bool, tracker: JobTracker) -> None:
+        self.pending = self.pending or changed
+        self.flush(tracker)
+
+    def flush(self, tracker: JobTracker, force: bool = False) -> None:
+        if not self.pending or self.on_change is None:
+            return
+        now = self.clock()
+        if force or now - self.last >= self.interval:
+            self.pending, self.last = False, now
+            self.on_change(tracker.statuses())

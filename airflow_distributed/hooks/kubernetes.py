@@ -1,0 +1,547 @@
+"""Kubernetes backend I/O: create a job's objects, watch its pods, read its logs and output, delete it.
+
+``DistributedTrainingHook`` is the cncf provider's ``KubernetesHook`` (same ``kubernetes_default`` connection
+and extras) with what a job of many coordinated pods needs on top:
+
+- creation is idempotent: a Service (the owner) first, then its dependents, pods concurrently over a bounded
+  pool; a create answered 409 AlreadyExists counts as done, and a job already there (same task instance,
+  earlier try or restarted worker) is reattached, completed or replaced, never duplicated;
+- waiting is one LIST and one label-selector watch per job, resumed from its resourceVersion and relisted after
+  410 Gone (``job_watch``), whatever the number of replicas;
+- transient failures (429, 5xx, connection errors) are retried with backoff (``api_retry``); everything else
+  becomes a ``KubernetesJobError`` naming namespace/name, raised from the client's exception.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+from kubernetes import client
+from kubernetes.client import rest
+from kubernetes.watch.watch import iter_resp_lines
+
+from airflow_distributed.hooks.api_retry import (
+    KubernetesJobError,
+    RetryPolicy,
+    api_status,
+    call_with_retries,
+    is_connection_error,
+    is_transient,
+    job_error,
+    short_error,
+)
+from airflow_distributed.hooks.job_watch import (
+    FAILURE,
+    JobTracker,
+    JobVerdict,
+    TABLE_INTERVAL,
+    TABLE_ROWS,
+    JobWatch,
+    ReplicaSlot,
+    TableReporter,
+    WatchError,
+    WatchGone,
+    container_state,
+    replica_table,
+    strip_timestamps,
+    termination_message,
+)
+from airflow_distributed.hooks.pod_logs import LogFollowers
+from airflow_distributed.manifests.kubernetes import (
+    JOB_LABEL,
+    MAIN_CONTAINER,
+    SIDECAR_CONTAINER,
+    JobObjects,
+    to_dict,
+)
+from airflow_distributed.status import ReplicaStatus
+
+log = logging.getLogger(__name__)
+
+#: Server-side timeout of one watch request; the watch is resumed from its resourceVersion after it.
+WATCH_TIMEOUT = 300
+_MISSING = object()
+_EXISTS = object()
+
+
+class JobStopped(KubernetesJobError):
+    """Creation was interrupted because the task is being killed."""
+
+
+@dataclass(frozen=True)
+class JobHandle:
+    """A job in the cluster. ``reattached`` is ``None`` when this call created it, else the state it was found in
+    (``running`` or ``succeeded``); ``created`` counts the objects this call created."""
+
+    namespace: str
+    name: str
+    uid: str
+    reattached: str | None = None
+    created: int = 0
+
+    def as_id(self) -> dict[str, str]:
+        return {"namespace": self.namespace, "name": self.name, "uid": self.uid}
+
+
+@dataclass
+class JobOutcome:
+    """How a wait ended: the verdict, the tracker with the last pod states, and the followed logs' last lines."""
+
+    verdict: JobVerdict
+    tracker: JobTracker
+    tails: Mapping[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def statuses(self) -> tuple[ReplicaStatus, ...]:
+        return self.tracker.statuses()
+
+
+class _Response:
+    """What ``ApiClient.deserialize`` reads: an object with ``data``."""
+
+    def __init__(self, data: str) -> None:
+        self.data = data
+
+
+class DistributedTrainingHook(KubernetesHook):
+    """Run a distributed training job's pods on Kubernetes.
+
+    :param kubernetes_conn_id: the cncf provider's Kubernetes connection (``kube_config_path``, ``kube_config``,
+        ``in_cluster``, ``cluster_context``, ``namespace`` extras); ``None`` with ``config_file`` or
+        ``config_dict`` instead.
+    :param max_concurrency: pods created at the same time.
+    :param retry: backoff for transient API failures.
+    :param clock: monotonic clock (startup deadlines, table pacing).
+    :param sleep: how to wait between retries.
+    :param logger: where the hook logs (the task's logger in an operator).
+    :param kwargs: passed to ``KubernetesHook`` (``config_file``, ``client_configuration``, ``cluster_context``...).
+    """
+
+    hook_name = "Distributed training (Kubernetes)"
+
+    def __init__(
+        self,
+        kubernetes_conn_id: str | None = KubernetesHook.default_conn_name,
+        *,
+        max_concurrency: int = 16,
+        retry: RetryPolicy | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        logger: logging.Logger | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(conn_id=None, kubernetes_conn_id=kubernetes_conn_id, **kwargs)
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+        self.max_concurrency = max_concurrency
+        self.retry = retry or RetryPolicy()
+        self._clock, self._sleep = clock, sleep
+        self._logger = logger
+
+    @property
+    def job_log(self) -> logging.Logger:
+        return self._logger or self.log
+
+    # ------------------------------------------------------------------ connection
+
+    def get_conn(self) -> client.ApiClient:
+        api = super().get_conn()
+        settings = copy.copy(api.configuration)
+        # This hook's RetryPolicy is the one retry loop: urllib3 would otherwise retry some GETs on its own
+        # (429/503 with Retry-After), unseen and uncounted.
+        settings.retries = False
+        maxsize = max(self.max_concurrency + 4, settings.connection_pool_maxsize or 0)
+        api.rest_client = rest.RESTClientObject(settings, maxsize=maxsize)
+        return api
+
+    @cached_property
+    def custom_objects(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api_client)
+
+    def default_namespace(self) -> str:
+        """The connection's ``namespace`` extra, else ``default``."""
+        return self.get_namespace() or self.DEFAULT_NAMESPACE
+
+    def _call(self, what: str, call: Callable[..., Any], *args: Any, missing_ok: bool = False,
+              exists_ok: bool = False, **kwargs: Any) -> Any:
+        """``call(*args, **kwargs)`` with retries; 404 -> ``_MISSING`` and 409 -> ``_EXISTS`` when allowed."""
+
+        def attempt() -> Any:
+            try:
+                return call(*args, **kwargs)
+            except client.ApiException as error:
+                if missing_ok and error.status == 404:
+                    return _MISSING
+                if exists_ok and error.status == 409:
+                    return _EXISTS
+                raise
+
+        try:
+            return call_with_retries(attempt, what=what, policy=self.retry, sleep=self._sleep, log=self.job_log)
+        except Exception as error:
+            if api_status(error) is not None or is_connection_error(error):
+                raise job_error(what, error) from error
+            raise
+
+    @staticmethod
+    def _json(response: Any) -> Any:
+        try:
+            return json.loads(response.data)
+        finally:
+            response.release_conn()
+
+    @staticmethod
+    def _done(response: Any) -> None:
+        """Read the rest of an answer we do not need, so that its connection can serve the next request."""
+        try:
+            response.data  # noqa: B018 - reading is the point
+        finally:
+            response.release_conn()
+
+    def _model(self, obj: Mapping[str, Any], type_name: str) -> Any:
+        return self.api_client.deserialize(_Response(json.dumps(obj)), type_name)
+
+    # ------------------------------------------------------------------ reading
+
+    def get_service(self, namespace: str, name: str) -> dict[str, Any] | None:
+        response = self._call(f"reading Service {namespace}/{name}", self.core_v1_client.read_namespaced_service,
+                              name, namespace, missing_ok=True, _preload_content=False)
+        return None if response is _MISSING else self._json(response)
+
+    def list_job_pods(self, namespace: str, name: str) -> dict[str, Any]:
+        """The raw PodList of the job (``items`` and ``metadata.resourceVersion``)."""
+        response = self._call(f"listing the pods of job {namespace}/{name}", self.core_v1_client.list_namespaced_pod,
+                              namespace, label_selector=f"{JOB_LABEL}={name}", _preload_content=False)
+        return self._json(response)
+
+    def job_tracker(self, namespace: str, name: str, slots: Sequence[ReplicaSlot],
+                    startup_timeout: float = float("inf")) -> JobTracker:
+        """The job's state now, from one LIST."""
+        tracker = JobTracker(slots, startup_timeout=startup_timeout, started_at=self._clock())
+        tracker.reset(self.list_job_pods(namespace, name).get("items") or [])
+        return tracker
+
+    # ------------------------------------------------------------------ creation
+
+    def ensure_job(self, namespace: str, build: Callable[[str | None], JobObjects],
+                   slots: Sequence[ReplicaSlot], *, stopped: Callable[[], bool] | None = None) -> JobHandle:
+        """The job of ``build``, created or found: a job of this name that runs (or succeeded) is reattached and
+        any pod it lacks (a worker that died while creating them) is created; one that failed, or is being
+        deleted, is deleted and created anew, since names are fixed per task instance.
+
+        :param build: ``owner_uid -> JobObjects``; called with ``None`` first, then with the Service's uid.
+        :param slots: the job's replicas, to judge a job found in place.
+        :param stopped: true once the task is being killed: creation stops and what was created is deleted.
+        """
+        objects = build(None)
+        name = objects.service.metadata.name
+        existing = self.get_service(namespace, name)
+        if existing is not None:
+            handle = self._reattach(namespace, name, existing, build, slots, stopped)
+            if handle is not None:
+                return handle
+        return self.create_job(namespace, build, objects, stopped=stopped)
+
+    def _reattach(self, namespace: str, name: str, service: Mapping[str, Any],
+                  build: Callable[[str | None], JobObjects], slots: Sequence[ReplicaSlot],
+                  stopped: Callable[[], bool] | None) -> JobHandle | None:
+        labels = (service.get("metadata") or {}).get("labels") or {}
+        if labels.get(JOB_LABEL) != name:
+            raise KubernetesJobError(
+                f"Service {namespace}/{name} exists and is not a distributed training job's "
+                f"(no label {JOB_LABEL}={name}); delete or rename it"
+            )
+        uid = service["metadata"]["uid"]
+        if service["metadata"].get("deletionTimestamp"):
+            self.job_log.info("job %s/%s is being deleted; waiting for it to go before creating it again",
+                              namespace, name)
+            self.delete_job(namespace, name, wait=True)
+            return None
+        tracker = self.job_tracker(namespace, name, slots)
+        verdict = tracker.verdict(self._clock())
+        if verdict is not None and not verdict.succeeded:
+            self.job_log.info("job %s/%s from an earlier try failed (%s); deleting it to start again",
+                              namespace, name, verdict.describe())
+            self.delete_job(namespace, name, wait=True)
+            return None
+        if verdict is not None:
+            self.job_log.info("job %s/%s already succeeded (earlier try); collecting its result", namespace, name)
+            return JobHandle(namespace, name, uid, reattached="succeeded")
+        missing = tracker.missing()
+        created = 0
+        if missing:
+            self.job_log.info("job %s/%s exists with %d of %d pods; creating the %d missing", namespace, name,
+                              len(slots) - len(missing), len(slots), len(missing))
+            created = self._create_dependents(namespace, build(uid), pods=set(missing), stopped=stopped)
+        self.job_log.info("reattached to running job %s/%s", namespace, name)
+        return JobHandle(namespace, name, uid, reattached="running", created=created)
+
+    def create_job(self, namespace: str, build: Callable[[str | None], JobObjects],
+                   objects: JobObjects | None = None, *, stopped: Callable[[], bool] | None = None) -> JobHandle:
+        """Create the Service, then its dependents; a failure part-way deletes what was created, then raises."""
+        objects = objects or build(None)
+        name = objects.service.metadata.name
+        body = self._call(f"creating Service {namespace}/{name}", self.core_v1_client.create_namespaced_service,
+                          namespace, objects.service, exists_ok=True, _preload_content=False)
+        if body is _EXISTS:  # created by an earlier attempt whose answer was lost, or just now by a twin
+            service = self.get_service(namespace, name)
+            if service is None:
+                raise KubernetesJobError(f"creating Service {namespace}/{name}: 409 AlreadyExists, then not found")
+        else:
+            service = self._json(body)
+        uid = service["metadata"]["uid"]
+        try:
+            created = 1 + self._create_dependents(namespace, build(uid), stopped=stopped)
+        except BaseException:
+            # A half-created job would hold its pods' resources forever: delete it (cascade) before raising.
+            self._delete_quietly(namespace, name)
+            raise
+        return JobHandle(namespace, name, uid, created=created)
+
+    def _create_dependents(self, namespace: str, objects: JobObjects, pods: set[str] | None = None,
+                           stopped: Callable[[], bool] | None = None) -> int:
+        """Secrets, ConfigMaps and the PodGroup in order, then the pods (all, or those named) concurrently."""
+        created = 0
+        for secret in objects.secrets:
+            created += self._create_one(f"creating Secret {namespace}/{secret.metadata.name}",
+                                        self.core_v1_client.create_namespaced_secret, namespace, secret)
+        for config_map in objects.config_maps:
+            created += self._create_one(f"creating ConfigMap {namespace}/{config_map.metadata.name}",
+                                        self.core_v1_client.create_namespaced_config_map, namespace, config_map)
+        if objects.pod_group is not None:
+            group = objects.pod_group
+            api_group, version = group["apiVersion"].split("/")
+            created += self._create_one(f"creating PodGroup {namespace}/{group['metadata']['name']}",
+                                        self.custom_objects.create_namespaced_custom_object, api_group, version,
+                                        namespace, "podgroups", group)
+        chosen = [pod for pod in objects.pods if pods is None or pod.metadata.name in pods]
+        return created + self._create_pods(namespace, chosen, stopped or (lambda: False))
+
+    def _create_one(self, what: str, call: Callable[..., Any], *args: Any) -> int:
+        result = self._call(what, call, *args, exists_ok=True, _preload_content=False)
+        if result is _EXISTS:
+            return 0
+        self._done(result)
+        return 1
+
+    def _create_pods(self, namespace: str, pods: Sequence[client.V1Pod], stopped: Callable[[], bool]) -> int:
+        if not pods:
+            return 0
+        create = self.core_v1_client.create_namespaced_pod
+
+        def one(pod: client.V1Pod) -> int:
+            if stopped():
+                raise JobStopped(f"creating the pods of job {namespace}: stopped (task killed)")
+            # Serialised here, in the worker thread, so that building request bodies overlaps the requests.
+            return self._create_one(f"creating pod {namespace}/{pod.metadata.name}", create, namespace, to_dict(pod))
+
+        if len(pods) == 1:
+            return one(pods[0])
+        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(pods)),
+                                thread_name_prefix="create-pod") as pool:
+            futures = [pool.submit(one, pod) for pod in pods]
+            done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+            failed = next((f for f in done if f.exception() is not None), None)
+            if failed is not None:
+                for future in pending:
+                    future.cancel()
+                raise failed.exception()  # type: ignore[misc]
+        return sum(future.result() for future in futures)
+
+    # ------------------------------------------------------------------ waiting
+
+    def wait_for_job(
+        self,
+        namespace: str,
+        name: str,
+        slots: Sequence[ReplicaSlot],
+        *,
+        startup_timeout: float,
+        watch_timeout: int = WATCH_TIMEOUT,
+        on_change: Callable[[tuple[ReplicaStatus, ...]], None] | None = None,
+        stopped: Callable[[], bool] | None = None,
+        follow: Sequence[str] = (),
+        emit: Callable[[str, str], None] | None = None,
+    ) -> JobOutcome:
+        """Until the master succeeds or a replica fails: one LIST, then one watch of the job's pods.
+
+        :param startup_timeout: seconds every replica gets to start, from now.
+        :param watch_timeout: server-side timeout of each watch request (it is resumed, not relisted, after it).
+        :param on_change: called with the replicas' states when they change (paced for big jobs).
+        :param stopped: true once the task is being killed: the wait ends with a ``stopped`` verdict.
+        :param follow: replicas whose main container's log goes to ``emit(replica, line)`` as it is written.
+        """
+        stopped = stopped or (lambda: False)
+        tracker = JobTracker(slots, startup_timeout=startup_timeout, started_at=self._clock())
+        followers = LogFollowers(self, namespace, follow, emit, tracker, self.job_log)
+        report = TableReporter(on_change, self._clock, TABLE_INTERVAL if len(slots) > TABLE_ROWS else 0.0)
+        try:
+            verdict = self._watch_until_verdict(namespace, name, JobWatch(tracker), report, followers, stopped,
+                                                watch_timeout)
+        finally:
+            followers.finish()
+        return JobOutcome(verdict, tracker, followers.tails())
+
+    def _watch_until_verdict(self, namespace: str, name: str, watch: JobWatch, report: TableReporter,
+                             followers: LogFollowers, stopped: Callable[[], bool], watch_timeout: int) -> JobVerdict:
+        tracker = watch.tracker
+        what = f"watching the pods of job {namespace}/{name}"
+        failures = 0
+        while True:
+            if stopped():
+                return JobVerdict(FAILURE, cause="stopped")
+            try:
+                if watch.needs_list:
+                    report(watch.on_list(self.list_job_pods(namespace, name)), tracker)
+                else:
+                    self._watch_once(namespace, name, watch, report, followers, stopped, watch_timeout)
+                failures = 0
+            except WatchGone:
+                self.job_log.info("the watch of job %s/%s expired (410 Gone); listing its pods again", namespace, name)
+            except Exception as error:
+                # Raised mid-stream (reset, read timeout) or an ERROR event: resume; the rest is final.
+                if not (isinstance(error, WatchError) or is_transient(error)):
+                    raise
+                delay = self.retry.backoff(failures)
+                if delay is None:
+                    raise job_error(what, error) from error
+                if isinstance(error, WatchError):
+                    watch.on_gone()  # an error inside the stream: start again from a fresh list
+                self.job_log.warning("%s: %s; resuming in %.1fs", what, short_error(error), delay)
+                self._sleep(delay)
+                failures += 1
+            if stopped():
+                # Before the verdict: a kill deletes the pods, which would read as a failure of the job.
+                return JobVerdict(FAILURE, cause="stopped")
+            followers.start_ready()
+            report.flush(tracker)
+            verdict = tracker.verdict(self._clock())
+            if verdict is not None:
+                report.flush(tracker, force=True)
+                return verdict
+
+    def _watch_once(self, namespace: str, name: str, watch: JobWatch, report: TableReporter,
+                    followers: LogFollowers, stopped: Callable[[], bool], watch_timeout: int) -> None:
+        """One watch request, from the last resourceVersion, until it times out or a verdict comes."""
+        tracker = watch.tracker
+        response = self._call(
+            f"watching the pods of job {namespace}/{name}",
+            self.core_v1_client.list_namespaced_pod,
+            namespace,
+            label_selector=f"{JOB_LABEL}={name}",
+            watch=True,
+            resource_version=watch.resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=watch.watch_seconds(self._clock(), watch_timeout),
+            _preload_content=False,
+        )
+        try:
+            for line in iter_resp_lines(response):
+                report(watch.on_line(line), tracker)
+                followers.start_ready()
+                if stopped() or tracker.verdict(self._clock()) is not None:
+                    return
+        finally:
+            response.close()
+            response.release_conn()
+
+    # ------------------------------------------------------------------ logs, events, output
+
+    def read_log_tail(self, namespace: str, pod: str, lines: int = 30, container: str = MAIN_CONTAINER) -> list[str]:
+        """The last ``lines`` of a container's log; empty when there is none (not started, pod gone)."""
+        try:
+            response = self._call(f"reading the log of pod {namespace}/{pod}",
+                                  self.core_v1_client.read_namespaced_pod_log, pod, namespace, container=container,
+                                  tail_lines=lines, _preload_content=False)
+        except KubernetesJobError as error:
+            if error.status in (400, 404):
+                return []
+            raise
+        try:
+            text = response.data.decode("utf-8", "replace")
+        finally:
+            response.release_conn()
+        return strip_timestamps(text.splitlines())
+
+    def pod_events(self, namespace: str, pod: str, limit: int = 5) -> list[str]:
+        """The pod's latest events, ``Warning FailedScheduling: 0/3 nodes are available...``; best effort."""
+        try:
+            response = self._call(f"listing the events of pod {namespace}/{pod}",
+                                  self.core_v1_client.list_namespaced_event, namespace,
+                                  field_selector=f"involvedObject.name={pod}", _preload_content=False)
+            items = self._json(response).get("items") or []
+        except KubernetesJobError as error:
+            self.job_log.info("could not read the events of pod %s/%s: %s", namespace, pod, error)
+            return []
+        items.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+        return [f"{e.get('type', '')} {e.get('reason', '')}: {e.get('message', '')}".strip()
+                for e in items[-limit:]]
+
+    def read_output(self, namespace: str, pod: Mapping[str, Any]) -> str | None:
+        """The master's output document: from its XCom sidecar (then stopped), else its termination message.
+
+        :param pod: the master pod as the watch last saw it.
+        """
+        name = pod["metadata"]["name"]
+        if container_state(pod, SIDECAR_CONTAINER)[0] == "running":
+            from airflow.providers.cncf.kubernetes.utils.pod_manager import EMPTY_XCOM_RESULT, PodManager
+
+            try:
+                text = PodManager(self.core_v1_client).extract_xcom(self._model(pod, "V1Pod"))
+                if text and text.strip() != EMPTY_XCOM_RESULT:
+                    return text
+            except Exception as error:  # noqa: BLE001 - exec may be forbidden or unsupported: use the fallback
+                self.job_log.info("could not read the output of %s/%s from its XCom sidecar (%s); "
+                                  "using its termination message", namespace, name, short_error(error))
+        return termination_message(pod)
+
+    # ------------------------------------------------------------------ deletion
+
+    def delete_job(self, namespace: str, name: str, *, wait: bool = False, timeout: float = 300.0) -> bool:
+        """Delete the Service: the garbage collector deletes every other object of the job (cascade).
+
+        :param wait: delete in the foreground and return only once the Service and its pods are gone (so that a
+            job of the same name can be created).
+        :returns: whether there was something to delete.
+        """
+        policy = "Foreground" if wait else "Background"
+        result = self._call(f"deleting job {namespace}/{name}", self.core_v1_client.delete_namespaced_service,
+                            name, namespace, body=client.V1DeleteOptions(propagation_policy=policy),
+                            missing_ok=True, _preload_content=False)
+        if result is not _MISSING:
+            self._done(result)
+        if wait:
+            deadline, pause = self._clock() + timeout, 0.2
+            while self.get_service(namespace, name) is not None or self.list_job_pods(namespace, name)["items"]:
+                if self._clock() > deadline:
+                    raise KubernetesJobError(f"deleting job {namespace}/{name}: still there after {timeout:g}s")
+                self._sleep(pause)
+                pause = min(pause * 2, 5.0)
+        return result is not _MISSING
+
+    def delete_unfinished_pods(self, namespace: str, name: str, keep: Sequence[str] = ()) -> None:
+        """Delete the job's pods that are not Succeeded or Failed (one request), except those in ``keep``."""
+        selector = ["status.phase!=Succeeded", "status.phase!=Failed", *(f"metadata.name!={pod}" for pod in keep)]
+        response = self._call(f"deleting the running pods of job {namespace}/{name}",
+                              self.core_v1_client.delete_collection_namespaced_pod, namespace,
+                              label_selector=f"{JOB_LABEL}={name}", field_selector=",".join(selector),
+                              _preload_content=False)
+        self._done(response)
+
+    def _delete_quietly(self, namespace: str, name: str) -> None:
+        try:
+            self.delete_job(namespace, name)
+        except Exception as error:  # noqa: BLE001 - already failing: report both, raise the first
+            self.job_log.error("could not delete job %s/%s after a failed creation: %s", namespace, name, error)
+
+
+__all__ = ["DistributedTrainingHook", "JobHandle", "JobOutcome", "JobStopped", "KubernetesJobError"]

@@ -1,0 +1,180 @@
+"""Following replicas' container logs into the task log, one thread per followed replica.
+
+A follow is one long ``GET .../log?follow=true&timestamps=true``. When it breaks (connection reset, read
+timeout, API restart) it reconnects with ``sinceTime`` and ``LogCursor`` drops the lines already emitted, so
+the task log gets every line once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from kubernetes.watch.watch import iter_resp_lines
+
+from airflow_distributed.hooks.api_retry import api_status, is_transient, short_error
+from airflow_distributed.hooks.job_watch import JobTracker, LogCursor, container_state, log_available
+from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER
+
+if TYPE_CHECKING:
+    from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
+
+TAIL_LINES = 40
+#: Client-side read timeout of a follow: a quiet log is reconnected after this long (cheap), never hung on.
+FOLLOW_READ_TIMEOUT = 300.0
+
+
+class PodLogFollower:
+    """Copies one container's log to ``emit(replica, line)`` until the container ends or ``stop()``.
+
+    :param finished: true once the container has ended (a follow that ends before is reconnected).
+    :param read_timeout: seconds without a byte after which the follow is reconnected.
+    """
+
+    def __init__(
+        self,
+        hook: DistributedTrainingHook,
+        namespace: str,
+        pod: str,
+        emit: Callable[[str, str], None],
+        *,
+        finished: Callable[[], bool],
+        container: str = MAIN_CONTAINER,
+        log: logging.Logger | None = None,
+        read_timeout: float = FOLLOW_READ_TIMEOUT,
+    ) -> None:
+        self.hook = hook
+        self.read_timeout = read_timeout
+        self.namespace = namespace
+        self.pod = pod
+        self.container = container
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self.cursor = LogCursor()
+        self._emit = emit
+        self._finished = finished
+        self._stop = threading.Event()
+        self._log = log or logging.getLogger(__name__)
+        self._response: Any = None
+        self._thread = threading.Thread(target=self._run, name=f"log-{pod}", daemon=True)
+
+    def start(self) -> PodLogFollower:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        response = self._response
+        if response is not None:
+            try:
+                response.shutdown()  # unblocks the thread's read at once
+            except Exception:  # noqa: BLE001 - best effort: the read timeout ends it anyway
+                pass
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                self._follow_once()
+                failures = 0
+                if self._finished() or self._stop.is_set():
+                    return
+                # Ended while the watch has not yet seen the container end: look again in a moment.
+                self._stop.wait(0.5)
+            except Exception as error:  # noqa: BLE001 - a log follower never fails the job
+                if self._stop.is_set():
+                    return
+                status = api_status(error)
+                if status == 404:
+                    return  # the pod is gone
+                if status == 400 or is_transient(error):
+                    # 400: not started yet (or restarted); transient: reconnect after a backoff.
+                    delay = self.hook.retry.delay(min(failures, 3), error) if is_transient(error) else 1.0
+                    failures += 1
+                    self._stop.wait(1.0 if delay is None else delay)
+                    continue
+                self._log.warning("stopped following the log of %s/%s: %s", self.namespace, self.pod,
+                                  short_error(error))
+                return
+            finally:
+                self.cursor.reconnecting()
+
+    def _follow_once(self) -> None:
+        query = [("container", self.container), ("follow", "true"), ("timestamps", "true")]
+        since = self.cursor.since_time()
+        if since is not None:
+            query.append(("sinceTime", since))
+        # The generated client has no sinceTime argument: the same endpoint through the client's call_api.
+        response = self.hook.api_client.call_api(
+            "/api/v1/namespaces/{namespace}/pods/{name}/log",
+            "GET",
+            path_params={"namespace": self.namespace, "name": self.pod},
+            query_params=query,
+            header_params={"Accept": "text/plain"},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+            _request_timeout=(10.0, self.read_timeout),
+        )
+        self._response = response
+        try:
+            for raw in iter_resp_lines(response):
+                if self._stop.is_set():
+                    return
+                text = self.cursor.accept(raw)
+                if text is not None:
+                    self.tail.append(text)
+                    self._emit(self.pod, text)
+        finally:
+            self._response = None
+            response.close()
+            response.release_conn()
+
+
+class LogFollowers:
+    """The followers of one job: started as each followed replica's container starts, stopped at the end."""
+
+    def __init__(
+        self,
+        hook: DistributedTrainingHook,
+        namespace: str,
+        names: Sequence[str],
+        emit: Callable[[str, str], None] | None,
+        tracker: JobTracker,
+        log: logging.Logger | None = None,
+    ) -> None:
+        self.hook, self.namespace, self.tracker, self.log = hook, namespace, tracker, log
+        self.names = list(names) if emit is not None else []
+        self.emit = emit
+        self.followers: dict[str, PodLogFollower] = {}
+
+    def start_ready(self) -> None:
+        for name in self.names:
+            if name not in self.followers and log_available(self.tracker.pod(name)):
+                self.followers[name] = PodLogFollower(
+                    self.hook, self.namespace, name, self.emit,  # type: ignore[arg-type]
+                    finished=lambda name=name: self._finished(name), log=self.log,
+                ).start()
+
+    def _finished(self, name: str) -> bool:
+        pod = self.tracker.pod(name)
+        return pod is None or container_state(pod, MAIN_CONTAINER)[0] == "terminated"
+
+    def finish(self, drain_seconds: float = 5.0) -> None:
+        """Let followers of ended containers read to the end (briefly); stop the others."""
+        for name, follower in self.followers.items():
+            if self._finished(name):
+                follower.join(drain_seconds)
+            follower.stop()
+
+    def tails(self) -> Mapping[str, list[str]]:
+        return {name: list(follower.tail) for name, follower in self.followers.items()}

@@ -1,0 +1,469 @@
+"""What ``DistributedTrainingOperator`` does with ``backend="kubernetes"``: plan -> job -> verdict -> XCom.
+
+``run_kubernetes`` (from ``execute``), ``resume_kubernetes`` (from ``execute_complete`` after a deferral) and
+``kill_kubernetes`` (from ``on_kill``) take the operator and read its arguments; the Kubernetes I/O is the hook's
+(``DistributedTrainingHook``) and the trigger's (``DistributedJobTrigger``).
+
+Reattach: job names are fixed per task instance, so a retry, or a worker restarted under the same task
+instance, finds the job an earlier attempt created instead of creating a second one. On Airflow 3.3+ the job's
+identity is also kept in the task's ``task_state_store`` through ``ResumableJobMixin``; on older versions the
+mixin's stand-in submits every time and the submission itself finds the job by name and labels.
+
+Importing this module is cheap (the operator checks its arguments with it when a DAG is parsed): the Kubernetes
+clients are imported when a job runs.
+
+Clean-up (``clean_pod_policy``): ``all`` deletes the job (its Service; the rest goes by cascade), ``running``
+deletes the pods still pending or running and keeps the finished ones (their logs) until the next try,
+``none`` deletes nothing. Default: ``all`` after success, ``running`` after failure. A killed task deletes its
+job whatever the policy.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from airflow_distributed.status import PENDING, RUNNING, STOPPED, ReplicaStatus
+
+if TYPE_CHECKING:
+    from airflow.sdk import BaseOperator, Context
+
+    from airflow_distributed.hooks.job_watch import JobTracker, JobVerdict, ReplicaSlot
+    from airflow_distributed.hooks.kubernetes import DistributedTrainingHook, JobHandle
+    from airflow_distributed.manifests.kubernetes import JobObjects
+    from airflow_distributed.plan import ClusterPlan
+    from airflow_distributed.spec import TrainingSpec
+
+CLEAN_POD_POLICIES = ("all", "running", "none")
+#: ``task_state_store`` key of the job's identity; renaming it breaks the reattach of tries in flight.
+STATE_KEY = "airflow_distributed_job"
+#: How many replicas' logs may be followed at once (one connection each).
+MAX_FOLLOWED_LOGS = 32
+TAIL_LINES = 30
+#: Past the task's execution_timeout, how long a pod may still run if nothing deletes it (a worker that died).
+DEADLINE_MARGIN_SECONDS = 120
+
+try:
+    from airflow.providers.common.compat.sdk import ResumableJobMixin
+except ImportError:  # a common-compat provider that predates it: submit on every try (the job is still found)
+
+    class ResumableJobMixin:  # type: ignore[no-redef]
+        def execute_resumable(self, context: Any) -> Any:
+            external_id = self.submit_job(context)  # type: ignore[attr-defined]
+            self.poll_until_complete(external_id, context)  # type: ignore[attr-defined]
+            return self.get_job_result(external_id, context)  # type: ignore[attr-defined]
+
+
+def check_kubernetes_arguments(operator: BaseOperator) -> list[tuple[str, str]]:
+    """Problems with the operator's Kubernetes arguments, as ``(argument, message)`` for ``SpecValidationError``."""
+    problems = []
+    policy = getattr(operator, "clean_pod_policy", None)
+    if policy is not None and policy not in CLEAN_POD_POLICIES:
+        problems.append(("clean_pod_policy", f"{policy!r} is not supported; allowed: {', '.join(CLEAN_POD_POLICIES)}"))
+    gang = getattr(operator, "gang_scheduling", None)
+    if gang is not None:
+        from airflow_distributed.manifests.gang_scheduling import GANG_SCHEDULERS
+
+        if gang not in GANG_SCHEDULERS:
+            problems.append(("gang_scheduling", f"{gang!r} is not supported; allowed: {', '.join(GANG_SCHEDULERS)}"))
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------- entry points
+
+
+def run_kubernetes(operator: BaseOperator, context: Context, spec: TrainingSpec, job_name: str,
+                   command: Sequence[str]) -> dict[str, Any]:
+    """``execute`` for ``backend="kubernetes"``: create or reattach the job, then wait (here or deferred).
+
+    :returns: the ``return_value`` XCom; ``metrics``, ``model_path``, ``job_name`` and ``job`` are pushed here.
+    :raises DistributedJobError: the job failed, did not start, or was stopped.
+    :raises KubernetesJobError: the API refused something for good.
+    """
+    run = KubernetesJobRun.start(operator, context, spec, job_name, command)
+    if not operator.wait_for_completion:
+        handle = run.submit()
+        ti = context["ti"]
+        ti.xcom_push(key="job_name", value=handle.name)
+        ti.xcom_push(key="namespace", value=handle.namespace)
+        run.log.info("job %s/%s submitted; not waiting for it (wait_for_completion=False)", handle.namespace,
+                     handle.name)
+        return {"job_name": handle.name, "namespace": handle.namespace}
+    return _ResumableKubernetesJob(run).execute_resumable(context)
+
+
+def resume_kubernetes(operator: BaseOperator, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+    """``execute_complete``: the trigger's verdict -> output, logs, clean-up and XCom, as in the synchronous path."""
+    from airflow_distributed.hooks.job_watch import JobVerdict, log_available
+
+    run = KubernetesJobRun.resume(operator, context, event)
+    status = event.get("status")
+    tracker = run.hook.job_tracker(run.namespace, run.name, run.slots)
+    elapsed = max(0.0, time.time() - float(event.get("started_at") or time.time()))
+    if status in ("succeeded", "failed"):
+        verdict = JobVerdict.from_dict(event.get("verdict") or {"state": status})
+        tail = run.tail(run.master.name, tracker) if log_available(tracker.pod(run.master.name)) else []
+        for line in tail:
+            run.log.info("[%s] %s", run.master.name, line)
+        return run.finish(verdict, tracker, {run.master.name: tail}, elapsed)
+    # timeout (execution_timeout reached in the triggerer) or error (the trigger could not watch): clean up, fail.
+    run.clean_up(succeeded=False)
+    reason = event.get("message") or status
+    raise _job_error(f"job {run.namespace}/{run.name} failed after {elapsed:.1f}s: {reason}; "
+                     f"{run.cleanup_note(False)}")
+
+
+def kill_kubernetes(operator: BaseOperator) -> None:
+    """``on_kill``: stop waiting and delete the job (its Service; the pods go by cascade)."""
+    run: KubernetesJobRun | None = getattr(operator, "_kubernetes_run", None)
+    if run is None:
+        return
+    run.stopped = True
+    run.log.info("task killed: deleting job %s/%s", run.namespace, run.name)
+    try:
+        # A hook of its own: the waiting one may be in the middle of a request on this very thread.
+        run.new_hook().delete_job(run.namespace, run.name)
+    except Exception as error:  # noqa: BLE001 - on_kill must not raise; say what is left behind
+        run.log.error("could not delete job %s/%s: %s; delete its Service by hand", run.namespace, run.name, error)
+
+
+# ---------------------------------------------------------------------------------------------- one job
+
+
+class KubernetesJobRun:
+    """One job of one task instance: its plan, its hook, and the steps of its life."""
+
+    def __init__(self, operator: BaseOperator, context: Context, namespace: str, name: str,
+                 slots: Sequence[ReplicaSlot], framework: str, hook: DistributedTrainingHook) -> None:
+        self.operator, self.context = operator, context
+        self.namespace, self.name = namespace, name
+        self.slots = tuple(slots)
+        self.framework = framework
+        self.hook = hook
+        self.log = operator.log
+        self.stopped = False
+        self.build: Any = None
+        self.handle: JobHandle | None = None
+        self.started = time.monotonic()
+        operator._kubernetes_run = self  # type: ignore[attr-defined]  # read by kill_kubernetes
+
+    @property
+    def master(self) -> ReplicaSlot:
+        return self.slots[0]
+
+    def new_hook(self) -> DistributedTrainingHook:
+        from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
+
+        return DistributedTrainingHook(kubernetes_conn_id=self.operator.kubernetes_conn_id, logger=self.log)
+
+    @classmethod
+    def start(cls, operator: BaseOperator, context: Context, spec: TrainingSpec, job_name: str,
+              command: Sequence[str]) -> KubernetesJobRun:
+        from airflow_distributed.hooks.job_watch import replica_slots
+        from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
+        from airflow_distributed.manifests.horovod_ssh import generate_ssh_key_pair
+        from airflow_distributed.manifests.kubernetes import build_job_objects, layout_for_kubernetes
+        from airflow_distributed.plan import KubernetesAddressing, build_plan
+
+        if not operator.image:
+            raise _job_error("backend='kubernetes' runs every replica from an image: set image=")
+        hook = DistributedTrainingHook(kubernetes_conn_id=operator.kubernetes_conn_id, logger=operator.log)
+        namespace = operator.namespace or hook.default_namespace()
+        plan = build_plan(spec, job_name, KubernetesAddressing(namespace), layout_for_kubernetes(operator.model_dir),
+                          command, backend="kubernetes", env=operator.env)
+        options = _manifest_options(operator, context, namespace)
+        # One key pair per job, the same for both builds (before and after the Service's uid is known).
+        ssh_key = generate_ssh_key_pair(f"airflow-distributed-{job_name}") if any(
+            replica.command is None for replica in plan.replicas) else None
+
+        def build(owner_uid: str | None) -> JobObjects:
+            return build_job_objects(plan, options, owner_uid=owner_uid, ssh_key=ssh_key)
+
+        build(None)  # a setting Kubernetes would refuse fails here, before anything is created
+        run = cls(operator, context, namespace, job_name, replica_slots(plan), spec.framework, hook)
+        run.build = build
+        return run
+
+    @classmethod
+    def resume(cls, operator: BaseOperator, context: Context, event: dict[str, Any]) -> KubernetesJobRun:
+        from airflow_distributed.hooks.job_watch import slots_from_json
+        from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
+        from airflow_distributed.spec import load_spec
+
+        hook = DistributedTrainingHook(kubernetes_conn_id=operator.kubernetes_conn_id, logger=operator.log)
+        framework = load_spec(operator.framework, operator.environment).framework
+        return cls(operator, context, event["namespace"], event["job_name"], slots_from_json(event["replicas"]),
+                   framework, hook)
+
+    # ------------------------------------------------------------------ submit, state, wait
+
+    def submit(self) -> JobHandle:
+        started = time.monotonic()
+        handle = self.hook.ensure_job(self.namespace, self.build, self.slots, stopped=lambda: self.stopped)
+        self.handle = handle
+        if handle.reattached is None:
+            self.log.info("job %s/%s: %s with %d replicas created (%d objects) in %.1fs", self.namespace, self.name,
+                          self.framework, len(self.slots), handle.created, time.monotonic() - started)
+        return handle
+
+    def status_of(self, external_id: dict[str, Any]) -> str:
+        """``running``, ``succeeded``, ``failed`` or ``absent`` (for ``ResumableJobMixin``)."""
+        namespace, name = external_id.get("namespace"), external_id.get("name")
+        if (namespace, name) != (self.namespace, self.name):
+            return "absent"  # another namespace or name since: not this task's job any more
+        service = self.hook.get_service(namespace, name)
+        if service is None or service["metadata"].get("deletionTimestamp"):
+            return "absent"
+        verdict = self.hook.job_tracker(namespace, name, self.slots).verdict(self.hook._clock())
+        if verdict is None:
+            return "running"
+        return verdict.state
+
+    def wait(self) -> dict[str, Any]:
+        """Wait here (or defer) for the verdict, then finish. The job exists (``submit`` or reattach)."""
+        if self.handle is None:
+            # Reconnecting through task_state_store: make sure of the job (and create any pod it lacks).
+            self.submit()
+        if self.operator.deferrable and self.handle.reattached != "succeeded":  # type: ignore[union-attr]
+            self._defer()
+        try:
+            outcome = self.hook.wait_for_job(
+                self.namespace, self.name, self.slots,
+                startup_timeout=self.operator.startup_timeout,
+                on_change=self._log_table,
+                stopped=lambda: self.stopped,
+                follow=self._followed(),
+                emit=lambda replica, line: self.log.info("[%s] %s", replica, line),
+            )
+        except BaseException:
+            # The wait itself failed (API gone, execution_timeout): no verdict, but no pod may keep running.
+            self._clean_up_quietly()
+            raise
+        return self.finish(outcome.verdict, outcome.tracker, dict(outcome.tails), time.monotonic() - self.started)
+
+    def _clean_up_quietly(self) -> None:
+        try:
+            self.clean_up(succeeded=False)
+        except Exception as error:  # noqa: BLE001 - the original error is the one to raise
+            self.log.error("could not clean up job %s/%s: %s", self.namespace, self.name, error)
+
+    def _defer(self) -> None:
+        from airflow_distributed.hooks.job_watch import slots_to_json
+        from airflow_distributed.triggers.kubernetes import DistributedJobTrigger
+
+        timeout = None
+        deadline = None
+        execution_timeout = self.operator.execution_timeout
+        start_date = getattr(self.context["ti"], "start_date", None)
+        if execution_timeout is not None and start_date is not None:
+            deadline = start_date.timestamp() + execution_timeout.total_seconds()
+            # Past the trigger's own deadline event, so that execute_complete (and its clean-up) always runs.
+            from datetime import timedelta
+
+            timeout = timedelta(seconds=max(0.0, deadline - time.time()) + 60)
+        trigger = DistributedJobTrigger(
+            job_name=self.name,
+            namespace=self.namespace,
+            replicas=slots_to_json(self.slots),
+            startup_timeout=self.operator.startup_timeout,
+            started_at=time.time(),
+            kubernetes_conn_id=self.operator.kubernetes_conn_id,
+            execution_deadline=deadline,
+        )
+        self.log.info("job %s/%s: waiting in the triggerer", self.namespace, self.name)
+        self.operator.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
+
+    def _log_table(self, rows: Sequence[ReplicaStatus]) -> None:
+        from airflow_distributed.hooks.job_watch import replica_table
+
+        self.log.info("replicas of %s:\n%s", self.name, replica_table(rows))
+
+    def _followed(self) -> list[str]:
+        """The master, and the replicas ``log_replicas`` names (``all``, roles, ``role-index`` or pod names)."""
+        wanted = self.operator.log_replicas
+        if isinstance(wanted, str):
+            wanted = [wanted]
+        wanted = set(wanted or ())
+        names = [self.master.name]
+        for slot in self.slots[1:]:
+            if "all" in wanted or {slot.role, f"{slot.role}-{slot.index}", slot.name} & wanted:
+                names.append(slot.name)
+        if len(names) > MAX_FOLLOWED_LOGS:
+            self.log.warning("following the logs of the first %d of %d replicas asked for", MAX_FOLLOWED_LOGS,
+                             len(names))
+        return names[:MAX_FOLLOWED_LOGS]
+
+    # ------------------------------------------------------------------ finish
+
+    def tail(self, replica: str, tracker: JobTracker, container: str | None = None) -> list[str]:
+        from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER
+
+        if tracker.pod(replica) is None:
+            return []
+        return self.hook.read_log_tail(self.namespace, replica, TAIL_LINES, container or MAIN_CONTAINER)
+
+    def finish(self, verdict: JobVerdict, tracker: JobTracker, logs: dict[str, list[str]],
+               elapsed: float) -> dict[str, Any]:
+        """Output, logs, clean-up, XCom; raises ``DistributedJobError`` unless the job succeeded."""
+        from airflow_distributed.hooks.job_watch import log_available, replica_table
+        from airflow_distributed.outputs import job_record, job_result
+
+        ti = self.context["ti"]
+        killed = verdict.cause == "stopped"
+        document = self._document(tracker, verdict.succeeded) if not killed else _empty_document()
+        failure_tail: list[str] = []
+        events: list[str] = []
+        if not verdict.succeeded and verdict.replica is not None:
+            if verdict.cause == "exit":
+                failure_tail = self.tail(verdict.replica, tracker, verdict.container)
+                logs[verdict.replica] = failure_tail
+            elif verdict.cause == "startup" and tracker.pod(verdict.replica) is not None:
+                events = self.hook.pod_events(self.namespace, verdict.replica)
+        if not killed and self.master.name not in logs and log_available(tracker.pod(self.master.name)):
+            logs = {self.master.name: self.tail(self.master.name, tracker), **logs}
+        stopped = self.clean_up(verdict.succeeded, kill=killed)
+        statuses = _after_cleanup(tracker.statuses(), stopped)
+        self.log.info("replicas of %s (final):\n%s", self.name, replica_table(statuses))
+        result = job_result(job_name=self.name, framework=self.framework, backend="kubernetes",
+                            state="succeeded" if verdict.succeeded else "failed", document=document,
+                            replicas=statuses, namespace=self.namespace)
+        ti.xcom_push(key="job", value=job_record(result, document, logs, elapsed))
+        if not verdict.succeeded:
+            raise _job_error(self._failure_message(verdict, elapsed, failure_tail, events))
+        ti.xcom_push(key="metrics", value=result["metrics"])
+        ti.xcom_push(key="model_path", value=result["model_path"])
+        ti.xcom_push(key="job_name", value=self.name)
+        if document["metrics"] == {} and document["model_path"] is None:
+            self.log.warning("the master wrote no output document: no metrics or model path")
+        self.log.info("job %s/%s succeeded in %.1fs; metrics: %s; model path: %s", self.namespace, self.name,
+                      elapsed, json.dumps(result["metrics"]), result["model_path"])
+        return result
+
+    def _document(self, tracker: JobTracker, succeeded: bool) -> dict[str, Any]:
+        from airflow_distributed.outputs import parse_output_document
+
+        master = tracker.pod(self.master.name)
+        text = self.hook.read_output(self.namespace, master) if master is not None else None
+        try:
+            return parse_output_document(text)
+        except ValueError:
+            if succeeded:
+                raise
+            # A crashed master may leave half a document: the failure is what the user needs to see.
+            self.log.warning("the failed master's output document is not readable JSON; ignoring it")
+            return _empty_document()
+
+    def policy(self, succeeded: bool) -> str:
+        return self.operator.clean_pod_policy or ("all" if succeeded else "running")
+
+    def clean_up(self, succeeded: bool, kill: bool = False) -> bool:
+        """Apply the clean-up policy (a kill deletes everything); returns whether unfinished pods were deleted."""
+        policy = "all" if kill else self.policy(succeeded)
+        if policy == "all":
+            self.hook.delete_job(self.namespace, self.name)
+        elif policy == "running":
+            self.hook.delete_unfinished_pods(self.namespace, self.name)
+        return policy != "none"
+
+    def cleanup_note(self, succeeded: bool) -> str:
+        return {
+            "all": "the job was deleted",
+            "running": "its pods still running were deleted; the finished ones are kept until the next try",
+            "none": "its pods were left as they are (clean_pod_policy='none')",
+        }[self.policy(succeeded)]
+
+    def _failure_message(self, verdict: JobVerdict, elapsed: float, tail: list[str], events: list[str]) -> str:
+        job = f"job {self.namespace}/{self.name}"
+        if verdict.cause == "stopped":
+            return f"{job} was stopped after {elapsed:.1f}s (task killed); the job was deleted"
+        message = (f"{job} failed after {elapsed:.1f}s: {verdict.describe(self.operator.startup_timeout)}; "
+                   f"{self.cleanup_note(False)}")
+        if events:
+            message += "\n  events:\n" + "\n".join(f"    {line}" for line in events)
+        if verdict.cause == "exit":
+            lines = "\n".join(f"    {line}" for line in tail[-15:]) or "    (no output)"
+            message += f". Its last lines:\n{lines}"
+        return message
+
+
+class _ResumableKubernetesJob(ResumableJobMixin):  # type: ignore[misc,valid-type]
+    """``ResumableJobMixin`` around a ``KubernetesJobRun``: the job's identity goes to ``task_state_store``.
+
+    Not an operator: the mixin's own ``__init__`` (operator argument defaults) does not apply.
+    """
+
+    external_id_key = STATE_KEY
+
+    def __init__(self, run: KubernetesJobRun) -> None:
+        self.run = run
+        self.durable = True
+        self.log = run.log
+        self._result: dict[str, Any] | None = None
+
+    def submit_job(self, context: Context) -> dict[str, str]:
+        return self.run.submit().as_id()
+
+    def get_job_status(self, external_id: Any, context: Context) -> str:
+        return self.run.status_of(external_id if isinstance(external_id, dict) else {})
+
+    def is_job_active(self, status: str) -> bool:
+        return status == "running"
+
+    def is_job_succeeded(self, status: str) -> bool:
+        return status == "succeeded"
+
+    def poll_until_complete(self, external_id: Any, context: Context) -> dict[str, Any]:
+        # The mixin returns this value itself when it reconnects, so it is the whole result.
+        self._result = self.run.wait()
+        return self._result
+
+    def get_job_result(self, external_id: Any, context: Context) -> dict[str, Any]:
+        if self._result is None:  # succeeded in an earlier try: collect it
+            self._result = self.run.wait()
+        return self._result
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def _manifest_options(operator: BaseOperator, context: Context, namespace: str) -> Any:
+    from airflow_distributed.manifests.kubernetes import JobManifestOptions, TaskInstanceRef
+
+    deadline = None
+    if operator.execution_timeout is not None:
+        # A backstop for a worker that dies without a retry: the pods stop on their own after the task's time.
+        deadline = math.ceil(operator.execution_timeout.total_seconds()) + DEADLINE_MARGIN_SECONDS
+    return JobManifestOptions(
+        namespace=namespace,
+        image=operator.image,
+        gpu_resource_key=operator.gpu_resource_key,
+        task_instance=TaskInstanceRef.of(context["ti"]),
+        model_volume=operator.model_volume,
+        scheduler_name=operator.scheduler_name,
+        gang_scheduling=operator.gang_scheduling,
+        queue_name=operator.queue_name,
+        active_deadline_seconds=deadline,
+    )
+
+
+def _after_cleanup(rows: Sequence[ReplicaStatus], deleted: bool) -> tuple[ReplicaStatus, ...]:
+    """Replicas still pending or running when their pods were deleted are ``stopped``."""
+    if not deleted:
+        return tuple(rows)
+    return tuple(replace(row, state=STOPPED) if row.state in (PENDING, RUNNING) else row for row in rows)
+
+
+def _empty_document() -> dict[str, Any]:
+    from airflow_distributed.outputs import parse_output_document
+
+    return parse_output_document(None)
+
+
+def _job_error(message: str) -> Exception:
+    from airflow_distributed.operators.training import DistributedJobError
+
+    return DistributedJobError(message)

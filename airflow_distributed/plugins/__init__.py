@@ -1,0 +1,10 @@
+"""The Airflow UI plugin of the provider: a job view per task instance of ``DistributedTrainingOperator``.
+
+- ``plugin``: the ``AirflowPlugin`` registered through the ``airflow.plugins`` entry point
+- ``app``: the FastAPI app mounted in the API server (JSON record and HTML view, behind Airflow's auth)
+- ``job_state``: where a job's state is read from (the recorded ``job`` XCom; a live source plugs in beside it)
+- ``page``, ``charts``: the server-rendered HTML and its SVG line charts (pure)
+- ``urls``: the paths of the view, shared with the operator links (pure, no Airflow import)
+
+This package's ``__init__`` imports nothing: the operator links import ``urls`` on every DAG parse.
+"""

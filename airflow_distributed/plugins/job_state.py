@@ -1,0 +1,107 @@
+"""Where the job view reads a job's state from: the recorded ``job`` XCom now, a live backend source later.
+
+A source answers for one task instance with a record in the shape of the operator's ``job`` XCom
+(``job_name``, ``state``, ``replicas``, ``metrics``, ``history``, ``logs``...) or ``None`` when it knows nothing
+of that job. The view asks its sources in order and shows the first answer, so a live source (a running
+Kubernetes job's pods, read through the backend's hook) is added by appending it after ``RecordedJobState``:
+a finished job's record stays the final word, a running job is answered by the live source.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+#: The XCom key the operator writes its job record under, success or failure.
+JOB_XCOM_KEY = "job"
+
+
+@dataclass(frozen=True)
+class TaskInstanceRef:
+    """One task instance of ``DistributedTrainingOperator`` (``map_index`` -1 when the task is not mapped)."""
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int = -1
+
+
+@runtime_checkable
+class JobStateSource(Protocol):
+    """Something that can tell the state of the job a task instance ran or is running."""
+
+    #: Shown with the record (``"recorded"``, ``"live"``), so a reader knows whether it can still change.
+    name: str
+
+    def read(self, ref: TaskInstanceRef, session: Session) -> dict[str, Any] | None: ...
+
+
+class RecordedJobState:
+    """The ``job`` XCom the operator pushes when the job ends, read with Airflow's XCom model."""
+
+    name = "recorded"
+
+    def read(self, ref: TaskInstanceRef, session: Session) -> dict[str, Any] | None:
+        from airflow.models.xcom import XComModel
+
+        query = XComModel.get_many(
+            run_id=ref.run_id, key=JOB_XCOM_KEY, dag_ids=ref.dag_id, task_ids=ref.task_id,
+            map_indexes=ref.map_index, limit=1,
+        )
+        row = session.scalars(query).first()
+        return None if row is None else decode_record(row.value)
+
+
+def decode_record(value: Any) -> dict[str, Any] | None:
+    """The record stored in the XCom table, or None when it is not one.
+
+    Plain JSON is read as it is, never through ``XComModel.deserialize_value``: that may instantiate classes
+    named in the stored value, and a view must not run anything a task wrote. A custom XCom backend stores a
+    reference instead of the record; that is "not found" here rather than an error.
+    """
+    if isinstance(value, (str, bytes)):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if not isinstance(value, Mapping) or "replicas" not in value:
+        return None
+    return dict(value)
+
+
+def read_job(
+    ref: TaskInstanceRef, session: Session, sources: Sequence[JobStateSource]
+) -> tuple[dict[str, Any], str] | None:
+    """The first source's record for ``ref`` and that source's name, or None when no source has one."""
+    for source in sources:
+        record = source.read(ref, session)
+        if record is not None:
+            return record, source.name
+    return None
+
+
+def task_instance_state(ref: TaskInstanceRef, session: Session) -> str | None:
+    """The task instance's state (``"running"``, ``"failed"``...); ``"none"`` when unset; None when there is none."""
+    from sqlalchemy import select
+
+    from airflow.models.taskinstance import TaskInstance
+
+    row = session.execute(
+        select(TaskInstance.state).where(
+            TaskInstance.dag_id == ref.dag_id,
+            TaskInstance.run_id == ref.run_id,
+            TaskInstance.task_id == ref.task_id,
+            TaskInstance.map_index == ref.map_index,
+        )
+    ).first()
+    if row is None:
+        return None
+    return str(row[0].value if hasattr(row[0], "value") else row[0]) if row[0] is not None else "none"
+
+
+DEFAULT_SOURCES: tuple[JobStateSource, ...] = (RecordedJobState(),)

@@ -1,0 +1,1 @@
+"""Triggers for deferrable mode: ``kubernetes.DistributedJobTrigger`` waits for a job in the triggerer."""

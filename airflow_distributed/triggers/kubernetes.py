@@ -1,0 +1,317 @@
+"""``DistributedJobTrigger``: a deferred task's wait for its Kubernetes job, in the triggerer.
+
+The same LIST + one label-selector watch as ``DistributedTrainingHook.wait_for_job`` (the same ``job_watch``
+state machine), through ``kubernetes_asyncio`` and the cncf provider's ``AsyncKubernetesHook``. It fires one
+event: ``succeeded``, ``failed`` (with the verdict), ``timeout`` (the task's ``execution_timeout``) or ``error``;
+the operator's ``execute_complete`` collects the output and cleans up.
+
+A user killing the deferred task (mark failed/success, clear) deletes the job: ``on_kill()`` on Airflow 3.3+,
+``cleanup()`` on older versions, where it only deletes when the task is no longer deferred, so a triggerer
+restart (the trigger moves, the task still waits) leaves the job running.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import cached_property
+from typing import Any
+
+from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_distributed.hooks.api_retry import RetryPolicy, acall_with_retries, is_transient, short_error
+from airflow_distributed.hooks.job_watch import (
+    FAILURE,
+    TABLE_INTERVAL,
+    TABLE_ROWS,
+    JobTracker,
+    JobVerdict,
+    JobWatch,
+    TableReporter,
+    WatchError,
+    WatchGone,
+    replica_table,
+    slots_from_json,
+)
+from airflow_distributed.manifests.kubernetes import JOB_LABEL
+
+WATCH_TIMEOUT = 300
+
+
+class _DeadlineReached(Exception):
+    """The task's execution_timeout is over."""
+
+
+class DistributedJobTrigger(BaseTrigger):
+    """Wait for a distributed training job's verdict without holding a worker slot.
+
+    :param job_name: the job (its Service's name and the pods' ``airflow-distributed/job`` label).
+    :param namespace: the job's namespace.
+    :param replicas: ``job_watch.slots_to_json`` of the job's replicas, master first.
+    :param startup_timeout: seconds every replica gets to start, from ``started_at``.
+    :param started_at: epoch seconds the startup window opened (kept across triggerer restarts).
+    :param kubernetes_conn_id: the cncf provider's Kubernetes connection.
+    :param connection_extras: the connection's extras given directly (no connection lookup).
+    :param cluster_context: a kubeconfig context.
+    :param config_dict: a kubeconfig as a dict.
+    :param in_cluster: use the triggerer pod's service account.
+    :param watch_timeout: server-side timeout of each watch request; the watch resumes after it.
+    :param execution_deadline: epoch seconds at which the task's ``execution_timeout`` ends: the trigger fires
+        ``timeout`` then, so that ``execute_complete`` cleans up (a framework timeout would skip it).
+    """
+
+    def __init__(
+        self,
+        *,
+        job_name: str,
+        namespace: str,
+        replicas: list[list[Any]],
+        startup_timeout: float,
+        started_at: float,
+        kubernetes_conn_id: str | None = AsyncKubernetesHook.default_conn_name,
+        connection_extras: dict[str, Any] | None = None,
+        cluster_context: str | None = None,
+        config_dict: dict[str, Any] | None = None,
+        in_cluster: bool | None = None,
+        watch_timeout: int = WATCH_TIMEOUT,
+        execution_deadline: float | None = None,
+    ) -> None:
+        super().__init__()
+        self.job_name = job_name
+        self.namespace = namespace
+        self.replicas = replicas
+        self.startup_timeout = startup_timeout
+        self.started_at = started_at
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.connection_extras = connection_extras
+        self.cluster_context = cluster_context
+        self.config_dict = config_dict
+        self.in_cluster = in_cluster
+        self.watch_timeout = watch_timeout
+        self.execution_deadline = execution_deadline
+        self.retry = RetryPolicy()
+        self._fired = False
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "job_name": self.job_name,
+                "namespace": self.namespace,
+                "replicas": self.replicas,
+                "startup_timeout": self.startup_timeout,
+                "started_at": self.started_at,
+                "kubernetes_conn_id": self.kubernetes_conn_id,
+                "connection_extras": self.connection_extras,
+                "cluster_context": self.cluster_context,
+                "config_dict": self.config_dict,
+                "in_cluster": self.in_cluster,
+                "watch_timeout": self.watch_timeout,
+                "execution_deadline": self.execution_deadline,
+            },
+        )
+
+    @cached_property
+    def hook(self) -> AsyncKubernetesHook:
+        return AsyncKubernetesHook(
+            conn_id=self.kubernetes_conn_id,
+            connection_extras=self.connection_extras,
+            cluster_context=self.cluster_context,
+            config_dict=self.config_dict,
+            in_cluster=self.in_cluster,
+        )
+
+    # ------------------------------------------------------------------ run
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        # The replicas ride along so that execute_complete needs nothing but the event.
+        base = {"job_name": self.job_name, "namespace": self.namespace, "started_at": self.started_at,
+                "replicas": self.replicas}
+        try:
+            verdict = await self._wait()
+            payload = {**base, "status": verdict.state, "verdict": verdict.as_dict()}
+        except _DeadlineReached:
+            payload = {**base, "status": "timeout",
+                       "message": f"job {self.namespace}/{self.job_name} reached the task's execution_timeout"}
+        except Exception as error:  # noqa: BLE001 - reported to execute_complete, which cleans up and fails the task
+            self.log.exception("waiting for job %s/%s failed", self.namespace, self.job_name)
+            payload = {**base, "status": "error", "message": short_error(error)}
+        self._fired = True
+        yield TriggerEvent(payload)
+
+    async def _wait(self) -> JobVerdict:
+        tracker = JobTracker(slots_from_json(self.replicas), startup_timeout=self.startup_timeout,
+                             started_at=self.started_at)
+        watch = JobWatch(tracker)
+        report = TableReporter(self._log_table, time.time, TABLE_INTERVAL if len(tracker.slots) > TABLE_ROWS else 0.0)
+        from kubernetes_asyncio import client as async_client
+
+        async with self.hook.get_conn() as api:
+            core = async_client.CoreV1Api(api)
+            failures = 0
+            while True:
+                self._check_deadline()
+                try:
+                    if watch.needs_list:
+                        report(watch.on_list(await self._list(core)), tracker)
+                    else:
+                        await self._watch_once(core, watch, report)
+                    failures = 0
+                except WatchGone:
+                    self.log.info("the watch of job %s/%s expired (410 Gone); listing its pods again",
+                                  self.namespace, self.job_name)
+                except Exception as error:
+                    if not (isinstance(error, WatchError) or is_transient(error)):
+                        raise
+                    delay = self.retry.backoff(failures)
+                    if delay is None:
+                        raise
+                    if isinstance(error, WatchError):
+                        watch.on_gone()
+                    self.log.warning("watching job %s/%s: %s; resuming in %.1fs", self.namespace, self.job_name,
+                                     short_error(error), delay)
+                    import asyncio
+
+                    await asyncio.sleep(delay)
+                    failures += 1
+                verdict = tracker.verdict(time.time())
+                if verdict is not None:
+                    report.flush(tracker, force=True)
+                    return verdict
+
+    def _check_deadline(self) -> None:
+        if self.execution_deadline is not None and time.time() >= self.execution_deadline:
+            raise _DeadlineReached()
+
+    def _log_table(self, rows: Any) -> None:
+        self.log.info("replicas of %s:\n%s", self.job_name, replica_table(rows))
+
+    async def _list(self, core: Any) -> dict[str, Any]:
+        response = await self._request(
+            "listing the pods",
+            lambda: core.list_namespaced_pod(self.namespace, label_selector=f"{JOB_LABEL}={self.job_name}",
+                                             _preload_content=False),
+        )
+        try:
+            return json.loads(await response.read())
+        finally:
+            response.release()
+
+    async def _watch_once(self, core: Any, watch: JobWatch, report: TableReporter) -> None:
+        seconds = watch.watch_seconds(time.time(), self.watch_timeout)
+        if self.execution_deadline is not None:
+            seconds = max(1, min(seconds, int(self.execution_deadline - time.time()) + 1))
+        response = await self._request(
+            "watching the pods",
+            lambda: core.list_namespaced_pod(
+                self.namespace,
+                label_selector=f"{JOB_LABEL}={self.job_name}",
+                watch=True,
+                resource_version=watch.resource_version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=seconds,
+                _preload_content=False,
+            ),
+        )
+        try:
+            async for line in _lines(response):
+                report(watch.on_line(line), watch.tracker)
+                if watch.tracker.verdict(time.time()) is not None:
+                    return
+        finally:
+            response.close()
+
+    async def _request(self, what: str, call: Callable[[], Awaitable[Any]]) -> Any:
+        """``call()`` (a ``_preload_content=False`` request), retried; a non-2xx answer raised as ApiException."""
+
+        async def attempt() -> Any:
+            response = await call()
+            if 200 <= response.status <= 299:
+                return response
+            from kubernetes_asyncio.client.exceptions import ApiException
+            from kubernetes_asyncio.client.rest import RESTResponse
+
+            data = await response.read()
+            response.release()
+            raise ApiException(http_resp=RESTResponse(response, data))
+
+        return await acall_with_retries(attempt, what=f"{what} of job {self.namespace}/{self.job_name}",
+                                        policy=self.retry, log=self.log)
+
+    # ------------------------------------------------------------------ kill
+
+    async def delete_job(self) -> None:
+        """Delete the job's Service; the garbage collector deletes the rest. Gone already is fine."""
+        from kubernetes_asyncio import client as async_client
+
+        async with self.hook.get_conn() as api:
+            core = async_client.CoreV1Api(api)
+
+            async def delete() -> None:
+                try:
+                    await core.delete_namespaced_service(
+                        self.job_name, self.namespace,
+                        body=async_client.V1DeleteOptions(propagation_policy="Background"),
+                    )
+                except async_client.ApiException as error:
+                    if error.status != 404:
+                        raise
+
+            await acall_with_retries(delete, what=f"deleting job {self.namespace}/{self.job_name}",
+                                     policy=self.retry, log=self.log)
+        self.log.info("deleted job %s/%s (task killed)", self.namespace, self.job_name)
+
+    async def on_kill(self) -> None:
+        """Airflow 3.3+: the user killed the deferred task; the job must not keep running."""
+        if self._fired:
+            return
+        await self.delete_job()
+
+    async def cleanup(self) -> None:
+        """Before Airflow 3.3 a user kill only reaches ``cleanup()``; it also runs on triggerer restarts, when
+        the task is still deferred and the job must keep running, so that case is told apart first."""
+        from airflow.providers.cncf.kubernetes.version_compat import AIRFLOW_V_3_3_PLUS
+
+        if AIRFLOW_V_3_3_PLUS or self._fired:
+            return
+        try:
+            if not await self._task_left_deferral():
+                return
+            await self.delete_job()
+        except Exception:  # noqa: BLE001 - cleanup errors are swallowed by the triggerer: log them here
+            self.log.exception("could not clean up job %s/%s", self.namespace, self.job_name)
+
+    async def _task_left_deferral(self) -> bool:
+        from asgiref.sync import sync_to_async
+        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+        from airflow.utils.state import TaskInstanceState
+
+        ti = self.task_instance
+        if ti is None:
+            return False
+        states = await sync_to_async(RuntimeTaskInstance.get_task_states)(
+            dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=ti.map_index
+        )
+        key = f"{ti.task_id}_{ti.map_index}" if ti.map_index >= 0 else ti.task_id
+        state = (states.get(ti.run_id) or {}).get(key)
+        return state is not None and state != TaskInstanceState.DEFERRED
+
+
+async def _lines(response: Any) -> AsyncIterator[bytes]:
+    """Lines of a streamed body of any length (aiohttp's ``readline`` refuses lines over 64 KiB, and a pod of a
+    big job is bigger: every replica's address is in its environment)."""
+    buffer = bytearray()
+    async for chunk in response.content.iter_any():
+        buffer.extend(chunk)
+        start = 0
+        while (end := buffer.find(b"\n", start)) != -1:
+            yield bytes(buffer[start:end])
+            start = end + 1
+        del buffer[:start]
+    if buffer:
+        yield bytes(buffer)
+
+
+__all__ = ["DistributedJobTrigger", "FAILURE"]

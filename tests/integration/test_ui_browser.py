@@ -1,0 +1,192 @@
+"""The job view in a real browser: ``airflow api-server`` as a subprocess, headless Chromium, a real login.
+
+The example DAG runs in this process on the tests' SQLite database while the API server starts on a free
+port. Chromium (Debian's ``chromium`` and ``chromium-driver``, driven with Selenium) opens the job view,
+is sent to Airflow's login page, logs in as a viewer and comes back to the view; then it follows the task's
+"Distributed job" extra link to the task instance page of the Airflow UI, where the view is a tab in a frame.
+Screenshots of both go to ``test-output/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.helpers import run_dag, xcom
+
+CHROMIUM = shutil.which("chromium")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+pytestmark = [
+    pytest.mark.usefixtures("airflow_db"),
+    pytest.mark.timeout(600),  # a bound on the DAG run and the server start too; the fixture's finally still runs
+    pytest.mark.skipif(
+        not (CHROMIUM and CHROMEDRIVER),
+        reason="needs Debian's chromium and chromium-driver: apt-get install -y chromium chromium-driver",
+    ),
+]
+webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium: pip install -e '.[test]'")
+
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support import expected_conditions as ec  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+OUTPUT = ROOT / "test-output"
+DAG_ID, TASK_ID = "example_pytorch_ddp", "train"
+USER, PASSWORD = "ada", "ada-secret-password"
+SERVER_START_TIMEOUT = 180.0
+WAIT = 30.0
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-dev-shm-usage", "--window-size=1440,1500",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_health(base_url: str, server: subprocess.Popen, log_path: Path) -> None:
+    deadline = time.monotonic() + SERVER_START_TIMEOUT
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise AssertionError(f"the API server exited with {server.returncode}:\n{log_path.read_text()[-4000:]}")
+        try:
+            with urllib.request.urlopen(f"{base_url}/api/v2/monitor/health", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1.0)
+    log = log_path.read_text()[-4000:]
+    raise AssertionError(f"the API server did not answer within {SERVER_START_TIMEOUT}s:\n{log}")
+
+
+def stop(server: subprocess.Popen) -> None:
+    """SIGTERM to the server's process group (uvicorn and its worker), SIGKILL if it lingers."""
+    if server.poll() is not None:
+        return
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """(base URL, dag run, job record): the API server up and the example DAG run, with one viewer user."""
+    OUTPUT.mkdir(exist_ok=True)
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    passwords = tmp_path_factory.mktemp("browser-auth") / "passwords.json"
+    passwords.write_text(json.dumps({USER: PASSWORD}))
+    log_path = OUTPUT / "api-server.log"
+    with pytest.MonkeyPatch.context() as env:
+        # Set here, so the server and this process (where the DAG runs and stores its links) agree.
+        env.setenv("AIRFLOW__API__BASE_URL", base_url)
+        env.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "False")
+        env.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", f"{USER}:viewer")
+        env.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE", str(passwords))
+        airflow = Path(sys.executable).with_name("airflow")
+        command = [str(airflow), "api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+                   "--apps", "core"]
+        with open(log_path, "wb") as log:
+            server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy(),
+                                      start_new_session=True)
+        try:
+            run, states = run_dag(DAG_ID, conf={"steps": 60})  # while the server starts
+            assert states[TASK_ID] == "success"
+            wait_for_health(base_url, server, log_path)
+            yield base_url, run, xcom(run, TASK_ID, "job")
+        finally:
+            stop(server)
+
+
+@pytest.fixture
+def browser(tmp_path):
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in [*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}"]:
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    driver.set_page_load_timeout(WAIT * 2)
+    driver.set_script_timeout(WAIT)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait(driver, condition, timeout: float = WAIT):
+    return WebDriverWait(driver, timeout).until(condition)
+
+
+def log_in(driver) -> None:
+    wait(driver, ec.visibility_of_element_located((By.NAME, "username"))).send_keys(USER)
+    driver.find_element(By.NAME, "password").send_keys(PASSWORD)
+    driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait(driver, lambda d: "/auth/login" not in d.current_url)
+
+
+def assert_job_view(driver, job: dict) -> None:
+    """The page in ``driver`` (or its current frame) shows the job's replicas, metrics and charts."""
+    wait(driver, ec.presence_of_element_located((By.CSS_SELECTOR, "table.replicas")))
+    rows = driver.find_elements(By.CSS_SELECTOR, "table.replicas tbody tr")
+    cells = [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")] for row in rows]
+    assert cells == [[r["name"], r["role"], str(r["index"]), r["state"], str(r["exit_code"])]
+                     for r in job["replicas"]]
+    metric_rows = driver.find_elements(By.CSS_SELECTOR, "table.metrics tr")
+    metrics = {row.find_element(By.TAG_NAME, "th").text for row in metric_rows}
+    assert {"final_loss", "initial_loss", "world_size"} <= metrics
+    assert driver.find_elements(By.CSS_SELECTOR, "svg.chart polyline")
+    # Log tabs are radio buttons: choosing the last replica shows its lines and hides the first one's.
+    last = job["replicas"][-1]["name"]
+    driver.find_element(By.XPATH, f"//label[text()='{last}']").click()
+    panes = {pane.get_attribute("data-replica"): pane.is_displayed()
+             for pane in driver.find_elements(By.CSS_SELECTOR, ".tabs pre")}
+    assert panes[last] and not panes[job["replicas"][0]["name"]]
+
+
+def test_job_view_after_login_and_inside_the_airflow_ui(served, browser):
+    base_url, run, job = served
+    run_id = quote(run.run_id, safe="")
+
+    # Not logged in: the view sends the browser to Airflow's login page, and shows nothing of the job.
+    browser.get(f"{base_url}/distributed/jobs/{DAG_ID}/{run_id}/{TASK_ID}")
+    wait(browser, lambda d: "/auth/login" in d.current_url)
+    assert job["job_name"] not in browser.page_source
+    log_in(browser)
+
+    # Back on the view (the login's "next"), as the viewer.
+    wait(browser, lambda d: "/distributed/jobs/" in d.current_url)
+    assert_job_view(browser, job)
+    browser.save_screenshot(str(OUTPUT / "job-view-standalone.png"))
+
+    # The extra link Airflow stored for the task leads to the view's tab on the task instance page.
+    link = xcom(run, TASK_ID, "_link_DistributedJobLink")
+    assert link == f"{base_url}/dags/{DAG_ID}/runs/{run_id}/tasks/{TASK_ID}/plugin/distributed-job"
+    browser.get(link)
+    frame = wait(browser, ec.presence_of_element_located((By.CSS_SELECTOR, "iframe[title='Distributed job']")))
+    browser.switch_to.frame(frame)
+    assert_job_view(browser, job)
+    browser.switch_to.default_content()
+    browser.save_screenshot(str(OUTPUT / "job-view.png"))

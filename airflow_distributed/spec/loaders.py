@@ -16,8 +16,6 @@ from airflow_distributed.spec.checks import check_environment, resolve_framework
 from airflow_distributed.spec.errors import SpecValidationError
 from airflow_distributed.spec.models import FRAMEWORKS, MAX_REPLICAS_PER_ROLE, Environment, TrainingSpec
 
-_POLYAXONFILE_KEYS = {"version", "kind", "framework", "environment", "run", "build", "params", "declarations", "tags"}
-
 
 def load_spec(framework: str | None = None, environment: Any = None) -> TrainingSpec:
     """Validate a framework and ``environment`` section; raise one ``SpecValidationError`` listing every problem.
@@ -29,7 +27,9 @@ def load_spec(framework: str | None = None, environment: Any = None) -> Training
     """
     source = environment if isinstance(environment, str) and _looks_like_path(environment) else None
     data = _read(environment, source)
-    if isinstance(data, Mapping) and "environment" in data and set(data) <= _POLYAXONFILE_KEYS:
+    # The environment section has no key of that name, so a mapping holding one is a whole polyaxonfile
+    # (version, kind, build, run, logging, hptuning, ... are the polyaxonfile's business, not ours).
+    if isinstance(data, Mapping) and "environment" in data:
         if framework is None:
             framework = data.get("framework")
         data = data.get("environment")

@@ -93,3 +93,24 @@ def test_pytorch_seed_written_under_the_mxnet_key_is_named_as_a_mismatch():
     assert err.value.problems == [
         ("environment.mxnet", "does not match framework 'pytorch', whose section is 'environment.pytorch'")
     ]
+
+
+def test_a_whole_polyaxonfile_gives_its_framework_and_environment():
+    polyaxonfile = """
+version: 1
+kind: experiment
+logging: {level: INFO}
+declarations: {lr: 0.01}
+framework: mxnet
+environment:
+  resources: {cpu: {requests: 1, limits: 2}}
+  mxnet: {n_workers: 3, n_ps: 1}
+build: {image: mxnet/python:1.9.1, build_steps: [pip install -r requirements.txt]}
+run: {cmd: python train.py --lr={{ lr }}}
+"""
+    spec = load_spec(None, polyaxonfile)
+    assert spec.framework == "mxnet"
+    assert (spec.cluster.n_workers, spec.cluster.n_ps) == (3, 1)
+    with pytest.raises(SpecValidationError) as err:
+        load_spec("pytorch", polyaxonfile)
+    assert err.value.paths == ["environment.mxnet"]

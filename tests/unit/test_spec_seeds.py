@@ -106,7 +106,8 @@ environment:
   resources: {cpu: {requests: 1, limits: 2}}
   mxnet: {n_workers: 3, n_ps: 1}
 build: {image: mxnet/python:1.9.1, build_steps: [pip install -r requirements.txt]}
-run: {cmd: python train.py --lr={{ lr }}}
+run:
+  cmd: python train.py --lr={{ lr }}
 """
     spec = load_spec(None, polyaxonfile)
     assert spec.framework == "mxnet"

@@ -371,7 +371,7 @@ class _JobParts:
             annotations={**options.annotations, **own_annotations},
             grouping=grouping,
             owner_uid=owner_uid,
-            model_volume=_model_volume(options.model_volume) if plan.layout.model_dir.startswith("/") else None,
+            model_volume=model_volume(options.model_volume) if plan.layout.model_dir.startswith("/") else None,
             files_config_map=f"{plan.job_name}-files" if plan.files else None,
             ssh_secret=f"{plan.job_name}-ssh" if standby_hosts else None,
             standby_hosts=standby_hosts,
@@ -450,7 +450,8 @@ def _files_config_map(plan: ClusterPlan, options: JobManifestOptions, job: _JobP
     )
 
 
-def _model_volume(setting: client.V1Volume | Mapping[str, Any] | str | None) -> client.V1Volume:
+def model_volume(setting: client.V1Volume | Mapping[str, Any] | str | None) -> client.V1Volume:
+    """The volume mounted at the model dir (``JobManifestOptions.model_volume``), named ``MODEL_VOLUME``."""
     if setting is None:
         return model(client.V1Volume, name=MODEL_VOLUME, empty_dir=model(client.V1EmptyDirVolumeSource))
     if isinstance(setting, str):

@@ -1,0 +1,183 @@
+"""A Kubeflow training job read back: its state, its replicas' counts, and which replica decides success (pure).
+
+For the sensors and the watcher of the ``kubeflow`` backend, on the objects ``CustomObjectsApi`` returns (dicts).
+Light on purpose (standard library only), since triggers import it in the triggerer.
+
+States are those of ``airflow_distributed.status``. The operators write ``status.conditions`` of types
+``Created``, ``Running``, ``Restarting``, ``Succeeded``, ``Failed`` (and ``Suspended`` for a suspended job), each
+``True`` or ``False``; when a job ends, its ``Running`` condition is turned ``False``. The state is the ``True``
+condition with the latest ``lastTransitionTime`` (the later in the list on a tie), a ``Succeeded`` or ``Failed``
+one winning over any other, since a finished job never runs again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, NamedTuple
+
+from airflow_distributed.status import FAILED, PENDING, RUNNING, SUCCEEDED
+
+GROUP = "kubeflow.org"
+# Labels the operators put on the pods (and Services) they create for a job.
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
+REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+
+REPLICA_SPECS_KEY: dict[str, str] = {
+    "TFJob": "tfReplicaSpecs",
+    "PyTorchJob": "pytorchReplicaSpecs",
+    "MXJob": "mxReplicaSpecs",
+    "MPIJob": "mpiReplicaSpecs",
+}
+
+CONDITION_STATES: dict[str, str] = {
+    "Created": PENDING,
+    "Suspended": PENDING,
+    "Running": RUNNING,
+    # A replica failed and is being replaced; with restartPolicy Never only another controller's jobs get here.
+    "Restarting": RUNNING,
+    "Succeeded": SUCCEEDED,
+    "Failed": FAILED,
+}
+_TERMINAL = ("Succeeded", "Failed")
+_EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
+
+
+class JobStatus(NamedTuple):
+    """``state`` (``pending``/``running``/``succeeded``/``failed``), and the deciding condition's reason and message."""
+
+    state: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ReplicaCounts:
+    active: int = 0
+    succeeded: int = 0
+    failed: int = 0
+
+
+@dataclass(frozen=True)
+class SuccessRule:
+    """Which replicas' success makes the job succeed, as the operator of the kind decides it.
+
+    ``index`` is the one replica of ``replica_type`` that decides, or ``None``: every replica of it
+    (``all_replicas``) or any one (elastic PyTorch).
+    """
+
+    replica_type: str
+    index: int | None
+    all_replicas: bool
+    description: str
+
+
+def job_status(obj: Mapping[str, Any]) -> JobStatus:
+    """The state of a Kubeflow job from its ``status.conditions`` (see the module docstring)."""
+    status = obj.get("status") or {}
+    conditions = [
+        (position, condition)
+        for position, condition in enumerate(status.get("conditions") or [])
+        if condition.get("status") == "True" and condition.get("type") in CONDITION_STATES
+    ]
+    if not conditions:
+        return JobStatus(PENDING, "", "the operator has not reported on the job yet")
+    terminal = [item for item in conditions if item[1]["type"] in _TERMINAL]
+    _, chosen = max(terminal or conditions, key=lambda item: (_transition_time(item[1]), item[0]))
+    message = chosen.get("message") or ""
+    if chosen["type"] == "Failed" and not message:
+        message = _failed_replicas(status)
+    return JobStatus(CONDITION_STATES[chosen["type"]], chosen.get("reason") or chosen["type"], message)
+
+
+def replica_statuses(obj: Mapping[str, Any]) -> dict[str, ReplicaCounts]:
+    """``status.replicaStatuses`` as counts per replica type (``Worker``, ...); absent counts are 0."""
+    statuses = (obj.get("status") or {}).get("replicaStatuses") or {}
+    return {
+        rtype: ReplicaCounts(
+            active=int(counts.get("active") or 0),
+            succeeded=int(counts.get("succeeded") or 0),
+            failed=int(counts.get("failed") or 0),
+        )
+        for rtype, counts in statuses.items()
+    }
+
+
+def success_rule(obj: Mapping[str, Any]) -> SuccessRule:
+    """Which replica's end decides a job's success, per kind (training-operator 1.8/1.9, mpi-operator v2beta1).
+
+    - TFJob: the Chief (or the older Master) if there is one; else worker 0 (``successPolicy`` unset), or every
+      worker (``successPolicy: AllWorkers``).
+    - PyTorchJob: the Master if there is one; else every Worker (with an ``elasticPolicy``: any one Worker).
+    - MXJob: the Scheduler.
+    - MPIJob: the Launcher.
+
+    :raises ValueError: a kind that is not one of these, or a job without the replica type that would decide.
+    """
+    kind = obj.get("kind")
+    if kind not in REPLICA_SPECS_KEY:
+        raise ValueError(f"{kind!r} is not a Kubeflow training job kind; known: {', '.join(REPLICA_SPECS_KEY)}")
+    spec = obj.get("spec") or {}
+    types = set(spec.get(REPLICA_SPECS_KEY[kind]) or {})
+    if kind == "TFJob":
+        for master in ("Chief", "Master"):
+            if master in types:
+                return SuccessRule(master, 0, False, f"the {master} succeeded")
+        if spec.get("successPolicy") == "AllWorkers":
+            return SuccessRule("Worker", None, True, "every Worker succeeded (successPolicy AllWorkers)")
+        return SuccessRule("Worker", 0, False, "worker 0 succeeded (a TFJob without a Chief)")
+    if kind == "PyTorchJob":
+        if "Master" in types:
+            return SuccessRule("Master", 0, False, "the Master succeeded")
+        if spec.get("elasticPolicy"):
+            return SuccessRule("Worker", None, False, "a Worker succeeded (elastic, without a Master)")
+        return SuccessRule("Worker", None, True, "every Worker succeeded (a PyTorchJob without a Master)")
+    deciding = "Scheduler" if kind == "MXJob" else "Launcher"
+    if deciding not in types:
+        raise ValueError(f"{kind} {_name(obj)} has no {deciding}, whose end decides its success")
+    return SuccessRule(deciding, 0, False, f"the {deciding} succeeded")
+
+
+def pod_selector(job_name: str, replica_type: str | None = None, index: int | None = None) -> str:
+    """A label selector for a job's pods, or those of one replica type (and index)."""
+    parts = [f"{JOB_NAME_LABEL}={job_name}"]
+    if replica_type is not None:
+        parts.append(f"{REPLICA_TYPE_LABEL}={replica_type.lower()}")
+    if index is not None:
+        parts.append(f"{REPLICA_INDEX_LABEL}={index}")
+    return ",".join(parts)
+
+
+def master_pod_selector(obj: Mapping[str, Any]) -> str:
+    """The pod whose main container's termination message holds the output document: the deciding replica's.
+
+    The MPIJob launcher's pod belongs to a batch Job and has no index label, so it is selected by type alone.
+    """
+    rule = success_rule(obj)
+    index = rule.index if obj.get("kind") != "MPIJob" else None
+    return pod_selector(_name(obj), rule.replica_type, index)
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
+
+
+def _transition_time(condition: Mapping[str, Any]) -> datetime:
+    value = condition.get("lastTransitionTime") or condition.get("lastUpdateTime")
+    if not value:
+        return _EARLIEST
+    try:
+        parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return _EARLIEST
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+def _failed_replicas(status: Mapping[str, Any]) -> str:
+    failed = [
+        f"{counts.failed} {rtype}" for rtype, counts in sorted(replica_statuses({"status": status}).items())
+        if counts.failed
+    ]
+    return f"failed replicas: {', '.join(failed)}" if failed else ""

@@ -22,6 +22,9 @@ def get_provider_info() -> dict:
         "operators": [
             {"integration-name": "Distributed Training", "python-modules": ["airflow_distributed.operators.training"]}
         ],
+        "triggers": [
+            {"integration-name": "Distributed Training", "python-modules": ["airflow_distributed.triggers.kubernetes"]}
+        ],
         "extra-links": ["airflow_distributed.links.DistributedJobLink", "airflow_distributed.links.JobUrlLink"],
         "hooks": [
             {

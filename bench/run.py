@@ -10,6 +10,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import crash_latency  # noqa: E402
 import import_time  # noqa: E402
+import kubernetes_submit  # noqa: E402
+import kubernetes_wait  # noqa: E402
 import local_vs_torchrun  # noqa: E402
 
 if __name__ == "__main__":
@@ -17,5 +19,7 @@ if __name__ == "__main__":
         "import_time": import_time.measure(),
         "crash_latency": crash_latency.measure(),
         "local_vs_torchrun": local_vs_torchrun.measure(),
+        "kubernetes_submit": kubernetes_submit.measure(),
+        "kubernetes_wait": kubernetes_wait.measure(),
     }
     print(json.dumps(results, indent=2))

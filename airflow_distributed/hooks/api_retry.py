@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from airflow.providers.common.compat.sdk import AirflowException
+from airflow.sdk.exceptions import AirflowException
 
 T = TypeVar("T")
 

@@ -41,17 +41,16 @@ from airflow_distributed.hooks.api_retry import (
 )
 from airflow_distributed.hooks.job_watch import (
     FAILURE,
-    JobTracker,
-    JobVerdict,
     TABLE_INTERVAL,
     TABLE_ROWS,
+    JobTracker,
+    JobVerdict,
     JobWatch,
     ReplicaSlot,
     TableReporter,
     WatchError,
     WatchGone,
     container_state,
-    replica_table,
     strip_timestamps,
     termination_message,
 )
@@ -61,11 +60,8 @@ from airflow_distributed.manifests.kubernetes import (
     MAIN_CONTAINER,
     SIDECAR_CONTAINER,
     JobObjects,
-    to_dict,
 )
 from airflow_distributed.status import ReplicaStatus
-
-log = logging.getLogger(__name__)
 
 #: Server-side timeout of one watch request; the watch is resumed from its resourceVersion after it.
 WATCH_TIMEOUT = 300
@@ -230,6 +226,10 @@ class DistributedTrainingHook(KubernetesHook):
         tracker.reset(self.list_job_pods(namespace, name).get("items") or [])
         return tracker
 
+    def job_verdict(self, namespace: str, name: str, slots: Sequence[ReplicaSlot]) -> JobVerdict | None:
+        """How the job ended, from one LIST; ``None`` while it runs (startup time is not judged here)."""
+        return self.job_tracker(namespace, name, slots).verdict(self._clock())
+
     # ------------------------------------------------------------------ creation
 
     def ensure_job(self, namespace: str, build: Callable[[str | None], JobObjects],
@@ -267,7 +267,7 @@ class DistributedTrainingHook(KubernetesHook):
             self.delete_job(namespace, name, wait=True)
             return None
         tracker = self.job_tracker(namespace, name, slots)
-        verdict = tracker.verdict(self._clock())
+        verdict = tracker.verdict(self._clock())  # startup time is the wait's to judge, not this look
         if verdict is not None and not verdict.succeeded:
             self.job_log.info("job %s/%s from an earlier try failed (%s); deleting it to start again",
                               namespace, name, verdict.describe())
@@ -341,8 +341,8 @@ class DistributedTrainingHook(KubernetesHook):
         def one(pod: client.V1Pod) -> int:
             if stopped():
                 raise JobStopped(f"creating the pods of job {namespace}: stopped (task killed)")
-            # Serialised here, in the worker thread, so that building request bodies overlaps the requests.
-            return self._create_one(f"creating pod {namespace}/{pod.metadata.name}", create, namespace, to_dict(pod))
+            # The client serialises the model here, in the worker thread, overlapping other pods' requests.
+            return self._create_one(f"creating pod {namespace}/{pod.metadata.name}", create, namespace, pod)
 
         if len(pods) == 1:
             return one(pods[0])

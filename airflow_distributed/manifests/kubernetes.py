@@ -72,6 +72,9 @@ READINESS_CONTAINER = "wait-for-peers"
 SIDECAR_CONTAINER = PodDefaults.SIDECAR_CONTAINER_NAME
 MODEL_VOLUME = "model-dir"
 FILES_VOLUME = "files"
+CLUSTER_VARIABLE = "AIRFLOW_DISTRIBUTED_CLUSTER"
+#: Key of the cluster map in the job's ConfigMap (also a file in the files directory).
+CLUSTER_KEY = "cluster.json"
 TRAINING_PORT_NAME = "training"
 
 LABEL_PREFIX = "airflow-distributed/"
@@ -372,7 +375,8 @@ class _JobParts:
             grouping=grouping,
             owner_uid=owner_uid,
             model_volume=model_volume(options.model_volume) if plan.layout.model_dir.startswith("/") else None,
-            files_config_map=f"{plan.job_name}-files" if plan.files else None,
+            # Always present: it carries the cluster map every replica reads (see _files_config_map).
+            files_config_map=f"{plan.job_name}-files",
             ssh_secret=f"{plan.job_name}-ssh" if standby_hosts else None,
             standby_hosts=standby_hosts,
         )
@@ -440,12 +444,14 @@ def _port_name(position: int, port: int) -> str:
 
 def _files_config_map(plan: ClusterPlan, options: JobManifestOptions, job: _JobParts) -> client.V1ConfigMap:
     # Immutable: the files never change during a job, and the kubelet then stops watching the ConfigMap.
+    # The cluster map is stored once here instead of inline in every pod: it grows with the job (about 50 KB
+    # at 1000 replicas), and inline it would make a big job's pods a thousand times that through the API.
     return model(
         client.V1ConfigMap,
         api_version="v1",
         kind="ConfigMap",
         metadata=_metadata(job.files_config_map, options, job.labels, job.annotations, job.owner_references()),
-        data=dict(plan.files),
+        data={**plan.files, CLUSTER_KEY: plan.master.env[CLUSTER_VARIABLE]},
         immutable=True,
     )
 
@@ -558,7 +564,7 @@ def _main_container(
         image=options.image,
         image_pull_policy=options.image_pull_policy,
         command=command,
-        env=env_vars(replica.env),
+        env=env_vars(replica.env, from_config_map={CLUSTER_VARIABLE: (job.files_config_map, CLUSTER_KEY)}),
         env_from=env_from(settings.config_map_refs, settings.secret_refs) or None,
         resources=resource_requirements(settings.resources, options.resource_keys()),
         ports=ports,

@@ -184,6 +184,21 @@ def image_pull_secrets(names: Sequence[str] | None) -> list[client.V1LocalObject
     return [model(client.V1LocalObjectReference, name=name) for name in names] if names else None
 
 
-def env_vars(env: Mapping[str, str]) -> list[client.V1EnvVar]:
-    """Sorted by name, so the same plan always gives the same manifest."""
-    return [model(client.V1EnvVar, name=name, value=str(env[name])) for name in sorted(env)]
+def env_vars(
+    env: Mapping[str, str], from_config_map: Mapping[str, tuple[str, str]] | None = None
+) -> list[client.V1EnvVar]:
+    """Sorted by name, so the same plan always gives the same manifest.
+
+    :param from_config_map: variables whose value the kubelet reads from a ConfigMap, as name -> (map, key).
+    """
+    refs = from_config_map or {}
+    variables = []
+    for name in sorted(env):
+        if name in refs:
+            map_name, key = refs[name]
+            selector = model(client.V1ConfigMapKeySelector, name=map_name, key=key)
+            source = model(client.V1EnvVarSource, config_map_key_ref=selector)
+            variables.append(model(client.V1EnvVar, name=name, value_from=source))
+        else:
+            variables.append(model(client.V1EnvVar, name=name, value=str(env[name])))
+    return variables

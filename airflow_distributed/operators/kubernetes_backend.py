@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from airflow_distributed.hooks.job_watch import JobTracker, JobVerdict, ReplicaSlot
     from airflow_distributed.hooks.kubernetes import DistributedTrainingHook, JobHandle
     from airflow_distributed.manifests.kubernetes import JobObjects
-    from airflow_distributed.plan import ClusterPlan
     from airflow_distributed.spec import TrainingSpec
 
 CLEAN_POD_POLICIES = ("all", "running", "none")
@@ -102,7 +101,11 @@ def resume_kubernetes(operator: BaseOperator, context: Context, event: dict[str,
 
     run = KubernetesJobRun.resume(operator, context, event)
     status = event.get("status")
-    tracker = run.hook.job_tracker(run.namespace, run.name, run.slots)
+    try:
+        tracker = run.hook.job_tracker(run.namespace, run.name, run.slots)
+    except BaseException:
+        run._clean_up_quietly()
+        raise
     elapsed = max(0.0, time.time() - float(event.get("started_at") or time.time()))
     if status in ("succeeded", "failed"):
         verdict = JobVerdict.from_dict(event.get("verdict") or {"state": status})
@@ -218,7 +221,7 @@ class KubernetesJobRun:
         service = self.hook.get_service(namespace, name)
         if service is None or service["metadata"].get("deletionTimestamp"):
             return "absent"
-        verdict = self.hook.job_tracker(namespace, name, self.slots).verdict(self.hook._clock())
+        verdict = self.hook.job_verdict(namespace, name, self.slots)
         if verdict is None:
             return "running"
         return verdict.state
@@ -245,9 +248,9 @@ class KubernetesJobRun:
             raise
         return self.finish(outcome.verdict, outcome.tracker, dict(outcome.tails), time.monotonic() - self.started)
 
-    def _clean_up_quietly(self) -> None:
+    def _clean_up_quietly(self, succeeded: bool = False, kill: bool = False) -> None:
         try:
-            self.clean_up(succeeded=False)
+            self.clean_up(succeeded, kill=kill)
         except Exception as error:  # noqa: BLE001 - the original error is the one to raise
             self.log.error("could not clean up job %s/%s: %s", self.namespace, self.name, error)
 
@@ -300,31 +303,32 @@ class KubernetesJobRun:
     # ------------------------------------------------------------------ finish
 
     def tail(self, replica: str, tracker: JobTracker, container: str | None = None) -> list[str]:
+        """A replica's last lines; best effort: a log that cannot be read decides nothing."""
+        from airflow_distributed.hooks.api_retry import KubernetesJobError
         from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER
 
         if tracker.pod(replica) is None:
             return []
-        return self.hook.read_log_tail(self.namespace, replica, TAIL_LINES, container or MAIN_CONTAINER)
+        try:
+            return self.hook.read_log_tail(self.namespace, replica, TAIL_LINES, container or MAIN_CONTAINER)
+        except KubernetesJobError as error:
+            self.log.warning("could not read the last lines of %s: %s", replica, error)
+            return []
 
     def finish(self, verdict: JobVerdict, tracker: JobTracker, logs: dict[str, list[str]],
                elapsed: float) -> dict[str, Any]:
         """Output, logs, clean-up, XCom; raises ``DistributedJobError`` unless the job succeeded."""
-        from airflow_distributed.hooks.job_watch import log_available, replica_table
+        from airflow_distributed.hooks.job_watch import replica_table
         from airflow_distributed.outputs import job_record, job_result
 
         ti = self.context["ti"]
         killed = verdict.cause == "stopped"
-        document = self._document(tracker, verdict.succeeded) if not killed else _empty_document()
-        failure_tail: list[str] = []
-        events: list[str] = []
-        if not verdict.succeeded and verdict.replica is not None:
-            if verdict.cause == "exit":
-                failure_tail = self.tail(verdict.replica, tracker, verdict.container)
-                logs[verdict.replica] = failure_tail
-            elif verdict.cause == "startup" and tracker.pod(verdict.replica) is not None:
-                events = self.hook.pod_events(self.namespace, verdict.replica)
-        if not killed and self.master.name not in logs and log_available(tracker.pod(self.master.name)):
-            logs = {self.master.name: self.tail(self.master.name, tracker), **logs}
+        try:
+            document, failure_tail, events = self._collect(verdict, tracker, logs, killed)
+        except BaseException:
+            # Whatever could not be read, the pods must not outlive the task.
+            self._clean_up_quietly(verdict.succeeded, killed)
+            raise
         stopped = self.clean_up(verdict.succeeded, kill=killed)
         statuses = _after_cleanup(tracker.statuses(), stopped)
         self.log.info("replicas of %s (final):\n%s", self.name, replica_table(statuses))
@@ -342,6 +346,27 @@ class KubernetesJobRun:
         self.log.info("job %s/%s succeeded in %.1fs; metrics: %s; model path: %s", self.namespace, self.name,
                       elapsed, json.dumps(result["metrics"]), result["model_path"])
         return result
+
+    def _collect(self, verdict: JobVerdict, tracker: JobTracker, logs: dict[str, list[str]],
+                 killed: bool) -> tuple[dict[str, Any], list[str], list[str]]:
+        """The output document, the failed replica's last lines (or pod events), the master's last lines.
+
+        ``logs`` gets the tails read here.
+        """
+        from airflow_distributed.hooks.job_watch import log_available
+
+        document = self._document(tracker, verdict.succeeded) if not killed else _empty_document()
+        failure_tail: list[str] = []
+        events: list[str] = []
+        if not verdict.succeeded and verdict.replica is not None:
+            if verdict.cause == "exit":
+                failure_tail = self.tail(verdict.replica, tracker, verdict.container)
+                logs[verdict.replica] = failure_tail
+            elif verdict.cause == "startup" and tracker.pod(verdict.replica) is not None:
+                events = self.hook.pod_events(self.namespace, verdict.replica)
+        if not killed and self.master.name not in logs and log_available(tracker.pod(self.master.name)):
+            logs[self.master.name] = self.tail(self.master.name, tracker)
+        return document, failure_tail, events
 
     def _document(self, tracker: JobTracker, succeeded: bool) -> dict[str, Any]:
         from airflow_distributed.outputs import parse_output_document

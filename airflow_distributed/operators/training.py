@@ -9,6 +9,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from airflow.providers.common.compat.sdk import conf
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
@@ -65,12 +66,29 @@ class DistributedTrainingOperator(BaseOperator):
     :param python: interpreter of the local replicas (e.g. a framework's own virtualenv); default: Airflow's.
     :param stop_grace_period: seconds a replica gets after SIGTERM before SIGKILL.
     :param settle_period: seconds the other replicas get to finish on their own after the master succeeds.
+    :param kubernetes_conn_id: the cncf provider's Kubernetes connection (Kubernetes backend).
+    :param namespace: namespace of the job's objects; default: the connection's ``namespace`` extra, else
+        ``default``. (templated)
+    :param deferrable: wait in the triggerer instead of a worker slot (Kubernetes backend); default:
+        ``[operators] default_deferrable``.
+    :param clean_pod_policy: what is deleted when the job ends: ``all`` (the job's Service and, by cascade, every
+        object of it), ``running`` (pods still pending or running; finished ones are kept for their logs until the
+        next try) or ``none``. Default: ``all`` after success, ``running`` after failure. A killed task deletes its
+        job whatever the policy.
+    :param gpu_resource_key: the Kubernetes resource name of the spec's ``gpu``.
+    :param scheduler_name: the pods' scheduler (with ``gang_scheduling="volcano"``: ``volcano`` by default).
+    :param gang_scheduling: ``volcano`` or ``scheduler-plugins``: a PodGroup makes the replicas start together.
+    :param queue_name: a Kueue LocalQueue; Kueue then admits the job's pods as one workload.
+    :param model_volume: what is mounted at ``model_dir`` in every pod: a PersistentVolumeClaim name or a volume
+        dict; default an emptyDir (lost with the pod: use a claim or a URL ``model_dir`` to keep the model).
+    :param log_replicas: replicas whose logs are followed into the task log besides the master's: ``"all"``, or
+        role names (``"worker"``), ``"<role>-<index>"`` or pod names (synchronous mode; at most 32).
     :param job_links: extra link buttons as (name, URL template) pairs, e.g.
         ``("TensorBoard", "https://tb.example.com/#scalars&regexInput={job_name}")``; placeholders ``{job_name}``,
         ``{dag_id}``, ``{run_id}``, ``{task_id}``, ``{map_index}``, ``{try_number}``.
     """
 
-    template_fields: Sequence[str] = ("image", "command", "args", "env", "environment", "model_dir", "python")
+    template_fields: Sequence[str] = ("image", "command", "args", "env", "environment", "model_dir", "python", "namespace")
     template_fields_renderers = {"environment": "json", "env": "json", "command": "py"}
     ui_color = "#d4e6f9"
     operator_extra_links = operator_links()
@@ -92,6 +110,16 @@ class DistributedTrainingOperator(BaseOperator):
         python: str | None = None,
         stop_grace_period: float = 5.0,
         settle_period: float = 5.0,
+        kubernetes_conn_id: str | None = "kubernetes_default",
+        namespace: str | None = None,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        clean_pod_policy: Literal["all", "running", "none"] | None = None,
+        gpu_resource_key: str = "nvidia.com/gpu",
+        scheduler_name: str | None = None,
+        gang_scheduling: Literal["volcano", "scheduler-plugins"] | None = None,
+        queue_name: str | None = None,
+        model_volume: str | Mapping[str, Any] | None = None,
+        log_replicas: str | Sequence[str] | None = None,
         job_links: JobLinks | None = None,
         **kwargs: Any,
     ) -> None:
@@ -112,6 +140,16 @@ class DistributedTrainingOperator(BaseOperator):
         self.python = python
         self.stop_grace_period = stop_grace_period
         self.settle_period = settle_period
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.namespace = namespace
+        self.deferrable = deferrable
+        self.clean_pod_policy = clean_pod_policy
+        self.gpu_resource_key = gpu_resource_key
+        self.scheduler_name = scheduler_name
+        self.gang_scheduling = gang_scheduling
+        self.queue_name = queue_name
+        self.model_volume = model_volume
+        self.log_replicas = log_replicas
         self._local_job: LocalJob | None = None
         self._check_arguments()
         # Validate at parse time unless the spec is still a template (then: after rendering, before anything starts).
@@ -129,6 +167,10 @@ class DistributedTrainingOperator(BaseOperator):
         if self.backend == "local" and not self.wait_for_completion:
             problems.append(("wait_for_completion", "the local backend's replicas are children of the task, "
                              "so it always waits; use backend='kubernetes' to start a job and return"))
+        if self.backend == "kubernetes":
+            from airflow_distributed.operators.kubernetes_backend import check_kubernetes_arguments
+
+            problems.extend(check_kubernetes_arguments(self))
         if problems:
             raise SpecValidationError(problems, source=f"task {self.task_id}")
 
@@ -140,10 +182,12 @@ class DistributedTrainingOperator(BaseOperator):
 
         name = job_name(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
         command = [str(part) for part in [*self.command, *(self.args or [])]]
-        if self.backend == "local":
-            result = self._run_local(spec, name, command, context)
-        else:
-            raise AirflowException("backend='kubernetes' is not available in this version")
+        if self.backend == "kubernetes":
+            from airflow_distributed.operators.kubernetes_backend import run_kubernetes
+
+            # Pushes metrics, model_path, job_name and job itself (also when resumed after a deferral).
+            return run_kubernetes(self, context, spec, name, command)
+        result = self._run_local(spec, name, command, context)
         ti.xcom_push(key="metrics", value=result["metrics"])
         ti.xcom_push(key="model_path", value=result["model_path"])
         ti.xcom_push(key="job_name", value=result["job_name"])
@@ -226,7 +270,18 @@ class DistributedTrainingOperator(BaseOperator):
             f"after {elapsed:.1f}s; every other replica was stopped. Its last lines:\n{tail}"
         )
 
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """Resumes a deferred Kubernetes job with the trigger's event: output, logs, clean-up, XCom."""
+        from airflow_distributed.operators.kubernetes_backend import resume_kubernetes
+
+        return resume_kubernetes(self, context, event)
+
     def on_kill(self) -> None:
+        if self.backend == "kubernetes":
+            from airflow_distributed.operators.kubernetes_backend import kill_kubernetes
+
+            kill_kubernetes(self)
+            return
         job = self._local_job
         if job is not None:
             self.log.info("task killed: stopping every replica")

@@ -12,6 +12,7 @@ restart (the trigger moves, the task still waits) leaves the job running.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -23,7 +24,6 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_distributed.hooks.api_retry import RetryPolicy, acall_with_retries, is_transient, short_error
 from airflow_distributed.hooks.job_watch import (
-    FAILURE,
     TABLE_INTERVAL,
     TABLE_ROWS,
     JobTracker,
@@ -38,6 +38,18 @@ from airflow_distributed.hooks.job_watch import (
 from airflow_distributed.manifests.kubernetes import JOB_LABEL
 
 WATCH_TIMEOUT = 300
+
+
+def _airflow_version() -> tuple[int, int]:
+    from airflow import __version__
+    from packaging.version import Version
+
+    release = Version(__version__).release
+    return release[0], release[1] if len(release) > 1 else 0
+
+
+#: From Airflow 3.3 the triggerer calls a trigger's on_kill() when a user kills its deferred task.
+_AIRFLOW_HAS_TRIGGER_ON_KILL = _airflow_version() >= (3, 3)
 
 
 class _DeadlineReached(Exception):
@@ -172,8 +184,6 @@ class DistributedJobTrigger(BaseTrigger):
                         watch.on_gone()
                     self.log.warning("watching job %s/%s: %s; resuming in %.1fs", self.namespace, self.job_name,
                                      short_error(error), delay)
-                    import asyncio
-
                     await asyncio.sleep(delay)
                     failures += 1
                 verdict = tracker.verdict(time.time())
@@ -272,9 +282,7 @@ class DistributedJobTrigger(BaseTrigger):
     async def cleanup(self) -> None:
         """Before Airflow 3.3 a user kill only reaches ``cleanup()``; it also runs on triggerer restarts, when
         the task is still deferred and the job must keep running, so that case is told apart first."""
-        from airflow.providers.cncf.kubernetes.version_compat import AIRFLOW_V_3_3_PLUS
-
-        if AIRFLOW_V_3_3_PLUS or self._fired:
+        if _AIRFLOW_HAS_TRIGGER_ON_KILL or self._fired:
             return
         try:
             if not await self._task_left_deferral():
@@ -314,4 +322,4 @@ async def _lines(response: Any) -> AsyncIterator[bytes]:
         yield bytes(buffer)
 
 
-__all__ = ["DistributedJobTrigger", "FAILURE"]
+__all__ = ["DistributedJobTrigger"]

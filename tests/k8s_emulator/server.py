@@ -127,6 +127,12 @@ class _HttpServer(ThreadingHTTPServer):
         self._connections_lock = threading.Lock()
         super().__init__(address, handler)
 
+    def server_bind(self):
+        # Headers and body go out in separate writes; without this Nagle and delayed ACKs add ~40 ms per request.
+        # Accepted connections inherit the option from the listening socket (Linux).
+        self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        super().server_bind()
+
     def process_request(self, request, client_address):
         with self._connections_lock:
             self._connections.add(request)

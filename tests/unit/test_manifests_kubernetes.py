@@ -113,7 +113,20 @@ def _container(pod: client.V1Pod, name: str = MAIN_CONTAINER) -> client.V1Contai
 
 
 def _env(pod: client.V1Pod) -> dict[str, str]:
-    return {var.name: var.value for var in _container(pod).env}
+    """The container's plain variables (those read from a ConfigMap are left out)."""
+    return {var.name: var.value for var in _container(pod).env if var.value_from is None}
+
+
+def test_the_cluster_map_is_read_from_the_job_config_map_not_inlined():
+    plan = _plan("tensorflow", {"tensorflow": {"n_workers": 2}})
+    objects = build_job_objects(plan, _options())
+    (config_map,) = objects.config_maps
+    assert config_map.data["cluster.json"] == plan.master.env["AIRFLOW_DISTRIBUTED_CLUSTER"]
+    for pod in objects.pods:
+        (var,) = [v for v in _container(pod).env if v.name == "AIRFLOW_DISTRIBUTED_CLUSTER"]
+        assert var.value is None
+        assert (var.value_from.config_map_key_ref.name, var.value_from.config_map_key_ref.key) == (
+            config_map.metadata.name, "cluster.json")
 
 
 def _validate(body: dict[str, Any], version: str = SCHEMA_VERSION) -> None:
@@ -133,7 +146,7 @@ class JobCase:
     environment: Any
     options: dict[str, Any] = field(default_factory=dict)
     model_dir: str | None = None
-    #: kinds expected besides Service and Pods
+    #: kinds expected besides Service, the job's ConfigMap and Pods
     kinds: tuple[str, ...] = ()
 
 
@@ -141,9 +154,9 @@ JOB_CASES = [
     JobCase("tensorflow with ps", "tensorflow", {"tensorflow": {"n_workers": 2, "n_ps": 1}}),
     JobCase("mxnet", "mxnet", {"mxnet": {"n_workers": 2, "n_ps": 1}}),
     JobCase("pytorch", "pytorch", {"pytorch": {"n_workers": 3}}),
-    JobCase("horovod", "horovod", {"replicas": {"n_workers": 2}}, kinds=("Secret", "ConfigMap")),
+    JobCase("horovod", "horovod", {"replicas": {"n_workers": 2}}, kinds=("Secret",)),
     JobCase("seed 000: tensorflow master, 2 ps, 4 workers, index 2 own", None, SEED_000_TENSORFLOW),
-    JobCase("seed 001: horovod launcher and 7 gpu workers", None, SEED_001_HOROVOD, kinds=("Secret", "ConfigMap")),
+    JobCase("seed 001: horovod launcher and 7 gpu workers", None, SEED_001_HOROVOD, kinds=("Secret",)),
     JobCase("master alone", "tensorflow", None),
     JobCase("every pod setting on master and workers", "pytorch",
             {**EVERY_SETTING, "pytorch": {"n_workers": 2, "default_worker": EVERY_SETTING}}),
@@ -151,7 +164,7 @@ JOB_CASES = [
             {"gang_scheduling": "volcano", "queue_name": "team-a", "model_volume": "models-claim",
              "active_deadline_seconds": 86400, "ttl_seconds_after_finished": 600, "image_pull_policy": "Always",
              "labels": {"owner": "ml"}, "annotations": {"note": "x"}, "automount_service_account_token": True},
-            kinds=("Secret", "ConfigMap", "PodGroup")),
+            kinds=("Secret", "PodGroup")),
     JobCase("scheduler-plugins, volume dict, no readiness, no relay", "mxnet", {"mxnet": {"n_workers": 1}},
             {"gang_scheduling": "scheduler-plugins", "scheduler_name": "scheduler-plugins-scheduler",
              "model_volume": {"nfs": {"server": "nfs.example", "path": "/models"}},
@@ -171,7 +184,9 @@ def test_every_object_validates_against_the_strict_kubernetes_schema(case: JobCa
     bodies = objects.as_dicts()
 
     kinds = [body["kind"] for body in bodies]
-    assert kinds == ["Service", *case.kinds, *["Pod"] * len(objects.pods)]
+    secrets = [k for k in case.kinds if k == "Secret"]
+    others = [k for k in case.kinds if k != "Secret"]
+    assert kinds == ["Service", *secrets, "ConfigMap", *others, *["Pod"] * len(objects.pods)]
     for body in bodies:
         if body["kind"] != "PodGroup":  # a custom resource: no schema shipped, checked in test_pod_group
             _validate(body)
@@ -531,7 +546,7 @@ def test_horovod_hostfile_config_map_is_mounted_where_the_plan_points():
     (config_map,) = objects.config_maps
 
     assert config_map.metadata.name == f"{JOB}-files" and config_map.immutable is True
-    assert config_map.data == dict(plan.files)
+    assert config_map.data == {**plan.files, "cluster.json": plan.master.env["AIRFLOW_DISTRIBUTED_CLUSTER"]}
     for pod in objects.pods:
         mount = next(m for m in _container(pod).volume_mounts if m.name == "files")
         assert (mount.mount_path, mount.read_only) == (FILES_DIR, True)

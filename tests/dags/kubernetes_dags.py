@@ -1,0 +1,60 @@
+"""DAGs for the Kubernetes backend's tests; each job runs in a namespace of its own of the API emulator.
+
+The tests play the kubelet: nothing here runs a container. ``namespace_of(dag_id)`` is the namespace a DAG
+uses (the test creates it); the connection is ``kubernetes_default``, which the tests point at the emulator.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import DAG, task
+
+from airflow_distributed.operators import DistributedTrainingOperator
+
+IMAGE = "registry.example.com/trainer:1.0"
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+ENVIRONMENT = {"pytorch": {"n_workers": 2}}
+#: The emulator's pods never start unless the test says so: a short window keeps the startup tests fast.
+SHORT_STARTUP = 2.0
+
+
+def namespace_of(dag_id: str) -> str:
+    return dag_id.replace("_", "-")
+
+
+def _dag(dag_id: str, *, report: bool = False, **task_kwargs) -> DAG:
+    task_kwargs.setdefault("startup_timeout", 30.0)
+    with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]) as dag:
+        train = DistributedTrainingOperator(
+            task_id="train",
+            framework="pytorch",
+            environment=ENVIRONMENT,
+            command=["python", "/opt/jobs/train.py"],
+            args=["--steps", "{{ params.steps }}"],
+            params={"steps": 5},
+            image=IMAGE,
+            backend="kubernetes",
+            namespace=namespace_of(dag_id),
+            **task_kwargs,
+        )
+        if report:
+
+            @task
+            def report_metrics(metrics: dict, model_path: str) -> dict:
+                return {"loss": metrics["loss"], "model_path": model_path}
+
+            report_metrics(train.output["metrics"], train.output["model_path"])
+    return dag
+
+
+success = _dag("k8s_success", report=True)
+deferrable = _dag("k8s_deferrable", deferrable=True)
+worker_failure = _dag("k8s_worker_failure")
+master_oom = _dag("k8s_master_oom", clean_pod_policy="all")
+unschedulable = _dag("k8s_unschedulable", startup_timeout=SHORT_STARTUP)
+image_pull = _dag("k8s_image_pull", startup_timeout=SHORT_STARTUP)
+long_running = _dag("k8s_long_running", execution_timeout=timedelta(minutes=5))
+reattach = _dag("k8s_reattach")
+no_wait = _dag("k8s_no_wait", wait_for_completion=False)

@@ -1,0 +1,497 @@
+"""The Kubernetes backend through a real Airflow: DAG runs against the API emulator, the test playing the kubelet.
+
+Every request crosses HTTP through the real ``kubernetes`` / ``kubernetes_asyncio`` clients and the cncf
+provider's hooks, with the ``kubernetes_default`` connection given as an environment variable. After each run
+the test checks what is left in the emulator: the clean-up policy, not luck, decides it.
+
+``Kubelet`` and the emulator fixtures are shared with the other ``test_kubernetes_*`` modules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import pendulum
+import pytest
+
+from tests.conftest import ROOT
+from tests.dags.kubernetes_dags import SHORT_STARTUP, namespace_of
+from tests.helpers import wait_until, xcom
+from tests.k8s_emulator import KubeEmulator
+
+JOB_LABEL = "airflow-distributed/job"
+DOCUMENT = {
+    "metrics": {"loss": 0.125, "accuracy": 0.97},
+    "model_path": "s3://models/nightly/run-42",
+    "history": [{"step": 1, "loss": 0.5}, {"step": 2, "loss": 0.25}, {"step": 3, "loss": 0.125}],
+}
+
+
+# ---------------------------------------------------------------------------------------------- kubelet
+
+
+class Kubelet:
+    """Plays the kubelet for the pods of one namespace: runs them, writes logs, ends containers.
+
+    ``play(script)`` runs ``script(self)`` in a thread once ``pods`` pods exist; a failing script is
+    reported by ``check()`` instead of being lost in its thread.
+    """
+
+    def __init__(self, emu: KubeEmulator, namespace: str, pods: int = 3) -> None:
+        self.emu, self.namespace, self.count = emu, namespace, pods
+        self.errors: list[str] = []
+        self.seen: dict[str, dict] = {}
+        self._thread: threading.Thread | None = None
+
+    # -- discovery
+    def wait_for_pods(self, timeout: float = 60.0) -> dict[str, str]:
+        """``{"master-0": pod, "worker-0": pod, ...}`` once every pod exists."""
+        def ready():
+            pods = self.emu.list("pods", self.namespace, label_selector=JOB_LABEL)
+            return pods if len(pods) >= self.count else None
+
+        for pod in wait_until(ready, timeout=timeout, interval=0.02):
+            self.seen[pod["metadata"]["name"]] = pod
+        return self.names()
+
+    def names(self) -> dict[str, str]:
+        names = {}
+        for name, pod in self.seen.items():
+            labels = pod["metadata"]["labels"]
+            names[f"{labels['airflow-distributed/role']}-{labels['airflow-distributed/index']}"] = name
+        return names
+
+    @property
+    def master(self) -> str:
+        return next(n for n, p in self.seen.items() if p["metadata"]["labels"]["airflow-distributed/master"] == "true")
+
+    def pod(self, key: str) -> str:
+        return self.names()[key]
+
+    # -- kubelet acts
+    def run_all(self, *, except_: tuple[str, ...] = ()) -> None:
+        for key, name in self.names().items():
+            if key not in except_:
+                self.emu.run_pod(self.namespace, name)
+
+    def log(self, pod: str, *lines: str) -> None:
+        self.emu.append_log(self.namespace, pod, "\n".join(lines), container="base")
+
+    def master_exits(self, code: int = 0, reason: str = "Completed", document: dict | None = None) -> None:
+        """The master's ``base`` container ends; its XCom sidecar keeps the pod Running, as on a cluster."""
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        terminated = {"exitCode": code, "reason": reason, "startedAt": now, "finishedAt": now}
+        if document is not None:
+            terminated["message"] = json.dumps(document)
+        self.emu.set_pod_phase(self.namespace, self.master, "Running",
+                               container_states={"base": {"terminated": terminated}})
+
+    def fail(self, pod: str, code: int, reason: str = "Error") -> None:
+        self.emu.fail_pod(self.namespace, pod, exit_code=code, reason=reason)
+
+    # -- running a script
+    def play(self, script: Callable[[Kubelet], None]) -> Kubelet:
+        def body():
+            try:
+                self.wait_for_pods()
+                script(self)
+            except Exception:  # noqa: BLE001 - reported by check()
+                self.errors.append(traceback.format_exc())
+
+        self._thread = threading.Thread(target=body, name="kubelet", daemon=True)
+        self._thread.start()
+        return self
+
+    def check(self, timeout: float = 10.0) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+        assert not self.errors, "\n".join(self.errors)
+
+
+def train_and_succeed(kubelet: Kubelet, document: dict = DOCUMENT, steps: int = 3, pause: float = 0.05) -> None:
+    kubelet.run_all()
+    for step in range(1, steps + 1):
+        kubelet.log(kubelet.master, f"step {step} loss {0.5 ** step:.3f}")
+        time.sleep(pause)
+    kubelet.master_exits(0, document=document)
+
+
+# ---------------------------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    with KubeEmulator(kubernetes_version="1.31", bookmark_interval=0.5) as emu:
+        yield emu
+        assert emu.errors == [], "\n".join(emu.errors)
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(emulator, tmp_path_factory) -> str:
+    return emulator.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
+
+
+@pytest.fixture(scope="module")
+def kubernetes_connection(kubeconfig):
+    """``kubernetes_default`` pointing at the emulator, as an Airflow connection in the environment."""
+    value = json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig}})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", value)
+        yield value
+
+
+def objects(emu: KubeEmulator, namespace: str) -> dict[str, list[str]]:
+    """Names of what is left in a namespace, per kind (the ``default`` service account aside)."""
+    left = {}
+    for plural in ("services", "pods", "configmaps", "secrets"):
+        left[plural] = sorted(o["metadata"]["name"] for o in emu.list(plural, namespace))
+    return left
+
+
+def settled(emu: KubeEmulator, namespace: str, expected: dict[str, list[str]], timeout: float = 5.0) -> None:
+    """What is left equals ``expected`` (the garbage collector takes ~50 ms after an owner goes)."""
+    try:
+        wait_until(lambda: objects(emu, namespace) == expected, timeout=timeout, interval=0.05)
+    except AssertionError:
+        assert objects(emu, namespace) == expected
+
+
+NOTHING = {"services": [], "pods": [], "configmaps": [], "secrets": []}
+
+
+def run_dag_at(dag_id: str, when: pendulum.DateTime | None = None):
+    """``dag.test()`` of a DAG of the DAGs folder; with ``when``, the same run id (hence job name) each time."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag()
+    assert not bag.import_errors, bag.import_errors
+    dag = bag.get_dag(dag_id)
+    # A manual run's id comes from run_after: both are fixed for the same task instance again.
+    run = dag.test(logical_date=when, run_after=when) if when is not None else dag.test()
+    return run, {ti.task_id: ti.state for ti in run.get_task_instances()}
+
+
+def failure_line(output: str) -> str:
+    return next(line for line in output.splitlines() if "DistributedJobError" in line or " failed after " in line)
+
+
+def task_requests(emu: KubeEmulator, namespace: str) -> list[Any]:
+    return [r for r in emu.requests if f"/namespaces/{namespace}/" in r.path]
+
+
+pytestmark = [pytest.mark.usefixtures("airflow_db", "kubernetes_connection")]
+
+
+# ---------------------------------------------------------------------------------------------- success
+
+
+@pytest.mark.parametrize("dag_id", ["k8s_success", "k8s_deferrable"])
+def test_a_job_that_succeeds_hands_its_metrics_to_xcom_and_leaves_nothing(emulator, dag_id, capfd):
+    namespace = namespace_of(dag_id)
+    emulator.create_namespace(namespace)
+    emulator.reset_requests()
+    def script(kubelet: Kubelet) -> None:
+        # The master ends once the job is being watched (here or in the triggerer), not before.
+        wait_until(lambda: any(r.is_watch for r in task_requests(emulator, namespace)), timeout=60)
+        train_and_succeed(kubelet)
+
+    kubelet = Kubelet(emulator, namespace).play(script)
+    run, states = run_dag_at(dag_id)
+    kubelet.check()
+
+    assert set(states.values()) == {"success"}
+    result = xcom(run, "train")
+    assert {k: result[k] for k in ("framework", "backend", "state", "namespace")} == {
+        "framework": "pytorch", "backend": "kubernetes", "state": "succeeded", "namespace": namespace}
+    assert result["metrics"] == DOCUMENT["metrics"] and result["model_path"] == DOCUMENT["model_path"]
+    job = result["job_name"]
+    assert [(r["name"], r["role"], r["index"], r["state"], r["exit_code"]) for r in result["replicas"]] == [
+        (f"{job}-master-0", "master", 0, "succeeded", 0),
+        (f"{job}-worker-0", "worker", 0, "stopped", None),
+        (f"{job}-worker-1", "worker", 1, "stopped", None),
+    ]
+    assert xcom(run, "train", "metrics") == DOCUMENT["metrics"]
+    assert xcom(run, "train", "model_path") == DOCUMENT["model_path"]
+    assert xcom(run, "train", "job_name") == job
+    record = xcom(run, "train", "job")
+    assert record["state"] == "succeeded" and record["history"] == DOCUMENT["history"]
+    assert record["logs"][f"{job}-master-0"] == ["step 1 loss 0.500", "step 2 loss 0.250", "step 3 loss 0.125"]
+    if dag_id == "k8s_success":
+        assert xcom(run, "report_metrics") == {"loss": 0.125, "model_path": DOCUMENT["model_path"]}
+    # The templated args reached the pods' command, after the relay that copies the output document.
+    assert kubelet.seen[f"{job}-worker-0"]["spec"]["containers"][0]["command"][-4:] == [
+        "python", "/opt/jobs/train.py", "--steps", "5"]
+    settled(emulator, namespace, NOTHING)
+
+    requests = task_requests(emulator, namespace)
+    watches = [r for r in requests if r.is_watch]
+    assert len(watches) == 1 and watches[0].query["labelSelector"] == f"{JOB_LABEL}={job}"
+    # No polling: single pods are read once (the XCom sidecar check), never in a loop.
+    assert len([r for r in requests if r.method == "GET" and r.path.endswith("/pods/" + f"{job}-master-0")]) <= 1
+    assert [r.method for r in requests if r.path.endswith("/pods")].count("POST") == 3
+    out = capfd.readouterr().out
+    if dag_id == "k8s_success":
+        assert f"[{job}-master-0] step 2 loss 0.250" in out  # the master's log, followed into the task log
+    else:
+        assert "waiting in the triggerer" in out
+
+
+def test_wait_for_completion_false_starts_the_job_and_returns(emulator):
+    namespace = namespace_of("k8s_no_wait")
+    emulator.create_namespace(namespace)
+
+    run, states = run_dag_at("k8s_no_wait")
+
+    assert states == {"train": "success"}
+    job = xcom(run, "train", "job_name")
+    assert xcom(run, "train") == {"job_name": job, "namespace": namespace}
+    assert xcom(run, "train", "namespace") == namespace
+    left = objects(emulator, namespace)
+    assert left["services"] == [job] and len(left["pods"]) == 3  # still running: a sensor's business now
+    emulator.delete("services", namespace, job)
+    settled(emulator, namespace, NOTHING)
+
+
+# ---------------------------------------------------------------------------------------------- failures
+
+
+def test_a_failing_worker_fails_the_task_at_once_naming_it(emulator, capfd):
+    namespace = namespace_of("k8s_worker_failure")
+    emulator.create_namespace(namespace)
+
+    def script(kubelet: Kubelet) -> None:
+        kubelet.run_all()
+        worker = kubelet.pod("worker-1")
+        kubelet.log(worker, "step 1", "Traceback (most recent call last):", "RuntimeError: NCCL error: unhandled")
+        kubelet.fail(worker, 3)
+
+    kubelet = Kubelet(emulator, namespace).play(script)
+    started = time.monotonic()
+    run, states = run_dag_at("k8s_worker_failure")
+    kubelet.check()
+
+    assert states == {"train": "failed"}
+    assert time.monotonic() - started < 30  # not the 30 s startup window, nor any other wait
+    worker = kubelet.pod("worker-1")
+    out = capfd.readouterr().out
+    assert f"replica {worker} exited with code 3" in out
+    assert "RuntimeError: NCCL error: unhandled" in out  # its last lines are in the failure message
+    assert xcom(run, "train") is None
+    record = xcom(run, "train", "job")
+    assert record["state"] == "failed"
+    assert {r["name"]: (r["state"], r["exit_code"]) for r in record["replicas"]} == {
+        kubelet.pod("master-0"): ("stopped", None), kubelet.pod("worker-0"): ("stopped", None), worker: ("failed", 3)}
+    assert record["logs"][worker][-1] == "RuntimeError: NCCL error: unhandled"
+    # Default policy after a failure: running pods deleted, the failed one and the Service kept for a look.
+    job = record["job_name"]
+    settled(emulator, namespace, {"services": [job], "pods": [worker], "configmaps": [f"{job}-files"], "secrets": []})
+
+
+def test_an_oom_killed_master_fails_the_task_with_the_reason(emulator, capfd):
+    namespace = namespace_of("k8s_master_oom")
+    emulator.create_namespace(namespace)
+
+    def script(kubelet: Kubelet) -> None:
+        kubelet.run_all()
+        kubelet.log(kubelet.master, "step 1 loss 0.5")
+        kubelet.master_exits(137, "OOMKilled")
+
+    kubelet = Kubelet(emulator, namespace).play(script)
+    run, states = run_dag_at("k8s_master_oom")
+    kubelet.check()
+
+    assert states == {"train": "failed"}
+    assert f"replica {kubelet.master} exited with code 137 (OOMKilled)" in capfd.readouterr().out
+    record = xcom(run, "train", "job")
+    assert record["replicas"][0]["exit_code"] == 137 and record["replicas"][0]["state"] == "failed"
+    settled(emulator, namespace, NOTHING)  # clean_pod_policy="all"
+
+
+@pytest.mark.parametrize(
+    ("dag_id", "reason", "message"),
+    [
+        ("k8s_unschedulable", "Unschedulable", "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."),
+        ("k8s_image_pull", "ErrImagePull",
+         'rpc error: code = NotFound desc = failed to pull image "registry.example.com/trainer:1.0": not found'),
+    ],
+)
+def test_a_replica_that_cannot_start_fails_the_task_after_startup_timeout(emulator, dag_id, reason, message, capfd):
+    namespace = namespace_of(dag_id)
+    emulator.create_namespace(namespace)
+
+    def script(kubelet: Kubelet) -> None:
+        kubelet.run_all(except_=("worker-1",))
+        stuck = kubelet.pod("worker-1")
+        kubelet.emu.pending_pod(namespace, stuck, reason=reason, message=message)
+        kubelet.emu.add_event(namespace, "Pod", stuck, "FailedScheduling" if reason == "Unschedulable" else "Failed",
+                              message)
+
+    kubelet = Kubelet(emulator, namespace).play(script)
+    started = time.monotonic()
+    run, states = run_dag_at(dag_id)
+    elapsed = time.monotonic() - started
+    kubelet.check()
+
+    assert states == {"train": "failed"}
+    stuck = kubelet.pod("worker-1")
+    out = capfd.readouterr().out
+    assert f"replica {stuck} did not start within {SHORT_STARTUP:g}s: {reason}: {message}" in out
+    assert f"Warning {'FailedScheduling' if reason == 'Unschedulable' else 'Failed'}: {message}" in out  # events
+    assert elapsed < 25
+    record = xcom(run, "train", "job")
+    assert {r["name"]: r["state"] for r in record["replicas"]}[stuck] == "stopped"
+    # Every pod was pending or running: all deleted; the Service stays until the next try replaces the job.
+    settled(emulator, namespace, {"services": [record["job_name"]], "pods": [],
+                                  "configmaps": [f"{record['job_name']}-files"], "secrets": []})
+
+
+# ---------------------------------------------------------------------------------------------- kill, reattach
+
+
+def _dag_in_subprocess(dag_id: str, logical_date: str) -> subprocess.Popen:
+    """The DAG run in a process of its own, as a worker runs a task; its output is discarded."""
+    # Not through this module: importing tests.conftest there would point AIRFLOW_HOME somewhere new.
+    code = textwrap.dedent(f"""
+        import pendulum
+        from airflow.dag_processing.dagbag import DagBag
+        when = pendulum.parse({logical_date!r})
+        DagBag().get_dag({dag_id!r}).test(logical_date=when, run_after=when)
+    """)
+    return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=os.environ.copy(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def test_sigterm_to_the_task_runs_on_kill_and_deletes_the_job(emulator, capfd):
+    # What Airflow does to a task marked failed in the UI: SIGTERM to the task process, whose handler calls
+    # on_kill(). dag.test() runs the task in this process, so the signal goes to this process.
+    namespace = namespace_of("k8s_long_running")
+    emulator.create_namespace(namespace)
+
+    def script(kubelet: Kubelet) -> None:
+        kubelet.run_all()
+        kubelet.log(kubelet.master, "step 1")
+        wait_until(lambda: any(r.path.endswith("/log") for r in task_requests(emulator, namespace)), timeout=30)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    kubelet = Kubelet(emulator, namespace).play(script)
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        run, states = run_dag_at("k8s_long_running")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    kubelet.check()
+
+    assert states == {"train": "failed"}
+    assert "was stopped after" in capfd.readouterr().out
+    settled(emulator, namespace, NOTHING)
+
+
+def test_a_restarted_worker_reattaches_to_its_job_and_creates_nothing(emulator):
+    namespace = namespace_of("k8s_reattach")
+    emulator.create_namespace(namespace)
+    when = "2026-03-01T00:00:00+00:00"
+    kubelet = Kubelet(emulator, namespace).play(lambda k: k.run_all())
+    proc = _dag_in_subprocess("k8s_reattach", when)
+    try:
+        kubelet.check(timeout=90)
+        wait_until(lambda: all(p["status"]["phase"] == "Running" for p in emulator.list("pods", namespace)),
+                   timeout=30)
+    finally:
+        proc.kill()  # the worker dies: no handler runs, the job keeps running
+        proc.wait(timeout=60)
+    before = {o["metadata"]["name"]: o["metadata"]["uid"] for o in emulator.list("pods", namespace)}
+    assert len(before) == 3
+
+    emulator.reset_requests()
+    again = Kubelet(emulator, namespace)
+    again.seen = dict(kubelet.seen)
+    again.play(lambda k: (k.log(k.master, "resumed"), k.master_exits(0, document=DOCUMENT)))
+    run, states = run_dag_at("k8s_reattach", pendulum.parse(when))
+    again.check()
+
+    assert states == {"train": "success"}
+    assert xcom(run, "train", "metrics") == DOCUMENT["metrics"]
+    created = [r for r in task_requests(emulator, namespace) if r.method == "POST"]
+    assert created == []  # the same pods, found by their labels: nothing created twice
+    assert xcom(run, "train")["job_name"] == kubelet.names()["master-0"].rsplit("-", 2)[0]
+    settled(emulator, namespace, NOTHING)
+
+
+class StateStore:
+    """``context["task_state_store"]``: JSON values by key, kept across the task instance's tries."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: Any, *, retention: Any = None) -> None:
+        self.values[key] = json.loads(json.dumps(value))
+
+
+class TaskInstance:
+    """What the backend reads from ``context["ti"]`` and what it pushes to XCom."""
+
+    def __init__(self, try_number: int) -> None:
+        self.dag_id, self.task_id, self.run_id, self.map_index = "state_store", "train", "scheduled__2026-04-01", -1
+        self.try_number = try_number
+        self.start_date = pendulum.now("UTC")
+        self.stats_tags: dict[str, str] = {}
+        self.xcom: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.xcom[key] = value
+
+
+@pytest.mark.parametrize("found", ["running", "succeeded"])
+def test_a_retry_reconnects_through_the_task_state_store(emulator, found, capfd):
+    from airflow_distributed.naming import job_name
+    from airflow_distributed.operators import DistributedTrainingOperator
+    from airflow_distributed.operators.kubernetes_backend import (
+        STATE_KEY,
+        KubernetesJobRun,
+        _ResumableKubernetesJob,
+        run_kubernetes,
+    )
+    from airflow_distributed.spec import load_spec
+
+    namespace = f"state-store-{found}"
+    emulator.create_namespace(namespace)
+    operator = DistributedTrainingOperator(task_id="train", framework="pytorch", environment={"pytorch": {
+        "n_workers": 2}}, command=["python", "train.py"], image="trainer:1", backend="kubernetes",
+        namespace=namespace, startup_timeout=30)
+    spec = load_spec("pytorch", operator.environment)
+    store, first = StateStore(), TaskInstance(try_number=1)
+    name = job_name(first.dag_id, first.task_id, first.run_id)
+    # What a first try leaves when its worker dies after submitting: the job, and its identity in the store.
+    submitted = _ResumableKubernetesJob(KubernetesJobRun.start(
+        operator, {"ti": first}, spec, name, ["python", "train.py"])).submit_job({"ti": first})
+    store.set(STATE_KEY, submitted)
+    kubelet = Kubelet(emulator, namespace)
+    if found == "succeeded":
+        kubelet.play(lambda k: (k.run_all(), k.master_exits(0, document=DOCUMENT))).check()
+    else:
+        kubelet.play(lambda k: (k.run_all(), time.sleep(0.5), k.master_exits(0, document=DOCUMENT)))
+    emulator.reset_requests()
+
+    second = TaskInstance(try_number=2)
+    result = run_kubernetes(operator, {"ti": second, "task_state_store": store}, spec, name, ["python", "train.py"])
+    kubelet.check()
+
+    assert result["state"] == "succeeded" and second.xcom["metrics"] == DOCUMENT["metrics"]
+    assert [r for r in task_requests(emulator, namespace) if r.method == "POST"] == []
+    assert store.get(STATE_KEY) == submitted  # the same job: not resubmitted, so not stored again
+    expected = "Reconnecting to existing job" if found == "running" else "already completed successfully"
+    assert expected in capfd.readouterr().out  # ResumableJobMixin's own decision, from the stored identity
+    settled(emulator, namespace, NOTHING)

@@ -1,0 +1,311 @@
+"""``DistributedTrainingHook`` against the API emulator: creation, one watch per job, retries, reattach, logs.
+
+Every call crosses HTTP through the real ``kubernetes`` client behind the cncf provider's ``KubernetesHook``.
+The hook's sleep is a recorder, so retry paths take no time; the emulator's request log says what was sent.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+from kubernetes import client
+
+from airflow_distributed.hooks.api_retry import KubernetesJobError, RetryPolicy
+from airflow_distributed.hooks.job_watch import replica_slots
+from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
+from airflow_distributed.hooks.pod_logs import PodLogFollower
+from airflow_distributed.manifests.horovod_ssh import generate_ssh_key_pair
+from airflow_distributed.manifests.kubernetes import (
+    JobManifestOptions,
+    TaskInstanceRef,
+    build_job_objects,
+    layout_for_kubernetes,
+    to_dict,
+)
+from airflow_distributed.naming import job_name
+from airflow_distributed.plan import KubernetesAddressing, build_plan
+from airflow_distributed.spec import load_spec
+from tests.helpers import wait_until
+from tests.integration.test_kubernetes_backend import (  # noqa: F401 - fixtures
+    DOCUMENT,
+    NOTHING,
+    Kubelet,
+    emulator,
+    kubeconfig,
+    objects,
+    settled,
+    task_requests,
+    train_and_succeed,
+)
+from tests.k8s_emulator import KubeEmulator
+
+FAST = RetryPolicy(attempts=5, initial_delay=0.01, max_delay=0.05, jitter=0.0)
+
+
+def make_job(namespace: str, environment: dict | None = None, framework: str = "pytorch", **options):
+    """``(build, slots, name)`` of a job as the operator makes it (``build(owner_uid) -> JobObjects``)."""
+    name = job_name("hook_tests", "train", uuid.uuid4().hex)
+    spec = load_spec(framework, environment if environment is not None else {"pytorch": {"n_workers": 2}})
+    plan = build_plan(spec, name, KubernetesAddressing(namespace), layout_for_kubernetes(), ["python", "train.py"],
+                      backend="kubernetes")
+    settings = JobManifestOptions(namespace=namespace, image="registry.example.com/trainer:1.0",
+                                  task_instance=TaskInstanceRef("hook_tests", "train", name), **options)
+    key = generate_ssh_key_pair() if any(r.command is None for r in plan.replicas) else None
+    return (lambda uid: build_job_objects(plan, settings, owner_uid=uid, ssh_key=key)), replica_slots(plan), name
+
+
+@pytest.fixture
+def ns(emulator) -> str:
+    name = f"h-{uuid.uuid4().hex[:8]}"
+    emulator.create_namespace(name)
+    return name
+
+
+@pytest.fixture
+def sleeps() -> list[float]:
+    return []
+
+
+def new_hook(kubeconfig: str, sleep=None, **kwargs) -> DistributedTrainingHook:
+    return DistributedTrainingHook(kubernetes_conn_id=None, config_file=kubeconfig,
+                                   client_configuration=client.Configuration(), retry=FAST,
+                                   sleep=sleep or (lambda seconds: None), **kwargs)
+
+
+@pytest.fixture
+def hook(kubeconfig, sleeps) -> DistributedTrainingHook:
+    return new_hook(kubeconfig, sleeps.append)
+
+
+def pod_posts(emu: KubeEmulator, namespace: str) -> int:
+    return sum(1 for r in emu.requests if r.method == "POST" and r.path == f"/api/v1/namespaces/{namespace}/pods")
+
+
+def lists_and_watches(emu: KubeEmulator, namespace: str) -> tuple[list, list]:
+    reads = [r for r in task_requests(emu, namespace) if r.method == "GET" and r.path.endswith("/pods")]
+    return [r for r in reads if not r.is_watch], [r for r in reads if r.is_watch]
+
+
+# ---------------------------------------------------------------------------------------------- waiting
+
+
+def test_one_list_then_one_watch_resumed_from_its_resource_version(emulator, hook, ns):
+    build, slots, name = make_job(ns)
+    hook.ensure_job(ns, build, slots)
+    emulator.reset_requests()
+
+    def script(kubelet: Kubelet) -> None:
+        kubelet.run_all()
+        time.sleep(2.5)  # past two 1 s watch timeouts
+        kubelet.master_exits(0, document=DOCUMENT)
+
+    kubelet = Kubelet(emulator, ns).play(script)
+    outcome = hook.wait_for_job(ns, name, slots, startup_timeout=30, watch_timeout=1)
+    kubelet.check()
+
+    assert outcome.verdict.succeeded
+    lists, watches = lists_and_watches(emulator, ns)
+    assert len(lists) == 1 and len(watches) >= 3
+    assert all(w.query["labelSelector"] == f"airflow-distributed/job={name}" for w in watches)
+    # Each reconnect resumes where the last one stopped (bookmarks keep that point fresh), never from scratch.
+    assert all(w.query.get("resourceVersion") for w in watches)
+    versions = [int(w.query["resourceVersion"]) for w in watches]
+    assert versions == sorted(versions)
+    assert not [r for r in task_requests(emulator, ns) if r.method == "GET" and "/pods/" in r.path]  # no polling
+
+
+def test_an_expired_watch_is_relisted_and_the_job_still_seen_through(kubeconfig, tmp_path):
+    # Bookmarks would keep the watch's resourceVersion fresh: this emulator sends none in the test's time.
+    with KubeEmulator(bookmark_interval=60) as emu:
+        config = emu.write_kubeconfig(tmp_path / "config")
+        emu.create_namespace("gone")
+        hook = new_hook(config)
+        build, slots, name = make_job("gone")
+        hook.ensure_job("gone", build, slots)
+        emu.reset_requests()
+
+        def script(kubelet: Kubelet) -> None:
+            kubelet.run_all()
+            time.sleep(0.2)
+            emu.create("configmaps", "default", {"metadata": {"name": "elsewhere"}})  # history moves on
+            emu.compact()  # and is forgotten: resuming from the watch's last version is 410 Gone
+            time.sleep(1.8)
+            kubelet.master_exits(0, document=DOCUMENT)
+
+        kubelet = Kubelet(emu, "gone").play(script)
+        outcome = hook.wait_for_job("gone", name, slots, startup_timeout=30, watch_timeout=1)
+        kubelet.check()
+
+        assert outcome.verdict.succeeded
+        lists, watches = lists_and_watches(emu, "gone")
+        assert len(lists) == 2 and len(watches) >= 2
+        assert emu.errors == []
+
+
+def test_a_replica_pending_past_startup_timeout_fails_on_the_hooks_clock(emulator, kubeconfig, ns):
+    now = [1000.0]
+    hook = new_hook(kubeconfig, clock=lambda: now[0])
+    build, slots, name = make_job(ns)
+    hook.ensure_job(ns, build, slots)
+
+    def script(kubelet: Kubelet) -> None:
+        kubelet.run_all(except_=("worker-0",))
+        kubelet.emu.pending_pod(ns, kubelet.pod("worker-0"), reason="ImagePullBackOff",
+                                message='Back-off pulling image "registry.example.com/trainer:1.0"')
+        time.sleep(0.3)
+        now[0] += 601  # ten minutes pass on the hook's clock, none on the test's
+
+    kubelet = Kubelet(emulator, ns).play(script)
+    started = time.monotonic()
+    outcome = hook.wait_for_job(ns, name, slots, startup_timeout=600, watch_timeout=300)
+    kubelet.check()
+
+    assert time.monotonic() - started < 5
+    verdict = outcome.verdict
+    assert (verdict.state, verdict.cause, verdict.replica, verdict.reason) == (
+        "failed", "startup", slots[1].name, "ImagePullBackOff")
+    assert verdict.describe(600) == (f'replica {slots[1].name} did not start within 600s: ImagePullBackOff: '
+                                     'Back-off pulling image "registry.example.com/trainer:1.0"')
+
+
+# ---------------------------------------------------------------------------------------------- faults
+
+
+def test_transient_errors_are_retried_and_every_pod_is_created_once(emulator, hook, sleeps, ns):
+    build, slots, name = make_job(ns)
+    emulator.reset_requests()
+    emulator.inject_faults(method="POST", path_regex=rf"/namespaces/{ns}/pods$", statuses=[500, 429, 503])
+    emulator.inject_faults(method="GET", path_regex=rf"/namespaces/{ns}/pods$", statuses=[500, 503, 429])
+
+    handle = hook.ensure_job(ns, build, slots)
+    kubelet = Kubelet(emulator, ns).play(train_and_succeed)
+    outcome = hook.wait_for_job(ns, name, slots, startup_timeout=30)
+    kubelet.check()
+
+    assert handle.created == 5 and outcome.verdict.succeeded  # Service, ConfigMap, 3 pods
+    assert pod_posts(emulator, ns) == 3 + 3  # three pods, three answers to try again
+    assert sorted(objects(emulator, ns)["pods"]) == sorted(slot.name for slot in slots)
+    assert len(sleeps) == 6 and 0.0 in sleeps  # 429 with Retry-After: 0 waits nothing more
+    emulator.clear_faults()
+
+
+def test_a_create_retried_after_its_first_answer_was_lost_meets_409_and_counts_as_done(emulator, kubeconfig, ns):
+    build, slots, name = make_job(ns, environment={})  # the master alone
+    emulator.reset_requests()
+    emulator.inject_faults(method="POST", path_regex=rf"/namespaces/{ns}/pods$", statuses=[500])
+
+    def sleep(seconds: float) -> None:
+        # The 500 came after the API server stored the pod (a lost answer): it exists when the create is retried.
+        uid = emulator.get("services", ns, name)["metadata"]["uid"]
+        emulator.create("pods", ns, to_dict(build(uid).pods[0]))
+
+    handle = new_hook(kubeconfig, sleep).ensure_job(ns, build, slots)
+
+    assert handle.created == 2  # the Service and ConfigMap; the pod was there when the retry met 409 AlreadyExists
+    assert pod_posts(emulator, ns) == 2
+    assert objects(emulator, ns)["pods"] == [slots[0].name]
+
+
+@pytest.mark.parametrize("fault", ["forbidden", "unavailable"])
+def test_a_pod_the_api_refuses_fails_creation_naming_it_and_leaves_nothing(emulator, hook, ns, fault):
+    environment = {"pytorch": {"n_workers": 2}}
+    if fault == "forbidden":  # a service account that does not exist: 403 for that pod only
+        environment["pytorch"]["worker"] = [{"index": 1, "service_account": "trainer"}]
+    build, slots, name = make_job(ns, environment=environment)
+    if fault == "unavailable":
+        emulator.inject_faults(method="POST", path_regex=rf"/namespaces/{ns}/pods$", statuses=[503] * 20)
+
+    with pytest.raises(KubernetesJobError) as failed:
+        hook.ensure_job(ns, build, slots)
+
+    message = str(failed.value)
+    if fault == "forbidden":
+        assert message.startswith(f"creating pod {ns}/{name}-worker-1: 403 Forbidden: ")
+        assert 'serviceaccount "trainer" not found' in message
+    else:
+        assert message.startswith(f"creating pod {ns}/{name}-") and ": 503 ServiceUnavailable:" in message
+    assert isinstance(failed.value.__cause__, client.ApiException)
+    emulator.clear_faults()
+    settled(emulator, ns, NOTHING)
+
+
+# ---------------------------------------------------------------------------------------------- reattach
+
+
+def test_a_creation_cut_short_is_completed_not_duplicated(emulator, hook, ns):
+    build, slots, name = make_job(ns)
+    # What a worker that died while creating left: the Service and the master's pod.
+    service = emulator.create("services", ns, to_dict(build(None).service))
+    emulator.create("pods", ns, to_dict(build(service["metadata"]["uid"]).pods[0]))
+    emulator.reset_requests()
+
+    handle = hook.ensure_job(ns, build, slots)
+
+    assert (handle.reattached, handle.created, handle.uid) == ("running", 3, service["metadata"]["uid"])
+    posts = [r.path for r in task_requests(emulator, ns) if r.method == "POST"]
+    assert posts == [f"/api/v1/namespaces/{ns}/configmaps", *[f"/api/v1/namespaces/{ns}/pods"] * 2]
+    assert sorted(objects(emulator, ns)["pods"]) == sorted(slot.name for slot in slots)
+
+
+def test_a_job_found_failed_is_replaced_and_one_found_succeeded_is_collected(emulator, hook, ns):
+    build, slots, name = make_job(ns)
+    first = hook.ensure_job(ns, build, slots)
+    Kubelet(emulator, ns).play(lambda k: (k.run_all(), k.fail(k.pod("worker-0"), 1))).check()
+    emulator.reset_requests()
+
+    fresh = hook.ensure_job(ns, build, slots)  # a retry: the failed job goes, a new one of the same name comes
+
+    assert fresh.reattached is None and fresh.created == 5 and fresh.uid != first.uid
+    deletes = [r for r in task_requests(emulator, ns) if r.method == "DELETE"]
+    assert [r.path for r in deletes] == [f"/api/v1/namespaces/{ns}/services/{name}"]
+    assert all(p["status"]["phase"] == "Pending" for p in emulator.list("pods", ns))
+
+    Kubelet(emulator, ns).play(lambda k: (k.run_all(), k.master_exits(0, document=DOCUMENT))).check()
+    again = hook.ensure_job(ns, build, slots)  # a retry after the job succeeded: nothing to create
+    assert (again.reattached, again.created, again.uid) == ("succeeded", 0, fresh.uid)
+
+
+# ---------------------------------------------------------------------------------------------- logs, output
+
+
+def test_a_followed_log_reconnects_after_a_quiet_spell_without_repeating_lines(emulator, hook, ns):
+    build, slots, name = make_job(ns, environment={})
+    hook.ensure_job(ns, build, slots)
+    master = slots[0].name
+    emulator.run_pod(ns, master)
+    emulator.append_log(ns, master, "a1\na2\na3", container="base")
+    seen: list[str] = []
+
+    def ended() -> bool:
+        pod = emulator.get("pods", ns, master)
+        return "terminated" in pod["status"]["containerStatuses"][0]["state"]
+
+    follower = PodLogFollower(hook, ns, master, lambda pod, line: seen.append(line), finished=ended,
+                              read_timeout=0.4).start()
+    wait_until(lambda: len(seen) == 3, timeout=10)
+    time.sleep(1.0)  # quiet: the follow times out and reconnects with sinceTime (whole seconds: a1-a3 again)
+    emulator.append_log(ns, master, "b1\nb2", container="base")
+    wait_until(lambda: len(seen) == 5, timeout=10)
+    Kubelet(emulator, ns, pods=1).play(lambda k: k.master_exits(0)).check()
+    follower.join(10)
+
+    assert not follower.alive
+    assert seen == ["a1", "a2", "a3", "b1", "b2"]
+    follows = [r for r in task_requests(emulator, ns) if r.path.endswith(f"/{master}/log")]
+    assert len(follows) >= 2 and all(r.query.get("sinceTime") for r in follows[1:])
+
+
+def test_the_output_document_comes_from_the_termination_message_when_exec_is_not_possible(emulator, hook, ns):
+    build, slots, name = make_job(ns, environment={})
+    hook.ensure_job(ns, build, slots)
+    Kubelet(emulator, ns, pods=1).play(lambda k: (k.run_all(), k.master_exits(0, document=DOCUMENT))).check()
+    tracker = hook.job_tracker(ns, name, slots)
+
+    text = hook.read_output(ns, tracker.pod(slots[0].name))
+
+    assert json.loads(text) == DOCUMENT
+    # The sidecar was tried first (the emulator has no exec), as the cncf provider's PodManager does it.
+    assert [r for r in task_requests(emulator, ns) if r.path.endswith("/exec")]

@@ -1,0 +1,104 @@
+"""The Role in docs/rbac.yaml is exactly what the backend needs: every request of whole jobs (success, failure,
+startup failure, retry, Horovod with gang scheduling, a deferred job killed) is allowed by it, and every rule of
+it is used by one of them."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import yaml
+
+from tests.conftest import ROOT
+from tests.integration.test_kubernetes_backend import Kubelet, settled, train_and_succeed
+from tests.integration.test_kubernetes_hook import make_job, new_hook
+from tests.integration.test_kubernetes_trigger import trigger_for
+from tests.k8s_emulator import KubeEmulator, RecordedRequest
+
+ROLE_FILE = ROOT / "docs" / "rbac.yaml"
+NAMESPACE = "ml"
+_PATH = re.compile(r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)/namespaces/[^/]+/(?P<resource>[^/]+)"
+                   r"(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?$")
+
+
+def role() -> dict:
+    return next(doc for doc in yaml.safe_load_all(ROLE_FILE.read_text()) if doc["kind"] == "Role")
+
+
+def allowed(rules: list[dict]) -> set[tuple[str, str, str]]:
+    return {(group, resource, verb) for rule in rules for group in rule["apiGroups"]
+            for resource in rule["resources"] for verb in rule["verbs"]}
+
+
+def needed(request: RecordedRequest) -> set[tuple[str, str, str]]:
+    """The (apiGroup, resource, verb)s the API server authorizes a request as."""
+    match = _PATH.match(request.path)
+    assert match, f"not a namespaced request: {request.method} {request.path}"
+    group, resource, name, sub = match["group"] or "", match["resource"], match["name"], match["sub"]
+    if sub:
+        resource = f"{resource}/{sub}"
+    if sub == "exec":
+        return {(group, resource, "get"), (group, resource, "create")}  # websocket GET: "get" before 1.30
+    verb = {
+        "POST": "create", "PUT": "update", "PATCH": "patch",
+        "DELETE": "delete" if name else "deletecollection",
+        "GET": "get" if name else ("watch" if request.is_watch else "list"),
+    }[request.method]
+    return {(group, resource, verb)}
+
+
+def test_the_role_allows_every_request_of_whole_jobs_and_holds_nothing_unused(tmp_path):
+    with KubeEmulator(kubernetes_version="1.31", bookmark_interval=0.5) as emu:
+        config = emu.write_kubeconfig(tmp_path / "config")
+        emu.create_namespace(NAMESPACE)
+        # The Role itself is valid RBAC (the emulator validates it like the API server).
+        emu.create("roles", NAMESPACE, role(), group="rbac.authorization.k8s.io")
+        hook = new_hook(config)
+        emu.reset_requests()
+
+        # Horovod with gang scheduling: Secret, ConfigMap, PodGroup; followed log, output, success clean-up.
+        build, slots, name = make_job(NAMESPACE, {"replicas": {"n_workers": 2}}, framework="horovod",
+                                      gang_scheduling="volcano")
+        hook.ensure_job(NAMESPACE, build, slots)
+        kubelet = Kubelet(emu, NAMESPACE).play(train_and_succeed)
+        outcome = hook.wait_for_job(NAMESPACE, name, slots, startup_timeout=30, follow=[slots[0].name],
+                                    emit=lambda replica, line: None)
+        kubelet.check()
+        assert outcome.verdict.succeeded
+        assert hook.read_output(NAMESPACE, outcome.tracker.pod(slots[0].name))
+        hook.read_log_tail(NAMESPACE, slots[0].name)
+        hook.delete_job(NAMESPACE, name)
+        settled(emu, NAMESPACE, {"services": [], "pods": [], "configmaps": [], "secrets": []})
+
+        # A worker fails (scheduler-plugins gang scheduling): its log tail, then the running pods deleted.
+        build, slots, name = make_job(NAMESPACE, gang_scheduling="scheduler-plugins")
+        hook.ensure_job(NAMESPACE, build, slots)
+        Kubelet(emu, NAMESPACE).play(lambda k: (k.run_all(), k.fail(k.pod("worker-0"), 2))).check()
+        outcome = hook.wait_for_job(NAMESPACE, name, slots, startup_timeout=30)
+        assert outcome.verdict.cause == "exit"
+        hook.read_log_tail(NAMESPACE, slots[1].name)
+        hook.delete_unfinished_pods(NAMESPACE, name)
+
+        # The retry replaces the failed job; a replica that cannot start; its events.
+        hook.ensure_job(NAMESPACE, build, slots)
+        Kubelet(emu, NAMESPACE).play(lambda k: k.emu.pending_pod(NAMESPACE, k.pod("worker-1"))).check()
+        outcome = hook.wait_for_job(NAMESPACE, name, slots, startup_timeout=0.5)
+        assert outcome.verdict.cause == "startup"
+        hook.pod_events(NAMESPACE, slots[2].name)
+
+        # A deferred job the user kills: the trigger's watch, then its on_kill().
+        async def killed() -> None:
+            trigger = trigger_for(config, NAMESPACE, name, slots)
+            task = asyncio.create_task(anext(trigger.run()))
+            await asyncio.sleep(1.0)
+            task.cancel()
+            await trigger.on_kill()
+
+        asyncio.run(killed())
+        assert emu.get("services", NAMESPACE, name) is None
+
+        used = set().union(*(needed(request) for request in emu.requests))
+
+    rules = allowed(role()["rules"])
+    assert used <= rules, f"requests the Role does not allow: {sorted(used - rules)}"
+    assert rules <= used, f"rules no request needed: {sorted(rules - used)}"

@@ -1,0 +1,214 @@
+"""``DistributedJobTrigger`` against the API emulator, through ``kubernetes_asyncio`` and ``AsyncKubernetesHook``.
+
+The kill test runs the trigger the way the triggerer does (``TriggerRunner.run_trigger``) and cancels it the
+way a user action does, so that what deletes the job is Airflow's own call of the trigger's ``on_kill()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+
+from airflow_distributed.hooks.job_watch import slots_to_json
+from airflow_distributed.triggers.kubernetes import DistributedJobTrigger
+from tests.helpers import wait_until
+from tests.integration.test_kubernetes_backend import (  # noqa: F401 - fixtures
+    DOCUMENT,
+    NOTHING,
+    Kubelet,
+    emulator,
+    kubeconfig,
+    objects,
+    settled,
+    task_requests,
+)
+from tests.integration.test_kubernetes_hook import lists_and_watches, make_job, new_hook
+from tests.k8s_emulator import KubeEmulator
+
+
+@pytest.fixture
+def ns(emulator) -> str:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    emulator.create_namespace(name)
+    return name
+
+
+def trigger_for(config: str, namespace: str, name: str, slots, **kwargs) -> DistributedJobTrigger:
+    kwargs.setdefault("startup_timeout", 30.0)
+    return DistributedJobTrigger(job_name=name, namespace=namespace, replicas=slots_to_json(slots),
+                                 started_at=time.time(), kubernetes_conn_id=None,
+                                 connection_extras={"kube_config_path": config}, **kwargs)
+
+
+def first_event(trigger: DistributedJobTrigger) -> dict:
+    async def run():
+        return await anext(trigger.run())
+
+    return asyncio.run(run()).payload
+
+
+def start_job(config: str, namespace: str, environment: dict | None = None):
+    build, slots, name = make_job(namespace, environment)
+    new_hook(config).ensure_job(namespace, build, slots)
+    return slots, name
+
+
+# ---------------------------------------------------------------------------------------------- events
+
+
+@pytest.mark.parametrize("outcome", ["succeeded", "failed"])
+def test_the_trigger_reports_the_verdict_from_one_resumed_watch(emulator, kubeconfig, ns, outcome):
+    slots, name = start_job(kubeconfig, ns)
+    emulator.reset_requests()
+
+    def script(kubelet: Kubelet) -> None:
+        kubelet.run_all()
+        time.sleep(1.5)  # past a 1 s watch timeout
+        if outcome == "succeeded":
+            kubelet.master_exits(0, document=DOCUMENT)
+        else:
+            kubelet.fail(kubelet.pod("worker-1"), 137, "OOMKilled")
+
+    kubelet = Kubelet(emulator, ns).play(script)
+    event = first_event(trigger_for(kubeconfig, ns, name, slots, watch_timeout=1))
+    kubelet.check()
+
+    assert (event["status"], event["job_name"], event["namespace"]) == (outcome, name, ns)
+    assert event["replicas"] == slots_to_json(slots)
+    if outcome == "succeeded":
+        assert event["verdict"] == {"state": "succeeded", "replica": slots[0].name}
+    else:
+        assert event["verdict"] == {"state": "failed", "replica": slots[2].name, "cause": "exit", "exit_code": 137,
+                                    "reason": "OOMKilled", "container": "base"}
+    lists, watches = lists_and_watches(emulator, ns)
+    assert len(lists) == 1 and len(watches) >= 2
+    assert objects(emulator, ns)["pods"] == sorted(s.name for s in slots)  # the trigger only watches
+
+
+def test_an_expired_watch_in_the_triggerer_is_relisted(tmp_path):
+    with KubeEmulator(bookmark_interval=60) as emu:
+        config = emu.write_kubeconfig(tmp_path / "config")
+        emu.create_namespace("gone")
+        slots, name = start_job(config, "gone")
+        emu.reset_requests()
+
+        def script(kubelet: Kubelet) -> None:
+            kubelet.run_all()
+            time.sleep(0.2)
+            emu.create("configmaps", "default", {"metadata": {"name": "elsewhere"}})
+            emu.compact()
+            time.sleep(1.8)
+            kubelet.master_exits(0, document=DOCUMENT)
+
+        kubelet = Kubelet(emu, "gone").play(script)
+        event = first_event(trigger_for(config, "gone", name, slots, watch_timeout=1))
+        kubelet.check()
+
+        assert event["status"] == "succeeded"
+        lists, _ = lists_and_watches(emu, "gone")
+        assert len(lists) == 2
+        assert emu.errors == []
+
+
+def test_a_replica_that_cannot_start_fails_in_the_triggerer_too(emulator, kubeconfig, ns):
+    slots, name = start_job(kubeconfig, ns)
+
+    def script(kubelet: Kubelet) -> None:
+        kubelet.run_all(except_=("worker-1",))
+        kubelet.emu.pending_pod(ns, kubelet.pod("worker-1"), reason="Unschedulable",
+                                message="0/3 nodes are available: 3 Insufficient memory.")
+
+    kubelet = Kubelet(emulator, ns).play(script)
+    event = first_event(trigger_for(kubeconfig, ns, name, slots, startup_timeout=1.5))
+    kubelet.check()
+
+    assert event["status"] == "failed"
+    assert event["verdict"] == {"state": "failed", "replica": slots[2].name, "cause": "startup",
+                                "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient memory."}
+
+
+def test_the_tasks_execution_timeout_fires_a_timeout_event(emulator, kubeconfig, ns):
+    slots, name = start_job(kubeconfig, ns)
+    Kubelet(emulator, ns).play(lambda k: k.run_all()).check()
+    started = time.monotonic()
+
+    event = first_event(trigger_for(kubeconfig, ns, name, slots, execution_deadline=time.time() + 1.0))
+
+    assert event["status"] == "timeout" and "execution_timeout" in event["message"]
+    assert time.monotonic() - started < 5
+
+
+def test_the_trigger_serializes_to_what_builds_it_again(kubeconfig):
+    trigger = DistributedJobTrigger(job_name="train-1", namespace="ml", replicas=[["train-1-master-0", "master", 0]],
+                                    startup_timeout=60.0, started_at=1.5, connection_extras={"kube_config_path": "x"},
+                                    execution_deadline=99.0)
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "airflow_distributed.triggers.kubernetes.DistributedJobTrigger"
+    assert DistributedJobTrigger(**kwargs).serialize() == (classpath, kwargs)
+
+
+# ---------------------------------------------------------------------------------------------- kill
+
+
+@pytest.mark.parametrize(("cancel", "deleted"), [("user action", True), ("triggerer shutdown", False)])
+def test_a_user_killing_the_deferred_task_deletes_the_job(emulator, kubeconfig, ns, monkeypatch, cancel, deleted):
+    from airflow.jobs import triggerer_job_runner
+    from airflow.jobs.triggerer_job_runner import TriggerRunner
+
+    monkeypatch.setenv("AIRFLOW_DISABLE_GREENBACK_PORTAL", "true")
+    slots, name = start_job(kubeconfig, ns)
+    Kubelet(emulator, ns).play(lambda k: k.run_all()).check()
+    trigger = trigger_for(kubeconfig, ns, name, slots)
+
+    async def scenario() -> None:
+        runner = TriggerRunner()
+        task = asyncio.create_task(runner.run_trigger(1, trigger))
+        runner.triggers[1] = {"task": task, "name": "distributed-job", "events": 0, "is_watcher": False}
+        await asyncio.to_thread(wait_until, lambda: any(r.is_watch for r in task_requests(emulator, ns)), 30)
+        if cancel == "user action":
+            runner.to_cancel.append(1)
+            await runner.cancel_triggers()  # what the triggerer does when the task is marked failed/success
+        else:
+            task.cancel()  # a triggerer going away: the trigger moves elsewhere, the job must keep running
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    assert triggerer_job_runner._USER_ACTION_CANCEL_MSG  # the cancel message on_kill() depends on exists
+    asyncio.run(scenario())
+
+    if deleted:
+        settled(emulator, ns, NOTHING)
+    else:
+        assert objects(emulator, ns)["services"] == [name] and len(objects(emulator, ns)["pods"]) == 3
+
+
+class TriggerOnOlderAirflow(DistributedJobTrigger):
+    """The trigger as a triggerer before Airflow 3.3 runs it: no on_kill(), so cleanup() must tell a user's kill
+    (the task left the deferred state) from a triggerer restart (still deferred). The task's state is given."""
+
+    def __init__(self, task_state: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.task_state = task_state
+
+    async def _task_left_deferral(self) -> bool:
+        return self.task_state != "deferred"
+
+
+@pytest.mark.parametrize(("task_state", "deleted"), [("failed", True), ("deferred", False)])
+def test_before_airflow_3_3_cleanup_deletes_the_job_only_after_a_kill(emulator, kubeconfig, ns, monkeypatch,
+                                                                      task_state, deleted):
+    from airflow_distributed.triggers import kubernetes as module
+
+    monkeypatch.setattr(module, "_AIRFLOW_HAS_TRIGGER_ON_KILL", False)
+    slots, name = start_job(kubeconfig, ns)
+    kwargs = trigger_for(kubeconfig, ns, name, slots).serialize()[1]
+
+    asyncio.run(TriggerOnOlderAirflow(task_state, **kwargs).cleanup())
+
+    if deleted:
+        settled(emulator, ns, NOTHING)
+    else:
+        assert objects(emulator, ns)["services"] == [name] and len(objects(emulator, ns)["pods"]) == 3

@@ -57,6 +57,10 @@ except ImportError:  # a common-compat provider that predates it: submit on ever
             return self.get_job_result(external_id, context)  # type: ignore[attr-defined]
 
 
+#: XCom of a Kubernetes job while it runs: where the job view finds it live.
+LIVE_JOB_XCOM_KEY = "kubernetes_job"
+
+
 def check_kubernetes_arguments(operator: BaseOperator) -> list[tuple[str, str]]:
     """Problems with the operator's Kubernetes arguments, as ``(argument, message)`` for ``SpecValidationError``."""
     problems = []
@@ -231,6 +235,11 @@ class KubernetesJobRun:
         if self.handle is None:
             # Reconnecting through task_state_store: make sure of the job (and create any pod it lacks).
             self.submit()
+        # Lets the job view find the running job's pods before there is a final record.
+        self.context["ti"].xcom_push(key=LIVE_JOB_XCOM_KEY, value={
+            "job_name": self.name, "namespace": self.namespace,
+            "kubernetes_conn_id": self.operator.kubernetes_conn_id, "framework": self.operator.framework,
+        })
         if self.operator.deferrable and self.handle.reattached != "succeeded":  # type: ignore[union-attr]
             self._defer()
         try:

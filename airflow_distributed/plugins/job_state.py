@@ -104,4 +104,89 @@ def task_instance_state(ref: TaskInstanceRef, session: Session) -> str | None:
     return str(row[0].value if hasattr(row[0], "value") else row[0]) if row[0] is not None else "none"
 
 
-DEFAULT_SOURCES: tuple[JobStateSource, ...] = (RecordedJobState(),)
+class LiveKubernetesJobState:
+    """A running Kubernetes job, read from its pods while the task has not recorded a final state.
+
+    The operator announces the job (name, namespace, connection) in a small XCom when it starts waiting;
+    this source lists the job's pods by label through the backend's hook and shows their current states
+    and the master's last log lines.
+    """
+
+    name = "live"
+
+    def read(self, ref: TaskInstanceRef, session: Session) -> dict[str, Any] | None:
+        from airflow.models.xcom import XComModel
+
+        query = XComModel.get_many(
+            run_id=ref.run_id, key="kubernetes_job", dag_ids=ref.dag_id, task_ids=ref.task_id,
+            map_indexes=ref.map_index, limit=1,
+        )
+        row = session.scalars(query).first()
+        announced = None if row is None else _decode_json(row.value)
+        if not isinstance(announced, Mapping) or "job_name" not in announced:
+            return None
+        return live_record(announced, _list_pods(announced))
+
+
+def _decode_json(value: Any) -> Any:
+    if isinstance(value, (str, bytes)):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return None
+    return value
+
+
+def _list_pods(announced: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
+    from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
+
+    hook = DistributedTrainingHook(kubernetes_conn_id=announced.get("kubernetes_conn_id"))
+    pods = hook.list_job_pods(announced["namespace"], announced["job_name"]).get("items") or []
+    logs: dict[str, list[str]] = {}
+    for pod in pods:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        if labels.get("airflow-distributed/master") == "true":
+            name = pod["metadata"]["name"]
+            try:
+                logs[name] = hook.read_log_tail(announced["namespace"], name)
+            except Exception:  # noqa: BLE001 - a pod not started yet has no log; the table still helps
+                logs[name] = []
+    return pods, logs
+
+
+def live_record(
+    announced: Mapping[str, Any], pods_and_logs: tuple[list[dict[str, Any]], dict[str, list[str]]]
+) -> dict[str, Any]:
+    """A job record in the shape of the ``job`` XCom, from the pods' current states (pure)."""
+    from airflow_distributed.hooks.job_watch import ReplicaSlot, replica_status
+
+    pods, logs = pods_and_logs
+    rows = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        slot = ReplicaSlot(meta.get("name", ""), labels.get("airflow-distributed/role", ""),
+                           int(labels.get("airflow-distributed/index", 0)),
+                           labels.get("airflow-distributed/master") == "true")
+        rows.append((not slot.is_master, slot.role, slot.index, replica_status(slot, pod)))
+    rows.sort(key=lambda row: row[:3])
+    return {
+        "job_name": announced["job_name"],
+        "framework": announced.get("framework"),
+        "backend": "kubernetes",
+        "namespace": announced["namespace"],
+        "state": "running",
+        "metrics": {},
+        "model_path": None,
+        "history": [],
+        "replicas": [
+            {"name": s.name, "role": s.role, "index": s.index, "state": s.state, "exit_code": s.exit_code,
+             "where": s.where, "reason": s.reason}
+            for *_, s in rows
+        ],
+        "logs": logs,
+    }
+
+
+# The recorded state first: once a job has ended its record is the final word; until then, the live pods.
+DEFAULT_SOURCES: tuple[JobStateSource, ...] = (RecordedJobState(), LiveKubernetesJobState())

@@ -10,7 +10,7 @@ def get_provider_info() -> dict:
         "package-name": "airflow-distributed",
         "name": "Distributed Training",
         "description": "Distributed training (TensorFlow, MXNet, PyTorch, Horovod) from a Polyaxon-style "
-        "environment spec, on local processes or Kubernetes pods.",
+        "environment spec, on local processes, Kubernetes pods or the Kubeflow Training Operator.",
         "versions": [__version__],
         "integrations": [
             {
@@ -22,14 +22,31 @@ def get_provider_info() -> dict:
         "operators": [
             {"integration-name": "Distributed Training", "python-modules": ["airflow_distributed.operators.training"]}
         ],
+        "sensors": [
+            {
+                "integration-name": "Distributed Training",
+                "python-modules": ["airflow_distributed.sensors.base", "airflow_distributed.sensors.frameworks"],
+            }
+        ],
         "triggers": [
-            {"integration-name": "Distributed Training", "python-modules": ["airflow_distributed.triggers.kubernetes"]}
+            {
+                "integration-name": "Distributed Training",
+                "python-modules": [
+                    "airflow_distributed.triggers.kubernetes",
+                    "airflow_distributed.triggers.kubeflow",
+                    "airflow_distributed.triggers.sensors",
+                ],
+            }
         ],
         "extra-links": ["airflow_distributed.links.DistributedJobLink", "airflow_distributed.links.JobUrlLink"],
         "hooks": [
             {
                 "integration-name": "Distributed Training",
-                "python-modules": ["airflow_distributed.hooks.local", "airflow_distributed.hooks.kubernetes"],
+                "python-modules": [
+                    "airflow_distributed.hooks.local",
+                    "airflow_distributed.hooks.kubernetes",
+                    "airflow_distributed.hooks.kubeflow",
+                ],
             }
         ],
     }

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 
     from airflow_distributed.hooks.local import LocalJob
 
-Backend = Literal["local", "kubernetes"]
-BACKENDS = ("local", "kubernetes")
+Backend = Literal["local", "kubernetes", "kubeflow"]
+BACKENDS = ("local", "kubernetes", "kubeflow")
 
 
 class DistributedJobError(AirflowException):
@@ -59,7 +59,8 @@ class DistributedTrainingOperator(BaseOperator):
         (templated)
     :param model_dir: where replicas save the model (``AIRFLOW_DISTRIBUTED_MODEL_DIR``). Local default:
         ``$AIRFLOW_HOME/distributed/models/<dag_id>/<job_name>``. (templated)
-    :param backend: ``local`` (subprocesses on the worker, no cluster) or ``kubernetes``.
+    :param backend: ``local`` (subprocesses on the worker, no cluster), ``kubernetes`` or ``kubeflow`` (one
+        TFJob/PyTorchJob/MXJob/MPIJob for a cluster that runs the Kubeflow Training Operator).
     :param wait_for_completion: wait for the job to finish (the local backend always waits).
     :param startup_timeout: seconds a replica may stay pending before the job fails (Kubernetes).
     :param poll_interval: seconds between status checks of the local backend.
@@ -171,6 +172,10 @@ class DistributedTrainingOperator(BaseOperator):
             from airflow_distributed.operators.kubernetes_backend import check_kubernetes_arguments
 
             problems.extend(check_kubernetes_arguments(self))
+        if self.backend == "kubeflow":
+            from airflow_distributed.operators.kubeflow_backend import check_kubeflow_arguments
+
+            problems.extend(check_kubeflow_arguments(self))
         if problems:
             raise SpecValidationError(problems, source=f"task {self.task_id}")
 
@@ -187,6 +192,10 @@ class DistributedTrainingOperator(BaseOperator):
 
             # Pushes metrics, model_path, job_name and job itself (also when resumed after a deferral).
             return run_kubernetes(self, context, spec, name, command)
+        if self.backend == "kubeflow":
+            from airflow_distributed.operators.kubeflow_backend import run_kubeflow
+
+            return run_kubeflow(self, context, spec, name, command)
         result = self._run_local(spec, name, command, context)
         ti.xcom_push(key="metrics", value=result["metrics"])
         ti.xcom_push(key="model_path", value=result["model_path"])
@@ -272,11 +281,20 @@ class DistributedTrainingOperator(BaseOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resumes a deferred Kubernetes job with the trigger's event: output, logs, clean-up, XCom."""
+        if self.backend == "kubeflow":
+            from airflow_distributed.operators.kubeflow_backend import resume_kubeflow
+
+            return resume_kubeflow(self, context, event)
         from airflow_distributed.operators.kubernetes_backend import resume_kubernetes
 
         return resume_kubernetes(self, context, event)
 
     def on_kill(self) -> None:
+        if self.backend == "kubeflow":
+            from airflow_distributed.operators.kubeflow_backend import kill_kubeflow
+
+            kill_kubeflow(self)
+            return
         if self.backend == "kubernetes":
             from airflow_distributed.operators.kubernetes_backend import kill_kubernetes
 

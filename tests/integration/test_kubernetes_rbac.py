@@ -102,3 +102,59 @@ def test_the_role_allows_every_request_of_whole_jobs_and_holds_nothing_unused(tm
     rules = allowed(role()["rules"])
     assert used <= rules, f"requests the Role does not allow: {sorted(used - rules)}"
     assert rules <= used, f"rules no request needed: {sorted(rules - used)}"
+
+
+def kubeflow_role() -> dict:
+    return next(doc for doc in yaml.safe_load_all(ROLE_FILE.read_text())
+                if doc["kind"] == "Role" and doc["metadata"]["name"] == "airflow-distributed-kubeflow")
+
+
+def test_the_kubeflow_role_allows_every_request_of_kubeflow_jobs_and_holds_nothing_unused(tmp_path):
+    """Every kind: submit, a retry's 409 and read-back, the watch until Succeeded, the output, the deletion."""
+    import threading
+
+    from kubernetes import client
+
+    from airflow_distributed.hooks.kubeflow import KubeflowJobHook
+    from airflow_distributed.manifests.kubeflow import KINDS, kubeflow_resource
+    from tests.helpers import wait_until
+    from tests.integration.kubeflow_controller import KubeflowController, register_kubeflow_crds
+
+    with KubeEmulator(kubernetes_version="1.31", bookmark_interval=0.5) as emu:
+        register_kubeflow_crds(emu)
+        config = emu.write_kubeconfig(tmp_path / "config")
+        emu.create_namespace(NAMESPACE)
+        emu.create("roles", NAMESPACE, kubeflow_role(), group="rbac.authorization.k8s.io")
+        hook = KubeflowJobHook(kubernetes_conn_id=None, config_file=config,
+                               client_configuration=client.Configuration())
+        emu.reset_requests()
+        for framework, kind in KINDS.items():
+            resource = kubeflow_resource(framework)
+            name = f"job-{framework}"
+            body = {"apiVersion": kind.api_version, "kind": kind.kind,
+                    "metadata": {"name": name, "labels": {"airflow-distributed/job": name}},
+                    "spec": {kind.replica_specs_key: {kind.master_type: {"replicas": 1, "template": {"spec": {
+                        "containers": [{"name": kind.container, "image": "trainer:1"}]}}}}}}
+            hook.submit_kubeflow_job(NAMESPACE, resource, body)
+            assert hook.submit_kubeflow_job(NAMESPACE, resource, body).reattached == "pending"
+            controller = KubeflowController(emu, NAMESPACE, resource.plural)
+            controller.job = controller.get(name)
+            controller.create_pods()
+
+            def finish(controller: KubeflowController = controller) -> None:
+                wait_until(controller.watched, timeout=30, interval=0.02)
+                controller.succeed(f"{kind.master_type.lower()}-0", {"metrics": {"loss": 0.1}})
+                controller.conditions(("Succeeded", "Succeeded", ""))
+
+            thread = threading.Thread(target=finish, daemon=True)
+            thread.start()
+            outcome = hook.wait_for_kubeflow_job(NAMESPACE, resource, name)
+            thread.join(10)
+            assert outcome.status.state == "succeeded"
+            assert hook.kubeflow_output(NAMESPACE, outcome.obj)
+            hook.delete_kubeflow_job(NAMESPACE, resource, name)
+        used = set().union(*(needed(request) for request in emu.requests))
+
+    rules = allowed(kubeflow_role()["rules"])
+    assert used <= rules | allowed(role()["rules"]), f"requests no Role allows: {sorted(used - rules)}"
+    assert rules <= used, f"rules no request needed: {sorted(rules - used)}"

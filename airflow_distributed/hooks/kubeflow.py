@@ -1,0 +1,325 @@
+"""Kubeflow backend I/O: submit a training job's custom object, watch it, read its master's output, delete it.
+
+``KubeflowJobHook`` is ``DistributedTrainingHook`` (same connection, retries, error messages) with the calls a
+Kubeflow ``TFJob``/``PyTorchJob``/``MXJob``/``MPIJob`` needs. The operator in the cluster creates and judges the
+pods; this hook only reads its verdict (``kubeflow_status.job_status``) through one LIST and one watch of the
+object, resumed from its resourceVersion and relisted after 410 Gone (``object_watch``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+from kubernetes.watch.watch import iter_resp_lines
+
+from airflow_distributed.hooks.api_retry import KubernetesJobError, is_transient, job_error, short_error
+from airflow_distributed.hooks.job_watch import WatchError, WatchGone, container_state, termination_message
+from airflow_distributed.hooks.kubernetes import _EXISTS, _MISSING, WATCH_TIMEOUT, DistributedTrainingHook
+from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
+from airflow_distributed.manifests.kubeflow import KINDS, KubeflowKind, KubeflowResource
+from airflow_distributed.manifests.kubeflow_status import (
+    REPLICA_INDEX_LABEL,
+    REPLICA_TYPE_LABEL,
+    JobStatus,
+    job_status,
+    master_pod_selector,
+    pod_selector,
+)
+from airflow_distributed.manifests.kubernetes import JOB_LABEL, ROLE_LABEL
+from airflow_distributed.status import FAILED, PENDING, RUNNING, SUCCEEDED, ReplicaStatus
+
+#: The kinds by name (``TFJob`` -> its framework's ``KubeflowKind``).
+KIND_BY_NAME: dict[str, KubeflowKind] = {kind.kind: kind for kind in KINDS.values()}
+DELETED = JobStatus(FAILED, "Deleted", "the job was deleted before it finished")
+STOPPED = JobStatus(FAILED, "Stopped", "the task was killed")
+
+
+def resource_of_kind(kind: str) -> KubeflowResource:
+    """``TFJob`` -> its group, version and plural.
+
+    :raises ValueError: not a Kubeflow training job kind.
+    """
+    try:
+        found = KIND_BY_NAME[kind]
+    except KeyError:
+        raise ValueError(f"kind {kind!r} is not a Kubeflow training job; allowed: {', '.join(KIND_BY_NAME)}") from None
+    return KubeflowResource(found.group, found.version, found.plural, found.kind)
+
+
+def main_container(obj: Mapping[str, Any]) -> str:
+    """The container whose exit the Kubeflow operator reads (``tensorflow``, ``pytorch``, ``mxnet``, ``mpi``)."""
+    return KIND_BY_NAME[str(obj.get("kind"))].container
+
+
+# ------------------------------------------------------------------------------------------ pods, read back (pure)
+
+
+def replica_statuses_of_pods(pods: Sequence[Mapping[str, Any]], container: str) -> tuple[ReplicaStatus, ...]:
+    """The table's rows for a Kubeflow job's pods, by replica type and index."""
+    rows = []
+    for pod in pods:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        role = labels.get(ROLE_LABEL) or str(labels.get(REPLICA_TYPE_LABEL, "replica")).lower()
+        index = int(labels.get(REPLICA_INDEX_LABEL) or 0)
+        where = (pod.get("spec") or {}).get("nodeName") or ""
+        state, fields = container_state(pod, container)
+        name = pod["metadata"]["name"]
+        if state == "terminated":
+            code = fields.get("exitCode")
+            rows.append(ReplicaStatus(name, role, index, SUCCEEDED if code == 0 else FAILED, code, where,
+                                      reason=fields.get("reason") if code != 0 else None))
+        elif (pod.get("status") or {}).get("phase") == "Failed":
+            rows.append(ReplicaStatus(name, role, index, FAILED, None, where,
+                                      reason=(pod.get("status") or {}).get("reason")))
+        else:
+            rows.append(ReplicaStatus(name, role, index, RUNNING if state == "running" else PENDING, None, where))
+    return tuple(sorted(rows, key=lambda row: (row.role, row.index, row.name)))
+
+
+def failed_replica(pods: Sequence[Mapping[str, Any]], container: str) -> str | None:
+    """The replica whose failure ended the job, as ``replica <pod> exited with code 3 (OOMKilled)``; the first
+    to fail, since its peers fail moments later when they lose it."""
+    exits = []
+    for pod in pods:
+        state, fields = container_state(pod, container)
+        if state == "terminated" and fields.get("exitCode") not in (None, 0):
+            exits.append((str(fields.get("finishedAt") or ""), pod["metadata"]["name"], fields))
+    if exits:
+        _, name, fields = min(exits, key=lambda item: item[0])
+        reason = fields.get("reason")
+        detail = f" ({reason})" if reason and reason != "Error" else ""
+        return f"replica {name} exited with code {fields.get('exitCode')}{detail}"
+    for pod in pods:
+        status = pod.get("status") or {}
+        if status.get("phase") == "Failed":
+            detail = ": ".join(part for part in (status.get("reason"), status.get("message")) if part)
+            return f"the pod of replica {pod['metadata']['name']} failed: {detail or 'Failed'}"
+    return None
+
+
+# ------------------------------------------------------------------------------------------ the hook
+
+
+@dataclass(frozen=True)
+class KubeflowHandle:
+    """A submitted job: the object as last read, and ``reattached`` (``None`` when this call created it, else the
+    state an earlier try's job was found in: ``pending``, ``running`` or ``succeeded``)."""
+
+    obj: dict[str, Any]
+    reattached: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.obj["metadata"]["name"]
+
+    @property
+    def namespace(self) -> str:
+        return self.obj["metadata"]["namespace"]
+
+
+@dataclass(frozen=True)
+class KubeflowOutcome:
+    """How a wait ended: the job's status and the object as last seen (``None`` once deleted)."""
+
+    status: JobStatus
+    obj: dict[str, Any] | None
+
+
+class KubeflowJobHook(DistributedTrainingHook):
+    """Run distributed training jobs as Kubeflow Training Operator resources (same arguments as
+    ``DistributedTrainingHook``)."""
+
+    hook_name = "Distributed training (Kubeflow)"
+
+    # ------------------------------------------------------------------ reading
+
+    def get_kubeflow_job(self, namespace: str, resource: KubeflowResource, name: str) -> dict[str, Any] | None:
+        response = self._call(f"reading {resource.kind} {namespace}/{name}",
+                              self.custom_objects.get_namespaced_custom_object, resource.group, resource.version,
+                              namespace, resource.plural, name, missing_ok=True, _preload_content=False)
+        return None if response is _MISSING else self._json(response)
+
+    def list_kubeflow_jobs(self, namespace: str, resource: KubeflowResource, name: str) -> dict[str, Any]:
+        """The raw list of the one object ``name`` (``items`` and ``metadata.resourceVersion``)."""
+        response = self._call(f"listing {resource.kind} {namespace}/{name}",
+                              self.custom_objects.list_namespaced_custom_object, resource.group, resource.version,
+                              namespace, resource.plural, field_selector=name_selector(name), _preload_content=False)
+        return self._json(response)
+
+    def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        response = self._call(f"listing pods {selector} in {namespace}", self.core_v1_client.list_namespaced_pod,
+                              namespace, label_selector=selector, _preload_content=False)
+        return self._json(response).get("items") or []
+
+    def kubeflow_pods(self, namespace: str, obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Every pod the Kubeflow operator made for the job."""
+        return self.list_pods(namespace, pod_selector(obj["metadata"]["name"]))
+
+    def kubeflow_output(self, namespace: str, obj: Mapping[str, Any]) -> str | None:
+        """The output document from the termination message of the replica whose success decides the job
+        (``success_rule``: the Chief, else worker 0 of a TFJob; the Master; the Scheduler; the Launcher)."""
+        pods = self.list_pods(namespace, master_pod_selector(obj))
+        container = main_container(obj)
+        for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True):
+            text = termination_message(pod, container)
+            if text:
+                return text
+        return None
+
+    # ------------------------------------------------------------------ submit
+
+    def submit_kubeflow_job(self, namespace: str, resource: KubeflowResource, body: Mapping[str, Any],
+                            *, delete_timeout: float = 120.0) -> KubeflowHandle:
+        """Create the job; a 409 means an earlier try's (names are fixed per task instance): one that runs or
+        succeeded is reattached, one that failed or is being deleted is deleted and created anew.
+
+        :raises KubernetesJobError: the API refused it, or an object of that name is not this project's job.
+        """
+        name = body["metadata"]["name"]
+        what = f"creating {resource.kind} {namespace}/{name}"
+        for _ in range(2):
+            created = self._call(what, self.custom_objects.create_namespaced_custom_object, resource.group,
+                                 resource.version, namespace, resource.plural, body, exists_ok=True,
+                                 _preload_content=False)
+            if created is not _EXISTS:
+                return KubeflowHandle(self._json(created))
+            existing = self.get_kubeflow_job(namespace, resource, name)
+            if existing is None:
+                continue  # deleted between the two calls: create again
+            labels = (existing.get("metadata") or {}).get("labels") or {}
+            if labels.get(JOB_LABEL) != name:
+                raise KubernetesJobError(f"{resource.kind} {namespace}/{name} exists and is not a distributed training "
+                                         f"job's (no label {JOB_LABEL}={name}); delete or rename it")
+            status = job_status(existing)
+            if existing["metadata"].get("deletionTimestamp") is None and status.state != FAILED:
+                self.job_log.info("%s %s/%s from an earlier try is %s; reattaching", resource.kind, namespace, name,
+                                  status.state)
+                return KubeflowHandle(existing, reattached=status.state)
+            self.job_log.info("%s %s/%s from an earlier try failed or is being deleted (%s); deleting it to start "
+                              "again", resource.kind, namespace, name, status.reason)
+            self.delete_kubeflow_job(namespace, resource, name, wait=True, timeout=delete_timeout)
+        raise KubernetesJobError(f"{what}: 409 AlreadyExists, and the existing job could not be replaced")
+
+    # ------------------------------------------------------------------ wait
+
+    def wait_for_kubeflow_job(
+        self,
+        namespace: str,
+        resource: KubeflowResource,
+        name: str,
+        *,
+        watch_timeout: int = WATCH_TIMEOUT,
+        stopped: Callable[[], bool] | None = None,
+        on_change: Callable[[JobStatus], None] | None = None,
+    ) -> KubeflowOutcome:
+        """Until the job succeeds or fails (its conditions), is deleted, or ``stopped()`` turns true.
+
+        :param watch_timeout: server-side timeout of each watch request (resumed, not relisted, after it).
+        :param on_change: called with the job's status whenever it changes.
+        """
+        stopped = stopped or (lambda: False)
+        watch = ObjectWatch(name)
+        what = f"watching {resource.kind} {namespace}/{name}"
+        failures = 0
+        last: JobStatus | None = None
+        while True:
+            if stopped():
+                return KubeflowOutcome(STOPPED, watch.obj)
+            try:
+                if watch.needs_list:
+                    watch.on_list(self.list_kubeflow_jobs(namespace, resource, name))
+                else:
+                    self._watch_object_once(namespace, resource, watch, stopped, watch_timeout)
+                failures = 0
+            except WatchGone:
+                self.job_log.info("%s: 410 Gone; listing it again", what)
+            except Exception as error:
+                if not (isinstance(error, WatchError) or is_transient(error)):
+                    raise
+                delay = self.retry.backoff(failures)
+                if delay is None:
+                    raise job_error(what, error) from error
+                if isinstance(error, WatchError):
+                    watch.on_gone()
+                self.job_log.warning("%s: %s; resuming in %.1fs", what, short_error(error), delay)
+                self._sleep(delay)
+                failures += 1
+            if stopped():
+                return KubeflowOutcome(STOPPED, watch.obj)
+            if watch.obj is None:
+                if watch.deleted:
+                    return KubeflowOutcome(DELETED, None)
+                if not watch.needs_list:
+                    raise KubernetesJobError(f"{what}: the job does not exist")
+                continue
+            status = job_status(watch.obj)
+            if status != last and on_change is not None:
+                on_change(status)
+            last = status
+            if status.state in (SUCCEEDED, FAILED):
+                return KubeflowOutcome(status, watch.obj)
+
+    def _watch_object_once(self, namespace: str, resource: KubeflowResource, watch: ObjectWatch,
+                           stopped: Callable[[], bool], watch_timeout: int) -> None:
+        response = self._call(
+            f"watching {resource.kind} {namespace}/{watch.name}",
+            self.custom_objects.list_namespaced_custom_object,
+            resource.group, resource.version, namespace, resource.plural,
+            field_selector=name_selector(watch.name),
+            watch=True,
+            resource_version=watch.resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=max(1, int(watch_timeout)),
+            _preload_content=False,
+        )
+        try:
+            for line in iter_resp_lines(response):
+                if watch.on_line(line) and (watch.obj is None or job_status(watch.obj).state in (SUCCEEDED, FAILED)):
+                    return
+                if stopped():
+                    return
+        finally:
+            response.close()
+            response.release_conn()
+
+    # ------------------------------------------------------------------ delete
+
+    def delete_kubeflow_job(self, namespace: str, resource: KubeflowResource, name: str, *, wait: bool = False,
+                            timeout: float = 120.0) -> bool:
+        """Delete the object; the Kubeflow operator's ownerReferences take its pods and Services with it.
+
+        :param wait: delete in the foreground and return once the object is gone (a job of the same name may
+            then be created).
+        :returns: whether there was something to delete.
+        """
+        result = self._call(f"deleting {resource.kind} {namespace}/{name}",
+                            self.custom_objects.delete_namespaced_custom_object, resource.group, resource.version,
+                            namespace, resource.plural, name,
+                            body=client.V1DeleteOptions(propagation_policy="Foreground" if wait else "Background"),
+                            missing_ok=True, _preload_content=False)
+        if result is not _MISSING:
+            self._done(result)
+        if wait:
+            deadline, pause = self._clock() + timeout, 0.2
+            while self.get_kubeflow_job(namespace, resource, name) is not None:
+                if self._clock() > deadline:
+                    raise KubernetesJobError(f"deleting {resource.kind} {namespace}/{name}: still there after "
+                                             f"{timeout:g}s")
+                self._sleep(pause)
+                pause = min(pause * 2, 5.0)
+        return result is not _MISSING
+
+
+__all__ = [
+    "KIND_BY_NAME",
+    "KubeflowHandle",
+    "KubeflowJobHook",
+    "KubeflowOutcome",
+    "failed_replica",
+    "main_container",
+    "replica_statuses_of_pods",
+    "resource_of_kind",
+]

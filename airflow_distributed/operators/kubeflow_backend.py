@@ -1,0 +1,321 @@
+"""What ``DistributedTrainingOperator`` does with ``backend="kubeflow"``: plan -> Kubeflow job -> status -> XCom.
+
+The same spec is submitted as one ``TFJob``/``PyTorchJob``/``MXJob``/``MPIJob`` (``manifests.kubeflow``); the
+Kubeflow Training Operator in the cluster creates the pods and judges them, and the task reads its verdict from the
+object's ``status.conditions`` through one watch (``KubeflowJobHook``, or ``KubeflowJobTrigger`` when deferred).
+
+Entry points, called from the operator: ``check_kubeflow_arguments`` (when the DAG is parsed: what the spec asks
+that one pod template per role cannot express), ``run_kubeflow`` (``execute``), ``resume_kubeflow``
+(``execute_complete``) and ``kill_kubeflow`` (``on_kill``).
+
+Clean-up. The Kubeflow operator applies ``runPolicy.cleanPodPolicy`` itself when the job ends: ``Running`` (pods
+still running are deleted, finished ones kept) unless ``clean_pod_policy="none"``. Its ``All`` is never asked
+for, since it would delete the master's pod, and its output, before the task reads it; instead this task deletes
+the job object (the pods go with it) per ``clean_pod_policy``: ``all`` always, ``running``/``none`` never; by
+default after success. A killed task deletes its job whatever the policy.
+
+Retries: the object's name is fixed per task instance; a create answered 409 finds an earlier try's job, which
+is reattached (running or succeeded) or replaced (failed).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow.sdk import BaseOperator, Context
+
+    from airflow_distributed.hooks.kubeflow import KubeflowHandle, KubeflowJobHook
+    from airflow_distributed.manifests.kubeflow import KubeflowResource
+    from airflow_distributed.manifests.kubeflow_status import JobStatus
+    from airflow_distributed.spec import TrainingSpec
+
+TAIL_LINES = 30
+
+
+def check_kubeflow_arguments(operator: BaseOperator) -> list[tuple[str, str]]:
+    """Problems with the operator's arguments for ``backend="kubeflow"``, as ``(path, message)``.
+
+    Adds ``kubeflow_problems(spec)`` (per-index settings one pod template cannot express) for a spec that is not a
+    template; a templated spec is checked when the job is built.
+    """
+    from airflow_distributed.operators.kubernetes_backend import check_kubernetes_arguments
+    from airflow_distributed.operators.training import _has_template
+    from airflow_distributed.spec import SpecValidationError, load_spec
+
+    problems = check_kubernetes_arguments(operator)
+    framework, environment = getattr(operator, "framework", None), getattr(operator, "environment", None)
+    if _has_template(framework) or _has_template(environment):
+        return problems
+    try:
+        spec = load_spec(framework, environment)
+    except SpecValidationError:
+        return problems  # the operator reports the spec's own problems right after
+    from airflow_distributed.manifests.kubeflow import kubeflow_problems
+
+    return problems + kubeflow_problems(spec)
+
+
+# ---------------------------------------------------------------------------------------------- entry points
+
+
+def run_kubeflow(operator: BaseOperator, context: Context, spec: TrainingSpec, job_name: str,
+                 command: Sequence[str]) -> dict[str, Any]:
+    """``execute`` for ``backend="kubeflow"``: submit (or reattach) the job, then wait here or deferred.
+
+    :returns: the ``return_value`` XCom; ``metrics``, ``model_path``, ``job_name`` and ``job`` are pushed here.
+    :raises DistributedJobError: the job failed, was deleted, or the task was killed.
+    """
+    run = KubeflowJobRun.start(operator, context, spec, job_name, command)
+    handle = run.submit()
+    if not operator.wait_for_completion:
+        ti = context["ti"]
+        ti.xcom_push(key="job_name", value=run.name)
+        ti.xcom_push(key="namespace", value=run.namespace)
+        run.log.info("%s %s/%s submitted; not waiting for it (wait_for_completion=False)", run.resource.kind,
+                     run.namespace, run.name)
+        return {"job_name": run.name, "namespace": run.namespace, "kind": run.resource.kind}
+    if operator.deferrable and handle.reattached != "succeeded":
+        run.defer()
+    return run.wait()
+
+
+def resume_kubeflow(operator: BaseOperator, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+    """``execute_complete``: the trigger's event -> output, clean-up and XCom, as in the synchronous path."""
+    from airflow_distributed.hooks.kubeflow import DELETED
+    from airflow_distributed.manifests.kubeflow_status import job_status
+
+    run = KubeflowJobRun.resume(operator, context, event)
+    status = event.get("status")
+    if status in ("succeeded", "failed"):
+        obj = run.hook.get_kubeflow_job(run.namespace, run.resource, run.name)
+        return run.finish(job_status(obj) if obj is not None else DELETED, obj)
+    if status == "deleted":
+        return run.finish(DELETED, None)
+    # timeout (execution_timeout in the triggerer) or error (the trigger could not watch): the job must go.
+    run.delete_quietly()
+    raise _job_error(f"job {run.namespace}/{run.name} failed after {run.elapsed():.1f}s: "
+                     f"{event.get('message') or status}; the job was deleted")
+
+
+def kill_kubeflow(operator: BaseOperator) -> None:
+    """``on_kill``: stop waiting and delete the job object (the Kubeflow operator's pods go with it)."""
+    run: KubeflowJobRun | None = getattr(operator, "_kubeflow_run", None)
+    if run is None:
+        return
+    run.stopped = True
+    run.log.info("task killed: deleting %s %s/%s", run.resource.kind, run.namespace, run.name)
+    try:
+        # A hook of its own: the waiting one may be in the middle of a request on this very thread.
+        run.new_hook().delete_kubeflow_job(run.namespace, run.resource, run.name)
+    except Exception as error:  # noqa: BLE001 - on_kill must not raise; say what is left behind
+        run.log.error("could not delete %s %s/%s: %s; delete it by hand", run.resource.kind, run.namespace,
+                      run.name, error)
+
+
+# ---------------------------------------------------------------------------------------------- one job
+
+
+class KubeflowJobRun:
+    """One Kubeflow job of one task instance: its object, its hook, and the steps of its life."""
+
+    def __init__(self, operator: BaseOperator, context: Context, hook: KubeflowJobHook, namespace: str, name: str,
+                 framework: str, started_at: float | None = None) -> None:
+        from airflow_distributed.manifests.kubeflow import kubeflow_resource
+
+        self.operator, self.context, self.hook = operator, context, hook
+        self.namespace, self.name, self.framework = namespace, name, framework
+        self.resource: KubeflowResource = kubeflow_resource(framework)
+        self.log = operator.log
+        self.body: dict[str, Any] | None = None
+        self.stopped = False
+        self.started_at = started_at if started_at is not None else time.time()
+        operator._kubeflow_run = self  # type: ignore[attr-defined]  # read by kill_kubeflow
+
+    def elapsed(self) -> float:
+        return max(0.0, time.time() - self.started_at)
+
+    def new_hook(self) -> KubeflowJobHook:
+        from airflow_distributed.hooks.kubeflow import KubeflowJobHook
+
+        return KubeflowJobHook(kubernetes_conn_id=self.operator.kubernetes_conn_id, logger=self.log)
+
+    @classmethod
+    def start(cls, operator: BaseOperator, context: Context, spec: TrainingSpec, job_name: str,
+              command: Sequence[str]) -> KubeflowJobRun:
+        from airflow_distributed.hooks.kubeflow import KubeflowJobHook
+        from airflow_distributed.manifests.kubeflow import KubeflowAddressing, KubeflowJobOptions, build_kubeflow_job
+        from airflow_distributed.manifests.kubernetes import layout_for_kubernetes
+        from airflow_distributed.operators.kubernetes_backend import _manifest_options
+        from airflow_distributed.plan import build_plan
+
+        if not operator.image:
+            raise _job_error("backend='kubeflow' runs every replica from an image: set image=")
+        hook = KubeflowJobHook(kubernetes_conn_id=operator.kubernetes_conn_id, logger=operator.log)
+        namespace = operator.namespace or hook.default_namespace()
+        plan = build_plan(spec, job_name, KubeflowAddressing(namespace, spec.framework),
+                          layout_for_kubernetes(operator.model_dir), command, backend="kubeflow", env=operator.env)
+        # "All" would let the Kubeflow operator delete the master's pod (and its output) before it is read.
+        pod_policy = "none" if operator.clean_pod_policy == "none" else "running"
+        options = KubeflowJobOptions(_manifest_options(operator, context, namespace), clean_pod_policy=pod_policy)
+        run = cls(operator, context, hook, namespace, job_name, spec.framework)
+        run.body = build_kubeflow_job(plan, options)  # a setting one pod template cannot hold fails here
+        return run
+
+    @classmethod
+    def resume(cls, operator: BaseOperator, context: Context, event: dict[str, Any]) -> KubeflowJobRun:
+        from airflow_distributed.hooks.kubeflow import KubeflowJobHook
+        from airflow_distributed.spec import load_spec
+
+        hook = KubeflowJobHook(kubernetes_conn_id=operator.kubernetes_conn_id, logger=operator.log)
+        framework = load_spec(operator.framework, operator.environment).framework
+        return cls(operator, context, hook, event["namespace"], event["job_name"], framework,
+                   started_at=event.get("started_at"))
+
+    # ------------------------------------------------------------------ submit, wait
+
+    def submit(self) -> KubeflowHandle:
+        handle = self.hook.submit_kubeflow_job(self.namespace, self.resource, self.body or {})
+        if handle.reattached is None:
+            self.log.info("job %s/%s: %s submitted to the Kubeflow Training Operator", self.namespace, self.name,
+                          self.resource.kind)
+        return handle
+
+    def wait(self) -> dict[str, Any]:
+        try:
+            outcome = self.hook.wait_for_kubeflow_job(
+                self.namespace, self.resource, self.name, stopped=lambda: self.stopped,
+                on_change=lambda status: self.log.info("%s %s/%s is %s%s", self.resource.kind, self.namespace,
+                                                       self.name, status.state,
+                                                       f": {status.message}" if status.message else ""),
+            )
+        except BaseException:
+            # The wait itself failed (API gone, execution_timeout): nobody would watch the job any more.
+            self.delete_quietly()
+            raise
+        return self.finish(outcome.status, outcome.obj)
+
+    def defer(self) -> None:
+        from datetime import timedelta
+
+        from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
+
+        timeout = deadline = None
+        execution_timeout = self.operator.execution_timeout
+        start_date = getattr(self.context["ti"], "start_date", None)
+        if execution_timeout is not None and start_date is not None:
+            deadline = start_date.timestamp() + execution_timeout.total_seconds()
+            # Past the trigger's own deadline event, so that execute_complete (and its clean-up) always runs.
+            timeout = timedelta(seconds=max(0.0, deadline - time.time()) + 60)
+        trigger = KubeflowJobTrigger(job_name=self.name, namespace=self.namespace, group=self.resource.group,
+                                     version=self.resource.version, plural=self.resource.plural,
+                                     kubernetes_conn_id=self.operator.kubernetes_conn_id,
+                                     execution_deadline=deadline, delete_on_kill=True, started_at=self.started_at)
+        self.log.info("job %s/%s: waiting in the triggerer", self.namespace, self.name)
+        self.operator.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
+
+    # ------------------------------------------------------------------ finish
+
+    def finish(self, status: JobStatus, obj: dict[str, Any] | None) -> dict[str, Any]:
+        """Output, clean-up, XCom; raises ``DistributedJobError`` unless the job succeeded."""
+        from airflow_distributed.hooks.job_watch import replica_table
+        from airflow_distributed.hooks.kubeflow import STOPPED, failed_replica, main_container, replica_statuses_of_pods
+        from airflow_distributed.outputs import job_record, job_result
+        from airflow_distributed.status import SUCCEEDED
+
+        elapsed = self.elapsed()
+        if status == STOPPED:
+            self.delete_quietly()
+            raise _job_error(f"job {self.namespace}/{self.name} was stopped after {elapsed:.1f}s (task killed); "
+                             "the job was deleted")
+        succeeded = status.state == SUCCEEDED
+        try:
+            pods = self.hook.kubeflow_pods(self.namespace, obj) if obj is not None else []
+            container = main_container(obj) if obj is not None else ""
+            document = self._document(obj, succeeded)
+            replica = failed_replica(pods, container) if not succeeded else None
+            logs = self._tails(pods, container, replica)
+        except BaseException:
+            self.delete_quietly()
+            raise
+        statuses = replica_statuses_of_pods(pods, container)
+        deleted = self.clean_up(succeeded, exists=obj is not None)
+        if statuses:
+            self.log.info("replicas of %s (final):\n%s", self.name, replica_table(statuses))
+        result = job_result(job_name=self.name, framework=self.framework, backend="kubeflow",
+                            state="succeeded" if succeeded else "failed", document=document, replicas=statuses,
+                            namespace=self.namespace)
+        ti = self.context["ti"]
+        ti.xcom_push(key="job", value=job_record(result, document, logs, elapsed))
+        if not succeeded:
+            detail = ": ".join(part for part in (status.reason, status.message) if part)
+            note = "the job was deleted" if deleted else "the job is kept for a look until the next try"
+            message = f"job {self.namespace}/{self.name} failed after {elapsed:.1f}s: {detail}"
+            if replica:
+                message += f"; {replica}"
+            message += f"; {note}"
+            tail = next((lines for name, lines in logs.items() if replica and name in replica), [])
+            if tail:
+                message += ". Its last lines:\n" + "\n".join(f"    {line}" for line in tail[-15:])
+            raise _job_error(message)
+        ti.xcom_push(key="metrics", value=result["metrics"])
+        ti.xcom_push(key="model_path", value=result["model_path"])
+        ti.xcom_push(key="job_name", value=self.name)
+        if document["metrics"] == {} and document["model_path"] is None:
+            self.log.warning("the master wrote no output document: no metrics or model path")
+        self.log.info("job %s/%s succeeded in %.1fs; metrics: %s; model path: %s", self.namespace, self.name,
+                      elapsed, json.dumps(result["metrics"]), result["model_path"])
+        return result
+
+    def _document(self, obj: dict[str, Any] | None, succeeded: bool) -> dict[str, Any]:
+        from airflow_distributed.outputs import parse_output_document
+
+        if obj is None:
+            return parse_output_document(None)
+        try:
+            return parse_output_document(self.hook.kubeflow_output(self.namespace, obj))
+        except ValueError:
+            if succeeded:
+                raise
+            self.log.warning("the failed master's output document is not readable JSON; ignoring it")
+            return parse_output_document(None)
+
+    def _tails(self, pods: list[dict[str, Any]], container: str, failed: str | None) -> dict[str, list[str]]:
+        """The last lines of the failed replica, best effort: a log that cannot be read decides nothing."""
+        from airflow_distributed.hooks.api_retry import KubernetesJobError
+
+        logs: dict[str, list[str]] = {}
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            if failed and f"replica {name} " in f"{failed} ":
+                try:
+                    logs[name] = self.hook.read_log_tail(self.namespace, name, TAIL_LINES, container)
+                except KubernetesJobError as error:
+                    self.log.warning("could not read the last lines of %s: %s", name, error)
+        return logs
+
+    def clean_up(self, succeeded: bool, exists: bool = True) -> bool:
+        """Delete the job object when ``clean_pod_policy`` (default: ``all`` after success) says so."""
+        policy = self.operator.clean_pod_policy or ("all" if succeeded else "running")
+        if policy != "all" or not exists:
+            return False
+        self.hook.delete_kubeflow_job(self.namespace, self.resource, self.name)
+        return True
+
+    def delete_quietly(self) -> None:
+        try:
+            self.new_hook().delete_kubeflow_job(self.namespace, self.resource, self.name)
+        except Exception as error:  # noqa: BLE001 - the original error is the one to raise
+            self.log.error("could not delete %s %s/%s: %s", self.resource.kind, self.namespace, self.name, error)
+
+
+def _job_error(message: str) -> Exception:
+    from airflow_distributed.operators.training import DistributedJobError
+
+    return DistributedJobError(message)
+
+
+__all__ = ["KubeflowJobRun", "check_kubeflow_arguments", "kill_kubeflow", "resume_kubeflow", "run_kubeflow"]

@@ -1,0 +1,11 @@
+"""Sensors that wait for a distributed training job started elsewhere (``wait_for_completion=False``, Kubeflow)."""
+
+from airflow_distributed.sensors.base import DistributedJobSensor
+from airflow_distributed.sensors.frameworks import (
+    HorovodJobSensor,
+    MXNetJobSensor,
+    PytorchJobSensor,
+    TensorflowJobSensor,
+)
+
+__all__ = ["DistributedJobSensor", "HorovodJobSensor", "MXNetJobSensor", "PytorchJobSensor", "TensorflowJobSensor"]

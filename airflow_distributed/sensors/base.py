@@ -1,0 +1,307 @@
+"""``DistributedJobSensor``: wait for a distributed training job that something else started.
+
+Two kinds of job:
+
+- a job of the ``kubernetes`` backend (``DistributedTrainingOperator(wait_for_completion=False)``, which pushes
+  ``job_name`` and ``namespace`` to XCom) or any set of pods with the project's labels: its pods are found by the
+  ``airflow-distributed/job`` label and judged by ``job_watch`` like the operator's own wait (the master's main
+  container exiting 0 succeeds; any replica exiting non-zero, or failing to start for good, fails);
+- a Kubeflow ``TFJob``/``PyTorchJob``/``MXJob``/``MPIJob`` (``kind=``): its ``status.conditions``
+  (``kubeflow_status.job_status``), and the output document of the replica its framework's success rule names.
+
+On success the sensor pushes ``metrics`` and ``model_path`` (and returns the operator's ``return_value``); on
+failure it raises ``AirflowFailException`` naming the replica and the reason: a job that failed is not retried,
+and ``soft_fail`` skips instead, as with Airflow's own sensors. ``timeout``, ``poke_interval``, ``mode`` and
+``soft_fail`` are ``BaseSensorOperator``'s; ``deferrable=True`` waits in the triggerer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.common.compat.sdk import conf
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout, AirflowSkipException
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_distributed.hooks.job_watch import JobTracker, ReplicaSlot
+    from airflow_distributed.hooks.kubeflow import KubeflowJobHook
+
+#: Kubeflow kind -> framework (``manifests.kubeflow.KINDS``, kept here so that parsing a DAG imports no client).
+KIND_FRAMEWORK: dict[str, str] = {"TFJob": "tensorflow", "PyTorchJob": "pytorch", "MXJob": "mxnet",
+                                  "MPIJob": "horovod"}
+#: A startup window no job reaches: a sensor judges a job's end, not how long its pods take to start.
+_NO_STARTUP_LIMIT = 10.0**9
+
+
+class DistributedJobSensor(BaseSensorOperator):
+    """Wait for a distributed training job to finish; push its ``metrics`` and ``model_path`` on success.
+
+    :param job_name: the job: the ``airflow-distributed/job`` label of its pods, or the Kubeflow object's name,
+        e.g. ``"{{ ti.xcom_pull(task_ids='train', key='job_name') }}"``. (templated)
+    :param namespace: its namespace; default: the connection's ``namespace`` extra, else ``default``. (templated)
+    :param kind: ``None`` for a job of the ``kubernetes`` backend (pods with the project's labels); ``TFJob``,
+        ``PyTorchJob``, ``MXJob`` or ``MPIJob`` for a Kubeflow training job; ``"kubeflow"`` for the Kubeflow
+        kind of the sensor's framework.
+    :param framework: the job's framework, checked against the job's own (the per-framework sensors set it).
+    :param kubernetes_conn_id: the cncf provider's Kubernetes connection.
+    :param deferrable: wait in the triggerer; default: ``[operators] default_deferrable``.
+    :param watch_timeout: server-side timeout of each watch request of the deferred wait, in seconds.
+    :param kwargs: ``BaseSensorOperator``'s: ``poke_interval``, ``timeout``, ``mode``, ``soft_fail``...
+    """
+
+    template_fields: Sequence[str] = ("job_name", "namespace")
+    ui_color = "#e3eefb"
+    #: The framework of a per-framework sensor (``None``: any).
+    default_framework: str | None = None
+
+    def __init__(
+        self,
+        *,
+        job_name: str,
+        namespace: str | None = None,
+        kind: str | None = None,
+        framework: str | None = None,
+        kubernetes_conn_id: str | None = "kubernetes_default",
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        watch_timeout: int = 300,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.job_name = job_name
+        self.namespace = namespace
+        self.framework = framework or self.default_framework
+        self.kind = self._resolve_kind(kind)
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.deferrable = deferrable
+        self.watch_timeout = watch_timeout
+
+    def _resolve_kind(self, kind: str | None) -> str | None:
+        if kind == "kubeflow":
+            found = [k for k, fw in KIND_FRAMEWORK.items() if fw == self.framework]
+            if not found:
+                raise ValueError(f"{type(self).__name__}: kind='kubeflow' needs a framework; use kind= "
+                                 f"{', '.join(KIND_FRAMEWORK)}")
+            return found[0]
+        if kind is not None and kind not in KIND_FRAMEWORK:
+            raise ValueError(f"{type(self).__name__}: kind {kind!r} is not a Kubeflow training job; allowed: "
+                             f"{', '.join(KIND_FRAMEWORK)}, 'kubeflow' or None (a job of the kubernetes backend)")
+        if kind is not None and self.framework and KIND_FRAMEWORK[kind] != self.framework:
+            raise ValueError(f"{type(self).__name__}: a {kind} is a {KIND_FRAMEWORK[kind]} job, not "
+                             f"{self.framework}")
+        return kind
+
+    # ------------------------------------------------------------------ poke
+
+    def hook(self) -> KubeflowJobHook:
+        from airflow_distributed.hooks.kubeflow import KubeflowJobHook
+
+        return KubeflowJobHook(kubernetes_conn_id=self.kubernetes_conn_id, logger=self.log)
+
+    def _namespace(self, hook: KubeflowJobHook) -> str:
+        return self.namespace or hook.default_namespace()
+
+    def poke(self, context: Context) -> bool | PokeReturnValue:
+        hook = self.hook()
+        if self.kind is None:
+            return self._poke_pods(hook, self._namespace(hook), context)
+        return self._poke_kubeflow(hook, self._namespace(hook), context)
+
+    def _poke_pods(self, hook: KubeflowJobHook, namespace: str, context: Context) -> bool | PokeReturnValue:
+        from airflow_distributed.hooks.job_watch import replica_table
+
+        tracker = self._tracker(hook, namespace)
+        if tracker is None:
+            self.log.info("job %s/%s has no pods (yet)", namespace, self.job_name)
+            return False
+        verdict = tracker.verdict(time.monotonic())
+        if verdict is None:
+            self.log.info("job %s/%s is running:\n%s", namespace, self.job_name, replica_table(tracker.statuses()))
+            return False
+        master = tracker.pod(tracker.master.name) or {}
+        framework = _pod_env(master, "AIRFLOW_DISTRIBUTED_FRAMEWORK") or self.framework or "unknown"
+        self._check_framework(framework, f"job {namespace}/{self.job_name}")
+        if not verdict.succeeded:
+            raise AirflowFailException(f"job {namespace}/{self.job_name} failed: {verdict.describe()}")
+        text = hook.read_output(namespace, master)
+        return self._succeed(context, text, framework, "kubernetes", namespace, tracker.statuses())
+
+    def _tracker(self, hook: KubeflowJobHook, namespace: str) -> JobTracker | None:
+        from airflow_distributed.hooks.job_watch import JobTracker
+
+        pods = hook.list_job_pods(namespace, self.job_name).get("items") or []
+        slots = slots_of_pods(pods)
+        if not slots:
+            return None
+        tracker = JobTracker(slots, startup_timeout=_NO_STARTUP_LIMIT, started_at=time.monotonic())
+        tracker.reset(pods)
+        return tracker
+
+    def _poke_kubeflow(self, hook: KubeflowJobHook, namespace: str, context: Context) -> bool | PokeReturnValue:
+        from airflow_distributed.hooks.kubeflow import (
+            failed_replica,
+            main_container,
+            replica_statuses_of_pods,
+            resource_of_kind,
+        )
+        from airflow_distributed.manifests.kubeflow_status import job_status, success_rule
+        from airflow_distributed.status import FAILED, SUCCEEDED
+
+        what = f"{self.kind} {namespace}/{self.job_name}"
+        obj = hook.get_kubeflow_job(namespace, resource_of_kind(str(self.kind)), self.job_name)
+        if obj is None:
+            self.log.info("%s does not exist (yet)", what)
+            return False
+        status = job_status(obj)
+        if status.state not in (SUCCEEDED, FAILED):
+            self.log.info("%s is %s: %s", what, status.state, status.message or status.reason)
+            return False
+        pods = hook.kubeflow_pods(namespace, obj)
+        if status.state == FAILED:
+            replica = failed_replica(pods, main_container(obj))
+            detail = ": ".join(part for part in (status.reason, status.message) if part)
+            raise AirflowFailException(f"{what} failed: {detail}" + (f"; {replica}" if replica else ""))
+        self.log.info("%s succeeded: %s", what, success_rule(obj).description)
+        statuses = replica_statuses_of_pods(pods, main_container(obj))
+        return self._succeed(context, hook.kubeflow_output(namespace, obj), KIND_FRAMEWORK[str(self.kind)],
+                             "kubeflow", namespace, statuses)
+
+    def _check_framework(self, found: str, what: str) -> None:
+        if self.framework and found not in ("unknown", self.framework):
+            raise AirflowFailException(f"{what} is a {found} job, not {self.framework}: use the {found} sensor")
+
+    def _succeed(self, context: Context, text: str | None, framework: str, backend: str, namespace: str,
+                 statuses: Sequence[Any]) -> PokeReturnValue:
+        from airflow_distributed.outputs import job_result, parse_output_document
+
+        try:
+            document = parse_output_document(text)
+        except ValueError as error:
+            raise AirflowFailException(f"job {namespace}/{self.job_name} succeeded, but {error}") from error
+        result = job_result(job_name=self.job_name, framework=framework, backend=backend, state="succeeded",
+                            document=document, replicas=statuses, namespace=namespace)
+        ti = context["ti"]
+        ti.xcom_push(key="metrics", value=result["metrics"])
+        ti.xcom_push(key="model_path", value=result["model_path"])
+        if document["metrics"] == {} and document["model_path"] is None:
+            self.log.warning("job %s/%s succeeded without an output document: no metrics or model path", namespace,
+                             self.job_name)
+        return PokeReturnValue(is_done=True, xcom_value=result)
+
+    # ------------------------------------------------------------------ deferrable
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        try:
+            return self._check_or_defer(context, time.time() + self.timeout)
+        except AirflowFailException as error:
+            # BaseSensorOperator.execute is bypassed here, so soft_fail is applied as it would be.
+            if self.soft_fail:
+                raise AirflowSkipException("Skipping due to soft_fail is set to True.") from error
+            raise
+
+    def _check_or_defer(self, context: Context, deadline: float) -> Any:
+        """One poke; unless the job ended, defer until it changes (or, before it exists, for ``poke_interval``)."""
+        from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
+
+        from airflow_distributed.hooks.job_watch import slots_to_json
+
+        done = self.poke(context)
+        if done:
+            return done.xcom_value if isinstance(done, PokeReturnValue) else None
+        left = deadline - time.time()
+        if left <= 0:
+            raise AirflowSensorTimeout(f"Sensor has timed out; job {self.job_name} did not finish within "
+                                       f"{self.timeout:g}s")
+        hook = self.hook()
+        namespace = self._namespace(hook)
+        trigger: Any
+        if self.kind is not None:
+            trigger = self._kubeflow_trigger(hook, namespace)
+        else:
+            tracker = self._tracker(hook, namespace)
+            trigger = None if tracker is None else self._pods_trigger(namespace, slots_to_json(tracker.slots))
+        if trigger is None:
+            # Nothing to watch yet: come back after poke_interval.
+            trigger = TimeDeltaTrigger(timedelta(seconds=min(self.poke_interval, left)))
+        self.log.info("job %s/%s: waiting in the triggerer", namespace, self.job_name)
+        self.defer(trigger=trigger, method_name="execute_complete", kwargs={"deadline": deadline},
+                   timeout=timedelta(seconds=left))
+
+    def _pods_trigger(self, namespace: str, replicas: list[list[Any]]) -> Any:
+        from airflow_distributed.triggers.sensors import JobSensorTrigger
+
+        return JobSensorTrigger(job_name=self.job_name, namespace=namespace, replicas=replicas,
+                                startup_timeout=_NO_STARTUP_LIMIT, started_at=time.time(),
+                                kubernetes_conn_id=self.kubernetes_conn_id, watch_timeout=self.watch_timeout)
+
+    def _kubeflow_trigger(self, hook: KubeflowJobHook, namespace: str) -> Any:
+        from airflow_distributed.hooks.kubeflow import resource_of_kind
+        from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
+
+        resource = resource_of_kind(str(self.kind))
+        if hook.get_kubeflow_job(namespace, resource, self.job_name) is None:
+            return None
+        return KubeflowJobTrigger(job_name=self.job_name, namespace=namespace, group=resource.group,
+                                  version=resource.version, plural=resource.plural,
+                                  kubernetes_conn_id=self.kubernetes_conn_id, watch_timeout=self.watch_timeout)
+
+    def execute_complete(self, context: Context, event: Any = None, deadline: float | None = None) -> Any:
+        """The trigger fired: the job ended (read it once more, for its output or its failed replica), or it is
+        time to look again for a job that did not exist yet."""
+        deadline = deadline if deadline is not None else time.time() + self.timeout
+        if isinstance(event, Mapping) and "status" in event:
+            status = event["status"]
+            if status == "failed" and event.get("verdict"):
+                from airflow_distributed.hooks.job_watch import JobVerdict
+
+                verdict = JobVerdict.from_dict(event["verdict"])
+                raise AirflowFailException(f"job {event.get('namespace')}/{self.job_name} failed: "
+                                           f"{verdict.describe()}")
+            if status == "deleted":
+                raise AirflowFailException(event.get("message") or f"job {self.job_name} was deleted")
+            if status in ("error", "timeout"):
+                raise AirflowException(f"waiting for job {self.job_name}: {event.get('message') or status}")
+        # resume_execution applies soft_fail to whatever this raises.
+        return self._check_or_defer(context, deadline)
+
+
+# ------------------------------------------------------------------------------------------ helpers (pure)
+
+
+def slots_of_pods(pods: Sequence[Mapping[str, Any]]) -> tuple[ReplicaSlot, ...]:
+    """The replicas of a job of the ``kubernetes`` backend, from its pods' labels, the master first."""
+    from airflow_distributed.hooks.job_watch import ReplicaSlot
+    from airflow_distributed.manifests.kubernetes import INDEX_LABEL, MASTER_LABEL, ROLE_LABEL
+
+    slots = []
+    for pod in pods:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        if ROLE_LABEL not in labels:
+            continue
+        slots.append(ReplicaSlot(pod["metadata"]["name"], labels[ROLE_LABEL], int(labels.get(INDEX_LABEL) or 0),
+                                 labels.get(MASTER_LABEL) == "true"))
+    slots.sort(key=lambda slot: (not slot.is_master, slot.role, slot.index))
+    if slots and not slots[0].is_master:
+        return ()  # no master, no verdict: not a job this project started (or not complete yet)
+    return tuple(slots)
+
+
+def _pod_env(pod: Mapping[str, Any], name: str) -> str | None:
+    from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER
+
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        if container.get("name") == MAIN_CONTAINER:
+            for var in container.get("env") or []:
+                if var.get("name") == name:
+                    return var.get("value")
+    return None
+
+
+__all__ = ["KIND_FRAMEWORK", "DistributedJobSensor", "slots_of_pods"]

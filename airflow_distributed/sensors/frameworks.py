@@ -1,0 +1,43 @@
+"""One sensor per framework: ``DistributedJobSensor`` with the framework's Kubeflow kind and success rule.
+
+With ``kind=None`` (a job of the ``kubernetes`` backend) every framework succeeds when its master's main container
+exits 0 (CONTRACT.md); with ``kind="kubeflow"`` (or the kind by name) the job's own success rule applies
+(``kubeflow_status.success_rule``), which also says whose termination message holds the output document:
+
+- ``TensorflowJobSensor`` (``TFJob``): the Chief; a TFJob without one: worker 0 (every worker with
+  ``successPolicy: AllWorkers``);
+- ``PytorchJobSensor`` (``PyTorchJob``): the Master; without one, every worker (any one, elastic);
+- ``MXNetJobSensor`` (``MXJob``): the Scheduler;
+- ``HorovodJobSensor`` (``MPIJob``): the Launcher.
+"""
+
+from __future__ import annotations
+
+from airflow_distributed.sensors.base import DistributedJobSensor
+
+
+class TensorflowJobSensor(DistributedJobSensor):
+    """Wait for a TensorFlow job (``TFJob`` with ``kind="kubeflow"``); see ``DistributedJobSensor``."""
+
+    default_framework = "tensorflow"
+
+
+class PytorchJobSensor(DistributedJobSensor):
+    """Wait for a PyTorch job (``PyTorchJob`` with ``kind="kubeflow"``); see ``DistributedJobSensor``."""
+
+    default_framework = "pytorch"
+
+
+class MXNetJobSensor(DistributedJobSensor):
+    """Wait for an MXNet job (``MXJob`` with ``kind="kubeflow"``); see ``DistributedJobSensor``."""
+
+    default_framework = "mxnet"
+
+
+class HorovodJobSensor(DistributedJobSensor):
+    """Wait for a Horovod job (``MPIJob`` with ``kind="kubeflow"``); see ``DistributedJobSensor``."""
+
+    default_framework = "horovod"
+
+
+__all__ = ["HorovodJobSensor", "MXNetJobSensor", "PytorchJobSensor", "TensorflowJobSensor"]

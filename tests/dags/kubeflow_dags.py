@@ -1,0 +1,51 @@
+"""DAGs for the ``kubeflow`` backend's tests; each job runs in a namespace of its own of the API emulator.
+
+The tests play the Kubeflow Training Operator: they create the pods of the submitted object, move them, and
+write its ``status.conditions``. ``namespace_of(dag_id)`` is the namespace a DAG uses.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import DAG, task
+
+from airflow_distributed.operators import DistributedTrainingOperator
+
+IMAGE = "registry.example.com/trainer:1.0"
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+
+
+def namespace_of(dag_id: str) -> str:
+    return dag_id.replace("_", "-")
+
+
+def _dag(dag_id: str, *, report: bool = False, **task_kwargs) -> DAG:
+    with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "kubeflow"]) as dag:
+        train = DistributedTrainingOperator(
+            task_id="train",
+            framework="pytorch",
+            environment={"pytorch": {"n_workers": 2}},
+            command=["python", "/opt/jobs/train.py"],
+            args=["--steps", "{{ params.steps }}"],
+            params={"steps": 5},
+            image=IMAGE,
+            backend="kubeflow",
+            namespace=namespace_of(dag_id),
+            **task_kwargs,
+        )
+        if report:
+
+            @task
+            def report_metrics(metrics: dict, model_path: str) -> dict:
+                return {"loss": metrics["loss"], "model_path": model_path}
+
+            report_metrics(train.output["metrics"], train.output["model_path"])
+    return dag
+
+
+success = _dag("kubeflow_success", report=True)
+deferrable = _dag("kubeflow_deferrable", deferrable=True)
+failure = _dag("kubeflow_failure")
+long_running = _dag("kubeflow_long_running", execution_timeout=timedelta(minutes=5))

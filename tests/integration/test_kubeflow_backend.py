@@ -1,0 +1,211 @@
+"""``backend="kubeflow"`` through a real Airflow: the task submits a PyTorchJob to the API emulator, the test plays
+the Kubeflow Training Operator (pods from the job's templates, ``status.conditions``) and the kubelet.
+
+Every request crosses HTTP through the real clients, with ``kubernetes_default`` given as an environment variable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from tests.helpers import wait_until, xcom
+from tests.integration.kubeflow_controller import GROUP, KubeflowController, register_kubeflow_crds
+from tests.integration.test_kubernetes_backend import DOCUMENT, run_dag_at
+from tests.k8s_emulator import KubeEmulator
+
+PLURAL = "pytorchjobs"
+
+
+def namespace_of(dag_id: str) -> str:
+    return dag_id.replace("_", "-")
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    with KubeEmulator(kubernetes_version="1.31", bookmark_interval=0.5) as emu:
+        register_kubeflow_crds(emu)
+        yield emu
+        assert emu.errors == [], "\n".join(emu.errors)
+
+
+@pytest.fixture(scope="module")
+def kubernetes_connection(emulator, tmp_path_factory):
+    config = emulator.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
+    value = json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": config}})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", value)
+        yield value
+
+
+pytestmark = [pytest.mark.usefixtures("airflow_db", "kubernetes_connection")]
+
+
+def left(emu: KubeEmulator, namespace: str) -> tuple[list[str], list[str]]:
+    jobs = sorted(o["metadata"]["name"] for o in emu.list(PLURAL, namespace, group=GROUP))
+    return jobs, sorted(o["metadata"]["name"] for o in emu.list("pods", namespace))
+
+
+def settled(emu: KubeEmulator, namespace: str, expected: tuple[list[str], list[str]]) -> None:
+    try:
+        wait_until(lambda: left(emu, namespace) == expected, timeout=5, interval=0.05)
+    except AssertionError:
+        assert left(emu, namespace) == expected
+
+
+def train_and_succeed(controller: KubeflowController) -> None:
+    controller.wait_for_job()
+    controller.create_pods()
+    controller.conditions(("Created", "PyTorchJobCreated", ""))
+    controller.run_all()
+    controller.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""))
+    # The verdict comes from a watch event, not from the first LIST.
+    wait_until(controller.watched, timeout=60, interval=0.02)
+    controller.log("master-0", "step 1 loss 0.5", container="pytorch")
+    controller.succeed("master-0", DOCUMENT)
+    controller.succeed("worker-0")
+    controller.succeed("worker-1")
+    controller.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""),
+                          ("Succeeded", "PyTorchJobSucceeded", f"PyTorchJob {controller.name} is successfully "
+                                                               "completed."))
+
+
+@pytest.mark.parametrize("dag_id", ["kubeflow_success", "kubeflow_deferrable"])
+def test_a_pytorchjob_that_succeeds_hands_the_masters_output_to_xcom_and_is_deleted(emulator, dag_id, capfd):
+    namespace = namespace_of(dag_id)
+    emulator.create_namespace(namespace)
+    emulator.reset_requests()
+    controller = KubeflowController(emulator, namespace, PLURAL).play(train_and_succeed)
+    run, states = run_dag_at(dag_id)
+    controller.check()
+
+    assert set(states.values()) == {"success"}
+    result = xcom(run, "train")
+    assert {k: result[k] for k in ("framework", "backend", "state", "namespace")} == {
+        "framework": "pytorch", "backend": "kubeflow", "state": "succeeded", "namespace": namespace}
+    assert result["metrics"] == DOCUMENT["metrics"] and result["model_path"] == DOCUMENT["model_path"]
+    job = result["job_name"]
+    assert [(r["name"], r["role"], r["index"], r["state"], r["exit_code"]) for r in result["replicas"]] == [
+        (f"{job}-master-0", "master", 0, "succeeded", 0),
+        (f"{job}-worker-0", "worker", 0, "succeeded", 0),
+        (f"{job}-worker-1", "worker", 1, "succeeded", 0),
+    ]
+    assert xcom(run, "train", "metrics") == DOCUMENT["metrics"]
+    assert xcom(run, "train", "model_path") == DOCUMENT["model_path"]
+    assert xcom(run, "train", "job_name") == job
+    assert xcom(run, "train", "job")["history"] == DOCUMENT["history"]
+    if dag_id == "kubeflow_success":
+        assert xcom(run, "report_metrics") == {"loss": 0.125, "model_path": DOCUMENT["model_path"]}
+    # What was submitted: a PyTorchJob of the task's labels, the templated args in the master's command.
+    submitted = controller.job
+    assert submitted["kind"] == "PyTorchJob" and submitted["metadata"]["labels"]["airflow-distributed/job"] == job
+    master = submitted["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    assert master["name"] == "pytorch" and master["command"][-4:] == ["python", "/opt/jobs/train.py", "--steps", "5"]
+    assert submitted["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"
+    # Deleted after success; its pods went with it (ownerReferences).
+    settled(emulator, namespace, ([], []))
+    requests = [r for r in emulator.requests if f"/namespaces/{namespace}/" in r.path]
+    watches = [r for r in requests if r.is_watch]
+    assert len(watches) == 1 and watches[0].query["fieldSelector"] == f"metadata.name={job}"
+    assert [r.method for r in requests if r.path.endswith(f"/{PLURAL}")].count("POST") == 1
+    if dag_id == "kubeflow_deferrable":
+        assert "waiting in the triggerer" in capfd.readouterr().out
+
+
+def test_a_failed_pytorchjob_fails_the_task_naming_the_replica_and_keeps_the_job(emulator, capfd):
+    namespace = namespace_of("kubeflow_failure")
+    emulator.create_namespace(namespace)
+
+    def script(controller: KubeflowController) -> None:
+        controller.wait_for_job()
+        controller.create_pods()
+        controller.run_all()
+        controller.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""))
+        wait_until(controller.watched, timeout=60, interval=0.02)
+        controller.log("worker-1", "Traceback (most recent call last):", "RuntimeError: NCCL error",
+                       container="pytorch")
+        controller.fail("worker-1", 3)
+        controller.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""),
+                              ("Failed", "PyTorchJobFailed", f"PyTorchJob {controller.name} is failed because 1 "
+                                                             "Worker replica(s) failed."))
+
+    controller = KubeflowController(emulator, namespace, PLURAL).play(script)
+    run, states = run_dag_at("kubeflow_failure")
+    controller.check()
+
+    assert states == {"train": "failed"}
+    worker = controller.pods["worker-1"]
+    out = capfd.readouterr().out
+    assert "PyTorchJobFailed: PyTorchJob" in out and "1 Worker replica(s) failed" in out
+    assert f"replica {worker} exited with code 3" in out
+    assert "RuntimeError: NCCL error" in out  # the failed replica's last lines
+    record = xcom(run, "train", "job")
+    assert record["state"] == "failed" and record["backend"] == "kubeflow"
+    assert {r["name"]: (r["state"], r["exit_code"]) for r in record["replicas"]}[worker] == ("failed", 3)
+    assert xcom(run, "train", "metrics") is None
+    # Default after a failure: the object (and the pods its cleanPodPolicy kept) stay for a look.
+    assert left(emulator, namespace)[0] == [controller.name]
+
+
+def test_sigterm_to_the_task_deletes_the_pytorchjob(emulator, capfd):
+    namespace = namespace_of("kubeflow_long_running")
+    emulator.create_namespace(namespace)
+
+    def script(controller: KubeflowController) -> None:
+        controller.wait_for_job()
+        controller.create_pods()
+        controller.run_all()
+        controller.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""))
+        wait_until(controller.watched, timeout=60, interval=0.02)
+        os.kill(os.getpid(), signal.SIGTERM)  # what Airflow sends a task marked failed in the UI
+
+    controller = KubeflowController(emulator, namespace, PLURAL).play(script)
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        run, states = run_dag_at("kubeflow_long_running")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    controller.check()
+
+    assert states == {"train": "failed"}
+    settled(emulator, namespace, ([], []))
+
+
+def test_a_spec_one_pod_template_cannot_hold_is_refused_when_the_dag_is_parsed():
+    from airflow_distributed.operators import DistributedTrainingOperator
+    from airflow_distributed.spec import SpecValidationError
+
+    environment = {"pytorch": {"n_workers": 2, "worker": [{"index": 1, "node_selector": {"gpu": "a100"}}]}}
+    with pytest.raises(SpecValidationError, match=r"environment\.pytorch\.worker\[0\].*one pod template"):
+        DistributedTrainingOperator(task_id="t", framework="pytorch", environment=environment, command=["train"],
+                                    image="trainer:1", backend="kubeflow")
+    # The same spec is fine for the kubernetes backend: one pod per replica.
+    DistributedTrainingOperator(task_id="t", framework="pytorch", environment=environment, command=["train"],
+                                image="trainer:1", backend="kubernetes")
+
+
+def test_a_retry_reattaches_to_the_job_of_its_earlier_try(emulator):
+    """409 on create: the running job of the earlier try is watched, not created twice."""
+    from airflow_distributed.hooks.kubeflow import KubeflowJobHook
+    from airflow_distributed.manifests.kubeflow import kubeflow_resource
+
+    namespace = "kubeflow-reattach"
+    emulator.create_namespace(namespace)
+    hook = KubeflowJobHook(kubernetes_conn_id="kubernetes_default")
+    resource = kubeflow_resource("pytorch")
+    body = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": "job-a", "labels": {"airflow-distributed/job": "job-a"}},
+            "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {"spec": {"containers": [
+                {"name": "pytorch", "image": "trainer:1"}]}}}}}}
+    first = hook.submit_kubeflow_job(namespace, resource, body)
+    again = hook.submit_kubeflow_job(namespace, resource, body)
+    assert first.reattached is None and again.reattached == "pending"
+    assert again.obj["metadata"]["uid"] == first.obj["metadata"]["uid"]
+    # A failed one is replaced by a new object of the same name.
+    emulator.update_status(PLURAL, namespace, "job-a", {"conditions": [
+        {"type": "Failed", "status": "True", "reason": "PyTorchJobFailed", "message": "x"}]}, group=GROUP)
+    replaced = hook.submit_kubeflow_job(namespace, resource, body)
+    assert replaced.reattached is None and replaced.obj["metadata"]["uid"] != first.obj["metadata"]["uid"]

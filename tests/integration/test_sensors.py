@@ -1,0 +1,318 @@
+"""The sensors through a real Airflow against the API emulator: jobs of the ``kubernetes`` backend (pods with the
+project's labels, made by the operator or by the test) and Kubeflow jobs (the test plays the Kubeflow operator).
+
+Poke, reschedule and deferrable modes; success (metrics to XCom), failure (no retry, the replica named),
+``soft_fail``, ``timeout``; each framework's success rule deciding whose output is read.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import traceback
+
+import pytest
+
+from tests.dags.sensor_dags import JOB, namespace_of
+from tests.helpers import wait_until, xcom
+from tests.integration.kubeflow_controller import GROUP, KubeflowController, register_kubeflow_crds
+from tests.integration.test_kubernetes_backend import DOCUMENT, Kubelet, run_dag_at
+from tests.k8s_emulator import KubeEmulator
+
+OTHER = {"metrics": {"loss": 9.0}, "model_path": "s3://models/not-this-one"}
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    with KubeEmulator(kubernetes_version="1.31", bookmark_interval=0.5) as emu:
+        register_kubeflow_crds(emu)
+        yield emu
+        assert emu.errors == [], "\n".join(emu.errors)
+
+
+@pytest.fixture(scope="module")
+def kubernetes_connection(emulator, tmp_path_factory):
+    config = emulator.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
+    value = json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": config}})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", value)
+        yield value
+
+
+pytestmark = [pytest.mark.usefixtures("airflow_db", "kubernetes_connection")]
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def labelled_pods(emu: KubeEmulator, namespace: str, job: str = JOB, framework: str = "pytorch") -> dict[str, str]:
+    """A job started outside Airflow with the project's labels: a master and two workers."""
+    names = {}
+    for role, index, master in (("master", 0, True), ("worker", 0, False), ("worker", 1, False)):
+        name = f"{job}-{role}-{index}"
+        emu.create("pods", namespace, {"metadata": {"name": name, "labels": {
+            "airflow-distributed/job": job, "airflow-distributed/role": role,
+            "airflow-distributed/index": str(index), "airflow-distributed/master": str(master).lower()}},
+            "spec": {"restartPolicy": "Never", "containers": [{
+                "name": "base", "image": "registry.example.com/trainer:1.0",
+                "env": [{"name": "AIRFLOW_DISTRIBUTED_FRAMEWORK", "value": framework}]}]}})
+        emu.run_pod(namespace, name)
+        names[f"{role}-{index}"] = name
+    return names
+
+
+def pod_lists(emu: KubeEmulator, namespace: str) -> int:
+    return len([r for r in emu.requests if r.method == "GET" and r.path == f"/api/v1/namespaces/{namespace}/pods"
+                and not r.is_watch])
+
+
+class Background:
+    """``script()`` in a thread while the DAG runs; ``check()`` reports its failure."""
+
+    def __init__(self, script) -> None:
+        self.errors: list[str] = []
+
+        def body() -> None:
+            try:
+                script()
+            except Exception:  # noqa: BLE001 - reported by check()
+                self.errors.append(traceback.format_exc())
+
+        self.thread = threading.Thread(target=body, daemon=True)
+        self.thread.start()
+
+    def check(self) -> None:
+        self.thread.join(10)
+        assert not self.errors, "\n".join(self.errors)
+
+
+def ti_of(run, task_id: str = "wait"):
+    return next(ti for ti in run.get_task_instances() if ti.task_id == task_id)
+
+
+# ---------------------------------------------------------------------------------------------- kubernetes backend jobs
+
+
+def test_a_sensor_waits_for_the_job_an_operator_started_and_pushes_its_metrics(emulator):
+    namespace = namespace_of("sensor_after_operator")
+    emulator.create_namespace(namespace)
+    emulator.reset_requests()
+
+    def script(kubelet: Kubelet) -> None:
+        kubelet.run_all()
+        wait_until(lambda: pod_lists(emulator, namespace) >= 2, timeout=60, interval=0.02)  # the sensor pokes
+        kubelet.master_exits(0, document=DOCUMENT)
+
+    kubelet = Kubelet(emulator, namespace).play(script)
+    run, states = run_dag_at("sensor_after_operator")
+    kubelet.check()
+
+    assert states == {"train": "success", "wait": "success", "report": "success"}
+    job = xcom(run, "train", "job_name")
+    assert xcom(run, "wait", "metrics") == DOCUMENT["metrics"]
+    assert xcom(run, "wait", "model_path") == DOCUMENT["model_path"]
+    result = xcom(run, "wait")
+    assert {k: result[k] for k in ("job_name", "framework", "backend", "state", "namespace")} == {
+        "job_name": job, "framework": "pytorch", "backend": "kubernetes", "state": "succeeded",
+        "namespace": namespace}
+    assert xcom(run, "report") == {"loss": 0.125, "model_path": DOCUMENT["model_path"]}
+    # Waiting is not owning: the job is left as it is.
+    assert [s["metadata"]["name"] for s in emulator.list("services", namespace)] == [job]
+    emulator.delete("services", namespace, job)
+
+
+@pytest.mark.parametrize(("dag_id", "state"), [("sensor_failure", "failed"), ("sensor_soft_fail", "skipped")])
+def test_a_failed_job_fails_the_sensor_at_once_naming_the_replica_without_retry(emulator, dag_id, state, capfd):
+    namespace = namespace_of(dag_id)
+    emulator.create_namespace(namespace)
+    pods = labelled_pods(emulator, namespace)
+    emulator.fail_pod(namespace, pods["worker-1"], exit_code=137, reason="OOMKilled")
+
+    started = time.monotonic()
+    run, states = run_dag_at(dag_id)
+
+    assert states == {"wait": state}
+    assert time.monotonic() - started < 20  # neither the sensor's timeout nor a retry
+    assert ti_of(run).try_number == 1  # retries=2, but a job that failed stays failed
+    if state == "failed":
+        out = capfd.readouterr().out
+        assert f"job {namespace}/{JOB} failed: replica {pods['worker-1']} exited with code 137 (OOMKilled)" in out
+    assert xcom(run, "wait", "metrics") is None
+
+
+def test_a_job_still_running_at_the_timeout_fails_the_sensor(emulator, capfd):
+    namespace = namespace_of("sensor_timeout")
+    emulator.create_namespace(namespace)
+    labelled_pods(emulator, namespace)
+
+    started = time.monotonic()
+    run, states = run_dag_at("sensor_timeout")
+
+    assert states == {"wait": "failed"}
+    assert time.monotonic() - started < 15
+    assert "Sensor has timed out" in capfd.readouterr().out
+
+
+def test_reschedule_mode_frees_the_worker_between_pokes(emulator):
+    from airflow.models.taskreschedule import TaskReschedule
+    from airflow.utils.session import create_session
+    from sqlalchemy import func, select
+
+    namespace = namespace_of("sensor_reschedule")
+    emulator.create_namespace(namespace)
+    emulator.reset_requests()
+    pods = labelled_pods(emulator, namespace)
+
+    def finish() -> None:
+        wait_until(lambda: pod_lists(emulator, namespace) >= 2, timeout=60, interval=0.02)
+        emulator.succeed_pod(namespace, pods["master-0"], message=json.dumps(DOCUMENT))
+
+    kubelet = Background(finish)
+    run, states = run_dag_at("sensor_reschedule")
+    kubelet.check()
+
+    assert states == {"wait": "success"}
+    assert xcom(run, "wait", "metrics") == DOCUMENT["metrics"]
+    with create_session() as session:
+        reschedules = session.scalar(select(func.count()).select_from(TaskReschedule).where(
+            TaskReschedule.ti_id == ti_of(run).id))
+    assert reschedules >= 1
+
+
+def test_a_deferred_sensor_watches_the_pods_in_the_triggerer(emulator, capfd):
+    namespace = namespace_of("sensor_deferrable")
+    emulator.create_namespace(namespace)
+    emulator.reset_requests()
+
+    def script() -> None:
+        # No pods at first: the sensor comes back after poke_interval, then watches the pods the job gets.
+        wait_until(lambda: pod_lists(emulator, namespace) >= 1, timeout=60, interval=0.02)
+        pods = labelled_pods(emulator, namespace)
+        wait_until(lambda: any(r.is_watch for r in emulator.requests if f"/namespaces/{namespace}/" in r.path),
+                   timeout=60, interval=0.02)
+        emulator.succeed_pod(namespace, pods["master-0"], message=json.dumps(DOCUMENT))
+
+    kubelet = Background(script)
+    run, states = run_dag_at("sensor_deferrable")
+    kubelet.check()
+
+    assert states == {"wait": "success"}
+    assert xcom(run, "wait", "metrics") == DOCUMENT["metrics"]
+    assert "waiting in the triggerer" in capfd.readouterr().out
+    watches = [r for r in emulator.requests if r.is_watch and f"/namespaces/{namespace}/" in r.path]
+    assert watches and all(r.query["labelSelector"] == f"airflow-distributed/job={JOB}" for r in watches)
+    assert len(emulator.list("pods", namespace)) == 3  # a sensor deletes nothing
+
+
+def test_a_framework_sensor_refuses_another_frameworks_job(emulator, capfd):
+    namespace = namespace_of("sensor_wrong_framework")
+    emulator.create_namespace(namespace)
+    pods = labelled_pods(emulator, namespace, framework="pytorch")
+    emulator.succeed_pod(namespace, pods["master-0"], message=json.dumps(DOCUMENT))
+
+    run, states = run_dag_at("sensor_wrong_framework")
+
+    assert states == {"wait": "failed"}
+    assert f"job {namespace}/{JOB} is a pytorch job, not tensorflow" in capfd.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------- Kubeflow jobs
+
+
+@pytest.mark.parametrize(("replicas", "decides"), [
+    ({"Chief": 1, "Worker": 2}, "chief-0"),  # the Chief decides, and holds the output
+    ({"Worker": 2}, "worker-0"),  # a TFJob without a Chief: worker 0
+])
+def test_a_tfjob_sensor_reads_the_output_of_the_replica_its_success_rule_names(emulator, replicas, decides):
+    namespace = namespace_of("sensor_tfjob")
+    if emulator.get("namespaces", None, namespace) is None:
+        emulator.create_namespace(namespace)
+    controller = KubeflowController(emulator, namespace, "tfjobs")
+    controller.submit(JOB, replicas, container="tensorflow")
+    pods = controller.create_pods()
+    controller.run_all()
+    controller.conditions(("Created", "TFJobCreated", ""), ("Running", "TFJobRunning", ""))
+
+    def script(c: KubeflowController) -> None:
+        wait_until(lambda: len([r for r in emulator.requests if r.path.endswith(f"/tfjobs/{JOB}")]) >= 2,
+                   timeout=60, interval=0.02)
+        for key in pods:
+            c.succeed(key, DOCUMENT if key == decides else OTHER)
+        c.conditions(("Created", "TFJobCreated", ""), ("Running", "TFJobRunning", ""),
+                     ("Succeeded", "TFJobSucceeded", f"TFJob {namespace}/{JOB} successfully completed."))
+
+    emulator.reset_requests()
+    controller.play(script)
+    run, states = run_dag_at("sensor_tfjob")
+    controller.check()
+
+    assert states == {"wait": "success"}
+    assert xcom(run, "wait", "metrics") == DOCUMENT["metrics"]
+    result = xcom(run, "wait")
+    assert (result["backend"], result["framework"], result["state"]) == ("kubeflow", "tensorflow", "succeeded")
+    assert sorted(r["name"] for r in result["replicas"]) == sorted(pods.values())
+    emulator.delete("tfjobs", namespace, JOB, group=GROUP)  # its pods go with it (ownerReferences)
+    wait_until(lambda: emulator.list("pods", namespace) == [], timeout=5, interval=0.05)
+
+
+def test_a_failed_tfjob_fails_the_sensor_naming_the_replica_and_reason_without_retry(emulator, capfd):
+    namespace = namespace_of("sensor_tfjob_failure")
+    emulator.create_namespace(namespace)
+    controller = KubeflowController(emulator, namespace, "tfjobs")
+    controller.submit(JOB, {"Chief": 1, "Worker": 2}, container="tensorflow")
+    pods = controller.create_pods()
+    controller.run_all()
+    controller.fail("worker-1", 137, "OOMKilled")
+    controller.conditions(("Created", "TFJobCreated", ""), ("Running", "TFJobRunning", ""),
+                          ("Failed", "TFJobFailed", f"TFJob {namespace}/{JOB} has failed because 1 Worker "
+                                                    "replica(s) failed."))
+
+    run, states = run_dag_at("sensor_tfjob_failure")
+
+    assert states == {"wait": "failed"} and ti_of(run).try_number == 1
+    out = capfd.readouterr().out
+    assert (f"TFJob {namespace}/{JOB} failed: TFJobFailed: TFJob {namespace}/{JOB} has failed because 1 Worker "
+            f"replica(s) failed.; replica {pods['worker-1']} exited with code 137 (OOMKilled)") in out
+
+
+def test_a_deferred_pytorchjob_sensor_watches_the_object_in_the_triggerer(emulator, capfd):
+    namespace = namespace_of("sensor_pytorchjob_deferrable")
+    emulator.create_namespace(namespace)
+    controller = KubeflowController(emulator, namespace, "pytorchjobs")
+    controller.submit(JOB, {"Master": 1, "Worker": 1}, container="pytorch")
+    controller.create_pods()
+    controller.run_all()
+    controller.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""))
+    emulator.reset_requests()
+
+    def script(c: KubeflowController) -> None:
+        wait_until(c.watched, timeout=60, interval=0.02)
+        c.succeed("master-0", DOCUMENT)
+        c.succeed("worker-0")
+        c.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""),
+                     ("Succeeded", "PyTorchJobSucceeded", ""))
+
+    controller.play(script)
+    run, states = run_dag_at("sensor_pytorchjob_deferrable")
+    controller.check()
+
+    assert states == {"wait": "success"}
+    assert xcom(run, "wait", "metrics") == DOCUMENT["metrics"]
+    assert "waiting in the triggerer" in capfd.readouterr().out
+    watches = [r for r in emulator.requests if r.is_watch and "/pytorchjobs" in r.path]
+    assert watches and watches[0].query["fieldSelector"] == f"metadata.name={JOB}"
+    assert controller.get(JOB) is not None  # a sensor deletes nothing
+
+
+def test_a_sensor_refuses_a_kind_of_another_framework():
+    from airflow_distributed.manifests.kubeflow import KINDS
+    from airflow_distributed.sensors import DistributedJobSensor, MXNetJobSensor, TensorflowJobSensor
+    from airflow_distributed.sensors.base import KIND_FRAMEWORK
+
+    assert KIND_FRAMEWORK == {kind.kind: framework for framework, kind in KINDS.items()}
+    assert MXNetJobSensor(task_id="s", job_name="j", kind="kubeflow").kind == "MXJob"
+    with pytest.raises(ValueError, match="a PyTorchJob is a pytorch job, not tensorflow"):
+        TensorflowJobSensor(task_id="s", job_name="j", kind="PyTorchJob")
+    with pytest.raises(ValueError, match="kind='kubeflow' needs a framework"):
+        DistributedJobSensor(task_id="s", job_name="j", kind="kubeflow")

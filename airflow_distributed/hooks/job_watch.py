@@ -339,26 +339,28 @@ class WatchError(Exception):
     """The watch stream carried an ERROR event other than 410."""
 
 
-class JobWatch:
-    """LIST, then one watch resumed from the last resourceVersion, relisting after 410 Gone.
+class ResumableWatch:
+    """The watch protocol shared by every waiter: LIST, then one watch resumed from the last resourceVersion,
+    listed again only after 410 Gone. Subclasses say what a LIST and an event mean to them.
 
     The I/O loop around it asks ``needs_list``, performs the request and hands the results back.
     """
 
-    def __init__(self, tracker: JobTracker) -> None:
-        self.tracker = tracker
+    def __init__(self) -> None:
         self.resource_version: str | None = None
 
     @property
     def needs_list(self) -> bool:
         return self.resource_version is None
 
-    def on_list(self, body: Mapping[str, Any]) -> bool:
-        self.resource_version = (body.get("metadata") or {}).get("resourceVersion") or None
-        return self.tracker.reset(body.get("items") or [])
+    def on_gone(self) -> None:
+        self.resource_version = None
 
-    def on_line(self, line: str | bytes) -> bool:
-        """One line of the watch stream; returns whether the table changed.
+    def _list_version(self, body: Mapping[str, Any]) -> None:
+        self.resource_version = (body.get("metadata") or {}).get("resourceVersion") or None
+
+    def _event(self, line: str | bytes) -> tuple[str, dict[str, Any]] | None:
+        """An event of the watch stream as (type, object); ``None`` for blank lines and bookmarks.
 
         :raises WatchGone: the resourceVersion expired; ``needs_list`` is now true.
         :raises WatchError: any other ERROR event.
@@ -366,7 +368,7 @@ class JobWatch:
         if isinstance(line, (bytes, bytearray)):
             line = line.decode("utf-8", "replace")
         if not line.strip():
-            return False
+            return None
         event = json.loads(line)
         kind, obj = event.get("type"), event.get("object") or {}
         if kind == "ERROR":
@@ -377,12 +379,24 @@ class JobWatch:
         version = (obj.get("metadata") or {}).get("resourceVersion")
         if version:
             self.resource_version = version
-        if kind == "BOOKMARK":
-            return False
-        return self.tracker.apply(kind, obj)
+        return None if kind == "BOOKMARK" else (kind, obj)
 
-    def on_gone(self) -> None:
-        self.resource_version = None
+
+class JobWatch(ResumableWatch):
+    """A job's pods: the tracker's table from a LIST and the events of one label-selector watch."""
+
+    def __init__(self, tracker: JobTracker) -> None:
+        super().__init__()
+        self.tracker = tracker
+
+    def on_list(self, body: Mapping[str, Any]) -> bool:
+        self._list_version(body)
+        return self.tracker.reset(body.get("items") or [])
+
+    def on_line(self, line: str | bytes) -> bool:
+        """One line of the watch stream; returns whether the table changed (see ``ResumableWatch._event``)."""
+        event = self._event(line)
+        return False if event is None else self.tracker.apply(*event)
 
     def watch_seconds(self, now: float, longest: int) -> int:
         """``timeoutSeconds`` for the next watch request: never past the startup deadline (an integer >= 1)."""

@@ -7,11 +7,10 @@ last resourceVersion, listed again only after 410 Gone. The sync hook and the as
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_distributed.hooks.job_watch import WatchError, WatchGone
+from airflow_distributed.hooks.job_watch import ResumableWatch, WatchError, WatchGone
 
 
 def name_selector(name: str) -> str:
@@ -19,55 +18,32 @@ def name_selector(name: str) -> str:
     return f"metadata.name={name}"
 
 
-class ObjectWatch:
+class ObjectWatch(ResumableWatch):
     """The latest version of the object ``name``, from a LIST and the events of a watch.
 
     ``obj`` is ``None`` until it is seen and after it is deleted; ``deleted`` tells the second case apart.
     """
 
     def __init__(self, name: str) -> None:
+        super().__init__()
         self.name = name
-        self.resource_version: str | None = None
         self.obj: dict[str, Any] | None = None
         self.deleted = False
 
-    @property
-    def needs_list(self) -> bool:
-        return self.resource_version is None
-
     def on_list(self, body: Mapping[str, Any]) -> bool:
         """A LIST's answer; returns whether the object changed."""
-        self.resource_version = (body.get("metadata") or {}).get("resourceVersion") or None
+        self._list_version(body)
         found = next((dict(item) for item in body.get("items") or []
                       if (item.get("metadata") or {}).get("name") == self.name), None)
         return self._set(found)
 
     def on_line(self, line: str | bytes) -> bool:
-        """One line of the watch stream; returns whether the object changed.
-
-        :raises WatchGone: the resourceVersion expired; ``needs_list`` is now true.
-        :raises WatchError: any other ERROR event.
-        """
-        if isinstance(line, (bytes, bytearray)):
-            line = line.decode("utf-8", "replace")
-        if not line.strip():
+        """One line of the watch stream; returns whether the object changed (see ``ResumableWatch._event``)."""
+        event = self._event(line)
+        if event is None or (event[1].get("metadata") or {}).get("name") != self.name:
             return False
-        event = json.loads(line)
-        kind, obj = event.get("type"), event.get("object") or {}
-        if kind == "ERROR":
-            if obj.get("code") == 410:
-                self.resource_version = None
-                raise WatchGone(obj.get("message") or "resource version expired")
-            raise WatchError(f"{obj.get('code')} {obj.get('reason')}: {obj.get('message')}")
-        version = (obj.get("metadata") or {}).get("resourceVersion")
-        if version:
-            self.resource_version = version
-        if kind == "BOOKMARK" or (obj.get("metadata") or {}).get("name") != self.name:
-            return False
+        kind, obj = event
         return self._set(None if kind == "DELETED" else dict(obj))
-
-    def on_gone(self) -> None:
-        self.resource_version = None
 
     def _set(self, obj: dict[str, Any] | None) -> bool:
         changed = obj != self.obj

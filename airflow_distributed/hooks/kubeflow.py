@@ -15,8 +15,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.watch.watch import iter_resp_lines
 
-from airflow_distributed.hooks.api_retry import KubernetesJobError, is_transient, job_error, short_error
-from airflow_distributed.hooks.job_watch import WatchError, WatchGone, container_state, termination_message
+from airflow_distributed.hooks.api_retry import KubernetesJobError
+from airflow_distributed.hooks.job_watch import WatchGone, container_state, termination_message
 from airflow_distributed.hooks.kubernetes import _EXISTS, _MISSING, WATCH_TIMEOUT, DistributedTrainingHook
 from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
 from airflow_distributed.manifests.kubeflow import KINDS, KubeflowKind, KubeflowResource
@@ -237,15 +237,7 @@ class KubeflowJobHook(DistributedTrainingHook):
             except WatchGone:
                 self.job_log.info("%s: 410 Gone; listing it again", what)
             except Exception as error:
-                if not (isinstance(error, WatchError) or is_transient(error)):
-                    raise
-                delay = self.retry.backoff(failures)
-                if delay is None:
-                    raise job_error(what, error) from error
-                if isinstance(error, WatchError):
-                    watch.on_gone()
-                self.job_log.warning("%s: %s; resuming in %.1fs", what, short_error(error), delay)
-                self._sleep(delay)
+                self._back_off(what, error, failures, watch)
                 failures += 1
             if stopped():
                 return KubeflowOutcome(STOPPED, watch.obj)

@@ -47,6 +47,7 @@ from airflow_distributed.hooks.job_watch import (
     JobVerdict,
     JobWatch,
     ReplicaSlot,
+    ResumableWatch,
     TableReporter,
     WatchError,
     WatchGone,
@@ -408,16 +409,7 @@ class DistributedTrainingHook(KubernetesHook):
             except WatchGone:
                 self.job_log.info("the watch of job %s/%s expired (410 Gone); listing its pods again", namespace, name)
             except Exception as error:
-                # Raised mid-stream (reset, read timeout) or an ERROR event: resume; the rest is final.
-                if not (isinstance(error, WatchError) or is_transient(error)):
-                    raise
-                delay = self.retry.backoff(failures)
-                if delay is None:
-                    raise job_error(what, error) from error
-                if isinstance(error, WatchError):
-                    watch.on_gone()  # an error inside the stream: start again from a fresh list
-                self.job_log.warning("%s: %s; resuming in %.1fs", what, short_error(error), delay)
-                self._sleep(delay)
+                self._back_off(what, error, failures, watch)
                 failures += 1
             if stopped():
                 # Before the verdict: a kill deletes the pods, which would read as a failure of the job.
@@ -428,6 +420,21 @@ class DistributedTrainingHook(KubernetesHook):
             if verdict is not None:
                 report.flush(tracker, force=True)
                 return verdict
+
+    def _back_off(self, what: str, error: Exception, failures: int, watch: ResumableWatch) -> None:
+        """After a failed list or watch: raise if it is final, else sleep before the watch resumes.
+
+        An error raised mid-stream (reset, read timeout) or an ERROR event resumes the watch; the rest is final.
+        """
+        if not (isinstance(error, WatchError) or is_transient(error)):
+            raise error
+        delay = self.retry.backoff(failures)
+        if delay is None:
+            raise job_error(what, error) from error
+        if isinstance(error, WatchError):
+            watch.on_gone()  # an error inside the stream: start again from a fresh list
+        self.job_log.warning("%s: %s; resuming in %.1fs", what, short_error(error), delay)
+        self._sleep(delay)
 
     def _watch_once(self, namespace: str, name: str, watch: JobWatch, report: TableReporter,
                     followers: LogFollowers, stopped: Callable[[], bool], watch_timeout: int) -> None:

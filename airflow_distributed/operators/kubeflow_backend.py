@@ -20,10 +20,11 @@ is reattached (running or succeeded) or replaced (failed).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+from airflow_distributed.operators.job_run import deferral_deadline, job_error, push_success, require_image
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator, Context
@@ -97,7 +98,7 @@ def resume_kubeflow(operator: BaseOperator, context: Context, event: dict[str, A
         return run.finish(DELETED, None)
     # timeout (execution_timeout in the triggerer) or error (the trigger could not watch): the job must go.
     run.delete_quietly()
-    raise _job_error(f"job {run.namespace}/{run.name} failed after {run.elapsed():.1f}s: "
+    raise job_error(f"job {run.namespace}/{run.name} failed after {run.elapsed():.1f}s: "
                      f"{event.get('message') or status}; the job was deleted")
 
 
@@ -152,8 +153,7 @@ class KubeflowJobRun:
         from airflow_distributed.operators.kubernetes_backend import _manifest_options
         from airflow_distributed.plan import build_plan
 
-        if not operator.image:
-            raise _job_error("backend='kubeflow' runs every replica from an image: set image=")
+        require_image(operator, "kubeflow")
         hook = KubeflowJobHook(kubernetes_conn_id=operator.kubernetes_conn_id, logger=operator.log)
         namespace = operator.namespace or hook.default_namespace()
         plan = build_plan(spec, job_name, KubeflowAddressing(namespace, spec.framework),
@@ -199,17 +199,9 @@ class KubeflowJobRun:
         return self.finish(outcome.status, outcome.obj)
 
     def defer(self) -> None:
-        from datetime import timedelta
-
         from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
 
-        timeout = deadline = None
-        execution_timeout = self.operator.execution_timeout
-        start_date = getattr(self.context["ti"], "start_date", None)
-        if execution_timeout is not None and start_date is not None:
-            deadline = start_date.timestamp() + execution_timeout.total_seconds()
-            # Past the trigger's own deadline event, so that execute_complete (and its clean-up) always runs.
-            timeout = timedelta(seconds=max(0.0, deadline - time.time()) + 60)
+        deadline, timeout = deferral_deadline(self.operator, self.context)
         trigger = KubeflowJobTrigger(job_name=self.name, namespace=self.namespace, group=self.resource.group,
                                      version=self.resource.version, plural=self.resource.plural,
                                      kubernetes_conn_id=self.operator.kubernetes_conn_id,
@@ -229,7 +221,7 @@ class KubeflowJobRun:
         elapsed = self.elapsed()
         if status == STOPPED:
             self.delete_quietly()
-            raise _job_error(f"job {self.namespace}/{self.name} was stopped after {elapsed:.1f}s (task killed); "
+            raise job_error(f"job {self.namespace}/{self.name} was stopped after {elapsed:.1f}s (task killed); "
                              "the job was deleted")
         succeeded = status.state == SUCCEEDED
         try:
@@ -260,15 +252,8 @@ class KubeflowJobRun:
             tail = next((lines for name, lines in logs.items() if replica and name in replica), [])
             if tail:
                 message += ". Its last lines:\n" + "\n".join(f"    {line}" for line in tail[-15:])
-            raise _job_error(message)
-        ti.xcom_push(key="metrics", value=result["metrics"])
-        ti.xcom_push(key="model_path", value=result["model_path"])
-        ti.xcom_push(key="job_name", value=self.name)
-        if document["metrics"] == {} and document["model_path"] is None:
-            self.log.warning("the master wrote no output document: no metrics or model path")
-        self.log.info("job %s/%s succeeded in %.1fs; metrics: %s; model path: %s", self.namespace, self.name,
-                      elapsed, json.dumps(result["metrics"]), result["model_path"])
-        return result
+            raise job_error(message)
+        return push_success(self.context, self.log, result, document, self.namespace, self.name, elapsed)
 
     def _document(self, obj: dict[str, Any] | None, succeeded: bool) -> dict[str, Any]:
         from airflow_distributed.outputs import parse_output_document
@@ -310,12 +295,6 @@ class KubeflowJobRun:
             self.new_hook().delete_kubeflow_job(self.namespace, self.resource, self.name)
         except Exception as error:  # noqa: BLE001 - the original error is the one to raise
             self.log.error("could not delete %s %s/%s: %s", self.resource.kind, self.namespace, self.name, error)
-
-
-def _job_error(message: str) -> Exception:
-    from airflow_distributed.operators.training import DistributedJobError
-
-    return DistributedJobError(message)
 
 
 __all__ = ["KubeflowJobRun", "check_kubeflow_arguments", "kill_kubeflow", "resume_kubeflow", "run_kubeflow"]

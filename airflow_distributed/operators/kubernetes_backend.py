@@ -20,13 +20,13 @@ job whatever the policy.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from airflow_distributed.operators.job_run import deferral_deadline, job_error, push_success, require_image
 from airflow_distributed.status import PENDING, RUNNING, STOPPED, ReplicaStatus
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ def resume_kubernetes(operator: BaseOperator, context: Context, event: dict[str,
     # timeout (execution_timeout reached in the triggerer) or error (the trigger could not watch): clean up, fail.
     run.clean_up(succeeded=False)
     reason = event.get("message") or status
-    raise _job_error(f"job {run.namespace}/{run.name} failed after {elapsed:.1f}s: {reason}; "
+    raise job_error(f"job {run.namespace}/{run.name} failed after {elapsed:.1f}s: {reason}; "
                      f"{run.cleanup_note(False)}")
 
 
@@ -176,8 +176,7 @@ class KubernetesJobRun:
         from airflow_distributed.manifests.kubernetes import build_job_objects, layout_for_kubernetes
         from airflow_distributed.plan import KubernetesAddressing, build_plan
 
-        if not operator.image:
-            raise _job_error("backend='kubernetes' runs every replica from an image: set image=")
+        require_image(operator, "kubernetes")
         hook = DistributedTrainingHook(kubernetes_conn_id=operator.kubernetes_conn_id, logger=operator.log)
         namespace = operator.namespace or hook.default_namespace()
         plan = build_plan(spec, job_name, KubernetesAddressing(namespace), layout_for_kubernetes(operator.model_dir),
@@ -267,16 +266,7 @@ class KubernetesJobRun:
         from airflow_distributed.hooks.job_watch import slots_to_json
         from airflow_distributed.triggers.kubernetes import DistributedJobTrigger
 
-        timeout = None
-        deadline = None
-        execution_timeout = self.operator.execution_timeout
-        start_date = getattr(self.context["ti"], "start_date", None)
-        if execution_timeout is not None and start_date is not None:
-            deadline = start_date.timestamp() + execution_timeout.total_seconds()
-            # Past the trigger's own deadline event, so that execute_complete (and its clean-up) always runs.
-            from datetime import timedelta
-
-            timeout = timedelta(seconds=max(0.0, deadline - time.time()) + 60)
+        deadline, timeout = deferral_deadline(self.operator, self.context)
         trigger = DistributedJobTrigger(
             job_name=self.name,
             namespace=self.namespace,
@@ -346,15 +336,8 @@ class KubernetesJobRun:
                             replicas=statuses, namespace=self.namespace)
         ti.xcom_push(key="job", value=job_record(result, document, logs, elapsed))
         if not verdict.succeeded:
-            raise _job_error(self._failure_message(verdict, elapsed, failure_tail, events))
-        ti.xcom_push(key="metrics", value=result["metrics"])
-        ti.xcom_push(key="model_path", value=result["model_path"])
-        ti.xcom_push(key="job_name", value=self.name)
-        if document["metrics"] == {} and document["model_path"] is None:
-            self.log.warning("the master wrote no output document: no metrics or model path")
-        self.log.info("job %s/%s succeeded in %.1fs; metrics: %s; model path: %s", self.namespace, self.name,
-                      elapsed, json.dumps(result["metrics"]), result["model_path"])
-        return result
+            raise job_error(self._failure_message(verdict, elapsed, failure_tail, events))
+        return push_success(self.context, self.log, result, document, self.namespace, self.name, elapsed)
 
     def _collect(self, verdict: JobVerdict, tracker: JobTracker, logs: dict[str, list[str]],
                  killed: bool) -> tuple[dict[str, Any], list[str], list[str]]:
@@ -496,8 +479,3 @@ def _empty_document() -> dict[str, Any]:
 
     return parse_output_document(None)
 
-
-def _job_error(message: str) -> Exception:
-    from airflow_distributed.operators.training import DistributedJobError
-
-    return DistributedJobError(message)

@@ -11,24 +11,19 @@ or ``failed`` (with the status's reason and message, ``job_status``), ``deleted`
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator
-from functools import cached_property
 from typing import Any
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
-from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_distributed.hooks.api_retry import RetryPolicy, acall_with_retries, is_transient, short_error
-from airflow_distributed.hooks.object_watch import ObjectWatch, WatchError, WatchGone, name_selector
+from airflow_distributed.hooks.api_retry import acall_with_retries
+from airflow_distributed.hooks.object_watch import ObjectWatch, WatchGone, name_selector
 from airflow_distributed.manifests.kubeflow_status import job_status
 from airflow_distributed.status import FAILED, SUCCEEDED
+from airflow_distributed.triggers.base import WATCH_TIMEOUT, JobWaitTrigger, lines
 
-WATCH_TIMEOUT = 300
 
-
-class KubeflowJobTrigger(BaseTrigger):
+class KubeflowJobTrigger(JobWaitTrigger):
     """Wait for a Kubeflow training job's ``Succeeded`` or ``Failed`` condition without holding a worker slot.
 
     :param job_name: the object's name.
@@ -42,6 +37,11 @@ class KubeflowJobTrigger(BaseTrigger):
     :param delete_on_kill: delete the job when the deferred task is killed (the operator's trigger).
     :param started_at: epoch seconds the wait began; handed back in the event.
     """
+
+    group: str
+    version: str
+    plural: str
+    delete_on_kill: bool
 
     def __init__(
         self,
@@ -57,54 +57,16 @@ class KubeflowJobTrigger(BaseTrigger):
         delete_on_kill: bool = False,
         started_at: float | None = None,
     ) -> None:
-        super().__init__()
-        self.job_name = job_name
-        self.namespace = namespace
-        self.group = group
-        self.version = version
-        self.plural = plural
-        self.kubernetes_conn_id = kubernetes_conn_id
-        self.watch_timeout = watch_timeout
-        self.execution_deadline = execution_deadline
-        self.delete_on_kill = delete_on_kill
-        self.started_at = started_at if started_at is not None else time.time()
-        self.retry = RetryPolicy()
-        self._fired = False
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "job_name": self.job_name,
-                "namespace": self.namespace,
-                "group": self.group,
-                "version": self.version,
-                "plural": self.plural,
-                "kubernetes_conn_id": self.kubernetes_conn_id,
-                "watch_timeout": self.watch_timeout,
-                "execution_deadline": self.execution_deadline,
-                "delete_on_kill": self.delete_on_kill,
-                "started_at": self.started_at,
-            },
+        super().__init__(
+            job_name=job_name, namespace=namespace, group=group, version=version, plural=plural,
+            kubernetes_conn_id=kubernetes_conn_id, watch_timeout=watch_timeout,
+            execution_deadline=execution_deadline, delete_on_kill=delete_on_kill,
+            started_at=started_at if started_at is not None else time.time(),
         )
-
-    @cached_property
-    def hook(self) -> AsyncKubernetesHook:
-        return AsyncKubernetesHook(conn_id=self.kubernetes_conn_id)
 
     @property
     def what(self) -> str:
         return f"{self.plural} {self.namespace}/{self.job_name}"
-
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        base = {"job_name": self.job_name, "namespace": self.namespace, "started_at": self.started_at}
-        try:
-            payload = {**base, **await self._wait()}
-        except Exception as error:  # noqa: BLE001 - reported to execute_complete, which fails the task
-            self.log.exception("waiting for %s failed", self.what)
-            payload = {**base, "status": "error", "message": short_error(error)}
-        self._fired = True
-        yield TriggerEvent(payload)
 
     async def _wait(self) -> dict[str, Any]:
         from kubernetes_asyncio import client as async_client
@@ -114,26 +76,18 @@ class KubeflowJobTrigger(BaseTrigger):
             custom = async_client.CustomObjectsApi(api)
             failures = 0
             while True:
-                if self.execution_deadline is not None and time.time() >= self.execution_deadline:
-                    return {"status": "timeout", "message": f"{self.what} reached the task's execution_timeout"}
+                if self._deadline_passed():
+                    return self._timeout_event()
                 try:
                     if watch.needs_list:
-                        watch.on_list(await self._request(custom, watch, listing=True))
+                        watch.on_list(await self._list(custom))
                     else:
                         await self._watch_once(custom, watch)
                     failures = 0
                 except WatchGone:
                     self.log.info("the watch of %s expired (410 Gone); listing it again", self.what)
                 except Exception as error:
-                    if not (isinstance(error, WatchError) or is_transient(error)):
-                        raise
-                    delay = self.retry.backoff(failures)
-                    if delay is None:
-                        raise
-                    if isinstance(error, WatchError):
-                        watch.on_gone()
-                    self.log.warning("watching %s: %s; resuming in %.1fs", self.what, short_error(error), delay)
-                    await asyncio.sleep(delay)
+                    await self._back_off(error, failures, watch)
                     failures += 1
                 if watch.obj is None:
                     if watch.deleted:
@@ -143,37 +97,24 @@ class KubeflowJobTrigger(BaseTrigger):
                 if status.state in (SUCCEEDED, FAILED):
                     return {"status": status.state, "reason": status.reason, "message": status.message}
 
-    async def _request(self, custom: Any, watch: ObjectWatch, listing: bool) -> Any:
+    async def _list(self, custom: Any) -> Any:
         async def attempt() -> Any:
-            if listing:
-                return await custom.list_namespaced_custom_object(
-                    self.group, self.version, self.namespace, self.plural,
-                    field_selector=name_selector(self.job_name))
-            seconds = max(1, int(self.watch_timeout))
-            if self.execution_deadline is not None:
-                seconds = max(1, min(seconds, int(self.execution_deadline - time.time()) + 1))
-            response = await custom.list_namespaced_custom_object(
-                self.group, self.version, self.namespace, self.plural,
-                field_selector=name_selector(self.job_name), watch=True, resource_version=watch.resource_version,
-                allow_watch_bookmarks=True, timeout_seconds=seconds, _preload_content=False)
-            if 200 <= response.status <= 299:
-                return response
-            # Unread, a refused request would not raise: make it the ApiException the retry loop judges.
-            from kubernetes_asyncio.client.exceptions import ApiException
-            from kubernetes_asyncio.client.rest import RESTResponse
-
-            data = await response.read()
-            response.release()
-            raise ApiException(http_resp=RESTResponse(response, data))
+            return await custom.list_namespaced_custom_object(
+                self.group, self.version, self.namespace, self.plural, field_selector=name_selector(self.job_name))
 
         return await acall_with_retries(attempt, what=f"watching {self.what}", policy=self.retry, log=self.log)
 
     async def _watch_once(self, custom: Any, watch: ObjectWatch) -> None:
-        from airflow_distributed.triggers.kubernetes import _lines
-
-        response = await self._request(custom, watch, listing=False)
+        response = await self._request(
+            f"watching {self.what}",
+            lambda: custom.list_namespaced_custom_object(
+                self.group, self.version, self.namespace, self.plural,
+                field_selector=name_selector(self.job_name), watch=True, resource_version=watch.resource_version,
+                allow_watch_bookmarks=True, timeout_seconds=self._until_deadline(max(1, int(self.watch_timeout))),
+                _preload_content=False),
+        )
         try:
-            async for line in _lines(response):
+            async for line in lines(response):
                 if watch.on_line(line) and (watch.obj is None
                                             or job_status(watch.obj).state in (SUCCEEDED, FAILED)):
                     return

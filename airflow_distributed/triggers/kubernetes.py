@@ -12,17 +12,14 @@ restart (the trigger moves, the task still waits) leaves the job running.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import cached_property
 from typing import Any
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
-from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_distributed.hooks.api_retry import RetryPolicy, acall_with_retries, is_transient, short_error
+from airflow_distributed.hooks.api_retry import acall_with_retries
 from airflow_distributed.hooks.job_watch import (
     TABLE_INTERVAL,
     TABLE_ROWS,
@@ -30,14 +27,12 @@ from airflow_distributed.hooks.job_watch import (
     JobVerdict,
     JobWatch,
     TableReporter,
-    WatchError,
     WatchGone,
     replica_table,
     slots_from_json,
 )
 from airflow_distributed.manifests.kubernetes import JOB_LABEL
-
-WATCH_TIMEOUT = 300
+from airflow_distributed.triggers.base import WATCH_TIMEOUT, JobWaitTrigger, lines
 
 
 def _airflow_version() -> tuple[int, int]:
@@ -52,11 +47,7 @@ def _airflow_version() -> tuple[int, int]:
 _AIRFLOW_HAS_TRIGGER_ON_KILL = _airflow_version() >= (3, 3)
 
 
-class _DeadlineReached(Exception):
-    """The task's execution_timeout is over."""
-
-
-class DistributedJobTrigger(BaseTrigger):
+class DistributedJobTrigger(JobWaitTrigger):
     """Wait for a distributed training job's verdict without holding a worker slot.
 
     :param job_name: the job (its Service's name and the pods' ``airflow-distributed/job`` label).
@@ -74,6 +65,13 @@ class DistributedJobTrigger(BaseTrigger):
         ``timeout`` then, so that ``execute_complete`` cleans up (a framework timeout would skip it).
     """
 
+    replicas: list[list[Any]]
+    startup_timeout: float
+    connection_extras: dict[str, Any] | None
+    cluster_context: str | None
+    config_dict: dict[str, Any] | None
+    in_cluster: bool | None
+
     def __init__(
         self,
         *,
@@ -90,39 +88,11 @@ class DistributedJobTrigger(BaseTrigger):
         watch_timeout: int = WATCH_TIMEOUT,
         execution_deadline: float | None = None,
     ) -> None:
-        super().__init__()
-        self.job_name = job_name
-        self.namespace = namespace
-        self.replicas = replicas
-        self.startup_timeout = startup_timeout
-        self.started_at = started_at
-        self.kubernetes_conn_id = kubernetes_conn_id
-        self.connection_extras = connection_extras
-        self.cluster_context = cluster_context
-        self.config_dict = config_dict
-        self.in_cluster = in_cluster
-        self.watch_timeout = watch_timeout
-        self.execution_deadline = execution_deadline
-        self.retry = RetryPolicy()
-        self._fired = False
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "job_name": self.job_name,
-                "namespace": self.namespace,
-                "replicas": self.replicas,
-                "startup_timeout": self.startup_timeout,
-                "started_at": self.started_at,
-                "kubernetes_conn_id": self.kubernetes_conn_id,
-                "connection_extras": self.connection_extras,
-                "cluster_context": self.cluster_context,
-                "config_dict": self.config_dict,
-                "in_cluster": self.in_cluster,
-                "watch_timeout": self.watch_timeout,
-                "execution_deadline": self.execution_deadline,
-            },
+        super().__init__(
+            job_name=job_name, namespace=namespace, replicas=replicas, startup_timeout=startup_timeout,
+            started_at=started_at, kubernetes_conn_id=kubernetes_conn_id, connection_extras=connection_extras,
+            cluster_context=cluster_context, config_dict=config_dict, in_cluster=in_cluster,
+            watch_timeout=watch_timeout, execution_deadline=execution_deadline,
         )
 
     @cached_property
@@ -137,23 +107,22 @@ class DistributedJobTrigger(BaseTrigger):
 
     # ------------------------------------------------------------------ run
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        # The replicas ride along so that execute_complete needs nothing but the event.
-        base = {"job_name": self.job_name, "namespace": self.namespace, "started_at": self.started_at,
-                "replicas": self.replicas}
-        try:
-            verdict = await self._wait()
-            payload = {**base, "status": verdict.state, "verdict": verdict.as_dict()}
-        except _DeadlineReached:
-            payload = {**base, "status": "timeout",
-                       "message": f"job {self.namespace}/{self.job_name} reached the task's execution_timeout"}
-        except Exception as error:  # noqa: BLE001 - reported to execute_complete, which cleans up and fails the task
-            self.log.exception("waiting for job %s/%s failed", self.namespace, self.job_name)
-            payload = {**base, "status": "error", "message": short_error(error)}
-        self._fired = True
-        yield TriggerEvent(payload)
+    @property
+    def what(self) -> str:
+        return f"job {self.namespace}/{self.job_name}"
 
-    async def _wait(self) -> JobVerdict:
+    def _event_base(self) -> dict[str, Any]:
+        # The replicas ride along so that execute_complete needs nothing but the event.
+        return {**super()._event_base(), "replicas": self.replicas}
+
+    async def _wait(self) -> dict[str, Any]:
+        verdict = await self._verdict()
+        if verdict is None:
+            return self._timeout_event()
+        return {"status": verdict.state, "verdict": verdict.as_dict()}
+
+    async def _verdict(self) -> JobVerdict | None:
+        """The job's verdict; ``None`` once the task's execution_timeout is over."""
         tracker = JobTracker(slots_from_json(self.replicas), startup_timeout=self.startup_timeout,
                              started_at=self.started_at)
         watch = JobWatch(tracker)
@@ -164,7 +133,8 @@ class DistributedJobTrigger(BaseTrigger):
             core = async_client.CoreV1Api(api)
             failures = 0
             while True:
-                self._check_deadline()
+                if self._deadline_passed():
+                    return None
                 try:
                     if watch.needs_list:
                         report(watch.on_list(await self._list(core)), tracker)
@@ -175,32 +145,19 @@ class DistributedJobTrigger(BaseTrigger):
                     self.log.info("the watch of job %s/%s expired (410 Gone); listing its pods again",
                                   self.namespace, self.job_name)
                 except Exception as error:
-                    if not (isinstance(error, WatchError) or is_transient(error)):
-                        raise
-                    delay = self.retry.backoff(failures)
-                    if delay is None:
-                        raise
-                    if isinstance(error, WatchError):
-                        watch.on_gone()
-                    self.log.warning("watching job %s/%s: %s; resuming in %.1fs", self.namespace, self.job_name,
-                                     short_error(error), delay)
-                    await asyncio.sleep(delay)
+                    await self._back_off(error, failures, watch)
                     failures += 1
                 verdict = tracker.verdict(time.time())
                 if verdict is not None:
                     report.flush(tracker, force=True)
                     return verdict
 
-    def _check_deadline(self) -> None:
-        if self.execution_deadline is not None and time.time() >= self.execution_deadline:
-            raise _DeadlineReached()
-
     def _log_table(self, rows: Any) -> None:
         self.log.info("replicas of %s:\n%s", self.job_name, replica_table(rows))
 
     async def _list(self, core: Any) -> dict[str, Any]:
         response = await self._request(
-            "listing the pods",
+            f"listing the pods of {self.what}",
             lambda: core.list_namespaced_pod(self.namespace, label_selector=f"{JOB_LABEL}={self.job_name}",
                                              _preload_content=False),
         )
@@ -210,11 +167,9 @@ class DistributedJobTrigger(BaseTrigger):
             response.release()
 
     async def _watch_once(self, core: Any, watch: JobWatch, report: TableReporter) -> None:
-        seconds = watch.watch_seconds(time.time(), self.watch_timeout)
-        if self.execution_deadline is not None:
-            seconds = max(1, min(seconds, int(self.execution_deadline - time.time()) + 1))
+        seconds = self._until_deadline(watch.watch_seconds(time.time(), self.watch_timeout))
         response = await self._request(
-            "watching the pods",
+            f"watching the pods of {self.what}",
             lambda: core.list_namespaced_pod(
                 self.namespace,
                 label_selector=f"{JOB_LABEL}={self.job_name}",
@@ -226,29 +181,12 @@ class DistributedJobTrigger(BaseTrigger):
             ),
         )
         try:
-            async for line in _lines(response):
+            async for line in lines(response):
                 report(watch.on_line(line), watch.tracker)
                 if watch.tracker.verdict(time.time()) is not None:
                     return
         finally:
             response.close()
-
-    async def _request(self, what: str, call: Callable[[], Awaitable[Any]]) -> Any:
-        """``call()`` (a ``_preload_content=False`` request), retried; a non-2xx answer raised as ApiException."""
-
-        async def attempt() -> Any:
-            response = await call()
-            if 200 <= response.status <= 299:
-                return response
-            from kubernetes_asyncio.client.exceptions import ApiException
-            from kubernetes_asyncio.client.rest import RESTResponse
-
-            data = await response.read()
-            response.release()
-            raise ApiException(http_resp=RESTResponse(response, data))
-
-        return await acall_with_retries(attempt, what=f"{what} of job {self.namespace}/{self.job_name}",
-                                        policy=self.retry, log=self.log)
 
     # ------------------------------------------------------------------ kill
 
@@ -305,21 +243,6 @@ class DistributedJobTrigger(BaseTrigger):
         key = f"{ti.task_id}_{ti.map_index}" if ti.map_index >= 0 else ti.task_id
         state = (states.get(ti.run_id) or {}).get(key)
         return state is not None and state != TaskInstanceState.DEFERRED
-
-
-async def _lines(response: Any) -> AsyncIterator[bytes]:
-    """Lines of a streamed body of any length (aiohttp's ``readline`` refuses lines over 64 KiB, and a pod of a
-    big job is bigger: every replica's address is in its environment)."""
-    buffer = bytearray()
-    async for chunk in response.content.iter_any():
-        buffer.extend(chunk)
-        start = 0
-        while (end := buffer.find(b"\n", start)) != -1:
-            yield bytes(buffer[start:end])
-            start = end + 1
-        del buffer[:start]
-    if buffer:
-        yield bytes(buffer)
 
 
 __all__ = ["DistributedJobTrigger"]

@@ -26,14 +26,10 @@ RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 
 @pytest.fixture(scope="module")
 def emulator():
+    # Not the conftest's emulator: bookmarks every 0.3s here rather than 0.5s.
     with KubeEmulator(kubernetes_version="1.31", bookmark_interval=0.3) as emu:
         yield emu
         assert emu.errors == [], "\n".join(emu.errors)
-
-
-@pytest.fixture(scope="module")
-def kubeconfig(emulator, tmp_path_factory) -> str:
-    return emulator.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
 
 
 @pytest.fixture(scope="module")

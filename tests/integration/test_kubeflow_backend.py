@@ -6,7 +6,6 @@ Every request crosses HTTP through the real clients, with ``kubernetes_default``
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 
@@ -25,20 +24,10 @@ def namespace_of(dag_id: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def emulator():
-    with KubeEmulator(kubernetes_version="1.31", bookmark_interval=0.5) as emu:
-        register_kubeflow_crds(emu)
-        yield emu
-        assert emu.errors == [], "\n".join(emu.errors)
-
-
-@pytest.fixture(scope="module")
-def kubernetes_connection(emulator, tmp_path_factory):
-    config = emulator.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
-    value = json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": config}})
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", value)
-        yield value
+def emulator(emulator):
+    """The shared emulator (conftest), with Kubeflow's CRDs."""
+    register_kubeflow_crds(emulator)
+    return emulator
 
 
 pytestmark = [pytest.mark.usefixtures("airflow_db", "kubernetes_connection")]

@@ -4,7 +4,7 @@ Every request crosses HTTP through the real ``kubernetes`` / ``kubernetes_asynci
 provider's hooks, with the ``kubernetes_default`` connection given as an environment variable. After each run
 the test checks what is left in the emulator: the clean-up policy, not luck, decides it.
 
-``Kubelet`` and the emulator fixtures are shared with the other ``test_kubernetes_*`` modules.
+``Kubelet`` is shared with the other ``test_kubernetes_*`` modules; the emulator fixtures are the conftest's.
 """
 
 from __future__ import annotations
@@ -126,28 +126,7 @@ def train_and_succeed(kubelet: Kubelet, document: dict = DOCUMENT, steps: int = 
     kubelet.master_exits(0, document=document)
 
 
-# ---------------------------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def emulator():
-    with KubeEmulator(kubernetes_version="1.31", bookmark_interval=0.5) as emu:
-        yield emu
-        assert emu.errors == [], "\n".join(emu.errors)
-
-
-@pytest.fixture(scope="module")
-def kubeconfig(emulator, tmp_path_factory) -> str:
-    return emulator.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
-
-
-@pytest.fixture(scope="module")
-def kubernetes_connection(kubeconfig):
-    """``kubernetes_default`` pointing at the emulator, as an Airflow connection in the environment."""
-    value = json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig}})
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", value)
-        yield value
+# ---------------------------------------------------------------------------------------------- helpers
 
 
 def objects(emu: KubeEmulator, namespace: str) -> dict[str, list[str]]:

@@ -29,12 +29,10 @@ from airflow_distributed.naming import job_name
 from airflow_distributed.plan import KubernetesAddressing, build_plan
 from airflow_distributed.spec import load_spec
 from tests.helpers import wait_until
-from tests.integration.test_kubernetes_backend import (  # noqa: F401 - fixtures
+from tests.integration.test_kubernetes_backend import (
     DOCUMENT,
     NOTHING,
     Kubelet,
-    emulator,
-    kubeconfig,
     objects,
     settled,
     task_requests,

@@ -15,12 +15,10 @@ import pytest
 from airflow_distributed.hooks.job_watch import slots_to_json
 from airflow_distributed.triggers.kubernetes import DistributedJobTrigger
 from tests.helpers import wait_until
-from tests.integration.test_kubernetes_backend import (  # noqa: F401 - fixtures
+from tests.integration.test_kubernetes_backend import (
     DOCUMENT,
     NOTHING,
     Kubelet,
-    emulator,
-    kubeconfig,
     objects,
     settled,
     task_requests,

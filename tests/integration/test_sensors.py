@@ -24,20 +24,10 @@ OTHER = {"metrics": {"loss": 9.0}, "model_path": "s3://models/not-this-one"}
 
 
 @pytest.fixture(scope="module")
-def emulator():
-    with KubeEmulator(kubernetes_version="1.31", bookmark_interval=0.5) as emu:
-        register_kubeflow_crds(emu)
-        yield emu
-        assert emu.errors == [], "\n".join(emu.errors)
-
-
-@pytest.fixture(scope="module")
-def kubernetes_connection(emulator, tmp_path_factory):
-    config = emulator.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
-    value = json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": config}})
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", value)
-        yield value
+def emulator(emulator):
+    """The shared emulator (conftest), with Kubeflow's CRDs."""
+    register_kubeflow_crds(emulator)
+    return emulator
 
 
 pytestmark = [pytest.mark.usefixtures("airflow_db", "kubernetes_connection")]

@@ -119,10 +119,16 @@ def call_with_retries(
             wait = policy.delay(attempt, error)
             if wait is None:
                 raise
-            log.warning("%s: %s; retrying in %.1fs (try %d of %d)", what, short_error(error), wait, attempt + 2,
-                        policy.attempts)
+            _announce_retry(log, what, error, wait, attempt, policy)
             sleep(wait)
             attempt += 1
+
+
+def _announce_retry(
+    log: logging.Logger, what: str, error: BaseException, wait: float, attempt: int, policy: RetryPolicy
+) -> None:
+    log.warning("%s: %s; retrying in %.1fs (try %d of %d)", what, short_error(error), wait, attempt + 2,
+                policy.attempts)
 
 
 async def acall_with_retries(
@@ -142,8 +148,7 @@ async def acall_with_retries(
             wait = policy.delay(attempt, error)
             if wait is None:
                 raise
-            log.warning("%s: %s; retrying in %.1fs (try %d of %d)", what, short_error(error), wait, attempt + 2,
-                        policy.attempts)
+            _announce_retry(log, what, error, wait, attempt, policy)
             await sleep(wait)
             attempt += 1
 

@@ -67,11 +67,11 @@ from airflow_distributed.manifests.kubernetes import (
     JOB_LABEL,
     MASTER_LABEL,
     MODEL_VOLUME,
-    OUTPUT_PATH,
     READINESS_CONTAINER,
     READINESS_RESOURCES,
     ROLE_LABEL,
     JobManifestOptions,
+    check_plan_layout,
     model_volume,
     to_dict,
 )
@@ -416,16 +416,7 @@ def build_kubeflow_job(plan: ClusterPlan, options: KubeflowJobOptions) -> dict[s
 
 
 def _check_plan(plan: ClusterPlan, options: KubeflowJobOptions, kind: KubeflowKind) -> None:
-    if plan.backend != "kubeflow":
-        raise ValueError(
-            f"job {plan.job_name}: the plan was built for the {plan.backend!r} backend; build it with "
-            "backend='kubeflow', KubeflowAddressing and layout_for_kubernetes()"
-        )
-    if plan.layout.output_path != OUTPUT_PATH:
-        raise ValueError(
-            f"job {plan.job_name}: the output path must be {OUTPUT_PATH}, not {plan.layout.output_path}; "
-            "build the plan with layout_for_kubernetes()"
-        )
+    check_plan_layout(plan, "kubeflow", "KubeflowAddressing")
     addressing = KubeflowAddressing(options.pods.namespace, plan.framework)
     for replica in plan.replicas:
         expected, _ = addressing.endpoint(0, plan.job_name, replica.name, replica.port)

@@ -317,17 +317,22 @@ def _api_client() -> client.ApiClient:
     return client.ApiClient(configuration=client_configuration())
 
 
-def _check_plan(plan: ClusterPlan, options: JobManifestOptions) -> None:
-    if plan.backend != "kubernetes":
+def check_plan_layout(plan: ClusterPlan, backend: str, addressing: str) -> None:
+    """The plan was built for ``backend`` with this backend's layout (shared by the Kubeflow builder)."""
+    if plan.backend != backend:
         raise ValueError(
             f"job {plan.job_name}: the plan was built for the {plan.backend!r} backend; build it with "
-            "backend='kubernetes', KubernetesAddressing and layout_for_kubernetes()"
+            f"backend={backend!r}, {addressing} and layout_for_kubernetes()"
         )
     if plan.layout.output_path != OUTPUT_PATH:
         raise ValueError(
-            f"job {plan.job_name}: the output path must be {OUTPUT_PATH}, where the XCom sidecar reads it, "
+            f"job {plan.job_name}: the output path must be {OUTPUT_PATH}, where the master's output is read, "
             f"not {plan.layout.output_path}; build the plan with layout_for_kubernetes()"
         )
+
+
+def _check_plan(plan: ClusterPlan, options: JobManifestOptions) -> None:
+    check_plan_layout(plan, "kubernetes", "KubernetesAddressing")
     for replica in plan.replicas:
         if not replica.host.startswith(f"{replica.name}.{plan.job_name}.{options.namespace}."):
             raise ValueError(

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED = "pending", "running", "succeeded", "failed", "stopped"
-FINISHED = (SUCCEEDED, FAILED, STOPPED)
 
 
 @dataclass(frozen=True)

@@ -33,11 +33,11 @@ from typing import Any
 
 __all__ = [
     "get_cluster_info",
-    "get_task_info",
     "get_model_dir",
+    "get_outputs",
+    "get_task_info",
     "log_metrics",
     "log_model",
-    "get_outputs",
 ]
 
 ENV_JOB = "AIRFLOW_DISTRIBUTED_JOB"

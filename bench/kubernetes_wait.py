@@ -8,8 +8,9 @@ line every half second, then succeeds). Measured from the first request of the w
 - ``sync_short_watch``: the sync wait with a 5 s watch timeout, to show what reconnects cost: one request each.
 
 ``per_5_minutes`` extrapolates with the default watch timeout (300 s): a LIST, one watch and its reconnect, and
-(sync) one log follow, reconnected once when the master's container ends. The polling figure is what one ``KubernetesPodOperator`` per replica costs at the provider's
-default ``poll_interval`` of 2 s: replicas x seconds / 2 reads of a pod.
+(sync) one log follow, reconnected once when the master's container ends. The polling figure is what one
+``KubernetesPodOperator`` per replica costs at the provider's default ``poll_interval`` of 2 s: replicas x seconds / 2
+reads of a pod.
 """
 
 from __future__ import annotations

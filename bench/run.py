@@ -8,11 +8,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import crash_latency  # noqa: E402
-import import_time  # noqa: E402
-import kubernetes_submit  # noqa: E402
-import kubernetes_wait  # noqa: E402
-import local_vs_torchrun  # noqa: E402
+import crash_latency
+import import_time
+import kubernetes_submit
+import kubernetes_wait
+import local_vs_torchrun
 
 if __name__ == "__main__":
     results = {

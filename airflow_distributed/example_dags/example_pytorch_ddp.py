@@ -14,7 +14,6 @@ from airflow.sdk import DAG, task
 from airflow_distributed.example_dags import TRAINING_DIR
 from airflow_distributed.operators import DistributedTrainingOperator
 
-
 with DAG(
     dag_id="example_pytorch_ddp",
     schedule=None,

@@ -13,8 +13,8 @@ import shutil
 from pathlib import Path
 
 import pendulum
-from airflow.sdk import DAG, task
 from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import DAG, task
 
 from airflow_distributed.example_dags import TRAINING_DIR
 from airflow_distributed.operators import DistributedTrainingOperator

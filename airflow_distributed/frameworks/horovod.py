@@ -25,7 +25,7 @@ class Horovod(Framework):
     def files(self, plan, backend):
         return {HOSTFILE: "".join(f"{host} slots={slots}\n" for host, slots in self.hosts(plan, backend).items())}
 
-    def hosts(self, plan, backend) -> "OrderedDict[str, int]":
+    def hosts(self, plan, backend) -> OrderedDict[str, int]:
         """Host -> slots (GPUs requested, else 1); local replicas share one host, so their slots add up."""
         hosts: OrderedDict[str, int] = OrderedDict()
         for replica in plan.replicas:

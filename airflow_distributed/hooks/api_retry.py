@@ -99,7 +99,7 @@ class RetryPolicy:
         if attempt + 1 >= self.attempts:
             return None
         base = min(self.max_delay, self.initial_delay * (2**attempt))
-        return base * (1 - self.jitter + self.jitter * random.random())  # noqa: S311 - jitter, not security
+        return base * (1 - self.jitter + self.jitter * random.random())
 
 
 def call_with_retries(

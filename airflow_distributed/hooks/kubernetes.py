@@ -506,7 +506,7 @@ class DistributedTrainingHook(KubernetesHook):
                 text = PodManager(self.core_v1_client).extract_xcom(self._model(pod, "V1Pod"))
                 if text and text.strip() != EMPTY_XCOM_RESULT:
                     return text
-            except Exception as error:  # noqa: BLE001 - exec may be forbidden or unsupported: use the fallback
+            except Exception as error:
                 self.job_log.info("could not read the output of %s/%s from its XCom sidecar (%s); "
                                   "using its termination message", namespace, name, short_error(error))
         return termination_message(pod)
@@ -547,7 +547,7 @@ class DistributedTrainingHook(KubernetesHook):
     def _delete_quietly(self, namespace: str, name: str) -> None:
         try:
             self.delete_job(namespace, name)
-        except Exception as error:  # noqa: BLE001 - already failing: report both, raise the first
+        except Exception as error:
             self.job_log.error("could not delete job %s/%s after a failed creation: %s", namespace, name, error)
 
 

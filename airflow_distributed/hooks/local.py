@@ -56,7 +56,7 @@ class LocalReplicaProcess:
         self.exit_code: int | None = None
         self.exited_at: float | None = None
         self.stopped = False
-        self.process = subprocess.Popen(  # noqa: S603 - argv from the DAG author, never through a shell
+        self.process = subprocess.Popen(
             list(spec.argv),
             env=dict(spec.env),
             cwd=cwd,

@@ -70,7 +70,7 @@ class PodLogFollower:
         if response is not None:
             try:
                 response.shutdown()  # unblocks the thread's read at once
-            except Exception:  # noqa: BLE001 - best effort: the read timeout ends it anyway
+            except Exception:
                 pass
 
     def join(self, timeout: float) -> None:
@@ -90,7 +90,7 @@ class PodLogFollower:
                     return
                 # Ended while the watch has not yet seen the container end: look again in a moment.
                 self._stop.wait(0.5)
-            except Exception as error:  # noqa: BLE001 - a log follower never fails the job
+            except Exception as error:
                 if self._stop.is_set():
                     return
                 status = api_status(error)

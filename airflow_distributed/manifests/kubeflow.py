@@ -63,6 +63,13 @@ from airflow_distributed.manifests.container_scripts import (
     wait_for_peers_command,
 )
 from airflow_distributed.manifests.gang_scheduling import KUEUE_QUEUE_LABEL, VOLCANO_SCHEDULER
+from airflow_distributed.manifests.kubeflow_status import (
+    GROUP,
+    JOB_NAME_LABEL,
+    REPLICA_INDEX_LABEL,
+    REPLICA_SPECS_KEY,
+    REPLICA_TYPE_LABEL,
+)
 from airflow_distributed.manifests.kubernetes import (
     JOB_LABEL,
     MASTER_LABEL,
@@ -85,13 +92,6 @@ from airflow_distributed.manifests.kubernetes_resources import (
     resource_requirements,
     split_security_context,
     tolerations,
-)
-from airflow_distributed.manifests.kubeflow_status import (
-    GROUP,
-    JOB_NAME_LABEL,
-    REPLICA_INDEX_LABEL,
-    REPLICA_SPECS_KEY,
-    REPLICA_TYPE_LABEL,
 )
 from airflow_distributed.plan import ClusterPlan, Replica
 from airflow_distributed.spec.models import SECTION_OF, PodSettings, PSCluster, TrainingSpec

@@ -112,7 +112,7 @@ def kill_kubeflow(operator: BaseOperator) -> None:
     try:
         # A hook of its own: the waiting one may be in the middle of a request on this very thread.
         run.new_hook().delete_kubeflow_job(run.namespace, run.resource, run.name)
-    except Exception as error:  # noqa: BLE001 - on_kill must not raise; say what is left behind
+    except Exception as error:
         run.log.error("could not delete %s %s/%s: %s; delete it by hand", run.resource.kind, run.namespace,
                       run.name, error)
 
@@ -293,7 +293,7 @@ class KubeflowJobRun:
     def delete_quietly(self) -> None:
         try:
             self.new_hook().delete_kubeflow_job(self.namespace, self.resource, self.name)
-        except Exception as error:  # noqa: BLE001 - the original error is the one to raise
+        except Exception as error:
             self.log.error("could not delete %s %s/%s: %s", self.resource.kind, self.namespace, self.name, error)
 
 

@@ -134,7 +134,7 @@ def kill_kubernetes(operator: BaseOperator) -> None:
     try:
         # A hook of its own: the waiting one may be in the middle of a request on this very thread.
         run.new_hook().delete_job(run.namespace, run.name)
-    except Exception as error:  # noqa: BLE001 - on_kill must not raise; say what is left behind
+    except Exception as error:
         run.log.error("could not delete job %s/%s: %s; delete its Service by hand", run.namespace, run.name, error)
 
 
@@ -259,7 +259,7 @@ class KubernetesJobRun:
     def _clean_up_quietly(self, succeeded: bool = False, kill: bool = False) -> None:
         try:
             self.clean_up(succeeded, kill=kill)
-        except Exception as error:  # noqa: BLE001 - the original error is the one to raise
+        except Exception as error:
             self.log.error("could not clean up job %s/%s: %s", self.namespace, self.name, error)
 
     def _defer(self) -> None:

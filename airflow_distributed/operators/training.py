@@ -89,7 +89,9 @@ class DistributedTrainingOperator(BaseOperator):
         ``{dag_id}``, ``{run_id}``, ``{task_id}``, ``{map_index}``, ``{try_number}``.
     """
 
-    template_fields: Sequence[str] = ("image", "command", "args", "env", "environment", "model_dir", "python", "namespace")
+    template_fields: Sequence[str] = (
+        "image", "command", "args", "env", "environment", "model_dir", "python", "namespace",
+    )
     template_fields_renderers = {"environment": "json", "env": "json", "command": "py"}
     ui_color = "#d4e6f9"
     operator_extra_links = operator_links()

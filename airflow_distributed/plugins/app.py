@@ -16,15 +16,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
-from fastapi.exception_handlers import http_exception_handler
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
-
 from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
 from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
 from airflow_distributed.plugins import page
 from airflow_distributed.plugins.job_state import (
     DEFAULT_SOURCES,
@@ -56,7 +56,7 @@ def parse_map_index(value: str | None) -> int:
     try:
         index = int(value)
     except ValueError:
-        raise HTTPException(422, f"map_index must be an integer, not {value!r}")
+        raise HTTPException(422, f"map_index must be an integer, not {value!r}") from None
     if index < -1:
         raise HTTPException(422, f"map_index must be -1 or more, not {index}")
     return index

@@ -87,9 +87,8 @@ def read_job(
 
 def task_instance_state(ref: TaskInstanceRef, session: Session) -> str | None:
     """The task instance's state (``"running"``, ``"failed"``...); ``"none"`` when unset; None when there is none."""
-    from sqlalchemy import select
-
     from airflow.models.taskinstance import TaskInstance
+    from sqlalchemy import select
 
     row = session.execute(
         select(TaskInstance.state).where(
@@ -149,7 +148,7 @@ def _list_pods(announced: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict
             name = pod["metadata"]["name"]
             try:
                 logs[name] = hook.read_log_tail(announced["namespace"], name)
-            except Exception:  # noqa: BLE001 - a pod not started yet has no log; the table still helps
+            except Exception:
                 logs[name] = []
     return pods, logs
 

@@ -76,7 +76,8 @@ def _drop(data: Any, loc: tuple[Any, ...]) -> None:
     parent, key = None, None
     node = data
     for part in loc:
-        if isinstance(node, dict) and part in node or isinstance(node, list) and isinstance(part, int) and part < len(node):
+        in_dict = isinstance(node, dict) and part in node
+        if in_dict or (isinstance(node, list) and isinstance(part, int) and part < len(node)):
             parent, key, node = node, part, node[part]
         else:
             break

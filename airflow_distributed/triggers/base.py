@@ -62,7 +62,7 @@ class JobWaitTrigger(BaseTrigger):
         base = self._event_base()
         try:
             payload = {**base, **await self._wait()}
-        except Exception as error:  # noqa: BLE001 - reported to execute_complete, which cleans up and fails the task
+        except Exception as error:
             self.log.exception("waiting for %s failed", self.what)
             payload = {**base, "status": "error", "message": short_error(error)}
         self._fired = True

@@ -226,13 +226,13 @@ class DistributedJobTrigger(JobWaitTrigger):
             if not await self._task_left_deferral():
                 return
             await self.delete_job()
-        except Exception:  # noqa: BLE001 - cleanup errors are swallowed by the triggerer: log them here
+        except Exception:
             self.log.exception("could not clean up job %s/%s", self.namespace, self.job_name)
 
     async def _task_left_deferral(self) -> bool:
-        from asgiref.sync import sync_to_async
         from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
         from airflow.utils.state import TaskInstanceState
+        from asgiref.sync import sync_to_async
 
         ti = self.task_instance
         if ti is None:

@@ -128,7 +128,7 @@ class KubeflowController:
         def body() -> None:
             try:
                 script(self)
-            except Exception:  # noqa: BLE001 - reported by check()
+            except Exception:
                 self.errors.append(traceback.format_exc())
 
         self._thread = threading.Thread(target=body, name="kubeflow-controller", daemon=True)

@@ -19,7 +19,8 @@ def test_horovod_example_all_reduces_across_every_replica():
     run, states = run_dag("example_horovod", conf={"steps": 30})
     assert states == {"train": "success", "report": "success"}
     result = xcom(run, "train")
-    assert [(r["role"], r["exit_code"]) for r in result["replicas"]][0] == ("launcher", 0)
+    first = result["replicas"][0]
+    assert (first["role"], first["exit_code"]) == ("launcher", 0)
     metrics = xcom(run, "train", "metrics")
     assert metrics["final_loss"] < metrics["initial_loss"]
     assert metrics.get("world_size", metrics.get("size")) == 3

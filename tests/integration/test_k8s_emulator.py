@@ -712,7 +712,9 @@ def test_discovery_and_dynamic_client(api_client, ns):
 # ---------------------------------------------------------------- other clients
 
 def test_kubernetes_asyncio_list_and_watch(kubeconfig, ns, emulator):
-    from kubernetes_asyncio import client as aclient, config as aconfig, watch as awatch
+    from kubernetes_asyncio import client as aclient
+    from kubernetes_asyncio import config as aconfig
+    from kubernetes_asyncio import watch as awatch
 
     emulator.create("configmaps", ns, {"metadata": {"name": "before"}})
 

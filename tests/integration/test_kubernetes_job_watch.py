@@ -156,7 +156,8 @@ def test_the_watch_protocol_bookmarks_errors_and_the_next_timeout():
     tracker = JobTracker(SLOTS, startup_timeout=60, started_at=0.0)
     watch = JobWatch(tracker)
     assert watch.needs_list
-    watch.on_list({"metadata": {"resourceVersion": "10"}, "items": [pod(s.name, "Pending", waiting("X")) for s in SLOTS]})
+    items = [pod(s.name, "Pending", waiting("X")) for s in SLOTS]
+    watch.on_list({"metadata": {"resourceVersion": "10"}, "items": items})
     assert watch.resource_version == "10" and not watch.needs_list
     assert watch.on_line(json.dumps({"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {
         "resourceVersion": "15"}}})) is False

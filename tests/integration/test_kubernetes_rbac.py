@@ -141,9 +141,9 @@ def test_the_kubeflow_role_allows_every_request_of_kubeflow_jobs_and_holds_nothi
             controller.job = controller.get(name)
             controller.create_pods()
 
-            def finish(controller: KubeflowController = controller) -> None:
+            def finish(controller: KubeflowController = controller, master: str = kind.master_type) -> None:
                 wait_until(controller.watched, timeout=30, interval=0.02)
-                controller.succeed(f"{kind.master_type.lower()}-0", {"metrics": {"loss": 0.1}})
+                controller.succeed(f"{master.lower()}-0", {"metrics": {"loss": 0.1}})
                 controller.conditions(("Succeeded", "Succeeded", ""))
 
             thread = threading.Thread(target=finish, daemon=True)

@@ -66,7 +66,7 @@ class Background:
         def body() -> None:
             try:
                 script()
-            except Exception:  # noqa: BLE001 - reported by check()
+            except Exception:
                 self.errors.append(traceback.format_exc())
 
         self.thread = threading.Thread(target=body, daemon=True)
@@ -300,7 +300,7 @@ def test_a_sensor_refuses_a_kind_of_another_framework():
     from airflow_distributed.sensors import DistributedJobSensor, MXNetJobSensor, TensorflowJobSensor
     from airflow_distributed.sensors.base import KIND_FRAMEWORK
 
-    assert KIND_FRAMEWORK == {kind.kind: framework for framework, kind in KINDS.items()}
+    assert {kind.kind: framework for framework, kind in KINDS.items()} == KIND_FRAMEWORK
     assert MXNetJobSensor(task_id="s", job_name="j", kind="kubeflow").kind == "MXJob"
     with pytest.raises(ValueError, match="a PyTorchJob is a pytorch job, not tensorflow"):
         TensorflowJobSensor(task_id="s", job_name="j", kind="PyTorchJob")

@@ -33,14 +33,13 @@ def trained():
 @pytest.fixture(scope="module")
 def client(trained, tmp_path_factory):
     """Airflow's API server app with three users; the DAGs folder's bundle belongs to team ``ml``."""
-    from fastapi.testclient import TestClient
-    from sqlalchemy import delete, select
-
     from airflow.api_fastapi.app import create_app, purge_cached_app
     from airflow.models.dag import clear_team_name_cache
     from airflow.models.dagbundle import DagBundleModel
     from airflow.models.team import Team
     from airflow.utils.session import create_session
+    from fastapi.testclient import TestClient
+    from sqlalchemy import delete, select
 
     passwords = tmp_path_factory.mktemp("auth") / "passwords.json"
     passwords.write_text(json.dumps({user: f"{user}-secret" for user in USERS}))

@@ -16,19 +16,39 @@ import random
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from . import patch as patching
-from .resources import (Allocator, ResourceType, allocate_service_fields, apply_defaults, builtin_types,
-                        initial_status, job_selector_labels)
+from .resources import (
+    Allocator,
+    ResourceType,
+    allocate_service_fields,
+    apply_defaults,
+    builtin_types,
+    initial_status,
+    job_selector_labels,
+)
 from .schema import Findings, SchemaSet, check_custom_resource, strip_nulls
-from .selectors import (SelectorError, fields_match, labels_match, parse_field_selector, parse_label_selector)
+from .selectors import SelectorError, fields_match, labels_match, parse_field_selector, parse_label_selector
 from .store import Store, WatchEvent
-from .validation import (Cause, DecodeError, check_base64_values, forbidden, invalid, validate_config_keys,
-                         validate_immutable_data, validate_job_spec, validate_job_update, validate_object_meta,
-                         validate_pod_spec, validate_pod_update, validate_service_spec)
+from .validation import (
+    Cause,
+    DecodeError,
+    check_base64_values,
+    forbidden,
+    invalid,
+    validate_config_keys,
+    validate_immutable_data,
+    validate_job_spec,
+    validate_job_update,
+    validate_object_meta,
+    validate_pod_spec,
+    validate_pod_update,
+    validate_service_spec,
+)
 
 NODE_NAME = "emulator-node"
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -551,7 +571,7 @@ class Cluster:
             # Exact semantics: asked for, or implied by a paginated list at a non-zero version (legacy rule).
             if match == "Exact" or (not match and limit and requested != 0):
                 if requested < self.store.floor:
-                    raise expired(f"The resourceVersion for the provided list is too old.")
+                    raise expired("The resourceVersion for the provided list is too old.")
                 exact_rv = requested
         with self.store.lock:
             list_rv = self.store.rv if exact_rv is None else exact_rv

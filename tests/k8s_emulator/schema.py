@@ -178,7 +178,7 @@ def _go_field(path: list, kind: str) -> str:
     return ".".join([kind] + names) if names else kind
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def schema_set(kubernetes_version: str) -> SchemaSet:
     return SchemaSet(kubernetes_version)
 

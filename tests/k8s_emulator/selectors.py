@@ -8,8 +8,9 @@ by commas. Field selectors support ``=``, ``==`` and ``!=`` on the fields each r
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 # A label value (and the name part of a key): up to 63 characters, alphanumeric at both ends.
 _NAME_PART = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
@@ -28,10 +29,9 @@ def label_key_problem(key: str) -> str | None:
     if "/" in prefix:
         return ("a qualified name must consist of alphanumeric characters, '-', '_' or '.', with an optional "
                 "DNS subdomain prefix and '/'")
-    if prefix:
-        if len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix):
-            return ("prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
-                    "characters, '-' or '.', and must start and end with an alphanumeric character")
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return ("prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+                "characters, '-' or '.', and must start and end with an alphanumeric character")
     if not name:
         return "name part must be non-empty"
     if len(name) > 63:
@@ -224,7 +224,7 @@ def parse_field_selector(selector: str | None, supported: Iterable[str]) -> list
     supported = set(supported)
     requirements = []
     for term in _split_unescaped(selector, ","):
-        for op_text, op in (("!=", "!="), ("==", "="), ("=", "=")):
+        for op_text, op in (("!=", "!="), ("==", "="), ("=", "=")):  # noqa: B007 - op is read after the break
             if op_text in term:
                 field, value = term.split(op_text, 1)
                 break

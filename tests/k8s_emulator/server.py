@@ -24,10 +24,11 @@ import time
 import traceback
 import uuid
 from collections import deque
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterable, NamedTuple
+from typing import Any, NamedTuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from . import kubelet
@@ -120,7 +121,7 @@ class _HttpServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
-    def __init__(self, address, handler, emulator: "KubeEmulator"):
+    def __init__(self, address, handler, emulator: KubeEmulator):
         self.emulator = emulator
         self.stopping = threading.Event()
         self._connections: set[socket.socket] = set()
@@ -158,7 +159,7 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "kube-emulator"
     server: _HttpServer
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # requests are recorded in KubeEmulator.requests instead of printed
 
     def do_GET(self) -> None:
@@ -476,8 +477,8 @@ class _Handler(BaseHTTPRequestHandler):
             selected = selected[len(selected) - tail:] if tail else []
 
         def render(batch: list[LogLine]) -> bytes:
-            return b"".join(((rfc3339nano(l.timestamp_ns) + " ") if timestamps else "").encode()
-                            + l.text.encode() + b"\n" for l in batch)
+            return b"".join(((rfc3339nano(line.timestamp_ns) + " ") if timestamps else "").encode()
+                            + line.text.encode() + b"\n" for line in batch)
 
         initial = render(selected)
         if not follow:
@@ -569,7 +570,7 @@ def _container_finished(pod: dict, container: str) -> bool:
     if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
         return True
     entry = _container_status(pod, container)
-    return bool(entry and "terminated" in ((entry.get("state") or {})))
+    return bool(entry and "terminated" in (entry.get("state") or {}))
 
 
 def _since(query: dict, namespace: str | None, name: str) -> int | None:
@@ -631,7 +632,7 @@ class KubeEmulator:
 
     # ------------------------------------------------------------ lifecycle
 
-    def start(self) -> "KubeEmulator":
+    def start(self) -> KubeEmulator:
         if self._server is not None:
             return self
         self._server = _HttpServer(("127.0.0.1", 0), _Handler, self)
@@ -652,7 +653,7 @@ class KubeEmulator:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
-    def __enter__(self) -> "KubeEmulator":
+    def __enter__(self) -> KubeEmulator:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -850,7 +851,7 @@ class KubeEmulator:
             self.cluster.store.append_log(uid, container, lines)
 
     def add_event(self, namespace: str, involved_kind: str, involved_name: str, reason: str, message: str,
-                  type: str = "Warning") -> dict:  # noqa: A002 - mirrors the Event field name
+                  type: str = "Warning") -> dict:
         """Record a core/v1 Event about an object, as kubelet or the scheduler would."""
         with self.cluster.store.lock:
             involved = {"kind": involved_kind, "namespace": namespace, "name": involved_name}

@@ -10,7 +10,8 @@ from __future__ import annotations
 import bisect
 import copy
 import threading
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 ResourceKey = tuple[str, str]  # (group, plural)
 ObjectKey = tuple[str, str]  # (namespace or "", name)

@@ -13,8 +13,9 @@ import base64
 import binascii
 import json
 import re
+from collections.abc import Iterable
 from fractions import Fraction
-from typing import Any, Iterable, NamedTuple
+from typing import Any, NamedTuple
 
 from .selectors import label_key_problem, label_value_problem
 
@@ -394,7 +395,7 @@ def validate_service_spec(spec: dict) -> list[Cause]:
             causes.append(invalid(f"{pfield}.port", number, "must be between 1 and 65535, inclusive"))
         if port.get("protocol", "TCP") not in PROTOCOLS:
             causes.append(not_supported(f"{pfield}.protocol", port.get("protocol"), PROTOCOLS))
-    for key, value in (spec.get("selector") or {}).items():
+    for value in (spec.get("selector") or {}).values():
         problem = label_value_problem(str(value))
         if problem:
             causes.append(invalid("spec.selector", value, problem))
@@ -415,7 +416,7 @@ def validate_config_keys(obj: dict, sections: Iterable[str]) -> list[Cause]:
 
 def check_base64_values(data: dict | None, kind: str) -> None:
     """Secret ``data`` values are base64 on the wire; bad encoding fails decoding (400)."""
-    for key, value in (data or {}).items():
+    for value in (data or {}).values():
         if not isinstance(value, str):
             continue
         try:

@@ -97,7 +97,8 @@ def test_horovod_launcher_runs_command_under_horovodrun_and_workers_stand_by():
 
 
 def test_contract_variables_win_over_user_variables():
-    spec = load_spec("pytorch", {"pytorch": {"n_workers": 1, "default_worker": {"env_vars": [["RANK", "9"], ["B", "2"]]}}})
+    worker_env = {"env_vars": [["RANK", "9"], ["B", "2"]]}
+    spec = load_spec("pytorch", {"pytorch": {"n_workers": 1, "default_worker": worker_env}})
     plan = build_plan(spec, "job", PORTS, LAYOUT, ["x"], backend="local", env={"WORLD_SIZE": "7", "C": "3"})
     worker = plan.replica("job-worker-0")
     assert (worker.env["RANK"], worker.env["WORLD_SIZE"], worker.env["B"], worker.env["C"]) == ("1", "2", "2", "3")

@@ -267,7 +267,8 @@ def test_no_problems_are_reported_for_what_fits(case: JobCase):
     ({"spec": {"tfReplicaSpecs": {"Evaluater": {"replicas": 1}}}}, "'Evaluater' is not one of"),
     ({"spec": {"tfReplicaSpecs": {"Worker": {"replicas": "2"}}}}, "'2' is not of type 'integer'"),
     ({"spec": {"tfReplicaSpecs": {"Worker": {"template": {"spec": {"containers": [
-        {"name": "tensorflow", "image": "x", "resource": {}}]}}}}}}, "Additional properties are not allowed ('resource'"),
+        {"name": "tensorflow", "image": "x", "resource": {}}]}}}}}},
+     "Additional properties are not allowed ('resource'"),
     ({"spec": {"tfReplicaSpecs": {"Worker": {"template": {"metadata": {"labels": {"a": 1}}}}}}},
      "1 is not of type 'string'"),
     ({"apiVersion": "kubeflow.org/v2"}, "'kubeflow.org/v1' was expected"),
@@ -509,7 +510,7 @@ def test_templates_carry_the_contract_variables_and_none_the_operator_sets(case:
         env = _env(body, rtype)
         names = [var["name"] for var in _container(body, rtype).get("env", [])]
         assert len(names) == len(set(names))
-        assert CONTRACT_VARIABLES <= set(env)
+        assert set(env) >= CONTRACT_VARIABLES
         assert not OPERATOR_VARIABLES & set(env)
         assert env["EPOCHS"] == "3"
         assert env["AIRFLOW_DISTRIBUTED_JOB"] == JOB
@@ -672,7 +673,8 @@ def test_plans_not_built_for_this_backend_are_refused():
 
 
 def test_an_invalid_pod_setting_names_the_replica_type_and_field():
-    with pytest.raises(ManifestError, match=re.escape(f"Worker replicas of {JOB}: affinity: unknown field 'nodeAfinity'")):
+    message = f"Worker replicas of {JOB}: affinity: unknown field 'nodeAfinity'"
+    with pytest.raises(ManifestError, match=re.escape(message)):
         _build("pytorch", {"pytorch": {"n_workers": 2, "default_worker": {"affinity": {"nodeAfinity": {}}}}})
 
 

@@ -706,7 +706,7 @@ def test_plans_not_built_for_this_backend_are_refused():
 
     with pytest.raises(ValueError, match="built for the 'local' backend"):
         build_job_objects(local, _options())
-    with pytest.raises(ValueError, match="output path must be /airflow/xcom/return.json"):
+    with pytest.raises(ValueError, match=r"output path must be /airflow/xcom/return\.json"):
         build_job_objects(other_layout, _options())
     with pytest.raises(ValueError, match=r"KubernetesAddressing\('elsewhere'\)"):
         build_job_objects(_plan("pytorch", {"pytorch": {"n_workers": 1}}), _options(namespace="elsewhere"))

@@ -27,10 +27,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+import common
 import horovod.torch as hvd
 import torch
-
-import common
 import torch_regression
 
 

@@ -33,9 +33,9 @@ import sys
 import tempfile
 import time
 
+import common
 import numpy as np
 
-import common
 from airflow_distributed import tracking
 
 HANDOFF_FILE = "metrics.json"

@@ -30,12 +30,11 @@ import os
 import socket
 import sys
 
+import common
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
-
-import common
 import torch_regression
+from torch.nn.parallel import DistributedDataParallel
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -27,11 +27,11 @@ import time
 # TensorFlow's C++ start-up chatter (oneDNN notices, CPU feature lines) would bury the training log.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import common
+import numpy as np
+import tensorflow as tf
 
-import common  # noqa: E402
-from airflow_distributed import tracking  # noqa: E402
+from airflow_distributed import tracking
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -22,11 +22,11 @@ import os
 import sys
 import time
 
+import common
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-import common
 from airflow_distributed import tracking
 
 

@@ -46,6 +46,8 @@ class Layout:
     model_dir: str
     output_path: str
     files_dir: str
+    #: the same for every try of one task instance, so that a retry resumes from what the failed try saved
+    checkpoint_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,8 @@ class ClusterPlan:
     replicas: tuple[Replica, ...]
     layout: Layout
     files: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    #: the Airflow try the job runs in (1 for the first)
+    try_number: int = 1
 
     @property
     def master(self) -> Replica:
@@ -110,11 +114,13 @@ def build_plan(
     *,
     backend: str,
     env: Mapping[str, str] | None = None,
+    try_number: int = 1,
 ) -> ClusterPlan:
     """Expand a validated spec into the ordered replicas of one job.
 
     :param env: variables for every replica (the operator's ``env``); a replica's own ``env_vars`` come on top,
         and the contract's variables last, because a job cannot run with those overridden.
+    :param try_number: the Airflow try (``AIRFLOW_DISTRIBUTED_TRY_NUMBER``), e.g. to resume from a checkpoint.
     """
     framework = get_framework(spec.framework)
     slots = _slots(spec, framework)
@@ -123,7 +129,7 @@ def build_plan(
         name = replica_name(job_name, role, index)
         host, port = addressing.endpoint(ordinal, job_name, name, framework.default_port)
         replicas.append(Replica(role, index, name, host, port, ordinal == 0, settings))
-    plan = ClusterPlan(job_name, framework.name, backend, tuple(replicas), layout)
+    plan = ClusterPlan(job_name, framework.name, backend, tuple(replicas), layout, try_number=try_number)
     plan = replace(plan, files=MappingProxyType(dict(framework.files(plan, backend))))
     cluster_json = json.dumps(plan.cluster, separators=(",", ":"))
     finished = []
@@ -170,8 +176,11 @@ def _common_env(plan: ClusterPlan, replica: Replica, cluster_json: str) -> dict[
         "AIRFLOW_DISTRIBUTED_INDEX": str(replica.index),
         "AIRFLOW_DISTRIBUTED_CLUSTER": cluster_json,
         "AIRFLOW_DISTRIBUTED_MODEL_DIR": plan.layout.model_dir,
+        "AIRFLOW_DISTRIBUTED_TRY_NUMBER": str(plan.try_number),
         "PYTHONUNBUFFERED": "1",
     }
+    if plan.layout.checkpoint_dir:
+        env["AIRFLOW_DISTRIBUTED_CHECKPOINT_DIR"] = plan.layout.checkpoint_dir
     if replica.is_master:
         env["AIRFLOW_DISTRIBUTED_OUTPUT"] = plan.layout.output_path
     return env

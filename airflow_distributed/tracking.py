@@ -6,7 +6,9 @@ This module tells a replica where it stands in the job and lets the master repor
 - :func:`get_task_info` -- this replica: job name, role, index and whether it is the master;
 - :func:`get_model_dir` -- where to save the model;
 - :func:`log_metrics`, :func:`log_model` -- record metrics and the saved model's path;
-- :func:`get_outputs` -- the output document recorded so far.
+- :func:`get_outputs` -- the output document recorded so far;
+- :func:`save_checkpoint`, :func:`latest_checkpoint` -- training state that survives a failed try, so that Airflow's
+  retry resumes where the last try stopped instead of at step 0; :func:`get_try_number` tells which try this is.
 
 The output document is ``{"metrics": {...}, "model_path": ..., "history": [...]}``. It is written to the path in
 ``AIRFLOW_DISTRIBUTED_OUTPUT`` after every call to :func:`log_metrics` or :func:`log_model`, atomically (a temporary
@@ -26,18 +28,23 @@ from __future__ import annotations
 import json
 import math
 import os
+import pickle
 import re
 import tempfile
 import threading
 from typing import Any
 
 __all__ = [
+    "get_checkpoint_dir",
     "get_cluster_info",
     "get_model_dir",
     "get_outputs",
     "get_task_info",
+    "get_try_number",
+    "latest_checkpoint",
     "log_metrics",
     "log_model",
+    "save_checkpoint",
 ]
 
 ENV_JOB = "AIRFLOW_DISTRIBUTED_JOB"
@@ -46,6 +53,11 @@ ENV_INDEX = "AIRFLOW_DISTRIBUTED_INDEX"
 ENV_CLUSTER = "AIRFLOW_DISTRIBUTED_CLUSTER"
 ENV_MODEL_DIR = "AIRFLOW_DISTRIBUTED_MODEL_DIR"
 ENV_OUTPUT = "AIRFLOW_DISTRIBUTED_OUTPUT"
+ENV_CHECKPOINT_DIR = "AIRFLOW_DISTRIBUTED_CHECKPOINT_DIR"
+ENV_TRY_NUMBER = "AIRFLOW_DISTRIBUTED_TRY_NUMBER"
+
+#: Checkpoint files are ``checkpoint-<step>.pkl`` with the step zero-padded, so that names sort like steps.
+CHECKPOINT_FILE = re.compile(r"^checkpoint-(\d{12})\.pkl$")
 
 # Global-rank variables set by the launchers that start several processes inside one replica. Horovod's own comes
 # first because under horovodrun + MPI the MPI ones are set as well and agree with it; RANK is torchrun's (and the
@@ -182,6 +194,93 @@ def get_outputs() -> dict[str, Any]:
 
 # --- internals -------------------------------------------------------------------------------------------------
 
+def get_try_number() -> int:
+    """Return the Airflow try this job runs in (1 for the first), from ``AIRFLOW_DISTRIBUTED_TRY_NUMBER``; 1 outside
+    a job."""
+    raw = os.environ.get(ENV_TRY_NUMBER, "").strip()
+    try:
+        return int(raw) if raw else 1
+    except ValueError:
+        raise ValueError(f"{ENV_TRY_NUMBER} must be an integer, got {raw!r}") from None
+
+
+def get_checkpoint_dir() -> str | None:
+    """Return the checkpoint directory of this task instance, from ``AIRFLOW_DISTRIBUTED_CHECKPOINT_DIR``.
+
+    Every try of the same task instance (and every replica) is given the same directory, so a retry finds what the
+    failed try saved. ``None`` when the variable is unset; a URL (``s3://...``) is returned as it is, for the
+    framework's own checkpointing to write to (:func:`save_checkpoint` writes plain paths only).
+    """
+    return os.environ.get(ENV_CHECKPOINT_DIR, "").strip() or None
+
+
+def save_checkpoint(state: Any, step: int, *, keep: int = 3, every_replica: bool = False) -> str | None:
+    """Save ``state`` (anything :mod:`pickle` takes: a ``state_dict``, NumPy arrays, plain values) as of ``step``.
+
+    The file is written atomically (a killed replica leaves the previous checkpoint intact, never half a file), then
+    all but the newest ``keep`` checkpoints are removed. Only the master saves, since in data-parallel training
+    every replica holds the same state; ``every_replica=True`` gives each replica a folder of its own
+    (``<role>-<index>``) for state that differs per replica (parameter-server shards, data-loader positions).
+    Returns the path written, or ``None`` where nothing was saved (another replica, or no checkpoint directory).
+    """
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step must be a whole number >= 0, got {step!r}")
+    if keep < 1:
+        raise ValueError(f"keep must be at least 1, got {keep!r}")
+    directory = _checkpoint_folder(every_replica)
+    if directory is None or (not every_replica and _output_path() is None):
+        return None
+    path = os.path.join(directory, f"checkpoint-{step:012d}.pkl")
+    _write_atomic(path, pickle.dumps({"step": step, "state": state}, protocol=pickle.HIGHEST_PROTOCOL))
+    for _, old in _checkpoints(directory)[:-keep]:
+        try:
+            os.unlink(old)
+        except FileNotFoundError:
+            pass
+    return path
+
+
+def latest_checkpoint(*, every_replica: bool = False) -> tuple[int, Any] | None:
+    """Return ``(step, state)`` of the newest checkpoint saved by :func:`save_checkpoint`, or ``None``.
+
+    Any replica may read the master's checkpoints when the directory is shared (always on the local backend; on
+    Kubernetes when it is on a volume every pod mounts). A file that cannot be read (a try killed by the kernel
+    mid-write on a filesystem without atomic rename) is skipped for the one before it.
+    """
+    directory = _checkpoint_folder(every_replica)
+    if directory is None:
+        return None
+    for _, path in reversed(_checkpoints(directory)):
+        try:
+            with open(path, "rb") as handle:
+                saved = pickle.load(handle)
+        except (OSError, EOFError, pickle.UnpicklingError):
+            continue
+        return saved["step"], saved["state"]
+    return None
+
+
+def _checkpoint_folder(every_replica: bool) -> str | None:
+    directory = get_checkpoint_dir()
+    if directory is None or _URL.match(directory):
+        return None
+    if every_replica:
+        role = os.environ.get(ENV_ROLE) or "replica"
+        directory = os.path.join(directory, f"{role}-{get_task_info()['index']}")
+    return directory
+
+
+def _checkpoints(directory: str) -> list[tuple[int, str]]:
+    """(step, path) of the checkpoints in ``directory``, oldest first."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    found = [(int(match.group(1)), os.path.join(directory, name))
+             for name in names if (match := CHECKPOINT_FILE.match(name))]
+    return sorted(found)
+
+
 _lock = threading.RLock()
 # The document belongs to the output path it was recorded for: if the variable changes within a process (tests do
 # this), recording starts afresh instead of carrying one job's metrics into another's file.
@@ -212,14 +311,17 @@ def _document_for(path: str) -> dict[str, Any]:
 
 
 def _write(path: str, document: dict[str, Any]) -> None:
+    _write_atomic(path, (json.dumps(document, allow_nan=False, sort_keys=False) + "\n").encode("utf-8"))
+
+
+def _write_atomic(path: str, data: bytes) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     # Same directory as the target, so os.replace is a rename within one filesystem and therefore atomic.
     fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(document, handle, allow_nan=False, sort_keys=False)
-            handle.write("\n")
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         # mkstemp creates the file readable by its owner only; the backend reading it may run as another user

@@ -261,6 +261,26 @@ class LocalProcessHook:
             with open(os.path.join(files_dir, name), "w", encoding="utf-8") as handle:
                 handle.write(text)
 
+    @staticmethod
+    def remove_checkpoints(directory: str) -> int:
+        """Remove the checkpoint files ``tracking.save_checkpoint`` wrote in ``directory`` (and in its per-replica
+        folders), then the folders left empty; other files are left alone. Returns how many files were removed."""
+        from airflow_distributed.tracking import CHECKPOINT_FILE
+
+        removed = 0
+        if not os.path.isdir(directory):
+            return 0
+        for folder, _, names in os.walk(directory, topdown=False):
+            for name in names:
+                if CHECKPOINT_FILE.match(name):
+                    os.unlink(os.path.join(folder, name))
+                    removed += 1
+            try:
+                os.rmdir(folder)  # only succeeds when empty
+            except OSError:
+                pass
+        return removed
+
     def start(self, specs: Sequence[ProcessSpec], *, cwd: str) -> LocalJob:
         """Start every replica; if one cannot start, the ones already started are stopped before raising."""
         started: list[LocalReplicaProcess] = []

@@ -92,13 +92,20 @@ ImagePullPolicy = Literal["Always", "IfNotPresent", "Never"]
 KubernetesObject = TypeVar("KubernetesObject")
 
 
-def layout_for_kubernetes(model_dir: str | None = None) -> Layout:
+def layout_for_kubernetes(model_dir: str | None = None, *, job_name: str | None = None,
+                          checkpoint_dir: str | None = None) -> Layout:
     """The ``Layout`` to build a plan with for this backend.
 
     :param model_dir: the operator's ``model_dir``: an absolute path in the pods (a volume is mounted there) or
         a URL such as ``s3://bucket/models/run`` (nothing is mounted). Default: ``MODEL_DIR``.
+    :param job_name: with no ``checkpoint_dir``, checkpoints go to ``<model_dir>/checkpoints/<job_name>``: on the
+        model volume, and per task instance, since one claim may serve many jobs.
+    :param checkpoint_dir: the operator's ``checkpoint_dir`` (a path on a mounted volume or a URL).
     """
-    return Layout(model_dir=model_dir or MODEL_DIR, output_path=OUTPUT_PATH, files_dir=FILES_DIR)
+    model_dir = model_dir or MODEL_DIR
+    if checkpoint_dir is None and job_name is not None:
+        checkpoint_dir = posixpath.join(model_dir, "checkpoints", job_name)
+    return Layout(model_dir=model_dir, output_path=OUTPUT_PATH, files_dir=FILES_DIR, checkpoint_dir=checkpoint_dir)
 
 
 @dataclass(frozen=True)

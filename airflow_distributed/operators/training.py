@@ -59,6 +59,14 @@ class DistributedTrainingOperator(BaseOperator):
         (templated)
     :param model_dir: where replicas save the model (``AIRFLOW_DISTRIBUTED_MODEL_DIR``). Local default:
         ``$AIRFLOW_HOME/distributed/models/<dag_id>/<job_name>``. (templated)
+    :param checkpoint_dir: where replicas save checkpoints (``AIRFLOW_DISTRIBUTED_CHECKPOINT_DIR``), the same for
+        every try of a task instance so that a retry resumes from the failed try's last checkpoint
+        (``tracking.save_checkpoint``/``latest_checkpoint``). Local default:
+        ``$AIRFLOW_HOME/distributed/checkpoints/<dag_id>/<job_name>``; Kubernetes default:
+        ``<model_dir>/checkpoints/<job_name>`` when ``model_dir`` is a path (it outlives the pods only on a
+        ``model_volume`` claim), else ``<model_dir>/checkpoints/<job_name>`` as a URL for the framework. (templated)
+    :param keep_checkpoints: keep the checkpoints after the job succeeds; by default the local backend removes the
+        checkpoint files of a succeeded job (a failed job always keeps them, for the retry).
     :param backend: ``local`` (subprocesses on the worker, no cluster), ``kubernetes`` or ``kubeflow`` (one
         TFJob/PyTorchJob/MXJob/MPIJob for a cluster that runs the Kubeflow Training Operator).
     :param wait_for_completion: wait for the job to finish (the local backend always waits).
@@ -90,7 +98,7 @@ class DistributedTrainingOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = (
-        "image", "command", "args", "env", "environment", "model_dir", "python", "namespace",
+        "image", "command", "args", "env", "environment", "model_dir", "checkpoint_dir", "python", "namespace",
     )
     template_fields_renderers = {"environment": "json", "env": "json", "command": "py"}
     ui_color = "#d4e6f9"
@@ -106,6 +114,8 @@ class DistributedTrainingOperator(BaseOperator):
         image: str | None = None,
         env: Mapping[str, str] | None = None,
         model_dir: str | None = None,
+        checkpoint_dir: str | None = None,
+        keep_checkpoints: bool = False,
         backend: Backend = "local",
         wait_for_completion: bool = True,
         startup_timeout: float = 600.0,
@@ -136,6 +146,8 @@ class DistributedTrainingOperator(BaseOperator):
         self.image = image
         self.env = env
         self.model_dir = model_dir
+        self.checkpoint_dir = checkpoint_dir
+        self.keep_checkpoints = keep_checkpoints
         self.backend = backend
         self.wait_for_completion = wait_for_completion
         self.startup_timeout = startup_timeout
@@ -204,11 +216,12 @@ class DistributedTrainingOperator(BaseOperator):
         ti.xcom_push(key="job_name", value=result["job_name"])
         return result
 
-    def _local_dirs(self, name: str) -> tuple[str, str]:
+    def _local_dirs(self, name: str) -> tuple[str, str, str]:
         home = os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")
         work_dir = os.path.join(home, "distributed", "jobs", self.dag_id, name)
         model_dir = self.model_dir or os.path.join(home, "distributed", "models", self.dag_id, name)
-        return work_dir, model_dir
+        checkpoint_dir = self.checkpoint_dir or os.path.join(home, "distributed", "checkpoints", self.dag_id, name)
+        return work_dir, model_dir, checkpoint_dir
 
     def _run_local(self, spec: TrainingSpec, name: str, command: list[str], context: Context) -> dict[str, Any]:
         from airflow_distributed.hooks.local import LocalProcessHook
@@ -218,17 +231,18 @@ class DistributedTrainingOperator(BaseOperator):
         from airflow_distributed.status import render_table
 
         hook = LocalProcessHook(logger=self.log)
-        work_dir, model_dir = self._local_dirs(name)
+        work_dir, model_dir, checkpoint_dir = self._local_dirs(name)
         output_path = os.path.join(work_dir, "output.json")
         os.makedirs(model_dir, exist_ok=True)
         os.makedirs(work_dir, exist_ok=True)
         if os.path.exists(output_path):
             os.remove(output_path)  # a retry must not report the previous try's metrics
-        layout = Layout(model_dir=model_dir, output_path=output_path, files_dir=os.path.join(work_dir, "files"))
+        layout = Layout(model_dir=model_dir, output_path=output_path, files_dir=os.path.join(work_dir, "files"),
+                        checkpoint_dir=checkpoint_dir)
         interpreter = self.python or sys.executable
         addressing = LocalAddressing(ports=hook.free_ports(replica_count(spec)))
         plan = build_plan(spec, name, addressing, layout, resolve_python(command, interpreter), backend="local",
-                          env=self.env)
+                          env=self.env, try_number=context["ti"].try_number)
         specs = process_specs(
             plan,
             interpreter=interpreter,
@@ -261,6 +275,11 @@ class DistributedTrainingOperator(BaseOperator):
         context["ti"].xcom_push(key="job", value=job_record(result, document, logs, elapsed))
         if not outcome.succeeded:
             raise DistributedJobError(self._failure_message(name, outcome, elapsed))
+        if not self.keep_checkpoints:
+            removed = hook.remove_checkpoints(checkpoint_dir)
+            if removed:
+                self.log.info("job %s succeeded: removed its %d checkpoint files (keep_checkpoints=False)",
+                              name, removed)
         if document["metrics"] == {} and document["model_path"] is None:
             self.log.warning("the master wrote no output document at %s: no metrics or model path", output_path)
         self.log.info(

@@ -6,7 +6,8 @@ environment, the MXNet one included (which has neither torch nor the provider's 
 
 - :func:`make_parser` and :func:`parse_args` -- the options all scripts take, with the same names, meanings and checks;
 - :func:`add_failure_options`, :func:`crash_if_asked`, :func:`sleep_if_asked` -- ``--crash-at-step``,
-  ``--crash-rank`` and ``--sleep-per-step``, which the failure tests use to make a replica die or run long;
+  ``--crash-rank``, ``--crash-on-try`` and ``--sleep-per-step``, which the failure tests use to make a replica die
+  or run long;
 - :func:`is_log_step` -- the steps that go into the loss history;
 - :func:`result_metrics` -- the metrics a run reports at the end, under the names every script uses.
 """
@@ -41,6 +42,8 @@ def add_failure_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--crash-at-step", type=int, default=None,
                         help=f"exit with code {CRASH_EXIT_CODE} at this step")
     parser.add_argument("--crash-rank", type=int, default=0, help="rank that crashes (default: %(default)s)")
+    parser.add_argument("--crash-on-try", type=int, default=None,
+                        help="crash only in this Airflow try (AIRFLOW_DISTRIBUTED_TRY_NUMBER); default: every try")
     parser.add_argument("--sleep-per-step", type=float, default=0.0, help="seconds to sleep after each step")
 
 
@@ -57,6 +60,9 @@ def is_log_step(args: argparse.Namespace, step: int) -> bool:
 
 
 def crash_if_asked(args: argparse.Namespace, step: int, rank: int) -> None:
+    this_try = os.environ.get("AIRFLOW_DISTRIBUTED_TRY_NUMBER", "1")
+    if args.crash_on_try is not None and this_try != str(args.crash_on_try):
+        return
     if args.crash_at_step is not None and step == args.crash_at_step and rank == args.crash_rank:
         print(f"rank {rank}: crashing at step {step} as asked (--crash-at-step)", file=sys.stderr, flush=True)
         sys.stdout.flush()

@@ -40,6 +40,7 @@ from torch.nn.parallel import DistributedDataParallel
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = common.make_parser(__doc__, default_steps=60, unit="rank")
     torch_regression.add_data_option(parser)
+    torch_regression.add_checkpoint_option(parser)
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds to wait for a peer in set-up or a collective (default: %(default)s)")
     common.add_failure_options(parser)

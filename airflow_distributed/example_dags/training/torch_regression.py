@@ -110,16 +110,47 @@ def parameter_checksum(model: nn.Module) -> torch.Tensor:
     return torch.stack([flat.sum(), (flat * flat).sum(), (flat * positions).sum()])
 
 
+def add_checkpoint_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint-every", type=int, default=0,
+                        help="save a checkpoint every N steps and resume from the newest one on a retry (0: off)")
+
+
+def resume_from_checkpoint(args: argparse.Namespace, model: nn.Module, rank: int, collectives: Collectives) -> int:
+    """Load the newest checkpoint of this task instance into ``model`` on every rank; return its step (0: none).
+
+    Rank 0 reads it and hands it to the others through a sum in which only rank 0 contributes (a broadcast made of
+    the collectives every framework here has), so workers need no access to the checkpoint directory.
+    """
+    if getattr(args, "checkpoint_every", 0) <= 0:
+        return 0
+    saved = tracking.latest_checkpoint() if rank == 0 else None
+    found = torch.tensor([0.0 if saved is None else float(saved[0] + 1)], dtype=torch.float64)
+    step = int(collectives.sum(found, "checkpoint_step").item()) - 1
+    if step < 0:
+        return 0
+    state = saved[1]["model"] if saved is not None else model.state_dict()
+    with torch.no_grad():
+        for name, tensor in model.state_dict().items():
+            mine = state[name] if rank == 0 else torch.zeros_like(tensor)
+            tensor.copy_(collectives.sum(mine, f"checkpoint_{name}"))
+    if rank == 0:
+        print(f"resuming from the checkpoint of step {step} (try {tracking.get_try_number()})", flush=True)
+    return step
+
+
 def train(args: argparse.Namespace, module: nn.Module, optimizer: torch.optim.Optimizer, loader: DataLoader,
           sampler: DistributedSampler, rank: int, collectives: Collectives,
-          log_history_live: bool) -> list[tuple[int, float]]:
+          log_history_live: bool, start_step: int = 0, model: nn.Module | None = None) -> list[tuple[int, float]]:
     """Run ``--steps`` optimizer steps and return the loss history: ``(step, batch loss averaged over ranks)``.
 
     ``module`` is what the forward pass runs through (the DDP wrapper, or the model itself when the optimizer does
-    the averaging). With ``log_history_live``, rank 0 logs each history point as soon as it has it.
+    the averaging). With ``log_history_live``, rank 0 logs each history point as soon as it has it. Training starts
+    after ``start_step`` (a resumed checkpoint); with ``--checkpoint-every``, rank 0 saves ``model`` that often.
     """
     history = []
-    step, epoch = 0, 0
+    step = start_step
+    epoch = start_step // max(1, len(loader))
+    checkpoint_every = getattr(args, "checkpoint_every", 0)
     while step < args.steps:
         sampler.set_epoch(epoch)
         for x, y in loader:
@@ -136,6 +167,8 @@ def train(args: argparse.Namespace, module: nn.Module, optimizer: torch.optim.Op
                     print(f"step {step} batch loss {batch_loss:.6f}", flush=True)
                     if log_history_live:
                         tracking.log_metrics(step=step, loss=batch_loss)
+            if checkpoint_every > 0 and model is not None and step % checkpoint_every == 0 and rank == 0:
+                tracking.save_checkpoint({"model": model.state_dict()}, step)
             common.sleep_if_asked(args)
             if step >= args.steps:
                 break
@@ -158,8 +191,10 @@ def fit(args: argparse.Namespace, model: nn.Module, module: nn.Module, optimizer
     if rank == 0:
         print(f"initial loss {initial_loss:.6f}", flush=True)
 
+    start_step = resume_from_checkpoint(args, model, rank, collectives)
     started = time.monotonic()
-    history = train(args, module, optimizer, loader, sampler, rank, collectives, log_history_live)
+    history = train(args, module, optimizer, loader, sampler, rank, collectives, log_history_live,
+                    start_step=start_step, model=model)
     train_seconds = time.monotonic() - started
 
     final_loss = global_mse(model, eval_loader, collectives)
@@ -179,6 +214,6 @@ def fit(args: argparse.Namespace, model: nn.Module, module: nn.Module, optimizer
                 tracking.log_metrics(step=logged_step, loss=batch_loss)
         tracking.log_metrics(**common.result_metrics(
             initial_loss=initial_loss, final_loss=final_loss, world_size=world_size, steps=args.steps,
-            train_seconds=train_seconds, identical=identical))
+            train_seconds=train_seconds, identical=identical), resumed_from_step=start_step)
         tracking.log_model(model_path)
     return 0

@@ -1,0 +1,36 @@
+"""DAGs for checkpoints that survive tries: a job that crashes mid-training in its first try and is retried."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_distributed.example_dags import TRAINING_DIR
+from airflow_distributed.operators import DistributedTrainingOperator
+
+SCRIPT = str(TRAINING_DIR / "pytorch_ddp.py")
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+STEPS, CRASH_AT, EVERY = 60, 45, 10
+
+
+def _dag(dag_id: str, extra: list[str], **task_kwargs) -> DAG:
+    with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test"]) as dag:
+        DistributedTrainingOperator(
+            task_id="train",
+            framework="pytorch",
+            environment={"pytorch": {"n_workers": 2}},
+            command=["python", SCRIPT, "--steps", str(STEPS), "--checkpoint-every", str(EVERY), *extra],
+            retries=1,
+            retry_delay=timedelta(seconds=0),
+            stop_grace_period=3.0,
+            **task_kwargs,
+        )
+    return dag
+
+
+# A worker dies at step 45 of the first try only; the retry resumes from the checkpoint of step 40.
+resumed = _dag("test_checkpoint_resume", ["--crash-at-step", str(CRASH_AT), "--crash-rank", "2", "--crash-on-try", "1"])
+# The same job without a crash, for the reference loss.
+uninterrupted = _dag("test_checkpoint_reference", [], keep_checkpoints=True)

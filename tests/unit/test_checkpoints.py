@@ -1,0 +1,90 @@
+"""Checkpoint variables of the contract and ``tracking``'s checkpoint helpers (standard library only)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+
+from airflow_distributed import tracking
+from airflow_distributed.manifests.kubernetes import layout_for_kubernetes
+from airflow_distributed.plan import KubernetesAddressing, Layout, LocalAddressing, build_plan
+from airflow_distributed.spec import load_spec
+
+SPEC = load_spec("pytorch", {"pytorch": {"n_workers": 2}})
+
+
+def test_every_replica_gets_the_same_checkpoint_dir_and_the_try_number():
+    layout = Layout(model_dir="/m", output_path="/o.json", files_dir="/f", checkpoint_dir="/c/job")
+    plan = build_plan(SPEC, "job", LocalAddressing(ports=[1, 2, 3]), layout, ["x"], backend="local", try_number=3)
+    assert {r.env["AIRFLOW_DISTRIBUTED_CHECKPOINT_DIR"] for r in plan.replicas} == {"/c/job"}
+    assert {r.env["AIRFLOW_DISTRIBUTED_TRY_NUMBER"] for r in plan.replicas} == {"3"}
+
+
+def test_no_checkpoint_dir_no_variable_and_the_first_try_by_default():
+    layout = Layout(model_dir="/m", output_path="/o.json", files_dir="/f")
+    plan = build_plan(SPEC, "job", LocalAddressing(ports=[1, 2, 3]), layout, ["x"], backend="local")
+    assert "AIRFLOW_DISTRIBUTED_CHECKPOINT_DIR" not in plan.master.env
+    assert plan.master.env["AIRFLOW_DISTRIBUTED_TRY_NUMBER"] == "1"
+
+
+@pytest.mark.parametrize(("model_dir", "checkpoint_dir", "expected"), [
+    (None, None, "/airflow-distributed/model/checkpoints/job-1"),
+    ("/mnt/models", None, "/mnt/models/checkpoints/job-1"),
+    ("s3://bucket/models", None, "s3://bucket/models/checkpoints/job-1"),
+    ("/mnt/models", "/mnt/ckpt/x", "/mnt/ckpt/x"),
+])
+def test_kubernetes_checkpoint_dir_is_per_task_instance_under_the_model_dir(model_dir, checkpoint_dir, expected):
+    layout = layout_for_kubernetes(model_dir, job_name="job-1", checkpoint_dir=checkpoint_dir)
+    plan = build_plan(SPEC, "job-1", KubernetesAddressing("ns"), layout, ["x"], backend="kubernetes")
+    assert plan.replica("job-1-worker-1").env["AIRFLOW_DISTRIBUTED_CHECKPOINT_DIR"] == expected
+
+
+@pytest.fixture
+def master(tmp_path, monkeypatch):
+    """This process as the master replica of a job with a checkpoint directory."""
+    monkeypatch.setenv(tracking.ENV_OUTPUT, str(tmp_path / "output.json"))
+    monkeypatch.setenv(tracking.ENV_CHECKPOINT_DIR, str(tmp_path / "ckpt"))
+    monkeypatch.setenv(tracking.ENV_ROLE, "master")
+    monkeypatch.setenv(tracking.ENV_INDEX, "0")
+    for variable in ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+        monkeypatch.delenv(variable, raising=False)
+    return tmp_path / "ckpt"
+
+
+def test_save_then_latest_returns_the_newest_and_keeps_only_the_last_n(master):
+    assert tracking.latest_checkpoint() is None
+    for step in (10, 20, 30, 40):
+        tracking.save_checkpoint({"w": [step, step]}, step, keep=2)
+    assert tracking.latest_checkpoint() == (40, {"w": [40, 40]})
+    assert sorted(os.listdir(master)) == ["checkpoint-000000000030.pkl", "checkpoint-000000000040.pkl"]
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(master):
+    tracking.save_checkpoint("good", 5)
+    (master / "checkpoint-000000000006.pkl").write_bytes(pickle.dumps({"step": 6})[:5])
+    assert tracking.latest_checkpoint() == (5, "good")
+
+
+def test_only_the_master_saves_unless_every_replica_is_asked(master, monkeypatch):
+    monkeypatch.setenv("RANK", "1")  # a launcher's rank other than 0: not the master
+    assert tracking.save_checkpoint("w", 1) is None
+    path = tracking.save_checkpoint("mine", 1, every_replica=True)
+    assert path == str(master / "master-0" / "checkpoint-000000000001.pkl")
+    assert tracking.latest_checkpoint(every_replica=True) == (1, "mine")
+    assert tracking.latest_checkpoint() is None
+
+
+def test_outside_a_job_or_with_a_url_nothing_is_saved(monkeypatch, master):
+    monkeypatch.setenv(tracking.ENV_CHECKPOINT_DIR, "s3://bucket/ckpt")
+    assert tracking.get_checkpoint_dir() == "s3://bucket/ckpt"
+    assert tracking.save_checkpoint("w", 1) is None and tracking.latest_checkpoint() is None
+    monkeypatch.delenv(tracking.ENV_CHECKPOINT_DIR)
+    assert tracking.save_checkpoint("w", 1) is None and tracking.get_try_number() == 1
+
+
+@pytest.mark.parametrize(("step", "keep"), [(-1, 3), (1.5, 3), (True, 3), (1, 0)])
+def test_bad_arguments_are_refused(master, step, keep):
+    with pytest.raises(ValueError, match="step|keep"):
+        tracking.save_checkpoint("w", step, keep=keep)

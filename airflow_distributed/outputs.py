@@ -21,11 +21,14 @@ def parse_output_document(text: str | None) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise ValueError("the master's output document must be a JSON object")
     metrics = doc.get("metrics") or {}
-    return {
+    parsed = {
         "metrics": {str(k): _json_safe(v) for k, v in metrics.items()} if isinstance(metrics, Mapping) else {},
         "model_path": doc.get("model_path"),
         "history": doc.get("history") if isinstance(doc.get("history"), list) else [],
     }
+    if "return_value" in doc:  # written by a @task.distributed function's master
+        parsed["return_value"] = doc["return_value"]
+    return parsed
 
 
 def _json_safe(value: Any) -> Any:
@@ -59,6 +62,8 @@ def job_result(
     }
     if namespace is not None:
         result["namespace"] = namespace
+    if "return_value" in document:
+        result["return_value"] = document["return_value"]
     return result
 
 

@@ -115,12 +115,15 @@ def build_plan(
     backend: str,
     env: Mapping[str, str] | None = None,
     try_number: int = 1,
+    files: Mapping[str, str] | None = None,
 ) -> ClusterPlan:
     """Expand a validated spec into the ordered replicas of one job.
 
     :param env: variables for every replica (the operator's ``env``); a replica's own ``env_vars`` come on top,
         and the contract's variables last, because a job cannot run with those overridden.
     :param try_number: the Airflow try (``AIRFLOW_DISTRIBUTED_TRY_NUMBER``), e.g. to resume from a checkpoint.
+    :param files: more files for the job's files directory besides the framework's (e.g. the script of a
+        ``@task.distributed`` function).
     """
     framework = get_framework(spec.framework)
     slots = _slots(spec, framework)
@@ -130,7 +133,11 @@ def build_plan(
         host, port = addressing.endpoint(ordinal, job_name, name, framework.default_port)
         replicas.append(Replica(role, index, name, host, port, ordinal == 0, settings))
     plan = ClusterPlan(job_name, framework.name, backend, tuple(replicas), layout, try_number=try_number)
-    plan = replace(plan, files=MappingProxyType(dict(framework.files(plan, backend))))
+    job_files = dict(framework.files(plan, backend))
+    clash = sorted(set(job_files) & set(files or {}))
+    if clash:
+        raise ValueError(f"job {job_name}: the files {', '.join(clash)} are the {framework.name} framework's own")
+    plan = replace(plan, files=MappingProxyType({**job_files, **(files or {})}))
     cluster_json = json.dumps(plan.cluster, separators=(",", ":"))
     finished = []
     for replica in plan.replicas:

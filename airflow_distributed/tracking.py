@@ -180,6 +180,22 @@ def log_model(path: str | os.PathLike[str]) -> None:
         _write(output, document)
 
 
+def record_return_value(value: Any) -> None:
+    """Record a ``@task.distributed`` function's return value (``return_value`` in the output document).
+
+    Called by the script that runs the function; on a replica that is not the master it does nothing. The value
+    is converted like a metric (:func:`log_metrics`) and must be JSON-safe once converted.
+    """
+    clean = _json_safe(value, "the return value")
+    output = _output_path()
+    if output is None:
+        return
+    with _lock:
+        document = _document_for(output)
+        document["return_value"] = clean
+        _write(output, document)
+
+
 def get_outputs() -> dict[str, Any]:
     """Return a copy of the output document this process has recorded so far.
 

@@ -157,8 +157,9 @@ class KubeflowJobRun:
         hook = KubeflowJobHook(kubernetes_conn_id=operator.kubernetes_conn_id, logger=operator.log)
         namespace = operator.namespace or hook.default_namespace()
         layout = layout_for_kubernetes(operator.model_dir, job_name=job_name, checkpoint_dir=operator.checkpoint_dir)
+        command, files = operator._replica_program(list(command), layout.files_dir)
         plan = build_plan(spec, job_name, KubeflowAddressing(namespace, spec.framework), layout, command,
-                          backend="kubeflow", env=operator.env, try_number=context["ti"].try_number)
+                          backend="kubeflow", env=operator.env, try_number=context["ti"].try_number, files=files)
         # "All" would let the Kubeflow operator delete the master's pod (and its output) before it is read.
         pod_policy = "none" if operator.clean_pod_policy == "none" else "running"
         options = KubeflowJobOptions(_manifest_options(operator, context, namespace), clean_pod_policy=pod_policy)

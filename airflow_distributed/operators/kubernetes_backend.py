@@ -180,8 +180,9 @@ class KubernetesJobRun:
         hook = DistributedTrainingHook(kubernetes_conn_id=operator.kubernetes_conn_id, logger=operator.log)
         namespace = operator.namespace or hook.default_namespace()
         layout = layout_for_kubernetes(operator.model_dir, job_name=job_name, checkpoint_dir=operator.checkpoint_dir)
+        command, files = operator._replica_program(list(command), layout.files_dir)
         plan = build_plan(spec, job_name, KubernetesAddressing(namespace), layout, command, backend="kubernetes",
-                          env=operator.env, try_number=context["ti"].try_number)
+                          env=operator.env, try_number=context["ti"].try_number, files=files)
         options = _manifest_options(operator, context, namespace)
         # One key pair per job, the same for both builds (before and after the Service's uid is known).
         ssh_key = generate_ssh_key_pair(f"airflow-distributed-{job_name}") if any(

@@ -241,8 +241,9 @@ class DistributedTrainingOperator(BaseOperator):
                         checkpoint_dir=checkpoint_dir)
         interpreter = self.python or sys.executable
         addressing = LocalAddressing(ports=hook.free_ports(replica_count(spec)))
+        command, files = self._replica_program(command, layout.files_dir)
         plan = build_plan(spec, name, addressing, layout, resolve_python(command, interpreter), backend="local",
-                          env=self.env, try_number=context["ti"].try_number)
+                          env=self.env, try_number=context["ti"].try_number, files=files)
         specs = process_specs(
             plan,
             interpreter=interpreter,
@@ -287,6 +288,11 @@ class DistributedTrainingOperator(BaseOperator):
             name, elapsed, json.dumps(result["metrics"]), result["model_path"],
         )
         return result
+
+    def _replica_program(self, command: list[str], files_dir: str) -> tuple[list[str], dict[str, str]]:
+        """What every replica runs and the files it needs besides the framework's, given the job's files
+        directory; a subclass that ships code (``@task.distributed``) changes both."""
+        return command, {}
 
     @staticmethod
     def _failure_message(name: str, outcome: Any, elapsed: float) -> str:

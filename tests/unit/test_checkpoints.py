@@ -86,5 +86,5 @@ def test_outside_a_job_or_with_a_url_nothing_is_saved(monkeypatch, master):
 
 @pytest.mark.parametrize(("step", "keep"), [(-1, 3), (1.5, 3), (True, 3), (1, 0)])
 def test_bad_arguments_are_refused(master, step, keep):
-    with pytest.raises(ValueError, match="step|keep"):
+    with pytest.raises(ValueError, match=r"step|keep"):
         tracking.save_checkpoint("w", step, keep=keep)

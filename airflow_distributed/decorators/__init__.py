@@ -1,0 +1,1 @@
+"""Task decorators of the provider: ``@task.distributed``."""

@@ -1,0 +1,103 @@
+"""``@task.distributed``: a Python function run on every replica of a distributed training job.
+
+.. code-block:: python
+
+    from airflow.sdk import task
+
+    @task.distributed(framework="pytorch", environment={"pytorch": {"n_workers": 2}})
+    def train(steps: int) -> dict:
+        import torch.distributed as dist
+        dist.init_process_group("gloo")   # MASTER_ADDR, RANK, WORLD_SIZE... come from the job
+        ...
+        return {"loss": loss}            # the master's value is the task's return_value
+
+The function's source and its (JSON-safe, possibly templated or XCom) arguments become a script in the job's files
+directory (a ConfigMap on Kubernetes), which every replica runs with the image's Python (the provider's package
+must be installed there for the result to be recorded). It takes the operator's arguments, except ``command`` and
+``args``.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk.bases.decorator import DecoratedOperator, TaskDecorator, task_decorator_factory
+from airflow.sdk.definitions.context import KNOWN_CONTEXT_KEYS
+
+from airflow_distributed.manifests.function_script import FUNCTION_FILE, function_script, shipping_problems
+from airflow_distributed.operators.training import DistributedTrainingOperator
+from airflow_distributed.spec.errors import SpecValidationError
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class DistributedDecoratedOperator(DecoratedOperator, DistributedTrainingOperator):
+    """The operator behind ``@task.distributed``; ``python_callable`` runs on every replica.
+
+    :param python_callable: the function; it must import what it uses in its own body (checked when the DAG is
+        parsed) and take everything else as arguments.
+    :param op_args: positional arguments of the function: JSON-safe values, templates or XComArgs. (templated)
+    :param op_kwargs: keyword arguments of the function, likewise. (templated)
+    """
+
+    custom_operator_name = "@task.distributed"
+    template_fields: Sequence[str] = (
+        "op_args", "op_kwargs",
+        *(name for name in DistributedTrainingOperator.template_fields if name not in ("command", "args")),
+    )
+    shallow_copy_attrs: Sequence[str] = ("python_callable",)
+
+    def __init__(self, *, python_callable: Callable[..., Any], **kwargs: Any) -> None:
+        for argument in ("command", "args"):
+            if argument in kwargs:
+                raise TypeError(f"@task.distributed takes no {argument!r}: the decorated function is what every "
+                                "replica runs; pass its inputs as the function's arguments")
+        problems = [("python_callable", f"{python_callable.__name__} cannot run in the replicas: {problem}")
+                    for problem in shipping_problems(python_callable, frozenset(KNOWN_CONTEXT_KEYS))]
+        if kwargs.get("backend") == "kubeflow":
+            problems.append(("backend", "'kubeflow' cannot ship a function: a Kubeflow job has no files "
+                             "directory; use backend='kubernetes' or 'local'"))
+        if problems:
+            raise SpecValidationError(problems, source=f"task {kwargs.get('task_id')}")
+        # ``command`` is set per job by ``_replica_program``; ``python`` stands in for the interpreter until then.
+        super().__init__(python_callable=python_callable, command=["python"], **kwargs)
+
+    def _replica_program(self, command: list[str], files_dir: str) -> tuple[list[str], dict[str, str]]:
+        script = function_script(self.get_python_source(), self.python_callable.__name__, self.op_args,
+                                 self.op_kwargs)
+        return ["python", posixpath.join(files_dir, FUNCTION_FILE)], {FUNCTION_FILE: script}
+
+    def execute(self, context: Context) -> Any:
+        result = super().execute(context)
+        return _return_value(result)
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        return _return_value(super().execute_complete(context, event))
+
+
+def _return_value(result: Any) -> Any:
+    """The master's return value out of the job result (``None`` when the function returned nothing)."""
+    return result.get("return_value") if isinstance(result, dict) else result
+
+
+def distributed_task(
+    python_callable: Callable[..., Any] | None = None,
+    multiple_outputs: bool | None = None,
+    **kwargs: Any,
+) -> TaskDecorator:
+    """``@task.distributed(framework=..., environment=..., backend=..., ...)``: run the function on every replica.
+
+    :param python_callable: the function (given when used as ``@task.distributed`` without arguments).
+    :param multiple_outputs: push each key of the master's returned dict as an XCom of its own.
+    :param kwargs: the arguments of :class:`~airflow_distributed.operators.DistributedTrainingOperator`, except
+        ``command`` and ``args``.
+    """
+    return task_decorator_factory(
+        python_callable=python_callable,
+        multiple_outputs=multiple_outputs,
+        decorated_operator_class=DistributedDecoratedOperator,
+        **kwargs,
+    )

@@ -193,6 +193,11 @@ def _common_env(plan: ClusterPlan, replica: Replica, cluster_json: str) -> dict[
     return env
 
 
+def replica_slots(spec: TrainingSpec) -> list[tuple[str, int, PodSettings]]:
+    """(role, index, effective pod settings) of every replica the spec asks for, master first."""
+    return _slots(spec, get_framework(spec.framework))
+
+
 def replica_count(spec: TrainingSpec) -> int:
     """How many replicas the spec asks for, master included (e.g. to pick that many free ports first)."""
-    return len(_slots(spec, get_framework(spec.framework)))
+    return len(replica_slots(spec))

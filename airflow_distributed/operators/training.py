@@ -67,6 +67,12 @@ class DistributedTrainingOperator(BaseOperator):
         ``model_volume`` claim), else ``<model_dir>/checkpoints/<job_name>`` as a URL for the framework. (templated)
     :param keep_checkpoints: keep the checkpoints after the job succeeds; by default the local backend removes the
         checkpoint files of a succeeded job (a failed job always keeps them, for the retry).
+    :param model_asset: a URI template of the trained model as an Airflow Asset, e.g.
+        ``"s3://models/{dag_id}/{task_id}"``: a successful job emits an event on it whose ``extra`` holds
+        ``model_path``, ``metrics`` and ``job_name``, so a DAG scheduled on it (deploy) can read them. A template
+        naming the run (``{job_name}``, ``{run_id}``, ``{map_index}``) makes a new asset per run, added through an
+        ``AssetAlias`` named ``airflow-distributed.<dag_id>.<task_id>.model``. Any ``Asset`` the task has among its
+        ``outlets`` gets the same ``extra``.
     :param backend: ``local`` (subprocesses on the worker, no cluster), ``kubernetes`` or ``kubeflow`` (one
         TFJob/PyTorchJob/MXJob/MPIJob for a cluster that runs the Kubeflow Training Operator).
     :param wait_for_completion: wait for the job to finish (the local backend always waits).
@@ -116,6 +122,7 @@ class DistributedTrainingOperator(BaseOperator):
         model_dir: str | None = None,
         checkpoint_dir: str | None = None,
         keep_checkpoints: bool = False,
+        model_asset: str | None = None,
         backend: Backend = "local",
         wait_for_completion: bool = True,
         startup_timeout: float = 600.0,
@@ -166,7 +173,11 @@ class DistributedTrainingOperator(BaseOperator):
         self.model_volume = model_volume
         self.log_replicas = log_replicas
         self._local_job: LocalJob | None = None
+        self.model_asset = model_asset
+        self._job_result: dict[str, Any] | None = None
         self._check_arguments()
+        if model_asset is not None:
+            self.outlets = [*self.outlets, self._model_outlet()]
         # Validate at parse time unless the spec is still a template (then: after rendering, before anything starts).
         if not _has_template(environment) and not _has_template(framework):
             self.spec: TrainingSpec | None = load_spec(framework, environment)
@@ -190,6 +201,10 @@ class DistributedTrainingOperator(BaseOperator):
             from airflow_distributed.operators.kubeflow_backend import check_kubeflow_arguments
 
             problems.extend(check_kubeflow_arguments(self))
+        if self.model_asset is not None:
+            from airflow_distributed.assets import template_problems
+
+            problems.extend(("model_asset", problem) for problem in template_problems(self.model_asset))
         if problems:
             raise SpecValidationError(problems, source=f"task {self.task_id}")
 
@@ -205,12 +220,12 @@ class DistributedTrainingOperator(BaseOperator):
             from airflow_distributed.operators.kubernetes_backend import run_kubernetes
 
             # Pushes metrics, model_path, job_name and job itself (also when resumed after a deferral).
-            return run_kubernetes(self, context, spec, name, command)
+            return self._succeeded(context, run_kubernetes(self, context, spec, name, command))
         if self.backend == "kubeflow":
             from airflow_distributed.operators.kubeflow_backend import run_kubeflow
 
-            return run_kubeflow(self, context, spec, name, command)
-        result = self._run_local(spec, name, command, context)
+            return self._succeeded(context, run_kubeflow(self, context, spec, name, command))
+        result = self._succeeded(context, self._run_local(spec, name, command, context))
         ti.xcom_push(key="metrics", value=result["metrics"])
         ti.xcom_push(key="model_path", value=result["model_path"])
         ti.xcom_push(key="job_name", value=result["job_name"])
@@ -311,10 +326,54 @@ class DistributedTrainingOperator(BaseOperator):
         if self.backend == "kubeflow":
             from airflow_distributed.operators.kubeflow_backend import resume_kubeflow
 
-            return resume_kubeflow(self, context, event)
+            return self._succeeded(context, resume_kubeflow(self, context, event))
         from airflow_distributed.operators.kubernetes_backend import resume_kubernetes
 
-        return resume_kubernetes(self, context, event)
+        return self._succeeded(context, resume_kubernetes(self, context, event))
+
+    # ----------------------------------------------------------------- the model as an asset, lineage
+    def _model_outlet(self) -> Any:
+        from airflow.sdk import Asset, AssetAlias
+
+        from airflow_distributed.assets import alias_name, model_uri, names_the_run
+
+        assert self.model_asset is not None
+        if names_the_run(self.model_asset):
+            return AssetAlias(alias_name(self.dag_id, self.task_id))
+        return Asset(model_uri(self.model_asset, dag_id=self.dag_id, task_id=self.task_id))
+
+    def _succeeded(self, context: Context, result: dict[str, Any]) -> dict[str, Any]:
+        """After a job that succeeded: its model's asset events carry the model path and metrics."""
+        if result.get("state") != "succeeded":
+            return result  # started without waiting (wait_for_completion=False): nothing is known yet
+        from airflow.sdk import Asset, AssetAlias
+
+        from airflow_distributed.assets import alias_name, event_extra, model_uri
+
+        self._job_result = result
+        extra = event_extra(result)
+        events = context["outlet_events"]
+        for outlet in self.outlets:
+            if isinstance(outlet, Asset):
+                events[outlet].extra.update(extra)
+            elif isinstance(outlet, AssetAlias) and outlet.name == alias_name(self.dag_id, self.task_id):
+                ti = context["ti"]
+                uri = model_uri(str(self.model_asset), dag_id=self.dag_id, task_id=self.task_id,
+                                job_name=result.get("job_name"), run_id=ti.run_id, map_index=ti.map_index)
+                events[outlet].add(Asset(uri), extra=extra)
+        return result
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage (when its provider is installed): the job's shape as a run facet, the model as output."""
+        from airflow_distributed.lineage import job_lineage
+
+        return job_lineage(load_spec(self.framework, self.environment), self.backend, self._job_result, "succeeded")
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        """OpenLineage for a failed try: the job's shape, no output."""
+        from airflow_distributed.lineage import job_lineage
+
+        return job_lineage(load_spec(self.framework, self.environment), self.backend, None, "failed")
 
     def on_kill(self) -> None:
         if self.backend == "kubeflow":

@@ -1,0 +1,69 @@
+"""OpenLineage facets of a distributed training job: the job's shape as a run facet, the model as output dataset.
+
+Imported only by the operator's ``get_openlineage_facets_on_*`` methods, which the OpenLineage provider calls when
+it is installed and enabled; nothing here is loaded otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlparse
+
+import attr
+from airflow.providers.openlineage.extractors import OperatorLineage
+from openlineage.client.event_v2 import Dataset
+from openlineage.client.facet_v2 import RunFacet
+
+from airflow_distributed.plan import replica_slots
+from airflow_distributed.spec import TrainingSpec
+
+FACET = "airflowDistributed"
+
+
+@attr.define
+class DistributedTrainingRunFacet(RunFacet):
+    """The shape of the job: framework, backend, its replicas per role with their resources, and its outcome."""
+
+    framework: str
+    backend: str
+    state: str
+    # camelCase, as OpenLineage facets are
+    replicaCount: int
+    roles: list[dict[str, Any]]
+    jobName: str | None = None
+    metrics: dict[str, Any] = attr.field(factory=dict)
+
+
+def model_dataset(model_path: str) -> Dataset:
+    """The model as a dataset, named as OpenLineage names storage: ``s3://bucket`` + ``key``, or ``file`` + path."""
+    parsed = urlparse(model_path)
+    if parsed.scheme and parsed.scheme != "file" and len(parsed.scheme) > 1:  # not a Windows drive letter
+        return Dataset(namespace=f"{parsed.scheme}://{parsed.netloc}", name=parsed.path.lstrip("/") or "/")
+    return Dataset(namespace="file", name=parsed.path if parsed.scheme == "file" else model_path)
+
+
+def role_summary(spec: TrainingSpec) -> list[dict[str, Any]]:
+    """``[{"role", "count", "resources"}]`` in the plan's order; replicas of one role with different resources
+    (an indexed override) are listed apart."""
+    summary: list[dict[str, Any]] = []
+    for role, _, settings in replica_slots(spec):
+        resources = settings.resources.model_dump(mode="json", exclude_none=True) if settings.resources else {}
+        if summary and summary[-1]["role"] == role and summary[-1]["resources"] == resources:
+            summary[-1]["count"] += 1
+        else:
+            summary.append({"role": role, "count": 1, "resources": resources})
+    return summary
+
+
+def job_lineage(spec: TrainingSpec, backend: str, result: Mapping[str, Any] | None, state: str) -> OperatorLineage:
+    """The lineage of one try: its run facet, and the model as output once a model path is known."""
+    result = result or {}
+    roles = role_summary(spec)
+    facet = DistributedTrainingRunFacet(
+        framework=spec.framework, backend=backend, state=state, replicaCount=sum(r["count"] for r in roles),
+        roles=roles, jobName=result.get("job_name"), metrics=dict(result.get("metrics") or {}),
+    )
+    model_path = result.get("model_path")
+    outputs = [model_dataset(model_path)] if isinstance(model_path, str) and model_path else []
+    return OperatorLineage(outputs=outputs, run_facets={FACET: facet})

@@ -28,6 +28,8 @@ def parse_output_document(text: str | None) -> dict[str, Any]:
     }
     if "return_value" in doc:  # written by a @task.distributed function's master
         parsed["return_value"] = doc["return_value"]
+    if isinstance(doc.get("progress"), Mapping):  # tracking.log_progress
+        parsed["progress"] = dict(doc["progress"])
     return parsed
 
 
@@ -82,6 +84,7 @@ def job_record(
         **result,
         "duration_seconds": round(duration, 3),
         "history": downsample(list(document.get("history") or []), HISTORY_POINTS),
+        **({"progress": document["progress"]} if document.get("progress") else {}),
         "logs": {
             name: [line[:LINE_CHARS] for line in list(lines)[-LOG_LINES:]]
             for name, lines in list(logs.items())[:LOG_REPLICAS]

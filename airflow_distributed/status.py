@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED = "pending", "running", "succeeded", "failed", "stopped"
 
@@ -21,6 +22,22 @@ class ReplicaStatus:
 
     def as_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def progress_text(progress: Mapping[str, Any]) -> str:
+    """``45% (450/1000 steps), about 2 min left`` from a progress record (``tracking.log_progress``)."""
+    text = f"{progress.get('percent', 0):g}% ({progress.get('step')}/{progress.get('total')} steps)"
+    eta = progress.get("eta_seconds")
+    if isinstance(eta, (int, float)) and progress.get("step") != progress.get("total"):
+        text += f", about {_duration(eta)} left"
+    return text
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{max(1, round(seconds))} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
 
 
 def render_table(rows: Sequence[ReplicaStatus]) -> str:

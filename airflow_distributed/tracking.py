@@ -6,6 +6,7 @@ This module tells a replica where it stands in the job and lets the master repor
 - :func:`get_task_info` -- this replica: job name, role, index and whether it is the master;
 - :func:`get_model_dir` -- where to save the model;
 - :func:`log_metrics`, :func:`log_model` -- record metrics and the saved model's path;
+- :func:`log_progress` -- how far training is, for the task log's replica table and the job view;
 - :func:`get_outputs` -- the output document recorded so far;
 - :func:`save_checkpoint`, :func:`latest_checkpoint` -- training state that survives a failed try, so that Airflow's
   retry resumes where the last try stopped instead of at step 0; :func:`get_try_number` tells which try this is.
@@ -32,6 +33,7 @@ import pickle
 import re
 import tempfile
 import threading
+import time
 from typing import Any
 
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
     "latest_checkpoint",
     "log_metrics",
     "log_model",
+    "log_progress",
     "save_checkpoint",
 ]
 
@@ -178,6 +181,38 @@ def log_model(path: str | os.PathLike[str]) -> None:
         document = _document_for(output)
         document["model_path"] = model_path
         _write(output, document)
+
+
+def log_progress(step: int, total: int) -> None:
+    """Record that ``step`` of ``total`` steps is done; the job's table and view show a percentage and an estimate
+    of the time left.
+
+    The estimate is the pace since this process's first call, so a resumed run (from a checkpoint) estimates from
+    its own steps. The document is rewritten at most once a second: call it every step if you like. On a replica
+    that is not the master it does nothing.
+    """
+    if isinstance(step, bool) or not isinstance(step, int) or isinstance(total, bool) or not isinstance(total, int):
+        raise TypeError(f"step and total must be whole numbers, got {step!r} and {total!r}")
+    if total < 1 or not 0 <= step <= total:
+        raise ValueError(f"need 0 <= step <= total and total >= 1, got step={step} total={total}")
+    output = _output_path()
+    if output is None:
+        return
+    now = time.monotonic()
+    with _lock:
+        first = _progress.setdefault("first", (now, step))
+        if step < total and now - _progress.get("written", -math.inf) < 1.0:
+            return
+        _progress["written"] = now
+        elapsed, done = now - first[0], step - first[1]
+        eta = round(elapsed / done * (total - step), 1) if done > 0 else None
+        document = _document_for(output)
+        document["progress"] = {"step": step, "total": total, "percent": round(100.0 * step / total, 1),
+                                "eta_seconds": eta}
+        _write(output, document)
+
+
+_progress: dict[str, Any] = {}
 
 
 def record_return_value(value: Any) -> None:

@@ -136,10 +136,12 @@ class LocalJob:
         timeout: float | None = None,
         settle: float = 5.0,
         on_change: Callable[[tuple[ReplicaStatus, ...]], None] | None = None,
+        on_poll: Callable[[tuple[ReplicaStatus, ...]], None] | None = None,
     ) -> JobOutcome:
         """Until the master succeeds or any replica fails; then the rest are stopped.
 
         :param settle: after the master succeeds, how long the others get to finish on their own.
+        :param on_poll: called with the replicas' states at every poll while the job runs (it paces itself).
         """
         deadline = None if timeout is None else self._clock() + timeout
         last: tuple[ReplicaStatus, ...] = ()
@@ -167,6 +169,8 @@ class LocalJob:
             if deadline is not None and self._clock() >= deadline:
                 self.stop()
                 return JobOutcome(False, self.statuses(), timed_out=True)
+            if on_poll:
+                on_poll(current)
             self._sleep(poll_interval)
 
     def _settle(self, settle: float) -> None:

@@ -241,6 +241,7 @@ class DistributedTrainingOperator(BaseOperator):
     def _run_local(self, spec: TrainingSpec, name: str, command: list[str], context: Context) -> dict[str, Any]:
         from airflow_distributed.hooks.local import LocalProcessHook
         from airflow_distributed.manifests.local import process_specs, resolve_python
+        from airflow_distributed.operators.local_live import LIVE_XCOM_KEY, LiveJobReport
         from airflow_distributed.outputs import job_record, job_result, parse_output_document
         from airflow_distributed.plan import Layout, LocalAddressing, build_plan, replica_count
         from airflow_distributed.status import render_table
@@ -270,11 +271,17 @@ class DistributedTrainingOperator(BaseOperator):
         self.log.info("job %s: %s with %d replicas on the local backend", name, spec.framework, len(specs))
         started = time.monotonic()
         job = self._local_job = hook.start(specs, cwd=work_dir)
+        live = LiveJobReport(
+            job_name=name, framework=spec.framework, read_document=lambda: _read_text(output_path),
+            publish=lambda record: context["ti"].xcom_push(key=LIVE_XCOM_KEY, value=record),
+            logs=lambda: {replica.spec.name: list(replica.tail) for replica in job.replicas}, log=self.log,
+        )
         try:
             outcome = job.wait(
                 poll_interval=self.poll_interval,
                 settle=self.settle_period,
                 on_change=lambda rows: self.log.info("replicas of %s:\n%s", name, render_table(rows)),
+                on_poll=live,
             )
         finally:
             job.stop(self.stop_grace_period)

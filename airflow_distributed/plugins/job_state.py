@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 #: The XCom key the operator writes its job record under, success or failure.
 JOB_XCOM_KEY = "job"
+#: The XCom key of a running local job's record (``operators.local_live``).
+LIVE_XCOM_KEY = "job_live"
 
 
 @dataclass(frozen=True)
@@ -42,15 +44,19 @@ class JobStateSource(Protocol):
 
 
 class RecordedJobState:
-    """The ``job`` XCom the operator pushes when the job ends, read with Airflow's XCom model."""
+    """The ``job`` XCom the operator pushes when the job ends, read with Airflow's XCom model.
 
-    name = "recorded"
+    With ``key="job_live"`` and ``name="live"``: the record a running local job publishes as it goes.
+    """
+
+    def __init__(self, key: str = JOB_XCOM_KEY, name: str = "recorded") -> None:
+        self.key, self.name = key, name
 
     def read(self, ref: TaskInstanceRef, session: Session) -> dict[str, Any] | None:
         from airflow.models.xcom import XComModel
 
         query = XComModel.get_many(
-            run_id=ref.run_id, key=JOB_XCOM_KEY, dag_ids=ref.dag_id, task_ids=ref.task_id,
+            run_id=ref.run_id, key=self.key, dag_ids=ref.dag_id, task_ids=ref.task_id,
             map_indexes=ref.map_index, limit=1,
         )
         row = session.scalars(query).first()
@@ -188,4 +194,7 @@ def live_record(
 
 
 # The recorded state first: once a job has ended its record is the final word; until then, the live pods.
-DEFAULT_SOURCES: tuple[JobStateSource, ...] = (RecordedJobState(), LiveKubernetesJobState())
+#: The final record first; while there is none, a running local job's published record, then a Kubernetes job's pods.
+DEFAULT_SOURCES: tuple[JobStateSource, ...] = (
+    RecordedJobState(), RecordedJobState(key=LIVE_XCOM_KEY, name="live"), LiveKubernetesJobState(),
+)

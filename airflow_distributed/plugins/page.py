@@ -15,6 +15,7 @@ from typing import Any
 
 from airflow_distributed.plugins.charts import format_number, line_chart, series
 from airflow_distributed.plugins.job_state import TaskInstanceRef
+from airflow_distributed.status import progress_text
 
 #: Task instance states in which the record may still appear: the "no record yet" page reloads itself.
 UNFINISHED = {"none", "scheduled", "queued", "running", "deferred", "up_for_retry", "up_for_reschedule", "restarting"}
@@ -62,6 +63,9 @@ border-radius:5px;cursor:pointer;font-size:12.5px}
 border:1px solid var(--line);border-radius:6px;font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,monospace;
 white-space:pre-wrap;word-break:break-all}
 .note{color:var(--muted)}
+.bar{width:min(520px,100%);height:10px;background:var(--panel);border:1px solid var(--line);border-radius:5px;
+overflow:hidden}.bar span{display:block;height:100%;background:var(--run)}
+.progress-text{margin:6px 0 0;font-variant-numeric:tabular-nums}
 footer{margin-top:24px;font-size:12px;color:var(--muted)}
 a{color:var(--accent)}
 """
@@ -122,6 +126,17 @@ def _replicas(replicas: Sequence[Mapping[str, Any]]) -> str:
     return (
         '<table class="replicas"><thead><tr><th>Replica</th><th>Role</th><th>Index</th><th>State</th>'
         f"<th>Exit code</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
+
+
+def _progress(progress: Any) -> str:
+    """A bar and ``45% (450/1000 steps), about 2 min left``; nothing when the job reports no progress."""
+    if not isinstance(progress, Mapping) or not isinstance(progress.get("percent"), (int, float)):
+        return ""
+    percent = min(100.0, max(0.0, float(progress["percent"])))
+    return (
+        f'<section class="progress"><h2>Progress</h2><div class="bar"><span style="width:{percent:.1f}%"></span>'
+        f'</div><p class="progress-text">{_text(progress_text(progress))}</p></section>'
     )
 
 
@@ -190,6 +205,7 @@ def job_page(
         f"<header><h1>{_text(name)}</h1><span class=\"badge s-{_text(state)}\">{_text(state)}</span>"
         f'<p class="meta">{"".join(f"<span>{item}</span>" for item in meta if item)}</p>'
         "</header>"
+        f"{_progress(record.get('progress'))}"
         f"<h2>Replicas</h2>{_replicas(record.get('replicas') or [])}"
         '<div class="row">'
         f"<section><h2>Metrics</h2>{_metrics(record.get('metrics') or {})}</section>"
@@ -198,7 +214,8 @@ def job_page(
         f"<h2>Replica logs (last lines)</h2>{_logs(logs if show_logs else None)}"
         f'<footer><a href="{escape(json_href)}">JSON record</a></footer>'
     )
-    return _document(f"{name} \u00b7 distributed job", body)
+    # A state that can still change reloads itself; the final record does not.
+    return _document(f"{name} \u00b7 distributed job", body, refresh=source != "recorded")
 
 
 def missing_page(ref: TaskInstanceRef, task_state: str | None) -> str:

@@ -190,3 +190,54 @@ def test_job_view_after_login_and_inside_the_airflow_ui(served, browser):
     assert_job_view(browser, job)
     browser.switch_to.default_content()
     browser.save_screenshot(str(OUTPUT / "job-view.png"))
+
+
+def _live_run_id(dag_id: str, deadline: float) -> str:
+    """The run id of ``dag_id``'s run once its running job has published a live record."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    while time.monotonic() < deadline:
+        with create_session() as session:
+            row = session.execute(
+                select(XComModel.run_id).where(XComModel.dag_id == dag_id, XComModel.key == "job_live")
+            ).first()
+        if row is not None:
+            return row[0]
+        time.sleep(0.5)
+    raise AssertionError(f"{dag_id} published no live record")
+
+
+def test_a_running_local_jobs_view_shows_its_progress(served, browser):
+    """A slow local job runs in ``airflow dags test`` beside the API server; its view is opened mid-run."""
+    base_url, _, _ = served
+    dag_id = "test_local_progress"
+    airflow = Path(sys.executable).with_name("airflow")
+    with open(OUTPUT / "dags-test.log", "wb") as log:
+        job = subprocess.Popen([str(airflow), "dags", "test", dag_id, "-c", json.dumps({"steps": 3000})],
+                               stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy(), start_new_session=True)
+    try:
+        run_id = quote(_live_run_id(dag_id, time.monotonic() + 180), safe="")
+        browser.get(f"{base_url}/distributed/jobs/{dag_id}/{run_id}/train")
+        wait(browser, lambda d: "/auth/login" in d.current_url)
+        log_in(browser)
+        wait(browser, lambda d: "/distributed/jobs/" in d.current_url)
+        text = wait(browser, ec.visibility_of_element_located((By.CSS_SELECTOR, ".progress-text"))).text
+        assert "% (" in text and "/3000 steps)" in text, text
+        assert browser.find_element(By.CSS_SELECTOR, ".badge").text == "running"
+        states = {cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "table.replicas td.state")}
+        assert states == {"running"}
+        browser.save_screenshot(str(OUTPUT / "job-view-running.png"))
+    finally:
+        # The job is stopped like a task killed from the UI: SIGTERM to the task process, which stops its replicas.
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGTERM)
+        try:
+            job.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(timeout=10)
+    from tests.helpers import replica_processes, wait_until
+
+    wait_until(lambda: replica_processes("train-") == [], timeout=30)

@@ -167,6 +167,8 @@ def train(args: argparse.Namespace, module: nn.Module, optimizer: torch.optim.Op
                     print(f"step {step} batch loss {batch_loss:.6f}", flush=True)
                     if log_history_live:
                         tracking.log_metrics(step=step, loss=batch_loss)
+            if rank == 0:
+                tracking.log_progress(step, args.steps)  # paced by tracking: at most one write a second
             if checkpoint_every > 0 and model is not None and step % checkpoint_every == 0 and rank == 0:
                 tracking.save_checkpoint({"model": model.state_dict()}, step)
             common.sleep_if_asked(args)

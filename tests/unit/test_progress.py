@@ -1,0 +1,65 @@
+"""``tracking.log_progress`` and how progress reads in the task log."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_distributed import tracking
+from airflow_distributed.status import progress_text
+
+
+@pytest.fixture
+def master(tmp_path, monkeypatch):
+    output = tmp_path / "output.json"
+    monkeypatch.setenv(tracking.ENV_OUTPUT, str(output))
+    for variable in ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+        monkeypatch.delenv(variable, raising=False)
+    clock = [100.0]
+    monkeypatch.setattr(tracking.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(tracking, "_progress", {})
+    return output, clock
+
+
+def test_progress_gives_a_percentage_and_an_estimate_from_the_pace_so_far(master):
+    output, clock = master
+    tracking.log_progress(100, 1000)
+    assert json.loads(output.read_text())["progress"] == {"step": 100, "total": 1000, "percent": 10.0,
+                                                         "eta_seconds": None}
+    clock[0] += 0.5
+    tracking.log_progress(150, 1000)  # within a second of the last write: not written
+    assert json.loads(output.read_text())["progress"]["step"] == 100
+    clock[0] += 9.5
+    tracking.log_progress(200, 1000)  # 100 steps in 10 s: 800 left take 80 s
+    assert json.loads(output.read_text())["progress"] == {"step": 200, "total": 1000, "percent": 20.0,
+                                                         "eta_seconds": 80.0}
+    clock[0] += 0.1
+    tracking.log_progress(1000, 1000)  # the last step is always written
+    assert json.loads(output.read_text())["progress"]["percent"] == 100.0
+
+
+def test_progress_on_another_replica_does_nothing(master, monkeypatch):
+    output, _ = master
+    monkeypatch.setenv("RANK", "2")
+    tracking.log_progress(1, 10)
+    assert not output.exists()
+
+
+@pytest.mark.parametrize(("step", "total", "error"), [
+    (5, 0, ValueError), (11, 10, ValueError), (-1, 10, ValueError), (1.5, 10, TypeError), (True, 10, TypeError),
+])
+def test_bad_progress_is_refused(master, step, total, error):
+    with pytest.raises(error):
+        tracking.log_progress(step, total)
+
+
+@pytest.mark.parametrize(("progress", "text"), [
+    ({"step": 450, "total": 1000, "percent": 45.0, "eta_seconds": 130.0}, "45% (450/1000 steps), about 2 min left"),
+    ({"step": 10, "total": 20, "percent": 50.0, "eta_seconds": 4.2}, "50% (10/20 steps), about 4 s left"),
+    ({"step": 1, "total": 3, "percent": 33.3, "eta_seconds": None}, "33.3% (1/3 steps)"),
+    ({"step": 3, "total": 3, "percent": 100.0, "eta_seconds": 0.0}, "100% (3/3 steps)"),
+    ({"step": 5, "total": 100, "percent": 5.0, "eta_seconds": 7300}, "5% (5/100 steps), about 2 h 02 min left"),
+])
+def test_progress_text(progress, text):
+    assert progress_text(progress) == text

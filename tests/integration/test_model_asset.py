@@ -94,7 +94,10 @@ def test_openlineage_gets_the_jobs_shape_and_the_model_as_output(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT),
            "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(events_file),
                                                           "append": True}),
-           "AIRFLOW__OPENLINEAGE__NAMESPACE": "tests"}
+           "AIRFLOW__OPENLINEAGE__NAMESPACE": "tests",
+           # The listener emits from a child process it waits for at most this long (10 s by default): enough
+           # for a loaded CI machine.
+           "AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT": "300"}
     # A process of its own: the provider reads its configuration once, and the test session's is disabled.
     done = subprocess.run([sys.executable, "-c", f"import tests.conftest; exec(open({str(script)!r}).read())"],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)

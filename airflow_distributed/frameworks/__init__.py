@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from airflow_distributed.frameworks.base import Framework, Role
 from airflow_distributed.frameworks.horovod import Horovod
+from airflow_distributed.frameworks.jax import Jax
 from airflow_distributed.frameworks.mxnet import MXNet
 from airflow_distributed.frameworks.pytorch import PyTorch
 from airflow_distributed.frameworks.tensorflow import TensorFlow
 
-_REGISTRY: dict[str, Framework] = {fw.name: fw for fw in (TensorFlow(), MXNet(), PyTorch(), Horovod())}
+_REGISTRY: dict[str, Framework] = {fw.name: fw for fw in (TensorFlow(), MXNet(), PyTorch(), Horovod(), Jax())}
 
 
 def get_framework(name: str) -> Framework:

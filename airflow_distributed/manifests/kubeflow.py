@@ -287,6 +287,9 @@ def kubeflow_problems(spec: TrainingSpec) -> list[tuple[str, str]]:
 
     For the operator's checks when the DAG is parsed; ``build_kubeflow_job`` raises the same as ``ManifestError``.
     """
+    if spec.framework not in KINDS:
+        return [("backend", f"framework '{spec.framework}' has no Kubeflow resource; backend='kubeflow' takes "
+                 f"{', '.join(KINDS)}; use backend='kubernetes' (one pod per replica, no operator needed)")]
     kind = kubeflow_kind(spec.framework)
     framework = get_framework(spec.framework)
     cluster = spec.cluster

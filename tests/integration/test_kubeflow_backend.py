@@ -176,6 +176,15 @@ def test_a_spec_one_pod_template_cannot_hold_is_refused_when_the_dag_is_parsed()
                                 image="trainer:1", backend="kubernetes")
 
 
+def test_a_framework_without_a_kubeflow_resource_is_refused_when_the_dag_is_parsed():
+    from airflow_distributed.operators import DistributedTrainingOperator
+    from airflow_distributed.spec import SpecValidationError
+
+    with pytest.raises(SpecValidationError, match=r"backend: framework 'jax' has no Kubeflow resource.*kubernetes"):
+        DistributedTrainingOperator(task_id="t", framework="jax", environment={"jax": {"n_workers": 1}},
+                                    command=["train"], image="trainer:1", backend="kubeflow")
+
+
 def test_a_retry_reattaches_to_the_job_of_its_earlier_try(emulator):
     """409 on create: the running job of the earlier try is watched, not created twice."""
     from airflow_distributed.hooks.kubeflow import KubeflowJobHook

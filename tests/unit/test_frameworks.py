@@ -39,6 +39,12 @@ CASES = [
             {"DMLC_ROLE": "server", "DMLC_SERVER_ID": "0", "DMLC_NUM_SERVER": "1", "DMLC_NUM_WORKER": "2"}),
     EnvCase("mxnet worker", "mxnet", {"mxnet": {"n_workers": 2, "n_ps": 1}}, "worker-1",
             {"DMLC_ROLE": "worker", "DMLC_WORKER_ID": "1", "DMLC_PS_ROOT_PORT": "31000"}),
+    EnvCase("jax master is process 0 and the coordinator", "jax", {"jax": {"n_workers": 2}}, "master-0",
+            {"JAX_COORDINATOR_ADDRESS": "127.0.0.1:31000", "JAX_NUM_PROCESSES": "3", "JAX_PROCESS_ID": "0"}),
+    EnvCase("jax worker 1 is process 2", "jax", {"jax": {"n_workers": 2}}, "worker-1",
+            {"JAX_COORDINATOR_ADDRESS": "127.0.0.1:31000", "JAX_NUM_PROCESSES": "3", "JAX_PROCESS_ID": "2"}),
+    EnvCase("jax master alone", "jax", None, "master-0",
+            {"JAX_COORDINATOR_ADDRESS": "127.0.0.1:31000", "JAX_NUM_PROCESSES": "1", "JAX_PROCESS_ID": "0"}),
     EnvCase("horovod hostfile", "horovod", {"replicas": {"n_workers": 2}}, "worker-0",
             {"OMPI_MCA_orte_default_hostfile": "/f/hostfile"}),
 ]
@@ -120,3 +126,48 @@ def test_job_names_are_deterministic_dns_labels(dag_id, task_id, run_id, map_ind
     assert len(name) <= 40 and name[0].isalpha() and name[-1].isalnum()
     assert all(c.islower() or c.isdigit() or c == "-" for c in name)
     assert len(f"{name}-scheduler-1999") <= 63
+
+
+@dataclass(frozen=True)
+class SectionCase:
+    name: str
+    framework: str | None
+    environment: dict
+    #: (replica suffix, process/rank variable) in plan order
+    replicas: list[tuple[str, str]]
+    #: replica suffix -> cpu limit of its effective settings
+    cpu_limits: dict[str, object] | None = None
+
+
+SECTION_CASES = [
+    SectionCase("jax inferred from its section", None, {"jax": {"n_workers": 2}},
+                [("master-0", "0"), ("worker-0", "1"), ("worker-1", "2")]),
+    SectionCase("jax default and indexed worker", "jax",
+                {"resources": {"cpu": {"limits": 4}},
+                 "jax": {"n_workers": 3, "default_worker": {"resources": {"cpu": {"limits": 2}}},
+                         "worker": [{"index": 1, "resources": {"cpu": {"limits": 1}}}]}},
+                [("master-0", "0"), ("worker-0", "1"), ("worker-1", "2"), ("worker-2", "3")],
+                {"master-0": 4, "worker-0": 2, "worker-1": 1, "worker-2": 2}),
+    SectionCase("jax legacy worker_resources", "jax",
+                {"jax": {"n_workers": 2, "worker_resources": [{"index": 0, "cpu": {"limits": 3}}]}},
+                [("master-0", "0"), ("worker-0", "1"), ("worker-1", "2")], {"worker-0": 3, "worker-1": None}),
+]
+PROCESS_VARIABLE = {"jax": "JAX_PROCESS_ID"}
+
+
+@pytest.mark.parametrize("case", SECTION_CASES, ids=[c.name for c in SECTION_CASES])
+def test_framework_sections_load_and_number_every_process(case: SectionCase):
+    spec = load_spec(case.framework, case.environment)
+    plan = build_plan(spec, "job", LocalAddressing(ports=range(32000, 32010)), LAYOUT, ["x"], backend="local")
+    variable = PROCESS_VARIABLE[spec.framework]
+    assert [(r.name.removeprefix("job-"), r.env[variable]) for r in plan.replicas] == case.replicas
+    for suffix, limit in (case.cpu_limits or {}).items():
+        resources = plan.replica(f"job-{suffix}").resources
+        assert (resources.cpu.limits if resources and resources.cpu else None) == limit, suffix
+
+
+def test_jax_coordinator_is_the_masters_stable_dns_name_on_kubernetes():
+    plan = _plan("jax", {"jax": {"n_workers": 2}}, KubernetesAddressing("ns"), backend="kubernetes")
+    assert {r.env["JAX_COORDINATOR_ADDRESS"] for r in plan.replicas} == {"job-master-0.job.ns.svc:6666"}
+    assert plan.cluster == {"master": ["job-master-0.job.ns.svc:6666"],
+                            "worker": ["job-worker-0.job.ns.svc:6666", "job-worker-1.job.ns.svc:6666"]}

@@ -155,6 +155,7 @@ JOB_CASES = [
     JobCase("mxnet", "mxnet", {"mxnet": {"n_workers": 2, "n_ps": 1}}),
     JobCase("pytorch", "pytorch", {"pytorch": {"n_workers": 3}}),
     JobCase("horovod", "horovod", {"replicas": {"n_workers": 2}}, kinds=("Secret",)),
+    JobCase("jax", "jax", {"jax": {"n_workers": 2, "default_worker": {"resources": {"cpu": {"limits": 2}}}}}),
     JobCase("seed 000: tensorflow master, 2 ps, 4 workers, index 2 own", None, SEED_000_TENSORFLOW),
     JobCase("seed 001: horovod launcher and 7 gpu workers", None, SEED_001_HOROVOD, kinds=("Secret",)),
     JobCase("master alone", "tensorflow", None),
@@ -226,6 +227,7 @@ def test_tf_config_of_worker_1_names_dns_hosts_under_the_job_service():
     ("mxnet", {"mxnet": {"n_workers": 2, "n_ps": 1}}),
     ("pytorch", {"pytorch": {"n_workers": 2}}),
     ("horovod", {"replicas": {"n_workers": 2}}),
+    ("jax", {"jax": {"n_workers": 2}}),
 ])
 def test_pod_names_hostnames_and_subdomain_give_each_replica_its_planned_address(framework, environment):
     plan = _plan(framework, environment)
@@ -239,6 +241,15 @@ def test_pod_names_hostnames_and_subdomain_give_each_replica_its_planned_address
         assert _env(pod)["AIRFLOW_DISTRIBUTED_ROLE"] == replica.role
         assert list(_env(pod)) == sorted(_env(pod))  # deterministic order
         assert _env(pod)["EPOCHS"] == "3"
+
+
+def test_jax_processes_find_the_coordinator_on_the_masters_pod_port():
+    objects = _build("jax", {"jax": {"n_workers": 2}})
+    master = _pod(objects, "master-0")
+    (port,) = _container(master).ports
+    coordinator = f"{master.spec.hostname}.{master.spec.subdomain}.{NAMESPACE}.svc:{port.container_port}"
+    assert [(_env(pod)["JAX_COORDINATOR_ADDRESS"], _env(pod)["JAX_PROCESS_ID"], _env(pod)["JAX_NUM_PROCESSES"])
+            for pod in objects.pods] == [(coordinator, "0", "3"), (coordinator, "1", "3"), (coordinator, "2", "3")]
 
 
 def test_mxnet_replicas_are_told_they_run_on_kubernetes():
@@ -374,6 +385,7 @@ def test_the_jobs_own_labels_win_over_user_labels():
     ("mxnet", {"mxnet": {"n_workers": 1}}, [("training", 9091)]),
     ("pytorch", {"pytorch": {"n_workers": 1}}, [("training", 23456)]),
     ("horovod", {"replicas": {"n_workers": 1}}, [("training", 2222), ("ssh", 22)]),
+    ("jax", {"jax": {"n_workers": 1}}, [("training", 6666)]),
 ])
 def test_service_is_headless_publishes_unready_pods_and_selects_the_job(framework, environment, ports):
     service = _build(framework, environment, ttl_seconds_after_finished=300).service
@@ -422,6 +434,7 @@ def test_with_owner_copies_and_does_not_repeat_a_reference():
     ("tensorflow", {"tensorflow": {"n_workers": 2, "n_ps": 1}}),
     ("mxnet", {"mxnet": {"n_workers": 2, "n_ps": 1}}),
     ("pytorch", {"pytorch": {"n_workers": 2}}),
+    ("jax", {"jax": {"n_workers": 2}}),
 ])
 def test_workers_wait_for_the_master_and_the_master_waits_for_nobody(framework, environment):
     plan = _plan(framework, environment)

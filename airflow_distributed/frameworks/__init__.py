@@ -8,8 +8,11 @@ from airflow_distributed.frameworks.jax import Jax
 from airflow_distributed.frameworks.mxnet import MXNet
 from airflow_distributed.frameworks.pytorch import PyTorch
 from airflow_distributed.frameworks.tensorflow import TensorFlow
+from airflow_distributed.frameworks.xgboost import XGBoost
 
-_REGISTRY: dict[str, Framework] = {fw.name: fw for fw in (TensorFlow(), MXNet(), PyTorch(), Horovod(), Jax())}
+_REGISTRY: dict[str, Framework] = {
+    fw.name: fw for fw in (TensorFlow(), MXNet(), PyTorch(), Horovod(), Jax(), XGBoost())
+}
 
 
 def get_framework(name: str) -> Framework:

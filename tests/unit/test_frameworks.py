@@ -12,7 +12,7 @@ from airflow_distributed.plan import KubernetesAddressing, Layout, LocalAddressi
 from airflow_distributed.spec import load_spec
 
 LAYOUT = Layout(model_dir="/m", output_path="/o/output.json", files_dir="/f")
-PORTS = LocalAddressing(ports=[31000, 31001, 31002, 31003, 31004])
+PORTS = LocalAddressing(ports=range(31000, 31020))
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,15 @@ CASES = [
             {"JAX_COORDINATOR_ADDRESS": "127.0.0.1:31000", "JAX_NUM_PROCESSES": "3", "JAX_PROCESS_ID": "2"}),
     EnvCase("jax master alone", "jax", None, "master-0",
             {"JAX_COORDINATOR_ADDRESS": "127.0.0.1:31000", "JAX_NUM_PROCESSES": "1", "JAX_PROCESS_ID": "0"}),
+    EnvCase("xgboost master runs the tracker and is rank 0", "xgboost", {"xgboost": {"n_workers": 2}}, "master-0",
+            {"DMLC_TRACKER_URI": "127.0.0.1", "DMLC_TRACKER_PORT": "31000", "DMLC_TASK_ID": "0",
+             "DMLC_NUM_WORKER": "3", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "31000", "WORLD_SIZE": "3",
+             "RANK": "0"}),
+    EnvCase("xgboost worker 1 is rank 2", "xgboost", {"xgboost": {"n_workers": 2}}, "worker-1",
+            {"DMLC_TRACKER_URI": "127.0.0.1", "DMLC_TRACKER_PORT": "31000", "DMLC_TASK_ID": "2",
+             "DMLC_NUM_WORKER": "3", "RANK": "2"}),
+    EnvCase("xgboost task ids padded to the widest rank", "xgboost", {"xgboost": {"n_workers": 10}}, "worker-2",
+            {"DMLC_TASK_ID": "03", "DMLC_NUM_WORKER": "11", "RANK": "3"}),
     EnvCase("horovod hostfile", "horovod", {"replicas": {"n_workers": 2}}, "worker-0",
             {"OMPI_MCA_orte_default_hostfile": "/f/hostfile"}),
 ]
@@ -151,8 +160,16 @@ SECTION_CASES = [
     SectionCase("jax legacy worker_resources", "jax",
                 {"jax": {"n_workers": 2, "worker_resources": [{"index": 0, "cpu": {"limits": 3}}]}},
                 [("master-0", "0"), ("worker-0", "1"), ("worker-1", "2")], {"worker-0": 3, "worker-1": None}),
+    SectionCase("xgboost inferred from its section", None, {"xgboost": {"n_workers": 2}},
+                [("master-0", "0"), ("worker-0", "1"), ("worker-1", "2")]),
+    SectionCase("xgboost default and indexed worker", "xgboost",
+                {"xgboost": {"n_workers": 2, "default_worker": {"resources": {"cpu": {"limits": 2}}},
+                             "worker": [{"index": 0, "resources": {"cpu": {"limits": 1}}}]}},
+                [("master-0", "0"), ("worker-0", "1"), ("worker-1", "2")],
+                {"master-0": None, "worker-0": 1, "worker-1": 2}),
+    SectionCase("xgboost master alone", "xgboost", {}, [("master-0", "0")]),
 ]
-PROCESS_VARIABLE = {"jax": "JAX_PROCESS_ID"}
+PROCESS_VARIABLE = {"jax": "JAX_PROCESS_ID", "xgboost": "DMLC_TASK_ID"}
 
 
 @pytest.mark.parametrize("case", SECTION_CASES, ids=[c.name for c in SECTION_CASES])
@@ -171,3 +188,17 @@ def test_jax_coordinator_is_the_masters_stable_dns_name_on_kubernetes():
     assert {r.env["JAX_COORDINATOR_ADDRESS"] for r in plan.replicas} == {"job-master-0.job.ns.svc:6666"}
     assert plan.cluster == {"master": ["job-master-0.job.ns.svc:6666"],
                             "worker": ["job-worker-0.job.ns.svc:6666", "job-worker-1.job.ns.svc:6666"]}
+
+
+@pytest.mark.parametrize("n_workers", [0, 1, 8, 9, 10, 99, 100, 1000])
+def test_xgboost_task_ids_sort_as_strings_in_rank_order(n_workers):
+    # XGBoost's tracker (sortby="task") ranks workers by their task ids compared as strings.
+    plan = _plan("xgboost", {"xgboost": {"n_workers": n_workers}}, LocalAddressing(ports=range(n_workers + 1)))
+    ids = [replica.env["DMLC_TASK_ID"] for replica in plan.replicas]
+    assert sorted(ids) == ids and [int(i) for i in ids] == list(range(n_workers + 1))
+
+
+def test_xgboost_tracker_is_the_masters_stable_dns_name_on_kubernetes():
+    plan = _plan("xgboost", {"xgboost": {"n_workers": 1}}, KubernetesAddressing("ns"), backend="kubernetes")
+    assert {(r.env["DMLC_TRACKER_URI"], r.env["DMLC_TRACKER_PORT"]) for r in plan.replicas} == {
+        ("job-master-0.job.ns.svc", "9999")}

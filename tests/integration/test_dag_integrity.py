@@ -39,7 +39,8 @@ def test_airflow_lists_the_provider():
     assert providers["airflow-distributed"]["version"] == "0.1.0"
 
 
-@pytest.mark.parametrize("example, module", [("example_jax_data_parallel", "jax"), ("example_xgboost_dist", "xgboost")])
+@pytest.mark.parametrize("example, module", [("example_jax_data_parallel", "jax"), ("example_xgboost_dist", "xgboost"),
+                                             ("example_paddle_collective", "paddle")])
 def test_an_example_parses_without_its_framework_installed(example: str, module: str):
     # None in sys.modules makes any import of the module fail, as on a machine without it.
     code = (f"import sys; sys.modules[{module!r}] = None\n"

@@ -54,6 +54,12 @@ CASES = [
              "DMLC_NUM_WORKER": "3", "RANK": "2"}),
     EnvCase("xgboost task ids padded to the widest rank", "xgboost", {"xgboost": {"n_workers": 10}}, "worker-2",
             {"DMLC_TASK_ID": "03", "DMLC_NUM_WORKER": "11", "RANK": "3"}),
+    EnvCase("paddle master is trainer 0", "paddle", {"paddle": {"n_workers": 2}}, "master-0",
+            {"PADDLE_TRAINER_ENDPOINTS": "127.0.0.1:31000,127.0.0.1:31001,127.0.0.1:31002",
+             "PADDLE_CURRENT_ENDPOINT": "127.0.0.1:31000", "PADDLE_TRAINER_ID": "0", "PADDLE_TRAINERS_NUM": "3"}),
+    EnvCase("paddle worker 1 is trainer 2", "paddle", {"paddle": {"n_workers": 2}}, "worker-1",
+            {"PADDLE_TRAINER_ENDPOINTS": "127.0.0.1:31000,127.0.0.1:31001,127.0.0.1:31002",
+             "PADDLE_CURRENT_ENDPOINT": "127.0.0.1:31002", "PADDLE_TRAINER_ID": "2", "PADDLE_TRAINERS_NUM": "3"}),
     EnvCase("horovod hostfile", "horovod", {"replicas": {"n_workers": 2}}, "worker-0",
             {"OMPI_MCA_orte_default_hostfile": "/f/hostfile"}),
 ]
@@ -168,8 +174,13 @@ SECTION_CASES = [
                 [("master-0", "0"), ("worker-0", "1"), ("worker-1", "2")],
                 {"master-0": None, "worker-0": 1, "worker-1": 2}),
     SectionCase("xgboost master alone", "xgboost", {}, [("master-0", "0")]),
+    SectionCase("paddle inferred from its section", None, {"paddle": {"n_workers": 3}},
+                [("master-0", "0"), ("worker-0", "1"), ("worker-1", "2"), ("worker-2", "3")]),
+    SectionCase("paddle legacy default_worker_resources", "paddle",
+                {"paddle": {"n_workers": 1, "default_worker_resources": {"cpu": {"limits": 2}}}},
+                [("master-0", "0"), ("worker-0", "1")], {"master-0": None, "worker-0": 2}),
 ]
-PROCESS_VARIABLE = {"jax": "JAX_PROCESS_ID", "xgboost": "DMLC_TASK_ID"}
+PROCESS_VARIABLE = {"jax": "JAX_PROCESS_ID", "xgboost": "DMLC_TASK_ID", "paddle": "PADDLE_TRAINER_ID"}
 
 
 @pytest.mark.parametrize("case", SECTION_CASES, ids=[c.name for c in SECTION_CASES])
@@ -202,3 +213,11 @@ def test_xgboost_tracker_is_the_masters_stable_dns_name_on_kubernetes():
     plan = _plan("xgboost", {"xgboost": {"n_workers": 1}}, KubernetesAddressing("ns"), backend="kubernetes")
     assert {(r.env["DMLC_TRACKER_URI"], r.env["DMLC_TRACKER_PORT"]) for r in plan.replicas} == {
         ("job-master-0.job.ns.svc", "9999")}
+
+
+def test_paddle_endpoints_are_every_trainer_in_id_order_on_kubernetes():
+    plan = _plan("paddle", {"paddle": {"n_workers": 2}}, KubernetesAddressing("ns"), backend="kubernetes")
+    endpoints = ["job-master-0.job.ns.svc:36543", "job-worker-0.job.ns.svc:36543", "job-worker-1.job.ns.svc:36543"]
+    for replica in plan.replicas:
+        assert replica.env["PADDLE_TRAINER_ENDPOINTS"].split(",") == endpoints
+        assert endpoints[int(replica.env["PADDLE_TRAINER_ID"])] == replica.env["PADDLE_CURRENT_ENDPOINT"]

@@ -156,6 +156,7 @@ JOB_CASES = [
     JobCase("pytorch", "pytorch", {"pytorch": {"n_workers": 3}}),
     JobCase("horovod", "horovod", {"replicas": {"n_workers": 2}}, kinds=("Secret",)),
     JobCase("jax", "jax", {"jax": {"n_workers": 2, "default_worker": {"resources": {"cpu": {"limits": 2}}}}}),
+    JobCase("paddle", "paddle", {"paddle": {"n_workers": 2}}),
     JobCase("xgboost", "xgboost", {"xgboost": {"n_workers": 2, "worker": [{"index": 1, "node_selector": {"a": "b"}}]}}),
     JobCase("seed 000: tensorflow master, 2 ps, 4 workers, index 2 own", None, SEED_000_TENSORFLOW),
     JobCase("seed 001: horovod launcher and 7 gpu workers", None, SEED_001_HOROVOD, kinds=("Secret",)),
@@ -230,6 +231,7 @@ def test_tf_config_of_worker_1_names_dns_hosts_under_the_job_service():
     ("horovod", {"replicas": {"n_workers": 2}}),
     ("jax", {"jax": {"n_workers": 2}}),
     ("xgboost", {"xgboost": {"n_workers": 2}}),
+    ("paddle", {"paddle": {"n_workers": 2}}),
 ])
 def test_pod_names_hostnames_and_subdomain_give_each_replica_its_planned_address(framework, environment):
     plan = _plan(framework, environment)
@@ -261,6 +263,15 @@ def test_xgboost_workers_join_the_tracker_on_the_masters_pod_port():
     host = f"{master.spec.hostname}.{master.spec.subdomain}.{NAMESPACE}.svc"
     assert [(_env(pod)["DMLC_TRACKER_URI"], _env(pod)["DMLC_TRACKER_PORT"], _env(pod)["DMLC_TASK_ID"])
             for pod in objects.pods] == [(host, str(port.container_port), str(rank)) for rank in range(3)]
+
+
+def test_paddle_trainers_list_every_pods_address_in_trainer_id_order():
+    objects = _build("paddle", {"paddle": {"n_workers": 2}})
+    addresses = [f"{pod.spec.hostname}.{pod.spec.subdomain}.{NAMESPACE}.svc:{_container(pod).ports[0].container_port}"
+                 for pod in objects.pods]
+    names = ("PADDLE_TRAINER_ENDPOINTS", "PADDLE_CURRENT_ENDPOINT", "PADDLE_TRAINER_ID")
+    seen = [tuple(_env(pod)[name] for name in names) for pod in objects.pods]
+    assert seen == [(",".join(addresses), address, str(i)) for i, address in enumerate(addresses)]
 
 
 def test_mxnet_replicas_are_told_they_run_on_kubernetes():
@@ -398,6 +409,7 @@ def test_the_jobs_own_labels_win_over_user_labels():
     ("horovod", {"replicas": {"n_workers": 1}}, [("training", 2222), ("ssh", 22)]),
     ("jax", {"jax": {"n_workers": 1}}, [("training", 6666)]),
     ("xgboost", {"xgboost": {"n_workers": 1}}, [("training", 9999)]),
+    ("paddle", {"paddle": {"n_workers": 1}}, [("training", 36543)]),
 ])
 def test_service_is_headless_publishes_unready_pods_and_selects_the_job(framework, environment, ports):
     service = _build(framework, environment, ttl_seconds_after_finished=300).service
@@ -448,6 +460,7 @@ def test_with_owner_copies_and_does_not_repeat_a_reference():
     ("pytorch", {"pytorch": {"n_workers": 2}}),
     ("jax", {"jax": {"n_workers": 2}}),
     ("xgboost", {"xgboost": {"n_workers": 2}}),
+    ("paddle", {"paddle": {"n_workers": 2}}),
 ])
 def test_workers_wait_for_the_master_and_the_master_waits_for_nobody(framework, environment):
     plan = _plan(framework, environment)

@@ -7,7 +7,7 @@ to it by the script, since JAX detects them only inside the clusters it knows (S
 
 from __future__ import annotations
 
-from airflow_distributed.frameworks.base import Framework, Role
+from airflow_distributed.frameworks.base import Framework, Role, rank_of
 
 
 class Jax(Framework):
@@ -20,5 +20,5 @@ class Jax(Framework):
         return {
             "JAX_COORDINATOR_ADDRESS": plan.master.address,
             "JAX_NUM_PROCESSES": str(len(plan.replicas)),
-            "JAX_PROCESS_ID": "0" if replica.is_master else str(replica.index + 1),
+            "JAX_PROCESS_ID": str(rank_of(replica)),
         }

@@ -8,7 +8,7 @@ port, so the master's port is where every trainer meets.
 
 from __future__ import annotations
 
-from airflow_distributed.frameworks.base import Framework, Role
+from airflow_distributed.frameworks.base import Framework, Role, rank_of
 
 
 class Paddle(Framework):
@@ -21,6 +21,6 @@ class Paddle(Framework):
         return {
             "PADDLE_TRAINER_ENDPOINTS": ",".join(r.address for r in plan.replicas),
             "PADDLE_CURRENT_ENDPOINT": replica.address,
-            "PADDLE_TRAINER_ID": "0" if replica.is_master else str(replica.index + 1),
+            "PADDLE_TRAINER_ID": str(rank_of(replica)),
             "PADDLE_TRAINERS_NUM": str(len(plan.replicas)),
         }

@@ -10,7 +10,7 @@ XGBoost reads none of these variables itself: the script passes them to ``xgboos
 
 from __future__ import annotations
 
-from airflow_distributed.frameworks.base import Framework, Role
+from airflow_distributed.frameworks.base import Framework, Role, master_rank_env, rank_of
 
 
 def task_id(rank: int, world_size: int) -> str:
@@ -29,17 +29,12 @@ class XGBoost(Framework):
     default_port = 9999
 
     def replica_env(self, replica, plan, backend):
-        master = plan.master
         world_size = len(plan.replicas)
-        rank = 0 if replica.is_master else replica.index + 1
         return {
-            "DMLC_TRACKER_URI": master.host,
-            "DMLC_TRACKER_PORT": str(master.port),
-            "DMLC_TASK_ID": task_id(rank, world_size),
+            "DMLC_TRACKER_URI": plan.master.host,
+            "DMLC_TRACKER_PORT": str(plan.master.port),
+            "DMLC_TASK_ID": task_id(rank_of(replica), world_size),
             "DMLC_NUM_WORKER": str(world_size),
             # XGBoostJob's names for the same values, for scripts written for it.
-            "MASTER_ADDR": master.host,
-            "MASTER_PORT": str(master.port),
-            "WORLD_SIZE": str(world_size),
-            "RANK": str(rank),
+            **master_rank_env(replica, plan),
         }

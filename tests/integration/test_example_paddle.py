@@ -7,7 +7,7 @@ import os
 import pytest
 
 from tests.conftest import ROOT
-from tests.helpers import replica_processes, run_dag, xcom
+from tests.helpers import assert_master_and_two_workers_exchanged, run_dag, xcom
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 PADDLE_PYTHON = ROOT / ".venvs" / "paddle" / "bin" / "python"
@@ -18,21 +18,11 @@ def test_paddle_example_all_reduces_across_trainers_and_reports_through_xcom():
     run, states = run_dag("example_paddle_collective", conf={"steps": 20})
 
     assert states == {"train": "success", "report": "success"}
-    result = xcom(run, "train")
-    assert result["framework"] == "paddle" and result["state"] == "succeeded"
-    replicas = [(r["role"], r["index"], r["exit_code"]) for r in result["replicas"]]
-    assert replicas == [("master", 0, 0), ("worker", 0, 0), ("worker", 1, 0)]
-    metrics = xcom(run, "train", "metrics")
-    assert (metrics["allreduce_sum"], metrics["allreduce_expected"], metrics["world_size"]) == (6.0, 6.0, 3)
+    # Paddle's own view of each trainer after init_parallel_env: rank (master 0, worker i -> i + 1), world size.
+    metrics = assert_master_and_two_workers_exchanged(run, "paddle", lambda rank: [
+        f"trainer {rank}/3: endpoint 127.0.0.1:", f"trainer {rank}: all-reduce sum of trainer ids + 1 is 6.0"])
+    assert (metrics["allreduce_sum"], metrics["allreduce_expected"]) == (6.0, 6.0)
     assert metrics["parameters_identical"] is True
     assert metrics["final_loss"] < metrics["initial_loss"]
     model_path = xcom(run, "train", "model_path")
     assert model_path.endswith("model.pdparams") and os.path.getsize(model_path) > 0
-
-    # Paddle's own view of each trainer after init_parallel_env: rank (master 0, worker i -> i + 1) and world size.
-    logs = xcom(run, "train", "job")["logs"]
-    for rank, replica in enumerate(result["replicas"]):
-        lines = logs[replica["name"]]
-        assert any(f"trainer {rank}/3: endpoint 127.0.0.1:" in line for line in lines), lines
-        assert any(f"trainer {rank}: all-reduce sum of trainer ids + 1 is 6.0" in line for line in lines), lines
-    assert replica_processes(result["job_name"]) == []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import replica_processes, run_dag, xcom
+from tests.helpers import assert_master_and_two_workers_exchanged, run_dag, xcom
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
@@ -14,24 +14,14 @@ def test_xgboost_example_trains_one_booster_over_three_workers_and_reports_throu
     run, states = run_dag("example_xgboost_dist", conf={"rounds": 12})
 
     assert states == {"train": "success", "report": "success"}
-    result = xcom(run, "train")
-    assert result["framework"] == "xgboost" and result["state"] == "succeeded"
-    replicas = [(r["role"], r["index"], r["exit_code"]) for r in result["replicas"]]
-    assert replicas == [("master", 0, 0), ("worker", 0, 0), ("worker", 1, 0)]
-    metrics = xcom(run, "train", "metrics")
+    # XGBoost's own view of each replica once joined: rank (master 0, worker i -> i + 1) and world size.
+    metrics = assert_master_and_two_workers_exchanged(run, "xgboost", lambda rank: [
+        f"worker {rank}/3: task {rank}", f"worker {rank}: all-reduce sum of ranks + 1 is 6.0"])
     # 1 + 2 + 3: every worker took part in the all-reduce.
-    assert (metrics["allreduce_sum"], metrics["allreduce_expected"], metrics["world_size"]) == (6.0, 6.0, 3)
+    assert (metrics["allreduce_sum"], metrics["allreduce_expected"]) == (6.0, 6.0)
     assert metrics["boosters_identical"] is True
     assert metrics["final_rmse"] < metrics["initial_rmse"] and metrics["final_loss"] < metrics["initial_loss"]
     model_path = xcom(run, "train", "model_path")
     assert model_path.endswith("model.ubj")
     booster = xgboost.Booster(model_file=model_path)
     assert booster.num_boosted_rounds() == 12 == xcom(run, "report")["rounds"]
-
-    # XGBoost's own view of each replica once joined: rank (master 0, worker i -> i + 1) and world size.
-    logs = xcom(run, "train", "job")["logs"]
-    for rank, replica in enumerate(result["replicas"]):
-        lines = logs[replica["name"]]
-        assert any(f"worker {rank}/3: task {rank}" in line for line in lines), lines
-        assert any(f"worker {rank}: all-reduce sum of ranks + 1 is 6.0" in line for line in lines), lines
-    assert replica_processes(result["job_name"]) == []

@@ -90,15 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     total = jax.jit(jax.shard_map(lambda v: jax.lax.psum(v, "data"), mesh=mesh, in_specs=P("data"), out_specs=P()))(
         global_array(np.full((jax.local_device_count(),), process + 1, dtype="float32")))
     psum = float(np.asarray(total.addressable_data(0))[0])
-    psum_expected = processes * (processes + 1) / 2
-    print(f"process {process}: psum of process ids + 1 is {psum} (expected {psum_expected})", flush=True)
-    if psum != psum_expected:
+    if not common.sum_of_ranks_is_right(psum, processes, f"process {process}: psum of process ids + 1 is"):
         return common.DIVERGED_EXIT_CODE
 
     x_all, y_all, x, y = make_data(args, process, processes)
-    if len(x) < args.batch_size:
-        raise SystemExit(f"--samples {args.samples} leaves fewer than {args.batch_size} rows per process")
-    batches_per_pass = len(x) // args.batch_size
+    batch_of = common.batches(np.random.default_rng(args.seed + process).permutation(len(x)), args, "process")
 
     def loss_fn(params, features, targets):
         return jnp.sum(jnp.square(features @ params["w"] + params["b"] - targets))
@@ -125,13 +121,11 @@ def main(argv: list[str] | None = None) -> int:
         "b": jax.device_put(jnp.zeros((1,), jnp.float32), replicated),
     }
     initial_loss = mse(params)
-    order = np.random.default_rng(args.seed + process).permutation(len(x))
     history = []
     started = time.monotonic()
     for step in range(1, args.steps + 1):
         common.crash_if_asked(args, step, process)
-        start = ((step - 1) % batches_per_pass) * args.batch_size
-        batch = order[start:start + args.batch_size]
+        batch = batch_of(step)
         params, loss = step_fn(params, global_array(x[batch]), global_array(y[batch]))
         if common.is_log_step(args, step):
             batch_loss = float(np.asarray(loss.addressable_data(0)))
@@ -156,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         np.savez(model_path, w=w, b=b)
         metrics = common.result_metrics(initial_loss=initial_loss, final_loss=final_loss, world_size=processes,
                                         steps=args.steps, train_seconds=train_seconds, identical=identical)
-        metrics.update(psum=psum, psum_expected=psum_expected, parameter_checksum=float(checksum[0]))
+        metrics.update(psum=psum, psum_expected=common.sum_of_ranks(processes),
+                       parameter_checksum=float(checksum[0]))
         tracking.log_metrics(**metrics)
         tracking.log_model(model_path)
         print(f"process 0: initial loss {initial_loss:.6f}, final loss {final_loss:.6f} after {args.steps} steps on "

@@ -65,15 +65,11 @@ def main(argv: list[str] | None = None) -> int:
         return tensor
 
     total = float(all_reduce(paddle.to_tensor([float(rank + 1)])).numpy()[0])
-    expected = world * (world + 1) / 2
-    print(f"trainer {rank}: all-reduce sum of trainer ids + 1 is {total} (expected {expected})", flush=True)
-    if total != expected:
+    if not common.sum_of_ranks_is_right(total, world, f"trainer {rank}: all-reduce sum of trainer ids + 1 is"):
         return common.DIVERGED_EXIT_CODE
 
     x_all, y_all, x, y = make_data(args, rank, world)
-    batches_per_pass = len(x) // args.batch_size
-    if batches_per_pass == 0:
-        raise SystemExit(f"--samples {args.samples} leaves no full batch of {args.batch_size} per trainer")
+    batch_of = common.batches(np.random.default_rng(args.seed + rank).permutation(len(x)), args, "trainer")
     model = paddle.nn.Linear(args.features, 1)
     optimizer = paddle.optimizer.SGD(learning_rate=args.lr, parameters=model.parameters())
 
@@ -82,13 +78,11 @@ def main(argv: list[str] | None = None) -> int:
             return float(paddle.mean(paddle.square(model(paddle.to_tensor(x_all)) - paddle.to_tensor(y_all))))
 
     initial_loss = mse()
-    order = np.random.default_rng(args.seed + rank).permutation(len(x))
     history = []
     started = time.monotonic()
     for step in range(1, args.steps + 1):
         common.crash_if_asked(args, step, rank)
-        start = ((step - 1) % batches_per_pass) * args.batch_size
-        batch = order[start:start + args.batch_size]
+        batch = batch_of(step)
         loss = paddle.mean(paddle.square(model(paddle.to_tensor(x[batch])) - paddle.to_tensor(y[batch])))
         loss.backward()
         for parameter in model.parameters():
@@ -124,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         paddle.save(model.state_dict(), model_path)
         metrics = common.result_metrics(initial_loss=initial_loss, final_loss=final_loss, world_size=world,
                                         steps=args.steps, train_seconds=train_seconds, identical=identical)
-        metrics.update(allreduce_sum=total, allreduce_expected=expected, parameter_checksum=float(rows[0][0]))
+        metrics.update(allreduce_sum=total, allreduce_expected=common.sum_of_ranks(world),
+                       parameter_checksum=float(rows[0][0]))
         tracking.log_metrics(**metrics)
         tracking.log_model(model_path)
         print(f"trainer 0: initial loss {initial_loss:.6f}, final loss {final_loss:.6f} after {args.steps} steps on "

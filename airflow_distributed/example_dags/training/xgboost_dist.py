@@ -91,9 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{os.environ['WORLD_SIZE']}", file=sys.stderr)
             return common.DIVERGED_EXIT_CODE
         total = float(collective.allreduce(np.array([rank + 1.0]), collective.Op.SUM)[0])
-        expected = world * (world + 1) / 2
-        print(f"worker {rank}: all-reduce sum of ranks + 1 is {total} (expected {expected})", flush=True)
-        if total != expected:
+        if not common.sum_of_ranks_is_right(total, world, f"worker {rank}: all-reduce sum of ranks + 1 is"):
             return common.DIVERGED_EXIT_CODE
 
         x_all, y_all, x, y = make_data(args, rank, world)
@@ -126,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         metrics = common.result_metrics(initial_loss=initial_loss, final_loss=final_loss, world_size=world,
                                         steps=args.steps, train_seconds=train_seconds, identical=identical,
                                         identical_name="boosters_identical")
-        metrics.update(initial_rmse=rmse[0], final_rmse=rmse[-1], allreduce_sum=total, allreduce_expected=expected,
-                       booster_checksum=own)
+        metrics.update(initial_rmse=rmse[0], final_rmse=rmse[-1], allreduce_sum=total,
+                       allreduce_expected=common.sum_of_ranks(world), booster_checksum=own)
         tracking.log_metrics(**metrics)
         tracking.log_model(model_path)
         print(f"worker 0: train rmse {rmse[0]:.4f} -> {rmse[-1]:.4f} after {args.steps} rounds on {world} workers in "

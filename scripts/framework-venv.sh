@@ -4,7 +4,7 @@
 # `import airflow_distributed.tracking` works there without installing Airflow: the package's __init__ imports nothing.
 #
 # - mxnet: mxnet==1.9.1 and numpy<1.24 (MXNet 1.9.1 still uses numpy aliases that NumPy 1.24 removed).
-# - paddle: paddlepaddle==3.3.1 (CPU), which pins opt_einsum==3.3.0, older than the one jax needs in the main one.
+# - paddle: paddlepaddle==3.3.1 (CPU), which pins opt_einsum==3.3.0 and would downgrade the main environment's 3.4.0.
 #
 # Usage: scripts/framework-venv.sh mxnet|paddle [python]   (default: python3 on PATH)
 # Idempotent: a complete environment is left alone. Quiet unless failing; prints the environment's python at the end.

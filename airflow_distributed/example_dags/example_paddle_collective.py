@@ -1,9 +1,9 @@
 """PaddlePaddle collective mode on the local backend: a master (trainer 0) and two workers, gradients over gloo.
 
 Every replica is one trainer set up by ``PADDLE_TRAINER_ENDPOINTS``, ``PADDLE_CURRENT_ENDPOINT``,
-``PADDLE_TRAINER_ID`` and ``PADDLE_TRAINERS_NUM``. ``paddlepaddle`` pins an older ``opt_einsum`` than ``jax``
-needs, so the replicas run in their own virtualenv (``make paddle`` creates ``.venvs/paddle``); ``python=`` points
-them at it. Override it with ``AIRFLOW_DISTRIBUTED_PADDLE_PYTHON``.
+``PADDLE_TRAINER_ID`` and ``PADDLE_TRAINERS_NUM``. ``paddlepaddle`` pins an ``opt_einsum`` older than the main
+environment's, so the replicas run in their own virtualenv (``make paddle`` creates ``.venvs/paddle``); ``python=``
+points them at it. Override it with ``AIRFLOW_DISTRIBUTED_PADDLE_PYTHON``.
 """
 
 from __future__ import annotations

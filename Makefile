@@ -1,4 +1,4 @@
-# Two commands do all the set-up on a fresh machine:
+# Two commands do all the set-up on a fresh machine (make test also builds .venvs/mxnet and .venvs/paddle):
 #   make example   installs what it needs and runs the PyTorch example DAG on the local backend
 #   make test      installs the test dependencies and runs the default test suite
 PYTHON ?= python3
@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: example test test-slow mxnet browser bench clean
+.PHONY: example test test-slow mxnet paddle browser bench clean
 
 # pip's output goes to a log that is shown only when the install fails.
 PIP_INSTALL = $(PY) -m pip install --quiet --disable-pip-version-check
@@ -24,7 +24,10 @@ example: $(VENV)/.installed-base
 	$(PY) scripts/run_example.py example_pytorch_ddp
 
 mxnet:
-	bash scripts/mxnet-venv.sh $(PYTHON)
+	bash scripts/framework-venv.sh mxnet $(PYTHON)
+
+paddle:
+	bash scripts/framework-venv.sh paddle $(PYTHON)
 
 # The browser test drives Debian's Chromium; installed when missing and we may (root), else that test skips.
 browser:
@@ -32,10 +35,10 @@ browser:
 	  { [ "$$(id -u)" = 0 ] && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	      apt-get install -y -qq chromium chromium-driver >/dev/null) || echo "no chromium: the browser test will skip"; }
 
-test: $(VENV)/.installed-test mxnet browser
+test: $(VENV)/.installed-test mxnet paddle browser
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
-test-slow: $(VENV)/.installed-test mxnet
+test-slow: $(VENV)/.installed-test mxnet paddle
 	bash scripts/build-horovod.sh $(PY)
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 

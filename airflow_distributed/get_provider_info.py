@@ -9,8 +9,8 @@ def get_provider_info() -> dict:
     return {
         "package-name": "airflow-distributed",
         "name": "Distributed Training",
-        "description": "Distributed training (TensorFlow, MXNet, PyTorch, Horovod) from a Polyaxon-style "
-        "environment spec, on local processes, Kubernetes pods or the Kubeflow Training Operator.",
+        "description": "Distributed training (TensorFlow, MXNet, PyTorch, Horovod, JAX, XGBoost, Paddle) from a "
+        "Polyaxon-style environment spec, on local processes, Kubernetes pods or the Kubeflow Training Operator.",
         "versions": [__version__],
         "integrations": [
             {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -52,3 +53,24 @@ def xcom(run, task_id: str, key: str = "return_value") -> Any:
             XComModel.get_many(run_id=run.run_id, dag_ids=run.dag_id, task_ids=task_id, key=key)
         ).first()
         return None if row is None else XComModel.deserialize_value(row[0])
+
+
+def assert_master_and_two_workers_exchanged(run, framework: str, lines: Callable[[int], list[str]]) -> dict:
+    """The checks every example of a master and two workers shares; returns the master's metrics.
+
+    The job succeeded with replicas master-0, worker-0, worker-1 exiting 0 and none left running; each replica's
+    last lines hold every line ``lines(rank)`` gives (rank: master 0, worker i -> i + 1), as printed by the script
+    from what its framework reported after joining the others.
+    """
+    result = xcom(run, "train")
+    assert result["framework"] == framework and result["state"] == "succeeded"
+    replicas = [(r["role"], r["index"], r["exit_code"]) for r in result["replicas"]]
+    assert replicas == [("master", 0, 0), ("worker", 0, 0), ("worker", 1, 0)]
+    logs = xcom(run, "train", "job")["logs"]
+    for rank, replica in enumerate(result["replicas"]):
+        for expected in lines(rank):
+            assert any(expected in line for line in logs[replica["name"]]), (expected, logs[replica["name"]])
+    assert replica_processes(result["job_name"]) == []
+    metrics = xcom(run, "train", "metrics")
+    assert metrics == result["metrics"] and metrics["world_size"] == 3
+    return metrics

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from airflow_distributed.frameworks.base import Framework, Role
 from airflow_distributed.frameworks.horovod import Horovod
+from airflow_distributed.frameworks.jax import Jax
 from airflow_distributed.frameworks.mxnet import MXNet
+from airflow_distributed.frameworks.paddle import Paddle
 from airflow_distributed.frameworks.pytorch import PyTorch
 from airflow_distributed.frameworks.tensorflow import TensorFlow
+from airflow_distributed.frameworks.xgboost import XGBoost
 
-_REGISTRY: dict[str, Framework] = {fw.name: fw for fw in (TensorFlow(), MXNet(), PyTorch(), Horovod())}
+_REGISTRY: dict[str, Framework] = {
+    fw.name: fw for fw in (TensorFlow(), MXNet(), PyTorch(), Horovod(), Jax(), XGBoost(), Paddle())
+}
 
 
 def get_framework(name: str) -> Framework:

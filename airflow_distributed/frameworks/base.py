@@ -51,3 +51,18 @@ class Framework:
     def succeeded(self, exit_codes: Mapping[str, int | None], master_name: str) -> bool:
         """The success rule of CONTRACT.md: the master exited 0."""
         return exit_codes.get(master_name) == 0
+
+
+def rank_of(replica: Replica) -> int:
+    """The global rank where the master is a worker too: master 0, worker i -> i + 1."""
+    return 0 if replica.is_master else replica.index + 1
+
+
+def master_rank_env(replica: Replica, plan: ClusterPlan) -> dict[str, str]:
+    """``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``: PyTorch's names, which XGBoostJob uses too."""
+    return {
+        "MASTER_ADDR": plan.master.host,
+        "MASTER_PORT": str(plan.master.port),
+        "WORLD_SIZE": str(len(plan.replicas)),
+        "RANK": str(rank_of(replica)),
+    }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow_distributed.frameworks.base import Framework, Role
+from airflow_distributed.frameworks.base import Framework, Role, master_rank_env
 
 
 class PyTorch(Framework):
@@ -11,19 +11,14 @@ class PyTorch(Framework):
     default_port = 23456
 
     def replica_env(self, replica, plan, backend):
-        master = plan.master
-        world_size = len(plan.replicas)
-        rank = 0 if replica.is_master else replica.index + 1
+        env = master_rank_env(replica, plan)
         return {
-            "MASTER_ADDR": master.host,
-            "MASTER_PORT": str(master.port),
-            "WORLD_SIZE": str(world_size),
-            "RANK": str(rank),
+            **env,
             "LOCAL_RANK": "0",
             # The same values under torchrun's names, for jobs that run torchrun in each replica.
-            "PET_MASTER_ADDR": master.host,
-            "PET_MASTER_PORT": str(master.port),
-            "PET_NNODES": str(world_size),
-            "PET_NODE_RANK": str(rank),
+            "PET_MASTER_ADDR": env["MASTER_ADDR"],
+            "PET_MASTER_PORT": env["MASTER_PORT"],
+            "PET_NNODES": env["WORLD_SIZE"],
+            "PET_NODE_RANK": env["RANK"],
             "PET_NPROC_PER_NODE": "1",
         }

@@ -1,4 +1,5 @@
-"""``ClusterPlan`` -> one Kubeflow training resource: ``TFJob``, ``PyTorchJob``, ``MXJob`` or ``MPIJob`` (pure).
+"""``ClusterPlan`` -> one Kubeflow training resource: ``TFJob``, ``PyTorchJob``, ``MXJob``, ``MPIJob`` or
+``XGBoostJob`` (pure).
 
 The ``kubeflow`` backend submits the same spec as a custom resource, and the operator in the cluster creates
 the pods, their Services and the framework's variables. Resources, their replica types and the releases targeted:
@@ -9,6 +10,10 @@ the pods, their Services and the framework's variables. Resources, their replica
   (1.9 removed MXJob).
 - horovod: ``MPIJob`` kubeflow.org/v2beta1, Launcher, Worker, ``slotsPerWorker``, ``runLauncherAsWorker`` (the
   launcher is rank 0, as in Polyaxon), ``sshAuthMountPath``, ``mpiImplementation``; mpi-operator 0.5 / 0.6.
+- xgboost: ``XGBoostJob`` kubeflow.org/v1, Master (runs the tracker, rank 0), Worker; training-operator 1.8 / 1.9.
+- jax: none. JAXJob (training-operator 1.9) has Worker replicas only, worker 0 being the coordinator, so the
+  Polyaxon master would share one template with the workers, the output relay and ``AIRFLOW_DISTRIBUTED_OUTPUT``
+  included; ``kubeflow_problems`` refuses it and the ``kubernetes`` backend runs it.
 
 Every replica type has ``restartPolicy: Never`` and the run policy ``backoffLimit: 0``: any replica exiting
 non-zero fails the job (CONTRACT.md).
@@ -25,8 +30,11 @@ launcher too, as it runs ranks), so the launcher must have as many GPUs as a wor
 Variables. The operator sets its framework's variables itself, so the plan's are left out of the templates:
 ``TF_CONFIG``; ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``/``RANK``/``PET_*``/``PYTHONUNBUFFERED``;
 ``DMLC_*`` (ps-lite numbers servers and workers itself, so ``DMLC_SERVER_ID``/``DMLC_WORKER_ID`` go too); and the
-MPI hostfile (the launcher's ``horovodrun`` is pointed at the operator's ``/etc/mpi/hostfile``). Of the plan's,
-``LOCAL_RANK=0`` stays (the PyTorch operator does not set it). Every ``AIRFLOW_DISTRIBUTED_*`` variable keeps its
+MPI hostfile (the launcher's ``horovodrun`` is pointed at the operator's ``/etc/mpi/hostfile``); XGBoost's
+``MASTER_*``/``WORLD_SIZE``/``RANK``. Of the plan's, ``LOCAL_RANK=0`` stays (the PyTorch operator does not set it),
+and so do XGBoost's ``DMLC_*``, which the operator does not set: they are the same in every pod except
+``DMLC_TASK_ID``, which the Worker template derives from the operator's ``RANK`` when the container starts
+(``derive_task_id_command``). Every ``AIRFLOW_DISTRIBUTED_*`` variable keeps its
 meaning: ``JOB``, ``FRAMEWORK``, ``ROLE``, ``MODEL_DIR``, ``CLUSTER`` (the addresses of the operator's Services,
 from ``KubeflowAddressing``), ``OUTPUT`` on the master, and ``INDEX``, read from the pod's
 ``training.kubeflow.org/replica-index`` label by the downward API, as one template serves every index.
@@ -56,6 +64,7 @@ from kubernetes import client
 
 from airflow_distributed.frameworks import get_framework
 from airflow_distributed.frameworks.horovod import HOSTFILE, SSH_PORT
+from airflow_distributed.frameworks.xgboost import task_id
 from airflow_distributed.manifests import horovod_ssh
 from airflow_distributed.manifests.container_scripts import (
     TERMINATION_MESSAGE_PATH,
@@ -128,6 +137,8 @@ class KubeflowKind:
     kept_env: frozenset[str] = frozenset()
     #: spec fields every resource of this kind has, beside the replica specs and the run policy
     fixed_spec: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    #: variables that differ between the pods of one template and are derived from the operator's ``RANK`` at start
+    rank_derived_env: frozenset[str] = frozenset()
 
     @property
     def group(self) -> str:
@@ -189,6 +200,14 @@ KINDS: dict[str, KubeflowKind] = {
         container="mpi", port_name=None, operator_env=frozenset({"OMPI_MCA_orte_default_hostfile"}),
         # The launcher runs ranks too (Polyaxon's rank 0), so it is a host of the hostfile.
         fixed_spec=MappingProxyType({"runLauncherAsWorker": True, "sshAuthMountPath": horovod_ssh.SSH_DIR}),
+    ),
+    "xgboost": KubeflowKind(
+        "xgboost", "XGBoostJob", "v1", "xgboostjobs",
+        MappingProxyType({"master": "Master", "worker": "Worker"}),
+        container="xgboost", port_name="xgboostjob-port",
+        operator_env=frozenset({"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"}),
+        kept_env=frozenset({"DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_NUM_WORKER", "DMLC_TASK_ID"}),
+        rank_derived_env=frozenset({"DMLC_TASK_ID"}),
     ),
 }
 
@@ -287,6 +306,9 @@ def kubeflow_problems(spec: TrainingSpec) -> list[tuple[str, str]]:
 
     For the operator's checks when the DAG is parsed; ``build_kubeflow_job`` raises the same as ``ManifestError``.
     """
+    if spec.framework not in KINDS:
+        return [("backend", f"framework '{spec.framework}' has no Kubeflow resource; backend='kubeflow' takes "
+                 f"{', '.join(KINDS)}; use backend='kubernetes' (one pod per replica, no operator needed)")]
     kind = kubeflow_kind(spec.framework)
     framework = get_framework(spec.framework)
     cluster = spec.cluster
@@ -546,6 +568,8 @@ def _main_container(
         command = list(first.command)
         if plan.framework == "horovod":
             command = _with_hostfile(command, MPI_HOSTFILE)
+        if len(replicas) > 1 and kind.rank_derived_env:
+            command = derive_task_id_command(command, len(plan.replicas))
         if relay:
             command = relay_output_command(pods.image_python, command, plan.layout.output_path)
     ports = None
@@ -578,6 +602,16 @@ def _main_container(
     return container
 
 
+def derive_task_id_command(argv: Sequence[str], world_size: int) -> list[str]:
+    """``argv`` run with ``DMLC_TASK_ID`` set from the operator's ``RANK``, padded as ``frameworks.xgboost.task_id``.
+
+    One template serves every Worker, so the one variable that differs between them is computed in the pod.
+    """
+    width = len(task_id(world_size - 1, world_size))
+    script = f'DMLC_TASK_ID=$(printf "%0{width}d" "$RANK") && export DMLC_TASK_ID && exec "$@"'
+    return ["sh", "-c", script, "sh", *argv]
+
+
 def _with_hostfile(argv: Sequence[str], path: str) -> list[str]:
     """The launcher's ``horovodrun`` argv pointed at another hostfile (the operator's)."""
     argv = list(argv)
@@ -592,6 +626,8 @@ def _template_env(plan: ClusterPlan, kind: KubeflowKind, replicas: Sequence[Repl
     first = replicas[0]
     dropped = (set(framework.replica_env(first, plan, plan.backend)) - kind.kept_env) | kind.operator_env
     dropped.add("AIRFLOW_DISTRIBUTED_INDEX")
+    if len(replicas) > 1:
+        dropped |= kind.rank_derived_env  # set by the command, see derive_task_id_command
     shared = {name: value for name, value in first.env.items() if name not in dropped}
     for replica in replicas[1:]:
         own = {name: value for name, value in replica.env.items() if name not in dropped}
@@ -626,6 +662,7 @@ __all__ = [
     "KubeflowResource",
     "ManifestError",
     "build_kubeflow_job",
+    "derive_task_id_command",
     "kubeflow_kind",
     "kubeflow_problems",
     "kubeflow_resource",

@@ -30,6 +30,7 @@ REPLICA_SPECS_KEY: dict[str, str] = {
     "PyTorchJob": "pytorchReplicaSpecs",
     "MXJob": "mxReplicaSpecs",
     "MPIJob": "mpiReplicaSpecs",
+    "XGBoostJob": "xgbReplicaSpecs",
 }
 
 CONDITION_STATES: dict[str, str] = {
@@ -113,6 +114,7 @@ def success_rule(obj: Mapping[str, Any]) -> SuccessRule:
     - PyTorchJob: the Master if there is one; else every Worker (with an ``elasticPolicy``: any one Worker).
     - MXJob: the Scheduler.
     - MPIJob: the Launcher.
+    - XGBoostJob: the Master.
 
     :raises ValueError: a kind that is not one of these, or a job without the replica type that would decide.
     """
@@ -134,7 +136,7 @@ def success_rule(obj: Mapping[str, Any]) -> SuccessRule:
         if spec.get("elasticPolicy"):
             return SuccessRule("Worker", None, False, "a Worker succeeded (elastic, without a Master)")
         return SuccessRule("Worker", None, True, "every Worker succeeded (a PyTorchJob without a Master)")
-    deciding = "Scheduler" if kind == "MXJob" else "Launcher"
+    deciding = {"MXJob": "Scheduler", "MPIJob": "Launcher", "XGBoostJob": "Master"}[kind]
     if deciding not in types:
         raise ValueError(f"{kind} {_name(obj)} has no {deciding}, whose end decides its success")
     return SuccessRule(deciding, 0, False, f"the {deciding} succeeded")

@@ -1,8 +1,9 @@
 """What ``DistributedTrainingOperator`` does with ``backend="kubeflow"``: plan -> Kubeflow job -> status -> XCom.
 
-The same spec is submitted as one ``TFJob``/``PyTorchJob``/``MXJob``/``MPIJob`` (``manifests.kubeflow``); the
-Kubeflow Training Operator in the cluster creates the pods and judges them, and the task reads its verdict from the
-object's ``status.conditions`` through one watch (``KubeflowJobHook``, or ``KubeflowJobTrigger`` when deferred).
+The same spec is submitted as one ``TFJob``/``PyTorchJob``/``MXJob``/``MPIJob``/``XGBoostJob``
+(``manifests.kubeflow``); the Kubeflow Training Operator in the cluster creates the pods and judges them, and the
+task reads its verdict from the object's ``status.conditions`` through one watch (``KubeflowJobHook``, or
+``KubeflowJobTrigger`` when deferred).
 
 Entry points, called from the operator: ``check_kubeflow_arguments`` (when the DAG is parsed: what the spec asks
 that one pod template per role cannot express), ``run_kubeflow`` (``execute``), ``resume_kubeflow``

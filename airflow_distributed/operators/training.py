@@ -47,8 +47,9 @@ class DistributedTrainingOperator(BaseOperator):
     ``{"job_name", "framework", "backend", "state", "metrics", "model_path", "replicas"}``; ``metrics`` and
     ``model_path`` are also pushed under their own XCom keys (``train.output["metrics"]``).
 
-    :param framework: ``tensorflow``, ``mxnet``, ``pytorch`` or ``horovod``. May be omitted when ``environment``
-        has exactly one framework section or is a polyaxonfile with a ``framework``. (templated: no)
+    :param framework: ``tensorflow``, ``mxnet``, ``pytorch``, ``horovod``, ``jax``, ``xgboost`` or ``paddle``. May
+        be omitted when ``environment`` has exactly one framework section or is a polyaxonfile with a
+        ``framework``. (templated: no)
     :param environment: the Polyaxon ``environment`` section: a dict, YAML text, a path to a YAML/JSON file or a whole
         polyaxonfile. ``None`` runs the master alone. (templated)
     :param command: the command every replica runs, as an argv list (no shell). A leading ``python`` means the

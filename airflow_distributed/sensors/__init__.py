@@ -3,9 +3,12 @@
 from airflow_distributed.sensors.base import DistributedJobSensor
 from airflow_distributed.sensors.frameworks import (
     HorovodJobSensor,
+    JaxJobSensor,
     MXNetJobSensor,
     PytorchJobSensor,
     TensorflowJobSensor,
+    XGBoostJobSensor,
 )
 
-__all__ = ["DistributedJobSensor", "HorovodJobSensor", "MXNetJobSensor", "PytorchJobSensor", "TensorflowJobSensor"]
+__all__ = ["DistributedJobSensor", "HorovodJobSensor", "JaxJobSensor", "MXNetJobSensor", "PytorchJobSensor",
+           "TensorflowJobSensor", "XGBoostJobSensor"]

@@ -6,7 +6,7 @@ Two kinds of job:
   ``job_name`` and ``namespace`` to XCom) or any set of pods with the project's labels: its pods are found by the
   ``airflow-distributed/job`` label and judged by ``job_watch`` like the operator's own wait (the master's main
   container exiting 0 succeeds; any replica exiting non-zero, or failing to start for good, fails);
-- a Kubeflow ``TFJob``/``PyTorchJob``/``MXJob``/``MPIJob`` (``kind=``): its ``status.conditions``
+- a Kubeflow ``TFJob``/``PyTorchJob``/``MXJob``/``MPIJob``/``XGBoostJob`` (``kind=``): its ``status.conditions``
   (``kubeflow_status.job_status``), and the output document of the replica its framework's success rule names.
 
 On success the sensor pushes ``metrics`` and ``model_path`` (and returns the operator's ``return_value``); on
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 #: Kubeflow kind -> framework (``manifests.kubeflow.KINDS``, kept here so that parsing a DAG imports no client).
 KIND_FRAMEWORK: dict[str, str] = {"TFJob": "tensorflow", "PyTorchJob": "pytorch", "MXJob": "mxnet",
-                                  "MPIJob": "horovod"}
+                                  "MPIJob": "horovod", "XGBoostJob": "xgboost"}
 #: A startup window no job reaches: a sensor judges a job's end, not how long its pods take to start.
 _NO_STARTUP_LIMIT = 10.0**9
 
@@ -46,8 +46,8 @@ class DistributedJobSensor(BaseSensorOperator):
         e.g. ``"{{ ti.xcom_pull(task_ids='train', key='job_name') }}"``. (templated)
     :param namespace: its namespace; default: the connection's ``namespace`` extra, else ``default``. (templated)
     :param kind: ``None`` for a job of the ``kubernetes`` backend (pods with the project's labels); ``TFJob``,
-        ``PyTorchJob``, ``MXJob`` or ``MPIJob`` for a Kubeflow training job; ``"kubeflow"`` for the Kubeflow
-        kind of the sensor's framework.
+        ``PyTorchJob``, ``MXJob``, ``MPIJob`` or ``XGBoostJob`` for a Kubeflow training job; ``"kubeflow"`` for the
+        Kubeflow kind of the sensor's framework.
     :param framework: the job's framework, checked against the job's own (the per-framework sensors set it).
     :param kubernetes_conn_id: the cncf provider's Kubernetes connection.
     :param deferrable: wait in the triggerer; default: ``[operators] default_deferrable``.
@@ -84,6 +84,9 @@ class DistributedJobSensor(BaseSensorOperator):
     def _resolve_kind(self, kind: str | None) -> str | None:
         if kind == "kubeflow":
             found = [k for k, fw in KIND_FRAMEWORK.items() if fw == self.framework]
+            if not found and self.framework:
+                raise ValueError(f"{type(self).__name__}: {self.framework} has no Kubeflow kind; use kind=None "
+                                 "(a job of the kubernetes backend)")
             if not found:
                 raise ValueError(f"{type(self).__name__}: kind='kubeflow' needs a framework; use kind= "
                                  f"{', '.join(KIND_FRAMEWORK)}")

@@ -8,7 +8,9 @@ exits 0 (CONTRACT.md); with ``kind="kubeflow"`` (or the kind by name) the job's 
   ``successPolicy: AllWorkers``);
 - ``PytorchJobSensor`` (``PyTorchJob``): the Master; without one, every worker (any one, elastic);
 - ``MXNetJobSensor`` (``MXJob``): the Scheduler;
-- ``HorovodJobSensor`` (``MPIJob``): the Launcher.
+- ``HorovodJobSensor`` (``MPIJob``): the Launcher;
+- ``XGBoostJobSensor`` (``XGBoostJob``): the Master;
+- ``JaxJobSensor``: jobs of the ``kubernetes`` backend only (a JAX job has no Kubeflow resource here).
 """
 
 from __future__ import annotations
@@ -40,4 +42,17 @@ class HorovodJobSensor(DistributedJobSensor):
     default_framework = "horovod"
 
 
-__all__ = ["HorovodJobSensor", "MXNetJobSensor", "PytorchJobSensor", "TensorflowJobSensor"]
+class XGBoostJobSensor(DistributedJobSensor):
+    """Wait for an XGBoost job (``XGBoostJob`` with ``kind="kubeflow"``); see ``DistributedJobSensor``."""
+
+    default_framework = "xgboost"
+
+
+class JaxJobSensor(DistributedJobSensor):
+    """Wait for a JAX job of the ``kubernetes`` backend; see ``DistributedJobSensor``."""
+
+    default_framework = "jax"
+
+
+__all__ = ["HorovodJobSensor", "JaxJobSensor", "MXNetJobSensor", "PytorchJobSensor", "TensorflowJobSensor",
+           "XGBoostJobSensor"]

@@ -20,8 +20,9 @@ from airflow_distributed.spec.models import FRAMEWORKS, MAX_REPLICAS_PER_ROLE, E
 def load_spec(framework: str | None = None, environment: Any = None) -> TrainingSpec:
     """Validate a framework and ``environment`` section; raise one ``SpecValidationError`` listing every problem.
 
-    :param framework: ``tensorflow``, ``mxnet``, ``pytorch`` or ``horovod``; inferred from the one cluster section
-        when omitted. A polyaxonfile's own ``framework`` is used when this is omitted.
+    :param framework: ``tensorflow``, ``mxnet``, ``pytorch``, ``horovod``, ``jax``, ``xgboost`` or ``paddle``;
+        inferred from the one cluster section when omitted. A polyaxonfile's own ``framework`` is used when this is
+        omitted.
     :param environment: a dict, YAML text, a path to a YAML/JSON file, or a whole polyaxonfile (dict or text);
         ``None`` means the master alone.
     """

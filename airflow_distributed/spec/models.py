@@ -12,10 +12,11 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Stric
 
 from airflow_distributed.spec.quantities import amount_in_base_units
 
-Framework = Literal["tensorflow", "mxnet", "pytorch", "horovod"]
-FRAMEWORKS: tuple[str, ...] = ("tensorflow", "mxnet", "pytorch", "horovod")
+Framework = Literal["tensorflow", "mxnet", "pytorch", "horovod", "jax", "xgboost", "paddle"]
+FRAMEWORKS: tuple[str, ...] = ("tensorflow", "mxnet", "pytorch", "horovod", "jax", "xgboost", "paddle")
 # The key of each framework's cluster subsection; Horovod's is Polyaxon's generic ``replicas``.
-SECTION_OF: dict[str, str] = {"tensorflow": "tensorflow", "mxnet": "mxnet", "pytorch": "pytorch", "horovod": "replicas"}
+SECTION_OF: dict[str, str] = {"tensorflow": "tensorflow", "mxnet": "mxnet", "pytorch": "pytorch", "horovod": "replicas",
+                              "jax": "jax", "xgboost": "xgboost", "paddle": "paddle"}
 FRAMEWORK_OF_SECTION: dict[str, str] = {section: fw for fw, section in SECTION_OF.items()}
 
 # Large enough for any real job (the 1000-replica benchmark included), small enough to catch a typo like 40000.
@@ -196,6 +197,9 @@ class Environment(PodSettings):
     mxnet: PSCluster | None = None
     pytorch: WorkerCluster | None = None
     replicas: WorkerCluster | None = None
+    jax: WorkerCluster | None = None
+    xgboost: WorkerCluster | None = None
+    paddle: WorkerCluster | None = None
 
     def sections(self) -> dict[str, WorkerCluster]:
         return {key: getattr(self, key) for key in FRAMEWORK_OF_SECTION if getattr(self, key) is not None}

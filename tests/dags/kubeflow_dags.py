@@ -21,12 +21,12 @@ def namespace_of(dag_id: str) -> str:
     return dag_id.replace("_", "-")
 
 
-def _dag(dag_id: str, *, report: bool = False, **task_kwargs) -> DAG:
+def _dag(dag_id: str, *, report: bool = False, framework: str = "pytorch", **task_kwargs) -> DAG:
     with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "kubeflow"]) as dag:
         train = DistributedTrainingOperator(
             task_id="train",
-            framework="pytorch",
-            environment={"pytorch": {"n_workers": 2}},
+            framework=framework,
+            environment={framework: {"n_workers": 2}},
             command=["python", "/opt/jobs/train.py"],
             args=["--steps", "{{ params.steps }}"],
             params={"steps": 5},
@@ -49,3 +49,4 @@ success = _dag("kubeflow_success", report=True)
 deferrable = _dag("kubeflow_deferrable", deferrable=True)
 failure = _dag("kubeflow_failure")
 long_running = _dag("kubeflow_long_running", execution_timeout=timedelta(minutes=5))
+xgboost = _dag("kubeflow_xgboost", framework="xgboost")

@@ -24,6 +24,7 @@ KINDS = {
     "pytorchjobs": ("v1", "PyTorchJob", "pytorchReplicaSpecs"),
     "mxjobs": ("v1", "MXJob", "mxReplicaSpecs"),
     "mpijobs": ("v2beta1", "MPIJob", "mpiReplicaSpecs"),
+    "xgboostjobs": ("v1", "XGBoostJob", "xgbReplicaSpecs"),
 }
 
 

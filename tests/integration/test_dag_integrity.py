@@ -37,3 +37,15 @@ def test_airflow_lists_the_provider():
     listing = next(line for line in reversed(out.splitlines()) if line.startswith("[{"))
     providers = {p["package_name"]: p for p in json.loads(listing)}
     assert providers["airflow-distributed"]["version"] == "0.1.0"
+
+
+@pytest.mark.parametrize("example, module", [("example_jax_data_parallel", "jax"), ("example_xgboost_dist", "xgboost"),
+                                             ("example_paddle_collective", "paddle")])
+def test_an_example_parses_without_its_framework_installed(example: str, module: str):
+    # None in sys.modules makes any import of the module fail, as on a machine without it.
+    code = (f"import sys; sys.modules[{module!r}] = None\n"
+            "from airflow.dag_processing.dagbag import DagBag\n"
+            f"bag = DagBag(dag_folder={str(EXAMPLE_DAGS / (example + '.py'))!r})\n"
+            "assert bag.import_errors == {}, bag.import_errors\n"
+            f"assert list(bag.dags) == [{example!r}], list(bag.dags)\n")
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)

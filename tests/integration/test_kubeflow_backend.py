@@ -104,6 +104,38 @@ def test_a_pytorchjob_that_succeeds_hands_the_masters_output_to_xcom_and_is_dele
         assert "waiting in the triggerer" in capfd.readouterr().out
 
 
+def test_an_xgboostjob_is_submitted_watched_and_its_masters_output_read(emulator):
+    namespace = namespace_of("kubeflow_xgboost")
+    emulator.create_namespace(namespace)
+
+    def script(controller: KubeflowController) -> None:
+        controller.wait_for_job()
+        controller.create_pods()
+        controller.run_all()
+        controller.conditions(("Created", "XGBoostJobCreated", ""), ("Running", "XGBoostJobRunning", ""))
+        wait_until(controller.watched, timeout=60, interval=0.02)
+        controller.succeed("master-0", DOCUMENT)
+        controller.succeed("worker-0")
+        controller.succeed("worker-1")
+        controller.conditions(("Created", "XGBoostJobCreated", ""), ("Running", "XGBoostJobRunning", ""),
+                              ("Succeeded", "XGBoostJobSucceeded", ""))
+
+    controller = KubeflowController(emulator, namespace, "xgboostjobs").play(script)
+    run, states = run_dag_at("kubeflow_xgboost")
+    controller.check()
+
+    assert states == {"train": "success"}
+    result = xcom(run, "train")
+    assert (result["framework"], result["backend"], result["state"]) == ("xgboost", "kubeflow", "succeeded")
+    assert result["metrics"] == DOCUMENT["metrics"]
+    specs = controller.job["spec"]["xgbReplicaSpecs"]
+    assert {rtype: spec["replicas"] for rtype, spec in specs.items()} == {"Master": 1, "Worker": 2}
+    worker = specs["Worker"]["template"]["spec"]["containers"][0]
+    assert worker["name"] == "xgboost" and worker["command"][:2] == ["sh", "-c"]
+    assert worker["command"][-4:] == ["python", "/opt/jobs/train.py", "--steps", "5"]
+    assert [r.method for r in emulator.requests if r.path.endswith(f"/{namespace}/xgboostjobs")].count("POST") == 1
+
+
 def test_a_failed_pytorchjob_fails_the_task_naming_the_replica_and_keeps_the_job(emulator, capfd):
     namespace = namespace_of("kubeflow_failure")
     emulator.create_namespace(namespace)
@@ -174,6 +206,15 @@ def test_a_spec_one_pod_template_cannot_hold_is_refused_when_the_dag_is_parsed()
     # The same spec is fine for the kubernetes backend: one pod per replica.
     DistributedTrainingOperator(task_id="t", framework="pytorch", environment=environment, command=["train"],
                                 image="trainer:1", backend="kubernetes")
+
+
+def test_a_framework_without_a_kubeflow_resource_is_refused_when_the_dag_is_parsed():
+    from airflow_distributed.operators import DistributedTrainingOperator
+    from airflow_distributed.spec import SpecValidationError
+
+    with pytest.raises(SpecValidationError, match=r"backend: framework 'jax' has no Kubeflow resource.*kubernetes"):
+        DistributedTrainingOperator(task_id="t", framework="jax", environment={"jax": {"n_workers": 1}},
+                                    command=["train"], image="trainer:1", backend="kubeflow")
 
 
 def test_a_retry_reattaches_to_the_job_of_its_earlier_try(emulator):

@@ -306,3 +306,12 @@ def test_a_sensor_refuses_a_kind_of_another_framework():
         TensorflowJobSensor(task_id="s", job_name="j", kind="PyTorchJob")
     with pytest.raises(ValueError, match="kind='kubeflow' needs a framework"):
         DistributedJobSensor(task_id="s", job_name="j", kind="kubeflow")
+
+
+def test_the_xgboost_sensor_takes_the_xgboostjob_and_the_jax_sensor_has_no_kubeflow_kind():
+    from airflow_distributed.sensors import JaxJobSensor, XGBoostJobSensor
+
+    assert XGBoostJobSensor(task_id="s", job_name="j", kind="kubeflow").kind == "XGBoostJob"
+    assert JaxJobSensor(task_id="s", job_name="j").kind is None
+    with pytest.raises(ValueError, match="jax has no Kubeflow kind; use kind=None"):
+        JaxJobSensor(task_id="s", job_name="j", kind="kubeflow")

@@ -12,7 +12,7 @@ from airflow_distributed.plan import KubernetesAddressing, Layout, LocalAddressi
 from airflow_distributed.spec import load_spec
 
 LAYOUT = Layout(model_dir="/m", output_path="/o/output.json", files_dir="/f")
-PORTS = LocalAddressing(ports=[31000, 31001, 31002, 31003, 31004])
+PORTS = LocalAddressing(ports=range(31000, 31020))
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,27 @@ CASES = [
             {"DMLC_ROLE": "server", "DMLC_SERVER_ID": "0", "DMLC_NUM_SERVER": "1", "DMLC_NUM_WORKER": "2"}),
     EnvCase("mxnet worker", "mxnet", {"mxnet": {"n_workers": 2, "n_ps": 1}}, "worker-1",
             {"DMLC_ROLE": "worker", "DMLC_WORKER_ID": "1", "DMLC_PS_ROOT_PORT": "31000"}),
+    EnvCase("jax master is process 0 and the coordinator", "jax", {"jax": {"n_workers": 2}}, "master-0",
+            {"JAX_COORDINATOR_ADDRESS": "127.0.0.1:31000", "JAX_NUM_PROCESSES": "3", "JAX_PROCESS_ID": "0"}),
+    EnvCase("jax worker 1 is process 2", "jax", {"jax": {"n_workers": 2}}, "worker-1",
+            {"JAX_COORDINATOR_ADDRESS": "127.0.0.1:31000", "JAX_NUM_PROCESSES": "3", "JAX_PROCESS_ID": "2"}),
+    EnvCase("jax master alone", "jax", None, "master-0",
+            {"JAX_COORDINATOR_ADDRESS": "127.0.0.1:31000", "JAX_NUM_PROCESSES": "1", "JAX_PROCESS_ID": "0"}),
+    EnvCase("xgboost master runs the tracker and is rank 0", "xgboost", {"xgboost": {"n_workers": 2}}, "master-0",
+            {"DMLC_TRACKER_URI": "127.0.0.1", "DMLC_TRACKER_PORT": "31000", "DMLC_TASK_ID": "0",
+             "DMLC_NUM_WORKER": "3", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "31000", "WORLD_SIZE": "3",
+             "RANK": "0"}),
+    EnvCase("xgboost worker 1 is rank 2", "xgboost", {"xgboost": {"n_workers": 2}}, "worker-1",
+            {"DMLC_TRACKER_URI": "127.0.0.1", "DMLC_TRACKER_PORT": "31000", "DMLC_TASK_ID": "2",
+             "DMLC_NUM_WORKER": "3", "RANK": "2"}),
+    EnvCase("xgboost task ids padded to the widest rank", "xgboost", {"xgboost": {"n_workers": 10}}, "worker-2",
+            {"DMLC_TASK_ID": "03", "DMLC_NUM_WORKER": "11", "RANK": "3"}),
+    EnvCase("paddle master is trainer 0", "paddle", {"paddle": {"n_workers": 2}}, "master-0",
+            {"PADDLE_TRAINER_ENDPOINTS": "127.0.0.1:31000,127.0.0.1:31001,127.0.0.1:31002",
+             "PADDLE_CURRENT_ENDPOINT": "127.0.0.1:31000", "PADDLE_TRAINER_ID": "0", "PADDLE_TRAINERS_NUM": "3"}),
+    EnvCase("paddle worker 1 is trainer 2", "paddle", {"paddle": {"n_workers": 2}}, "worker-1",
+            {"PADDLE_TRAINER_ENDPOINTS": "127.0.0.1:31000,127.0.0.1:31001,127.0.0.1:31002",
+             "PADDLE_CURRENT_ENDPOINT": "127.0.0.1:31002", "PADDLE_TRAINER_ID": "2", "PADDLE_TRAINERS_NUM": "3"}),
     EnvCase("horovod hostfile", "horovod", {"replicas": {"n_workers": 2}}, "worker-0",
             {"OMPI_MCA_orte_default_hostfile": "/f/hostfile"}),
 ]
@@ -120,3 +141,83 @@ def test_job_names_are_deterministic_dns_labels(dag_id, task_id, run_id, map_ind
     assert len(name) <= 40 and name[0].isalpha() and name[-1].isalnum()
     assert all(c.islower() or c.isdigit() or c == "-" for c in name)
     assert len(f"{name}-scheduler-1999") <= 63
+
+
+@dataclass(frozen=True)
+class SectionCase:
+    name: str
+    framework: str | None
+    environment: dict
+    #: (replica suffix, process/rank variable) in plan order
+    replicas: list[tuple[str, str]]
+    #: replica suffix -> cpu limit of its effective settings
+    cpu_limits: dict[str, object] | None = None
+
+
+SECTION_CASES = [
+    SectionCase("jax inferred from its section", None, {"jax": {"n_workers": 2}},
+                [("master-0", "0"), ("worker-0", "1"), ("worker-1", "2")]),
+    SectionCase("jax default and indexed worker", "jax",
+                {"resources": {"cpu": {"limits": 4}},
+                 "jax": {"n_workers": 3, "default_worker": {"resources": {"cpu": {"limits": 2}}},
+                         "worker": [{"index": 1, "resources": {"cpu": {"limits": 1}}}]}},
+                [("master-0", "0"), ("worker-0", "1"), ("worker-1", "2"), ("worker-2", "3")],
+                {"master-0": 4, "worker-0": 2, "worker-1": 1, "worker-2": 2}),
+    SectionCase("jax legacy worker_resources", "jax",
+                {"jax": {"n_workers": 2, "worker_resources": [{"index": 0, "cpu": {"limits": 3}}]}},
+                [("master-0", "0"), ("worker-0", "1"), ("worker-1", "2")], {"worker-0": 3, "worker-1": None}),
+    SectionCase("xgboost inferred from its section", None, {"xgboost": {"n_workers": 2}},
+                [("master-0", "0"), ("worker-0", "1"), ("worker-1", "2")]),
+    SectionCase("xgboost default and indexed worker", "xgboost",
+                {"xgboost": {"n_workers": 2, "default_worker": {"resources": {"cpu": {"limits": 2}}},
+                             "worker": [{"index": 0, "resources": {"cpu": {"limits": 1}}}]}},
+                [("master-0", "0"), ("worker-0", "1"), ("worker-1", "2")],
+                {"master-0": None, "worker-0": 1, "worker-1": 2}),
+    SectionCase("xgboost master alone", "xgboost", {}, [("master-0", "0")]),
+    SectionCase("paddle inferred from its section", None, {"paddle": {"n_workers": 3}},
+                [("master-0", "0"), ("worker-0", "1"), ("worker-1", "2"), ("worker-2", "3")]),
+    SectionCase("paddle legacy default_worker_resources", "paddle",
+                {"paddle": {"n_workers": 1, "default_worker_resources": {"cpu": {"limits": 2}}}},
+                [("master-0", "0"), ("worker-0", "1")], {"master-0": None, "worker-0": 2}),
+]
+PROCESS_VARIABLE = {"jax": "JAX_PROCESS_ID", "xgboost": "DMLC_TASK_ID", "paddle": "PADDLE_TRAINER_ID"}
+
+
+@pytest.mark.parametrize("case", SECTION_CASES, ids=[c.name for c in SECTION_CASES])
+def test_framework_sections_load_and_number_every_process(case: SectionCase):
+    spec = load_spec(case.framework, case.environment)
+    plan = build_plan(spec, "job", LocalAddressing(ports=range(32000, 32010)), LAYOUT, ["x"], backend="local")
+    variable = PROCESS_VARIABLE[spec.framework]
+    assert [(r.name.removeprefix("job-"), r.env[variable]) for r in plan.replicas] == case.replicas
+    for suffix, limit in (case.cpu_limits or {}).items():
+        resources = plan.replica(f"job-{suffix}").resources
+        assert (resources.cpu.limits if resources and resources.cpu else None) == limit, suffix
+
+
+def test_jax_coordinator_is_the_masters_stable_dns_name_on_kubernetes():
+    plan = _plan("jax", {"jax": {"n_workers": 2}}, KubernetesAddressing("ns"), backend="kubernetes")
+    assert {r.env["JAX_COORDINATOR_ADDRESS"] for r in plan.replicas} == {"job-master-0.job.ns.svc:6666"}
+    assert plan.cluster == {"master": ["job-master-0.job.ns.svc:6666"],
+                            "worker": ["job-worker-0.job.ns.svc:6666", "job-worker-1.job.ns.svc:6666"]}
+
+
+@pytest.mark.parametrize("n_workers", [0, 1, 8, 9, 10, 99, 100, 1000])
+def test_xgboost_task_ids_sort_as_strings_in_rank_order(n_workers):
+    # XGBoost's tracker (sortby="task") ranks workers by their task ids compared as strings.
+    plan = _plan("xgboost", {"xgboost": {"n_workers": n_workers}}, LocalAddressing(ports=range(n_workers + 1)))
+    ids = [replica.env["DMLC_TASK_ID"] for replica in plan.replicas]
+    assert sorted(ids) == ids and [int(i) for i in ids] == list(range(n_workers + 1))
+
+
+def test_xgboost_tracker_is_the_masters_stable_dns_name_on_kubernetes():
+    plan = _plan("xgboost", {"xgboost": {"n_workers": 1}}, KubernetesAddressing("ns"), backend="kubernetes")
+    assert {(r.env["DMLC_TRACKER_URI"], r.env["DMLC_TRACKER_PORT"]) for r in plan.replicas} == {
+        ("job-master-0.job.ns.svc", "9999")}
+
+
+def test_paddle_endpoints_are_every_trainer_in_id_order_on_kubernetes():
+    plan = _plan("paddle", {"paddle": {"n_workers": 2}}, KubernetesAddressing("ns"), backend="kubernetes")
+    endpoints = ["job-master-0.job.ns.svc:36543", "job-worker-0.job.ns.svc:36543", "job-worker-1.job.ns.svc:36543"]
+    for replica in plan.replicas:
+        assert replica.env["PADDLE_TRAINER_ENDPOINTS"].split(",") == endpoints
+        assert endpoints[int(replica.env["PADDLE_TRAINER_ID"])] == replica.env["PADDLE_CURRENT_ENDPOINT"]

@@ -13,7 +13,9 @@ import functools
 import importlib.resources
 import importlib.util
 import json
+import os
 import re
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,7 +61,7 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 SEEDS = DATA / "seeds"
 SCHEMAS = DATA / "kubeflow" / "schemas"
 SCHEMA_FILES = {"TFJob": "tfjob-v1.json", "PyTorchJob": "pytorchjob-v1.json", "MXJob": "mxjob-v1.json",
-                "MPIJob": "mpijob-v2beta1.json"}
+                "MPIJob": "mpijob-v2beta1.json", "XGBoostJob": "xgboostjob-v1.json"}
 
 NAMESPACE = "ml-team"
 JOB = "train-3f9a1c2b"
@@ -73,6 +75,8 @@ OPERATOR_VARIABLES = {
     "DMLC_NUM_SERVER", "DMLC_NUM_WORKER", "DMLC_SERVER_ID", "DMLC_WORKER_ID", "DMLC_USE_KUBERNETES",
     "DMLC_INTERFACE", "DMLC_NODE_HOST", "OMPI_MCA_orte_default_hostfile",
 }
+# XGBoost's tracker variables: no operator sets them, so an XGBoostJob's templates carry them.
+XGBOOST_VARIABLES = {"DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_NUM_WORKER", "DMLC_TASK_ID"}
 CONTRACT_VARIABLES = {
     "AIRFLOW_DISTRIBUTED_JOB", "AIRFLOW_DISTRIBUTED_FRAMEWORK", "AIRFLOW_DISTRIBUTED_ROLE",
     "AIRFLOW_DISTRIBUTED_INDEX", "AIRFLOW_DISTRIBUTED_CLUSTER", "AIRFLOW_DISTRIBUTED_MODEL_DIR",
@@ -193,6 +197,9 @@ JOB_CASES = [
     JobCase("mxnet", "mxnet", {"mxnet": {"n_workers": 2, "n_ps": 1}}, {"Scheduler": 1, "Server": 1, "Worker": 2}),
     JobCase("pytorch", "pytorch", {"pytorch": {"n_workers": 3}}, {"Master": 1, "Worker": 3}),
     JobCase("horovod", "horovod", {"replicas": {"n_workers": 2}}, {"Launcher": 1, "Worker": 2}),
+    JobCase("xgboost", "xgboost", {"xgboost": {"n_workers": 3}}, {"Master": 1, "Worker": 3}),
+    JobCase("xgboost, one worker", "xgboost", {"xgboost": {"n_workers": 1, "default_worker": EVERY_SETTING}},
+            {"Master": 1, "Worker": 1}),
     JobCase("master alone", "tensorflow", None, {"Chief": 1}),
     JobCase("every pod setting on master and workers", "pytorch",
             {**EVERY_SETTING, "pytorch": {"n_workers": 2, "default_worker": EVERY_SETTING}},
@@ -316,6 +323,7 @@ def test_the_mxjob_schema_is_training_operator_1_8s_and_has_no_managed_by():
     ("pytorch", "PyTorchJob", "kubeflow.org/v1", "pytorchjobs", "pytorch", {"Master", "Worker"}),
     ("mxnet", "MXJob", "kubeflow.org/v1", "mxjobs", "mxnet", {"Scheduler", "Server", "Worker"}),
     ("horovod", "MPIJob", "kubeflow.org/v2beta1", "mpijobs", "mpi", {"Launcher", "Worker"}),
+    ("xgboost", "XGBoostJob", "kubeflow.org/v1", "xgboostjobs", "xgboost", {"Master", "Worker"}),
 ])
 def test_each_framework_becomes_its_kubeflow_kind_with_its_role_names(framework, kind, api_version, plural,
                                                                       container, rtypes):
@@ -333,6 +341,41 @@ def test_each_framework_becomes_its_kubeflow_kind_with_its_role_names(framework,
         assert _container(body, rtype)["name"] == container
     assert body["metadata"]["name"] == JOB
     assert body["metadata"]["namespace"] == NAMESPACE
+
+
+@pytest.mark.parametrize("n_workers", [2, 10])
+def test_xgboostjob_workers_derive_their_task_id_from_the_operators_rank(n_workers):
+    body = _build("xgboost", {"xgboost": {"n_workers": n_workers}})
+    # What the kubernetes backend gives each replica of the same spec: the values the derived ones must equal.
+    plan = build_plan(load_spec("xgboost", {"xgboost": {"n_workers": n_workers}}), JOB,
+                      KubernetesAddressing(NAMESPACE), layout_for_kubernetes(None), list(COMMAND), backend="kubernetes")
+    master, worker = _env(body, "Master"), _env(body, "Worker")
+    tracker = (f"{JOB}-master-0.{NAMESPACE}.svc", "9999", str(n_workers + 1))
+    for env in (master, worker):
+        assert (env["DMLC_TRACKER_URI"], env["DMLC_TRACKER_PORT"], env["DMLC_NUM_WORKER"]) == tracker
+    assert master["DMLC_TASK_ID"] == plan.master.env["DMLC_TASK_ID"] and "DMLC_TASK_ID" not in worker
+    command = _container(body, "Worker")["command"]
+    assert command[-len(COMMAND):] == list(COMMAND)
+    # The pod's shell, run here: with the RANK the operator gives worker i (i + 1), the id the plan gives it.
+    for index in range(n_workers):
+        replica = plan.replica(f"{JOB}-worker-{index}")
+        probe = [*command[:-len(COMMAND)], "sh", "-c", 'printf %s "$DMLC_TASK_ID"']
+        out = subprocess.run(probe, env={"RANK": str(index + 1), "PATH": os.environ["PATH"]}, check=True,
+                             capture_output=True, text=True).stdout
+        assert out == replica.env["DMLC_TASK_ID"]
+
+
+def test_the_xgboostjob_schema_knows_only_master_and_worker():
+    body = _build("xgboost", {"xgboost": {"n_workers": 1}})
+    body["spec"]["xgbReplicaSpecs"]["Chief"] = body["spec"]["xgbReplicaSpecs"]["Worker"]
+
+    assert any("'Chief' is not one of ['Master', 'Worker']" in error for error in _errors(body)), _errors(body)
+
+
+def test_a_jax_job_has_no_kubeflow_resource():
+    assert kubeflow_problems(load_spec("jax", {"jax": {"n_workers": 2}})) == [(
+        "backend", "framework 'jax' has no Kubeflow resource; backend='kubeflow' takes tensorflow, pytorch, mxnet, "
+        "horovod, xgboost; use backend='kubernetes' (one pod per replica, no operator needed)")]
 
 
 def test_mxjob_trains_and_mpijob_runs_ranks_on_the_launcher_over_the_operators_hostfile():
@@ -378,6 +421,7 @@ def test_the_launcher_waits_for_every_workers_sshd_unless_told_not_to():
     ("tensorflow", {"tensorflow": {"n_workers": 1}}, "tfjob-port", 2222),
     ("pytorch", {"pytorch": {"n_workers": 1}}, "pytorchjob-port", 23456),
     ("mxnet", {"mxnet": {"n_workers": 1}}, "mxjob-port", 9091),
+    ("xgboost", {"xgboost": {"n_workers": 1}}, "xgboostjob-port", 9999),
 ])
 def test_the_operator_finds_the_frameworks_port_by_its_port_name(framework, environment, port_name, port):
     body = _build(framework, environment)
@@ -511,7 +555,8 @@ def test_templates_carry_the_contract_variables_and_none_the_operator_sets(case:
         names = [var["name"] for var in _container(body, rtype).get("env", [])]
         assert len(names) == len(set(names))
         assert set(env) >= CONTRACT_VARIABLES
-        assert not OPERATOR_VARIABLES & set(env)
+        operator_set = OPERATOR_VARIABLES - (XGBOOST_VARIABLES if body["kind"] == "XGBoostJob" else set())
+        assert not operator_set & set(env)
         assert env["EPOCHS"] == "3"
         assert env["AIRFLOW_DISTRIBUTED_JOB"] == JOB
         is_master = rtype == kind.master_type
@@ -535,6 +580,7 @@ def test_templates_carry_the_contract_variables_and_none_the_operator_sets(case:
     ("horovod", {"replicas": {"n_workers": 2}}, "launcher", [f"{JOB}-launcher.{JOB}.{NAMESPACE}.svc:2222"]),
     ("horovod", {"replicas": {"n_workers": 2}}, "worker",
      [f"{JOB}-worker-{i}.{JOB}.{NAMESPACE}.svc:2222" for i in range(2)]),
+    ("xgboost", {"xgboost": {"n_workers": 1}}, "master", [f"{JOB}-master-0.{NAMESPACE}.svc:9999"]),
 ])
 def test_the_cluster_variable_names_the_services_the_operator_creates(framework, environment, role, hosts):
     body = _build(framework, environment)
@@ -573,6 +619,7 @@ def test_labels_name_the_task_instance_job_role_and_master():
     ("pytorch", {"pytorch": {"n_workers": 1}}),
     ("mxnet", {"mxnet": {"n_workers": 1}}),
     ("horovod", {"replicas": {"n_workers": 1}}),
+    ("xgboost", {"xgboost": {"n_workers": 1}}),
 ])
 def test_the_masters_output_is_relayed_to_its_termination_message(framework, environment):
     body = _build(framework, environment)
@@ -796,14 +843,16 @@ def _job(kind: str, rtypes: list[str], **spec: Any) -> dict[str, Any]:
      SuccessRule("Worker", None, False, "a Worker succeeded (elastic, without a Master)")),
     (_job("MXJob", ["Scheduler", "Server", "Worker"]), SuccessRule("Scheduler", 0, False, "the Scheduler succeeded")),
     (_job("MPIJob", ["Launcher", "Worker"]), SuccessRule("Launcher", 0, False, "the Launcher succeeded")),
+    (_job("XGBoostJob", ["Master", "Worker"]), SuccessRule("Master", 0, False, "the Master succeeded")),
 ], ids=["tfjob chief", "tfjob old master", "tfjob without chief", "tfjob all workers", "pytorchjob master",
-        "pytorchjob without master", "pytorchjob elastic", "mxjob", "mpijob"])
+        "pytorchjob without master", "pytorchjob elastic", "mxjob", "mpijob", "xgboostjob"])
 def test_success_rule_per_kind(obj, rule):
     assert success_rule(obj) == rule
 
 
 @pytest.mark.parametrize("obj, message", [
     (_job("MXJob", ["Server", "Worker"]), "MXJob x has no Scheduler"),
+    (_job("XGBoostJob", ["Worker"]), "XGBoostJob x has no Master"),
     ({"kind": "TrainJob"}, "'TrainJob' is not a Kubeflow training job kind"),
 ])
 def test_success_rule_refuses_what_it_cannot_decide(obj, message):
@@ -820,6 +869,8 @@ def test_success_rule_refuses_what_it_cannot_decide(obj, message):
      "training.kubeflow.org/replica-type=scheduler,training.kubeflow.org/replica-index=0"),
     ("horovod", {"replicas": {"n_workers": 2}}, f"training.kubeflow.org/job-name={JOB},"
      "training.kubeflow.org/replica-type=launcher"),
+    ("xgboost", {"xgboost": {"n_workers": 2}}, f"training.kubeflow.org/job-name={JOB},"
+     "training.kubeflow.org/replica-type=master,training.kubeflow.org/replica-index=0"),
 ])
 def test_our_master_is_the_replica_that_decides_and_its_pod_is_found_by_labels(framework, environment, selector):
     body = _build(framework, environment)

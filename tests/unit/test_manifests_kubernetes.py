@@ -155,6 +155,9 @@ JOB_CASES = [
     JobCase("mxnet", "mxnet", {"mxnet": {"n_workers": 2, "n_ps": 1}}),
     JobCase("pytorch", "pytorch", {"pytorch": {"n_workers": 3}}),
     JobCase("horovod", "horovod", {"replicas": {"n_workers": 2}}, kinds=("Secret",)),
+    JobCase("jax", "jax", {"jax": {"n_workers": 2, "default_worker": {"resources": {"cpu": {"limits": 2}}}}}),
+    JobCase("paddle", "paddle", {"paddle": {"n_workers": 2}}),
+    JobCase("xgboost", "xgboost", {"xgboost": {"n_workers": 2, "worker": [{"index": 1, "node_selector": {"a": "b"}}]}}),
     JobCase("seed 000: tensorflow master, 2 ps, 4 workers, index 2 own", None, SEED_000_TENSORFLOW),
     JobCase("seed 001: horovod launcher and 7 gpu workers", None, SEED_001_HOROVOD, kinds=("Secret",)),
     JobCase("master alone", "tensorflow", None),
@@ -226,6 +229,9 @@ def test_tf_config_of_worker_1_names_dns_hosts_under_the_job_service():
     ("mxnet", {"mxnet": {"n_workers": 2, "n_ps": 1}}),
     ("pytorch", {"pytorch": {"n_workers": 2}}),
     ("horovod", {"replicas": {"n_workers": 2}}),
+    ("jax", {"jax": {"n_workers": 2}}),
+    ("xgboost", {"xgboost": {"n_workers": 2}}),
+    ("paddle", {"paddle": {"n_workers": 2}}),
 ])
 def test_pod_names_hostnames_and_subdomain_give_each_replica_its_planned_address(framework, environment):
     plan = _plan(framework, environment)
@@ -239,6 +245,33 @@ def test_pod_names_hostnames_and_subdomain_give_each_replica_its_planned_address
         assert _env(pod)["AIRFLOW_DISTRIBUTED_ROLE"] == replica.role
         assert list(_env(pod)) == sorted(_env(pod))  # deterministic order
         assert _env(pod)["EPOCHS"] == "3"
+
+
+def test_jax_processes_find_the_coordinator_on_the_masters_pod_port():
+    objects = _build("jax", {"jax": {"n_workers": 2}})
+    master = _pod(objects, "master-0")
+    (port,) = _container(master).ports
+    coordinator = f"{master.spec.hostname}.{master.spec.subdomain}.{NAMESPACE}.svc:{port.container_port}"
+    assert [(_env(pod)["JAX_COORDINATOR_ADDRESS"], _env(pod)["JAX_PROCESS_ID"], _env(pod)["JAX_NUM_PROCESSES"])
+            for pod in objects.pods] == [(coordinator, "0", "3"), (coordinator, "1", "3"), (coordinator, "2", "3")]
+
+
+def test_xgboost_workers_join_the_tracker_on_the_masters_pod_port():
+    objects = _build("xgboost", {"xgboost": {"n_workers": 2}})
+    master = _pod(objects, "master-0")
+    (port,) = _container(master).ports
+    host = f"{master.spec.hostname}.{master.spec.subdomain}.{NAMESPACE}.svc"
+    assert [(_env(pod)["DMLC_TRACKER_URI"], _env(pod)["DMLC_TRACKER_PORT"], _env(pod)["DMLC_TASK_ID"])
+            for pod in objects.pods] == [(host, str(port.container_port), str(rank)) for rank in range(3)]
+
+
+def test_paddle_trainers_list_every_pods_address_in_trainer_id_order():
+    objects = _build("paddle", {"paddle": {"n_workers": 2}})
+    addresses = [f"{pod.spec.hostname}.{pod.spec.subdomain}.{NAMESPACE}.svc:{_container(pod).ports[0].container_port}"
+                 for pod in objects.pods]
+    names = ("PADDLE_TRAINER_ENDPOINTS", "PADDLE_CURRENT_ENDPOINT", "PADDLE_TRAINER_ID")
+    seen = [tuple(_env(pod)[name] for name in names) for pod in objects.pods]
+    assert seen == [(",".join(addresses), address, str(i)) for i, address in enumerate(addresses)]
 
 
 def test_mxnet_replicas_are_told_they_run_on_kubernetes():
@@ -374,6 +407,9 @@ def test_the_jobs_own_labels_win_over_user_labels():
     ("mxnet", {"mxnet": {"n_workers": 1}}, [("training", 9091)]),
     ("pytorch", {"pytorch": {"n_workers": 1}}, [("training", 23456)]),
     ("horovod", {"replicas": {"n_workers": 1}}, [("training", 2222), ("ssh", 22)]),
+    ("jax", {"jax": {"n_workers": 1}}, [("training", 6666)]),
+    ("xgboost", {"xgboost": {"n_workers": 1}}, [("training", 9999)]),
+    ("paddle", {"paddle": {"n_workers": 1}}, [("training", 36543)]),
 ])
 def test_service_is_headless_publishes_unready_pods_and_selects_the_job(framework, environment, ports):
     service = _build(framework, environment, ttl_seconds_after_finished=300).service
@@ -422,6 +458,9 @@ def test_with_owner_copies_and_does_not_repeat_a_reference():
     ("tensorflow", {"tensorflow": {"n_workers": 2, "n_ps": 1}}),
     ("mxnet", {"mxnet": {"n_workers": 2, "n_ps": 1}}),
     ("pytorch", {"pytorch": {"n_workers": 2}}),
+    ("jax", {"jax": {"n_workers": 2}}),
+    ("xgboost", {"xgboost": {"n_workers": 2}}),
+    ("paddle", {"paddle": {"n_workers": 2}}),
 ])
 def test_workers_wait_for_the_master_and_the_master_waits_for_nobody(framework, environment):
     plan = _plan(framework, environment)

@@ -9,6 +9,8 @@ environment, the MXNet one included (which has neither torch nor the provider's 
   ``--crash-rank``, ``--crash-on-try`` and ``--sleep-per-step``, which the failure tests use to make a replica die
   or run long;
 - :func:`is_log_step` -- the steps that go into the loss history;
+- :func:`batches` -- which of a process's rows each step trains on;
+- :func:`sum_of_ranks_is_right` -- the check of a collective's sum of ``rank + 1`` over every process;
 - :func:`result_metrics` -- the metrics a run reports at the end, under the names every script uses.
 """
 
@@ -18,6 +20,7 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable, Sequence
 
 CRASH_EXIT_CODE = 3
 DIVERGED_EXIT_CODE = 4
@@ -57,6 +60,37 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None = None) -
 def is_log_step(args: argparse.Namespace, step: int) -> bool:
     """Every ``--log-every`` steps, and the last step, so that the history always ends where training did."""
     return step % args.log_every == 0 or step == args.steps
+
+
+def batches(order: Sequence[int], args: argparse.Namespace, unit: str) -> Callable[[int], Sequence[int]]:
+    """The rows step ``n`` (from 1) trains on: consecutive batches of ``order``, starting over after each pass.
+
+    Exits naming the options when ``order`` (one ``unit``'s shard) holds no full batch.
+    """
+    per_pass = len(order) // args.batch_size
+    if per_pass == 0:
+        raise SystemExit(f"--samples {args.samples} leaves no full batch of {args.batch_size} per {unit}")
+
+    def batch(step: int) -> Sequence[int]:
+        start = ((step - 1) % per_pass) * args.batch_size
+        return order[start:start + args.batch_size]
+
+    return batch
+
+
+def sum_of_ranks(world_size: int) -> float:
+    """What a sum of ``rank + 1`` over every process gives: 1 + 2 + ... + world_size."""
+    return world_size * (world_size + 1) / 2
+
+
+def sum_of_ranks_is_right(total: float, world_size: int, said: str) -> bool:
+    """Print ``said`` with the sum a collective gave and the expected one; whether they agree.
+
+    Each process contributes ``rank + 1``; only when every process took part does the sum come out right.
+    """
+    expected = sum_of_ranks(world_size)
+    print(f"{said} {total} (expected {expected})", flush=True)
+    return total == expected
 
 
 def crash_if_asked(args: argparse.Namespace, step: int, rank: int) -> None:

@@ -123,9 +123,7 @@ def train_worker(args: argparse.Namespace) -> int:
     mx.random.seed(args.seed)
     np.random.seed(args.seed)
     x_all, y_all, x, y = make_data(args, rank, num_workers)
-    batches_per_pass = len(x) // args.batch_size
-    if batches_per_pass == 0:
-        raise SystemExit(f"--samples {args.samples} leaves no full batch of {args.batch_size} per worker")
+    batch_of = common.batches(np.random.default_rng(args.seed + rank).permutation(len(x)), args, "worker")
 
     net = gluon.nn.Sequential()
     net.add(gluon.nn.Dense(args.hidden, activation="tanh"), gluon.nn.Dense(1))
@@ -145,11 +143,9 @@ def train_worker(args: argparse.Namespace) -> int:
 
     initial_loss = mse()
     history = []
-    order = np.random.default_rng(args.seed + rank).permutation(len(x))
     started = time.monotonic()
     for step in range(1, args.steps + 1):
-        start = ((step - 1) % batches_per_pass) * args.batch_size
-        batch = order[start:start + args.batch_size]
+        batch = batch_of(step)
         features, targets = mx.nd.array(x[batch]), mx.nd.array(y[batch])
         with autograd.record():
             loss = loss_fn(net(features), targets)

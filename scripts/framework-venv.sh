@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Creates the environment of a framework whose pins conflict with the main one: .venvs/<name> inside the repository
+# (git-ignored). The project's root is put on that environment's path with a .pth file, so
+# `import airflow_distributed.tracking` works there without installing Airflow: the package's __init__ imports nothing.
+#
+# - mxnet: mxnet==1.9.1 and numpy<1.24 (MXNet 1.9.1 still uses numpy aliases that NumPy 1.24 removed).
+# - paddle: paddlepaddle==3.3.1 (CPU), which pins opt_einsum==3.3.0 and would downgrade the main environment's 3.4.0.
+#
+# Usage: scripts/framework-venv.sh mxnet|paddle [python]   (default: python3 on PATH)
+# Idempotent: a complete environment is left alone. Quiet unless failing; prints the environment's python at the end.
+set -euo pipefail
+
+name="${1:?usage: scripts/framework-venv.sh mxnet|paddle [python]}"
+base_python="${2:-python3}"
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="$repo/.venvs/$name"
+
+case "$name" in
+    mxnet)
+        requirements=("mxnet==1.9.1" "numpy<1.24")
+        # Importing mxnet with DMLC_ROLE=scheduler or server starts ps-lite and blocks: checked without DMLC_*.
+        check() {
+            env -u DMLC_ROLE -u DMLC_PS_ROOT_URI -u DMLC_PS_ROOT_PORT -u DMLC_NUM_SERVER -u DMLC_NUM_WORKER \
+                "$venv/bin/python" -c 'import mxnet, numpy, airflow_distributed.tracking
+assert mxnet.__version__ == "1.9.1"'
+        }
+        ;;
+    paddle)
+        requirements=("paddlepaddle==3.3.1")
+        check() {
+            "$venv/bin/python" -c 'import paddle, airflow_distributed.tracking; assert paddle.__version__ == "3.3.1"'
+        }
+        ;;
+    *)
+        echo "scripts/framework-venv.sh: no environment for $name; known: mxnet, paddle" >&2
+        exit 2
+        ;;
+esac
+# The marker names what was installed, so a change to the pins above rebuilds the environment.
+marker="$venv/.complete-$(printf '%s\n' "${requirements[@]}" | sha256sum | cut -c1-16)"
+
+if [[ -f "$marker" ]] && check >/dev/null 2>&1; then
+    echo "$name environment: $venv/bin/python"
+    exit 0
+fi
+
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+fail() {
+    echo "scripts/framework-venv.sh: $1 failed; its output:" >&2
+    cat "$log" >&2
+    exit 1
+}
+
+rm -rf "$venv"
+mkdir -p "$(dirname "$venv")"
+"$base_python" -m venv "$venv" >"$log" 2>&1 || fail "creating $venv"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${requirements[@]}" >"$log" 2>&1 \
+    || fail "pip install ${requirements[*]}"
+site_packages="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+printf '%s\n' "$repo" >"$site_packages/airflow_distributed_repo.pth"
+check >"$log" 2>&1 || fail "importing $name and airflow_distributed.tracking"
+touch "$marker"
+echo "$name environment: $venv/bin/python"

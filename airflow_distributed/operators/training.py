@@ -15,6 +15,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_distributed.links import JobLinks, operator_links
 from airflow_distributed.spec import SpecValidationError, TrainingSpec, load_spec
+from airflow_distributed.spec.kubernetes_rules import env_name_problems
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -167,6 +168,8 @@ class DistributedTrainingOperator(BaseOperator):
             problems.append(("backend", f"{self.backend!r} is not supported; allowed: {', '.join(BACKENDS)}"))
         if isinstance(self.command, str) or not self.command:
             problems.append(("command", "must be a non-empty list of arguments, e.g. ['python', 'train.py']"))
+        if isinstance(self.env, Mapping) and not _has_template(list(self.env)):
+            problems.extend(env_name_problems(self.env, "env"))
         if self.backend == "local" and not self.wait_for_completion:
             problems.append(("wait_for_completion", "the local backend's replicas are children of the task, "
                              "so it always waits; use backend='kubernetes' to start a job and return"))

@@ -45,8 +45,9 @@ class DistributedTrainingOperator(BaseOperator):
 
     The spec is validated when the DAG is parsed. At run time every replica of the plan is started with the
     variables its framework expects; the task waits for the master, stops every other replica, and returns
-    ``{"job_name", "framework", "backend", "state", "metrics", "model_path", "replicas"}``; ``metrics`` and
-    ``model_path`` are also pushed under their own XCom keys (``train.output["metrics"]``).
+    ``{"job_name", "framework", "backend", "state", "metrics", "model_path", "replicas"}``. Each key is also an
+    XCom of its own (``multiple_outputs``), so ``train.output["model_path"]`` is ``None`` and
+    ``train.output["metrics"]`` is ``{}`` when the master reported none, never an ``XComNotFound``.
 
     :param framework: ``tensorflow``, ``mxnet``, ``pytorch`` or ``horovod``. May be omitted when ``environment``
         has exactly one framework section or is a polyaxonfile with a ``framework``. (templated: no)
@@ -64,6 +65,10 @@ class DistributedTrainingOperator(BaseOperator):
         TFJob/PyTorchJob/MXJob/MPIJob for a cluster that runs the Kubeflow Training Operator).
     :param wait_for_completion: wait for the job to finish (the local backend always waits).
     :param startup_timeout: seconds a replica may stay pending before the job fails (Kubernetes).
+    :param image_pull_grace: seconds a replica's image pull may keep failing (``ErrImagePull``,
+        ``ImagePullBackOff``) before the job fails, for registries that flap; a pull that succeeds within it does
+        not fail the job. Default 0: the first failed pull fails the job, naming the replica, the image and the
+        kubelet's message (Kubernetes backend). An image name that cannot be parsed fails at once whatever this is.
     :param poll_interval: seconds between status checks of the local backend.
     :param python: interpreter of the local replicas (e.g. a framework's own virtualenv); default: Airflow's.
     :param stop_grace_period: seconds a replica gets after SIGTERM before SIGKILL.
@@ -110,6 +115,7 @@ class DistributedTrainingOperator(BaseOperator):
         backend: Backend = "local",
         wait_for_completion: bool = True,
         startup_timeout: float = 600.0,
+        image_pull_grace: float = 0.0,
         poll_interval: float = 0.2,
         python: str | None = None,
         stop_grace_period: float = 5.0,
@@ -127,6 +133,8 @@ class DistributedTrainingOperator(BaseOperator):
         job_links: JobLinks | None = None,
         **kwargs: Any,
     ) -> None:
+        # The return value's keys are XComs of their own (see outputs.py); a missing one resolves to None.
+        kwargs.setdefault("multiple_outputs", True)
         super().__init__(**kwargs)
         if job_links:
             self.operator_extra_links = operator_links(job_links)
@@ -140,6 +148,7 @@ class DistributedTrainingOperator(BaseOperator):
         self.backend = backend
         self.wait_for_completion = wait_for_completion
         self.startup_timeout = startup_timeout
+        self.image_pull_grace = image_pull_grace
         self.poll_interval = poll_interval
         self.python = python
         self.stop_grace_period = stop_grace_period
@@ -170,6 +179,10 @@ class DistributedTrainingOperator(BaseOperator):
             problems.append(("command", "must be a non-empty list of arguments, e.g. ['python', 'train.py']"))
         if isinstance(self.env, Mapping) and not _has_template(list(self.env)):
             problems.extend(env_name_problems(self.env, "env"))
+        grace = self.image_pull_grace
+        if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not 0 <= grace < float("inf"):
+            problems.append(("image_pull_grace", f"{grace!r} is not allowed: seconds, a number >= 0 (0: fail at the "
+                             "first failed pull)"))
         if self.backend == "local" and not self.wait_for_completion:
             problems.append(("wait_for_completion", "the local backend's replicas are children of the task, "
                              "so it always waits; use backend='kubernetes' to start a job and return"))
@@ -195,17 +208,12 @@ class DistributedTrainingOperator(BaseOperator):
         if self.backend == "kubernetes":
             from airflow_distributed.operators.kubernetes_backend import run_kubernetes
 
-            # Pushes metrics, model_path, job_name and job itself (also when resumed after a deferral).
             return run_kubernetes(self, context, spec, name, command)
         if self.backend == "kubeflow":
             from airflow_distributed.operators.kubeflow_backend import run_kubeflow
 
             return run_kubeflow(self, context, spec, name, command)
-        result = self._run_local(spec, name, command, context)
-        ti.xcom_push(key="metrics", value=result["metrics"])
-        ti.xcom_push(key="model_path", value=result["model_path"])
-        ti.xcom_push(key="job_name", value=result["job_name"])
-        return result
+        return self._run_local(spec, name, command, context)
 
     def _local_dirs(self, name: str) -> tuple[str, str]:
         home = os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")

@@ -303,3 +303,20 @@ def test_api_errors_read_as_one_short_line():
         '403 Forbidden: pods "j-worker-1" is forbidden: error looking up service account ml/trainer')
     assert short_error(ConnectionResetError(104, "Connection reset by peer")) == (
         "ConnectionResetError: [Errno 104] Connection reset by peer")
+
+
+def test_a_rescheduled_sensor_counts_a_failing_pull_from_the_pods_start():
+    # A reschedule-mode poke is a new sensor: what it knows of a failing pull is the pod's status.startTime.
+    from airflow_distributed.hooks.job_watch import parse_timestamp_ns
+    from airflow_distributed.sensors.base import pod_start_times
+
+    failing = pod("j-worker-0", "Pending", waiting("ErrImagePull", PULL_FAILED))
+    failing["status"]["startTime"] = "2026-01-01T00:00:00Z"
+    pods = [pod("j-master-0"), failing, pod("j-worker-1")]
+    started = parse_timestamp_ns("2026-01-01T00:00:00Z") / 10**9
+    for seconds_later, expected in ((100.0, None), (601.0, "j-worker-0")):
+        tracker = JobTracker(SLOTS, startup_timeout=float("inf"), started_at=0.0, image_pull_grace=600,
+                             pull_failures=pod_start_times(pods))
+        tracker.reset(pods)
+        verdict = tracker.verdict(started + seconds_later)
+        assert (verdict.replica if verdict else None) == expected

@@ -77,6 +77,15 @@ class Background:
         assert not self.errors, "\n".join(self.errors)
 
 
+def succeed_after_two_pokes(emu: KubeEmulator, namespace: str, pods: dict[str, str], recover: str | None = None,
+                            ) -> None:
+    """Once a sensor has looked twice: run the pod ``recover`` (if given), then end the master with DOCUMENT."""
+    wait_until(lambda: pod_lists(emu, namespace) >= 2, timeout=60, interval=0.02)
+    if recover is not None:
+        emu.run_pod(namespace, pods[recover])
+    emu.succeed_pod(namespace, pods["master-0"], message=json.dumps(DOCUMENT))
+
+
 def ti_of(run, task_id: str = "wait"):
     return next(ti for ti in run.get_task_instances() if ti.task_id == task_id)
 
@@ -166,11 +175,7 @@ def test_reschedule_mode_frees_the_worker_between_pokes(emulator):
     emulator.reset_requests()
     pods = labelled_pods(emulator, namespace)
 
-    def finish() -> None:
-        wait_until(lambda: pod_lists(emulator, namespace) >= 2, timeout=60, interval=0.02)
-        emulator.succeed_pod(namespace, pods["master-0"], message=json.dumps(DOCUMENT))
-
-    kubelet = Background(finish)
+    kubelet = Background(lambda: succeed_after_two_pokes(emulator, namespace, pods))
     run, states = run_dag_at("sensor_reschedule")
     kubelet.check()
 
@@ -233,12 +238,8 @@ def test_a_pull_that_recovers_within_the_sensors_grace_succeeds(emulator):
     pods = labelled_pods(emulator, namespace)
     emulator.pending_pod(namespace, pods["worker-1"], reason="ErrImagePull", message=PULL_ERROR)
 
-    def script() -> None:
-        wait_until(lambda: pod_lists(emulator, namespace) >= 2, timeout=60, interval=0.02)  # seen by two pokes
-        emulator.run_pod(namespace, pods["worker-1"])
-        emulator.succeed_pod(namespace, pods["master-0"], message=json.dumps(DOCUMENT))
-
-    kubelet = Background(script)
+    # The failed pull is seen by two pokes, then the registry answers again.
+    kubelet = Background(lambda: succeed_after_two_pokes(emulator, namespace, pods, recover="worker-1"))
     run, states = run_dag_at("sensor_image_pull_recovers")
     kubelet.check()
 

@@ -1,4 +1,12 @@
-"""The output document the master writes, and the operator's XCom built from it (pure)."""
+"""The output document the master writes, and the operator's XCom built from it (pure).
+
+``job_result`` is the one place a task's XComs come from: the operator (every backend, sync or deferred) and the
+sensors return it, and Airflow pushes each of its keys as an XCom of its own (``multiple_outputs``). A master
+that reported no model path gives ``model_path: None``, one that reported no metrics ``metrics: {}`` (a mapping
+still, so ``metrics.get("loss")`` works downstream); a key a task never returned (``model_path`` after
+``wait_for_completion=False``) resolves to ``None`` in ``train.output["model_path"]``, not ``XComNotFound``.
+Only the ``job`` record for the job view is pushed apart, because it is pushed on failure too.
+"""
 
 from __future__ import annotations
 

@@ -48,7 +48,8 @@ def render_table(rows: Sequence[ReplicaStatus]) -> str:
             r.name,
             r.role,
             str(r.index),
-            r.state,
+            # Why a replica waits (Unschedulable, ErrImagePull, ...) is the first thing to look at.
+            f"{r.state} ({r.reason})" if r.state == PENDING and r.reason else r.state,
             r.where or "-",
             str(r.restarts),
             "-" if r.exit_code is None else str(r.exit_code) + (f" ({r.reason})" if r.reason else ""),

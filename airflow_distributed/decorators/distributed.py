@@ -71,16 +71,24 @@ class DistributedDecoratedOperator(DecoratedOperator, DistributedTrainingOperato
         return ["python", posixpath.join(files_dir, FUNCTION_FILE)], {FUNCTION_FILE: script}
 
     def execute(self, context: Context) -> Any:
-        result = super().execute(context)
-        return _return_value(result)
+        return _return_value(context, super().execute(context))
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        return _return_value(super().execute_complete(context, event))
+        return _return_value(context, super().execute_complete(context, event))
 
 
-def _return_value(result: Any) -> Any:
-    """The master's return value out of the job result (``None`` when the function returned nothing)."""
-    return result.get("return_value") if isinstance(result, dict) else result
+def _return_value(context: Context, result: Any) -> Any:
+    """The master's return value out of the job result (``None`` when the function returned nothing).
+
+    The task's own XComs are the function's; the job's ``metrics``, ``model_path`` and ``job_name`` are pushed
+    beside them, as the operator's are.
+    """
+    if not isinstance(result, dict):
+        return result
+    for key in ("metrics", "model_path", "job_name"):
+        if key in result:
+            context["ti"].xcom_push(key=key, value=result[key])
+    return result.get("return_value")
 
 
 def distributed_task(

@@ -8,8 +8,10 @@ Rules (CONTRACT.md: "Any replica exiting non-zero fails the job at once"):
 - the job succeeds when the master's ``base`` container has terminated with exit code 0. The master pod stays
   Running after that (the XCom sidecar), so the pod phase is not what decides;
 - it fails the moment any replica's ``base`` (or its readiness step) terminates non-zero, its pod fails
-  without one (evicted, deadline), it is deleted, or it cannot start: an image that can never be pulled at
-  once, anything else (Unschedulable, ErrImagePull, ImagePullBackOff, ...) once ``startup_timeout`` is over.
+  without one (evicted, deadline), it is deleted, or it cannot start: an image whose pull failed
+  (ErrImagePull, ImagePullBackOff) at once, or once it has failed for ``image_pull_grace`` seconds; an image
+  that can never be pulled (InvalidImageName, ErrImageNeverPull) at once; anything else (Unschedulable,
+  CreateContainerConfigError, ...) once ``startup_timeout`` is over.
 """
 
 from __future__ import annotations
@@ -25,8 +27,15 @@ from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER, READINESS_C
 from airflow_distributed.status import FAILED, PENDING, RUNNING, STOPPED, SUCCEEDED, ReplicaStatus, render_table
 
 SUCCESS, FAILURE = "succeeded", "failed"
-# Waiting reasons that no amount of waiting fixes: fail at once instead of at the end of startup_timeout.
+# Waiting reasons that no amount of waiting fixes: fail at once instead of at the end of startup_timeout, whatever
+# the grace. The kubelet never retries an image reference it cannot parse, nor a pull that imagePullPolicy Never
+# forbids. CreateContainerConfigError is not among them: it means a Secret/ConfigMap (or key) the pod refers to
+# is missing, and the kubelet starts the container as soon as it appears (another task may be creating it), so it
+# is judged by startup_timeout like a pod that cannot be scheduled.
 PERMANENT_WAITING_REASONS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
+# A pull that failed: the kubelet retries with back-off, and a registry that flaps may serve the next pull, but a
+# missing tag or a refused credential never recovers. Fail at once unless the operator grants a grace period.
+PULL_FAILURE_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff"})
 # Waiting reasons that only say "starting", not why a pod is stuck.
 _STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
 #: Above this many replicas the table shows counts and the replicas worth a look, not every row.
@@ -62,7 +71,8 @@ class JobVerdict:
     """How a job ended: ``state`` is ``succeeded`` or ``failed``; a failure names the replica and why.
 
     ``cause`` is ``exit`` (a container exited non-zero), ``pod`` (the pod failed without an exit code),
-    ``deleted``, ``startup`` (it never started) or ``stopped`` (the task was killed).
+    ``deleted``, ``image`` (its image cannot be pulled; ``image`` names it), ``startup`` (it did not start within
+    the startup timeout) or ``stopped`` (the task was killed).
     """
 
     state: str
@@ -72,6 +82,7 @@ class JobVerdict:
     reason: str | None = None
     message: str | None = None
     container: str | None = None
+    image: str | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -92,6 +103,10 @@ class JobVerdict:
             where = "" if self.container in (None, MAIN_CONTAINER) else f" (container {self.container})"
             reason = f" ({self.reason})" if self.reason and self.reason != "Error" else ""
             return f"replica {self.replica} exited with code {self.exit_code}{reason}{where}"
+        if self.cause == "image":
+            detail = ": ".join(part for part in (self.reason, self.message) if part)
+            what = "is not a valid image name" if self.reason == "InvalidImageName" else "could not be pulled"
+            return f"replica {self.replica}: image {json.dumps(self.image or '?')} {what} ({detail})"
         if self.cause == "startup":
             within = f" within {startup_timeout:g}s" if startup_timeout is not None else ""
             detail = ": ".join(part for part in (self.reason, self.message) if part)
@@ -145,6 +160,19 @@ def _started(pod: Mapping[str, Any]) -> bool:
         if state.get("running") is not None or state.get("terminated") is not None:
             return True
     return False
+
+
+def _image_problem(pod: Mapping[str, Any]) -> tuple[str, str | None, str] | None:
+    """(reason, kubelet's message, image) of a container whose image cannot be pulled, if one is waiting so."""
+    status = pod.get("status") or {}
+    images = {c.get("name"): c.get("image") for c in ((pod.get("spec") or {}).get("initContainers") or [])
+              + ((pod.get("spec") or {}).get("containers") or [])}
+    for entry in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        waiting = (entry.get("state") or {}).get("waiting") or {}
+        reason = waiting.get("reason")
+        if reason in PULL_FAILURE_REASONS or reason in PERMANENT_WAITING_REASONS:
+            return reason, waiting.get("message"), images.get(entry.get("name")) or entry.get("image") or "?"
+    return None
 
 
 def _waiting(pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
@@ -208,15 +236,22 @@ class JobTracker:
     :param slots: the replicas the job has, master first.
     :param startup_timeout: seconds a replica may take to start, counted from ``started_at``.
     :param started_at: when the wait began, on the caller's clock.
+    :param image_pull_grace: seconds a replica's image pull may keep failing (ErrImagePull, ImagePullBackOff)
+        before the job fails; 0 fails at the first failed pull. A pull that succeeds in time resets it.
+    :param pull_failures: when each replica's pull was first seen failing, on the caller's clock; a waiter that
+        builds a new tracker per look (a sensor's pokes) hands the same mapping to every one of them.
     """
 
-    def __init__(self, slots: Sequence[ReplicaSlot], *, startup_timeout: float, started_at: float) -> None:
+    def __init__(self, slots: Sequence[ReplicaSlot], *, startup_timeout: float, started_at: float,
+                 image_pull_grace: float = 0.0, pull_failures: dict[str, float] | None = None) -> None:
         if not slots:
             raise ValueError("a job has at least one replica")
         self.slots = tuple(slots)
         self._by_name = {slot.name: slot for slot in self.slots}
         self.startup_timeout = startup_timeout
         self.started_at = started_at
+        self.image_pull_grace = image_pull_grace
+        self.pull_failures = {} if pull_failures is None else pull_failures
         self._pods: dict[str, dict[str, Any]] = {}
         self._deleted: set[str] = set()
         self._failure: JobVerdict | None = None
@@ -300,9 +335,9 @@ class JobTracker:
             if status.get("phase") == "Failed" and _exit(pod) is None:
                 return JobVerdict(FAILURE, slot.name, "pod", None, status.get("reason") or "Failed",
                                   status.get("message"))
-            reason, message = _waiting(pod)
-            if reason in PERMANENT_WAITING_REASONS:
-                return JobVerdict(FAILURE, slot.name, "startup", None, reason, message)
+        image = self._image_failure(now)
+        if image is not None:
+            return image
         if now < self.startup_deadline:
             return None
         for slot in self.slots:
@@ -314,6 +349,29 @@ class JobTracker:
                 return JobVerdict(FAILURE, slot.name, "startup", None, reason or "Pending", message)
         return None
 
+    def _image_failure(self, now: float) -> JobVerdict | None:
+        """The first replica whose image can never be pulled, or whose pull has failed for longer than the grace.
+
+        Also keeps ``pull_failures`` up to date: a replica whose pull is no longer failing is forgotten.
+        """
+        failing = {}
+        for slot in self.slots:
+            pod = self._pods.get(slot.name)
+            problem = None if pod is None or _started(pod) else _image_problem(pod)
+            if problem is not None:
+                failing[slot.name] = problem
+        for name in list(self.pull_failures):
+            if name not in failing:
+                del self.pull_failures[name]
+        for slot in self.slots:
+            if slot.name not in failing:
+                continue
+            reason, message, image = failing[slot.name]
+            since = self.pull_failures.setdefault(slot.name, now)
+            if reason in PERMANENT_WAITING_REASONS or now - since >= self.image_pull_grace:
+                return JobVerdict(FAILURE, slot.name, "image", None, reason, message, image=image)
+        return None
+
     @property
     def startup_deadline(self) -> float:
         return self.started_at + self.startup_timeout
@@ -322,10 +380,12 @@ class JobTracker:
         return any(slot.name not in self._pods or not _started(self._pods[slot.name]) for slot in self.slots)
 
     def seconds_to_deadline(self, now: float) -> float | None:
-        """Until the startup deadline, while some replica has not started; ``None`` when none is waiting."""
+        """Until the next deadline (startup, or the end of a failing pull's grace) while some replica has not
+        started; ``None`` when none is waiting."""
         if not self.waiting_for_start():
             return None
-        return max(0.0, self.startup_deadline - now)
+        deadlines = [self.startup_deadline, *(since + self.image_pull_grace for since in self.pull_failures.values())]
+        return max(0.0, min(deadlines) - now)
 
 
 # ------------------------------------------------------------------------------------------ the watch

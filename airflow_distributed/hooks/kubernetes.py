@@ -372,6 +372,7 @@ class DistributedTrainingHook(KubernetesHook):
         stopped: Callable[[], bool] | None = None,
         follow: Sequence[str] = (),
         emit: Callable[[str, str], None] | None = None,
+        image_pull_grace: float = 0.0,
     ) -> JobOutcome:
         """Until the master succeeds or a replica fails: one LIST, then one watch of the job's pods.
 
@@ -380,9 +381,11 @@ class DistributedTrainingHook(KubernetesHook):
         :param on_change: called with the replicas' states when they change (paced for big jobs).
         :param stopped: true once the task is being killed: the wait ends with a ``stopped`` verdict.
         :param follow: replicas whose main container's log goes to ``emit(replica, line)`` as it is written.
+        :param image_pull_grace: seconds a replica's image pull may keep failing before the job fails (0: at once).
         """
         stopped = stopped or (lambda: False)
-        tracker = JobTracker(slots, startup_timeout=startup_timeout, started_at=self._clock())
+        tracker = JobTracker(slots, startup_timeout=startup_timeout, started_at=self._clock(),
+                             image_pull_grace=image_pull_grace)
         followers = LogFollowers(self, namespace, follow, emit, tracker, self.job_log)
         report = TableReporter(on_change, self._clock, TABLE_INTERVAL if len(slots) > TABLE_ROWS else 0.0)
         try:

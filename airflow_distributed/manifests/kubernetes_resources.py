@@ -16,11 +16,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client import Configuration
 
+from airflow_distributed.spec.kubernetes_rules import DEVICE_KINDS
 from airflow_distributed.spec.models import Resources
 from airflow_distributed.spec.quantities import amount_in_base_units, to_kubernetes_quantity
-
-# Devices are never overcommitted: the API server requires requests == limits for extended resources.
-DEVICE_KINDS = ("gpu", "tpu")
 
 _REQUIRED = re.compile(r"`(\w+)`, must not be `None`")
 _PRIMITIVES: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,)}

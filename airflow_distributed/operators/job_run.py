@@ -41,11 +41,7 @@ def deferral_deadline(operator: BaseOperator, context: Context) -> tuple[float |
 
 def push_success(context: Context, log: Logger, result: dict[str, Any], document: dict[str, Any], namespace: str,
                  name: str, elapsed: float) -> dict[str, Any]:
-    """The XComs and log lines of a job that succeeded; returns ``result`` (the ``return_value``)."""
-    ti = context["ti"]
-    ti.xcom_push(key="metrics", value=result["metrics"])
-    ti.xcom_push(key="model_path", value=result["model_path"])
-    ti.xcom_push(key="job_name", value=name)
+    """The log lines of a job that succeeded; returns ``result``, whose keys Airflow pushes as XComs (outputs.py)."""
     if document["metrics"] == {} and document["model_path"] is None:
         log.warning("the master wrote no output document: no metrics or model path")
     log.info("job %s/%s succeeded in %.1fs; metrics: %s; model path: %s", namespace, name, elapsed,

@@ -68,15 +68,12 @@ def run_kubeflow(operator: BaseOperator, context: Context, spec: TrainingSpec, j
                  command: Sequence[str]) -> dict[str, Any]:
     """``execute`` for ``backend="kubeflow"``: submit (or reattach) the job, then wait here or deferred.
 
-    :returns: the ``return_value`` XCom; ``metrics``, ``model_path``, ``job_name`` and ``job`` are pushed here.
+    :returns: the ``return_value`` XCom, each key of it an XCom too; ``job`` is pushed here (also on failure).
     :raises DistributedJobError: the job failed, was deleted, or the task was killed.
     """
     run = KubeflowJobRun.start(operator, context, spec, job_name, command)
     handle = run.submit()
     if not operator.wait_for_completion:
-        ti = context["ti"]
-        ti.xcom_push(key="job_name", value=run.name)
-        ti.xcom_push(key="namespace", value=run.namespace)
         run.log.info("%s %s/%s submitted; not waiting for it (wait_for_completion=False)", run.resource.kind,
                      run.namespace, run.name)
         return {"job_name": run.name, "namespace": run.namespace, "kind": run.resource.kind}

@@ -83,16 +83,13 @@ def run_kubernetes(operator: BaseOperator, context: Context, spec: TrainingSpec,
                    command: Sequence[str]) -> dict[str, Any]:
     """``execute`` for ``backend="kubernetes"``: create or reattach the job, then wait (here or deferred).
 
-    :returns: the ``return_value`` XCom; ``metrics``, ``model_path``, ``job_name`` and ``job`` are pushed here.
+    :returns: the ``return_value`` XCom, each key of it an XCom too; ``job`` is pushed here (also on failure).
     :raises DistributedJobError: the job failed, did not start, or was stopped.
     :raises KubernetesJobError: the API refused something for good.
     """
     run = KubernetesJobRun.start(operator, context, spec, job_name, command)
     if not operator.wait_for_completion:
         handle = run.submit()
-        ti = context["ti"]
-        ti.xcom_push(key="job_name", value=handle.name)
-        ti.xcom_push(key="namespace", value=handle.namespace)
         run.log.info("job %s/%s submitted; not waiting for it (wait_for_completion=False)", handle.namespace,
                      handle.name)
         return {"job_name": handle.name, "namespace": handle.namespace}
@@ -247,6 +244,7 @@ class KubernetesJobRun:
             outcome = self.hook.wait_for_job(
                 self.namespace, self.name, self.slots,
                 startup_timeout=self.operator.startup_timeout,
+                image_pull_grace=self.operator.image_pull_grace,
                 on_change=self._log_table,
                 stopped=lambda: self.stopped,
                 follow=self._followed(),
@@ -277,6 +275,7 @@ class KubernetesJobRun:
             started_at=time.time(),
             kubernetes_conn_id=self.operator.kubernetes_conn_id,
             execution_deadline=deadline,
+            image_pull_grace=self.operator.image_pull_grace,
         )
         self.log.info("job %s/%s: waiting in the triggerer", self.namespace, self.name)
         self.operator.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)

@@ -15,6 +15,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_distributed.links import JobLinks, operator_links
 from airflow_distributed.spec import SpecValidationError, TrainingSpec, load_spec
+from airflow_distributed.spec.kubernetes_rules import env_name_problems
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -44,8 +45,9 @@ class DistributedTrainingOperator(BaseOperator):
 
     The spec is validated when the DAG is parsed. At run time every replica of the plan is started with the
     variables its framework expects; the task waits for the master, stops every other replica, and returns
-    ``{"job_name", "framework", "backend", "state", "metrics", "model_path", "replicas"}``; ``metrics`` and
-    ``model_path`` are also pushed under their own XCom keys (``train.output["metrics"]``).
+    ``{"job_name", "framework", "backend", "state", "metrics", "model_path", "replicas"}``. Each key is also an
+    XCom of its own (``multiple_outputs``), so ``train.output["model_path"]`` is ``None`` and
+    ``train.output["metrics"]`` is ``{}`` when the master reported none, never an ``XComNotFound``.
 
     :param framework: ``tensorflow``, ``mxnet``, ``pytorch``, ``horovod``, ``jax``, ``xgboost`` or ``paddle``. May
         be omitted when ``environment`` has exactly one framework section or is a polyaxonfile with a
@@ -78,6 +80,10 @@ class DistributedTrainingOperator(BaseOperator):
         TFJob/PyTorchJob/MXJob/MPIJob for a cluster that runs the Kubeflow Training Operator).
     :param wait_for_completion: wait for the job to finish (the local backend always waits).
     :param startup_timeout: seconds a replica may stay pending before the job fails (Kubernetes).
+    :param image_pull_grace: seconds a replica's image pull may keep failing (``ErrImagePull``,
+        ``ImagePullBackOff``) before the job fails, for registries that flap; a pull that succeeds within it does
+        not fail the job. Default 0: the first failed pull fails the job, naming the replica, the image and the
+        kubelet's message (Kubernetes backend). An image name that cannot be parsed fails at once whatever this is.
     :param poll_interval: seconds between status checks of the local backend.
     :param python: interpreter of the local replicas (e.g. a framework's own virtualenv); default: Airflow's.
     :param stop_grace_period: seconds a replica gets after SIGTERM before SIGKILL.
@@ -127,6 +133,7 @@ class DistributedTrainingOperator(BaseOperator):
         backend: Backend = "local",
         wait_for_completion: bool = True,
         startup_timeout: float = 600.0,
+        image_pull_grace: float = 0.0,
         poll_interval: float = 0.2,
         python: str | None = None,
         stop_grace_period: float = 5.0,
@@ -144,6 +151,8 @@ class DistributedTrainingOperator(BaseOperator):
         job_links: JobLinks | None = None,
         **kwargs: Any,
     ) -> None:
+        # The return value's keys are XComs of their own (see outputs.py); a missing one resolves to None.
+        kwargs.setdefault("multiple_outputs", True)
         super().__init__(**kwargs)
         if job_links:
             self.operator_extra_links = operator_links(job_links)
@@ -159,6 +168,7 @@ class DistributedTrainingOperator(BaseOperator):
         self.backend = backend
         self.wait_for_completion = wait_for_completion
         self.startup_timeout = startup_timeout
+        self.image_pull_grace = image_pull_grace
         self.poll_interval = poll_interval
         self.python = python
         self.stop_grace_period = stop_grace_period
@@ -191,6 +201,12 @@ class DistributedTrainingOperator(BaseOperator):
             problems.append(("backend", f"{self.backend!r} is not supported; allowed: {', '.join(BACKENDS)}"))
         if isinstance(self.command, str) or not self.command:
             problems.append(("command", "must be a non-empty list of arguments, e.g. ['python', 'train.py']"))
+        if isinstance(self.env, Mapping) and not _has_template(list(self.env)):
+            problems.extend(env_name_problems(self.env, "env"))
+        grace = self.image_pull_grace
+        if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not 0 <= grace < float("inf"):
+            problems.append(("image_pull_grace", f"{grace!r} is not allowed: seconds, a number >= 0 (0: fail at the "
+                             "first failed pull)"))
         if self.backend == "local" and not self.wait_for_completion:
             problems.append(("wait_for_completion", "the local backend's replicas are children of the task, "
                              "so it always waits; use backend='kubernetes' to start a job and return"))
@@ -220,17 +236,12 @@ class DistributedTrainingOperator(BaseOperator):
         if self.backend == "kubernetes":
             from airflow_distributed.operators.kubernetes_backend import run_kubernetes
 
-            # Pushes metrics, model_path, job_name and job itself (also when resumed after a deferral).
             return self._succeeded(context, run_kubernetes(self, context, spec, name, command))
         if self.backend == "kubeflow":
             from airflow_distributed.operators.kubeflow_backend import run_kubeflow
 
             return self._succeeded(context, run_kubeflow(self, context, spec, name, command))
-        result = self._succeeded(context, self._run_local(spec, name, command, context))
-        ti.xcom_push(key="metrics", value=result["metrics"])
-        ti.xcom_push(key="model_path", value=result["model_path"])
-        ti.xcom_push(key="job_name", value=result["job_name"])
-        return result
+        return self._succeeded(context, self._run_local(spec, name, command, context))
 
     def _local_dirs(self, name: str) -> tuple[str, str, str]:
         home = os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")

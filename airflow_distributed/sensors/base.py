@@ -52,6 +52,9 @@ class DistributedJobSensor(BaseSensorOperator):
     :param kubernetes_conn_id: the cncf provider's Kubernetes connection.
     :param deferrable: wait in the triggerer; default: ``[operators] default_deferrable``.
     :param watch_timeout: server-side timeout of each watch request of the deferred wait, in seconds.
+    :param image_pull_grace: seconds a replica's image pull may keep failing (``ErrImagePull``,
+        ``ImagePullBackOff``) before the sensor fails; default 0: at the first failed pull (``kind=None`` jobs).
+        In ``reschedule`` mode, which keeps nothing between pokes, it counts from the pod's start.
     :param kwargs: ``BaseSensorOperator``'s: ``poke_interval``, ``timeout``, ``mode``, ``soft_fail``...
     """
 
@@ -70,8 +73,11 @@ class DistributedJobSensor(BaseSensorOperator):
         kubernetes_conn_id: str | None = "kubernetes_default",
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         watch_timeout: int = 300,
+        image_pull_grace: float = 0.0,
         **kwargs: Any,
     ) -> None:
+        # As the operator: each key of the result is an XCom, a missing one resolves to None (see outputs.py).
+        kwargs.setdefault("multiple_outputs", True)
         super().__init__(**kwargs)
         self.job_name = job_name
         self.namespace = namespace
@@ -80,6 +86,9 @@ class DistributedJobSensor(BaseSensorOperator):
         self.kubernetes_conn_id = kubernetes_conn_id
         self.deferrable = deferrable
         self.watch_timeout = watch_timeout
+        self.image_pull_grace = image_pull_grace
+        # When each replica's pull was first seen failing (epoch seconds), kept across the pokes of one try.
+        self._pull_failures: dict[str, float] = {}
 
     def _resolve_kind(self, kind: str | None) -> str | None:
         if kind == "kubeflow":
@@ -122,7 +131,7 @@ class DistributedJobSensor(BaseSensorOperator):
         if tracker is None:
             self.log.info("job %s/%s has no pods (yet)", namespace, self.job_name)
             return False
-        verdict = tracker.verdict(time.monotonic())
+        verdict = tracker.verdict(time.time())
         if verdict is None:
             self.log.info("job %s/%s is running:\n%s", namespace, self.job_name, replica_table(tracker.statuses()))
             return False
@@ -141,7 +150,11 @@ class DistributedJobSensor(BaseSensorOperator):
         slots = slots_of_pods(pods)
         if not slots:
             return None
-        tracker = JobTracker(slots, startup_timeout=_NO_STARTUP_LIMIT, started_at=time.monotonic())
+        if self.reschedule:
+            # A rescheduled poke is a new sensor with no memory: the failing pull counts from the pod's start.
+            self._pull_failures = pod_start_times(pods)
+        tracker = JobTracker(slots, startup_timeout=_NO_STARTUP_LIMIT, started_at=time.time(),
+                             image_pull_grace=self.image_pull_grace, pull_failures=self._pull_failures)
         tracker.reset(pods)
         return tracker
 
@@ -188,9 +201,6 @@ class DistributedJobSensor(BaseSensorOperator):
             raise AirflowFailException(f"job {namespace}/{self.job_name} succeeded, but {error}") from error
         result = job_result(job_name=self.job_name, framework=framework, backend=backend, state="succeeded",
                             document=document, replicas=statuses, namespace=namespace)
-        ti = context["ti"]
-        ti.xcom_push(key="metrics", value=result["metrics"])
-        ti.xcom_push(key="model_path", value=result["model_path"])
         if document["metrics"] == {} and document["model_path"] is None:
             self.log.warning("job %s/%s succeeded without an output document: no metrics or model path", namespace,
                              self.job_name)
@@ -242,6 +252,7 @@ class DistributedJobSensor(BaseSensorOperator):
 
         return JobSensorTrigger(job_name=self.job_name, namespace=namespace, replicas=replicas,
                                 startup_timeout=_NO_STARTUP_LIMIT, started_at=time.time(),
+                                image_pull_grace=self.image_pull_grace,
                                 kubernetes_conn_id=self.kubernetes_conn_id, watch_timeout=self.watch_timeout)
 
     def _kubeflow_trigger(self, hook: KubeflowJobHook, namespace: str) -> Any:
@@ -294,6 +305,14 @@ def slots_of_pods(pods: Sequence[Mapping[str, Any]]) -> tuple[ReplicaSlot, ...]:
     if slots and not slots[0].is_master:
         return ()  # no master, no verdict: not a job this project started (or not complete yet)
     return tuple(slots)
+
+
+def pod_start_times(pods: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """``status.startTime`` of each pod that has one, as epoch seconds (the kubelet starts pulling then)."""
+    from airflow_distributed.hooks.job_watch import parse_timestamp_ns
+
+    return {pod["metadata"]["name"]: parse_timestamp_ns(pod["status"]["startTime"]) / 10**9
+            for pod in pods if (pod.get("status") or {}).get("startTime")}
 
 
 def _pod_env(pod: Mapping[str, Any], name: str) -> str | None:

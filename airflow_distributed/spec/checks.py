@@ -1,7 +1,8 @@
-"""Rules that need more than one field: one framework section, index ranges, requests <= limits."""
+"""Rules beyond one field's type: one framework section, index ranges, requests <= limits, Kubernetes' own rules."""
 
 from __future__ import annotations
 
+from airflow_distributed.spec import kubernetes_rules as k8s
 from airflow_distributed.spec.models import (
     FRAMEWORK_OF_SECTION,
     SECTION_OF,
@@ -44,12 +45,30 @@ def check_environment(environment: Environment, root: str) -> list[Problem]:
 
 
 def check_pod_settings(settings: PodSettings, path: str) -> list[Problem]:
-    return check_resources(settings.resources, f"{path}.resources") if settings.resources else []
+    """Everything the API server would refuse in one replica's settings, each problem with its path."""
+    problems = check_resources(settings.resources, f"{path}.resources") if settings.resources else []
+    problems += k8s.label_problems(settings.labels, f"{path}.labels")
+    problems += k8s.label_problems(settings.node_selector, f"{path}.node_selector")
+    problems += k8s.annotation_problems(settings.annotations, f"{path}.annotations")
+    problems += k8s.toleration_problems(settings.tolerations, f"{path}.tolerations")
+    problems += k8s.affinity_problems(settings.affinity, f"{path}.affinity")
+    problems += k8s.security_context_problems(settings.security_context, f"{path}.security_context")
+    problems += k8s.env_name_problems(settings.env_vars, f"{path}.env_vars")
+    problems += k8s.name_problems(settings.service_account, f"{path}.service_account", "service account")
+    problems += k8s.name_problems(settings.image_pull_secrets, f"{path}.image_pull_secrets", "Secret")
+    problems += k8s.name_problems(settings.secret_refs, f"{path}.secret_refs", "Secret")
+    problems += k8s.name_problems(settings.config_map_refs, f"{path}.config_map_refs", "ConfigMap")
+    return problems
 
 
 def check_resources(resources: Resources, path: str) -> list[Problem]:
     problems: list[Problem] = []
     for kind, amount in resources.amounts().items():
+        if kind in k8s.DEVICE_KINDS:
+            for side in ("requests", "limits"):
+                value = getattr(amount, side)
+                if value is not None:
+                    problems += k8s.device_count_problems(kind, value, f"{path}.{kind}.{side}")
         if amount.requests is None or amount.limits is None:
             continue
         try:
@@ -57,7 +76,7 @@ def check_resources(resources: Resources, path: str) -> list[Problem]:
             limit = amount_in_base_units(kind, amount.limits)
         except QuantityError:
             continue  # already reported by the model
-        if kind in ("gpu", "tpu") and requested != limit:
+        if kind in k8s.DEVICE_KINDS and requested != limit:
             problems.append(
                 (f"{path}.{kind}", f"requests ({amount.requests}) must equal limits ({amount.limits}): "
                  "Kubernetes does not overcommit devices")

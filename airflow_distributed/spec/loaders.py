@@ -37,19 +37,34 @@ def load_spec(framework: str | None = None, environment: Any = None) -> Training
     if data is None:
         data = {}
     problems: list[tuple[str, str]] = []
-    if framework is not None and framework not in FRAMEWORKS:
-        problems.append(("framework", f"{framework!r} is not supported; allowed: {', '.join(FRAMEWORKS)}"))
+    problems += framework_problems(framework)
+    bad_framework = bool(problems)
+    if bad_framework:
         framework = None
     if not isinstance(data, Mapping):
         problems.append(("environment", f"must be a mapping of settings, got {type(data).__name__}"))
         raise SpecValidationError(problems, source=source)
     env, structural = _validate_structure(dict(data))
     problems += structural
-    resolved, framework_problems = resolve_framework(framework, env, "environment")
-    problems += framework_problems + check_environment(env, "environment")
+    resolved, resolve_problems = resolve_framework(framework, env, "environment")
+    # A bad framework= is reported once, not again as "missing".
+    problems += [p for p in resolve_problems if not (bad_framework and p[0] == "framework")]
+    problems += check_environment(env, "environment")
     if problems or resolved is None:
         raise SpecValidationError(_unique(problems), source=source)
     return TrainingSpec(framework=resolved, environment=env)
+
+
+def framework_problems(framework: Any) -> list[tuple[str, str]]:
+    """A ``framework`` argument that is not one of the supported names (``None`` is fine: it is inferred)."""
+    allowed = ", ".join(FRAMEWORKS)
+    if framework is None:
+        return []
+    if not isinstance(framework, str):
+        return [("framework", f"expected a string, got {type(framework).__name__} {framework!r}; allowed: {allowed}")]
+    if framework not in FRAMEWORKS:
+        return [("framework", f"{framework!r} is not supported; allowed: {allowed}")]
+    return []
 
 
 def _validate_structure(data: dict[str, Any]) -> tuple[Environment, list[tuple[str, str]]]:

@@ -63,10 +63,12 @@ class DistributedJobTrigger(JobWaitTrigger):
     :param watch_timeout: server-side timeout of each watch request; the watch resumes after it.
     :param execution_deadline: epoch seconds at which the task's ``execution_timeout`` ends: the trigger fires
         ``timeout`` then, so that ``execute_complete`` cleans up (a framework timeout would skip it).
+    :param image_pull_grace: seconds a replica's image pull may keep failing before the job fails (0: at once).
     """
 
     replicas: list[list[Any]]
     startup_timeout: float
+    image_pull_grace: float
     connection_extras: dict[str, Any] | None
     cluster_context: str | None
     config_dict: dict[str, Any] | None
@@ -87,12 +89,13 @@ class DistributedJobTrigger(JobWaitTrigger):
         in_cluster: bool | None = None,
         watch_timeout: int = WATCH_TIMEOUT,
         execution_deadline: float | None = None,
+        image_pull_grace: float = 0.0,
     ) -> None:
         super().__init__(
             job_name=job_name, namespace=namespace, replicas=replicas, startup_timeout=startup_timeout,
             started_at=started_at, kubernetes_conn_id=kubernetes_conn_id, connection_extras=connection_extras,
             cluster_context=cluster_context, config_dict=config_dict, in_cluster=in_cluster,
-            watch_timeout=watch_timeout, execution_deadline=execution_deadline,
+            watch_timeout=watch_timeout, execution_deadline=execution_deadline, image_pull_grace=image_pull_grace,
         )
 
     @cached_property
@@ -124,7 +127,7 @@ class DistributedJobTrigger(JobWaitTrigger):
     async def _verdict(self) -> JobVerdict | None:
         """The job's verdict; ``None`` once the task's execution_timeout is over."""
         tracker = JobTracker(slots_from_json(self.replicas), startup_timeout=self.startup_timeout,
-                             started_at=self.started_at)
+                             started_at=self.started_at, image_pull_grace=self.image_pull_grace)
         watch = JobWatch(tracker)
         report = TableReporter(self._log_table, time.time, TABLE_INTERVAL if len(tracker.slots) > TABLE_ROWS else 0.0)
         from kubernetes_asyncio import client as async_client

@@ -38,7 +38,7 @@ def _dag(dag_id: str, *, report: bool = False, framework: str = "pytorch", **tas
         if report:
 
             @task
-            def report_metrics(metrics: dict, model_path: str) -> dict:
+            def report_metrics(metrics: dict, model_path: str | None) -> dict:
                 return {"loss": metrics["loss"], "model_path": model_path}
 
             report_metrics(train.output["metrics"], train.output["model_path"])
@@ -47,6 +47,8 @@ def _dag(dag_id: str, *, report: bool = False, framework: str = "pytorch", **tas
 
 success = _dag("kubeflow_success", report=True)
 deferrable = _dag("kubeflow_deferrable", deferrable=True)
+# The master reports metrics and no model path: the downstream task still runs, with None.
+metrics_only = _dag("kubeflow_metrics_only", report=True, deferrable=True)
 failure = _dag("kubeflow_failure")
 long_running = _dag("kubeflow_long_running", execution_timeout=timedelta(minutes=5))
 xgboost = _dag("kubeflow_xgboost", framework="xgboost")

@@ -42,7 +42,7 @@ def _dag(dag_id: str, *, report: bool = False, **task_kwargs) -> DAG:
         if report:
 
             @task
-            def report_metrics(metrics: dict, model_path: str) -> dict:
+            def report_metrics(metrics: dict, model_path: str | None) -> dict:
                 return {"loss": metrics["loss"], "model_path": model_path}
 
             report_metrics(train.output["metrics"], train.output["model_path"])
@@ -51,10 +51,17 @@ def _dag(dag_id: str, *, report: bool = False, **task_kwargs) -> DAG:
 
 success = _dag("k8s_success", report=True)
 deferrable = _dag("k8s_deferrable", deferrable=True)
+# The master reports metrics and no model path: the downstream task still runs, with None.
+metrics_only = _dag("k8s_metrics_only", report=True)
+metrics_only_deferrable = _dag("k8s_metrics_only_deferrable", report=True, deferrable=True)
 worker_failure = _dag("k8s_worker_failure")
 master_oom = _dag("k8s_master_oom", clean_pod_policy="all")
 unschedulable = _dag("k8s_unschedulable", startup_timeout=SHORT_STARTUP)
-image_pull = _dag("k8s_image_pull", startup_timeout=SHORT_STARTUP)
+# A failed pull is told at once: the startup window is one no test waits out.
+image_pull = _dag("k8s_image_pull", startup_timeout=600.0)
+image_pull_recovers = _dag("k8s_image_pull_recovers", startup_timeout=600.0, image_pull_grace=600.0)
+image_pull_grace_over = _dag("k8s_image_pull_grace_over", startup_timeout=600.0, image_pull_grace=1.0,
+                             deferrable=True)
 long_running = _dag("k8s_long_running", execution_timeout=timedelta(minutes=5))
 reattach = _dag("k8s_reattach")
 no_wait = _dag("k8s_no_wait", wait_for_completion=False)

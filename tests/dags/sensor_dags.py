@@ -46,10 +46,16 @@ with _dag("sensor_after_operator"):
     )
 
     @task
-    def report(metrics: dict, model_path: str) -> dict:
+    def report(metrics: dict, model_path: str | None) -> dict:
         return {"loss": metrics["loss"], "model_path": model_path}
 
     train >> wait
+    report(wait.output["metrics"], wait.output["model_path"])
+
+
+# A job whose master reports no model path: the downstream task runs with None.
+with _dag("sensor_metrics_only"):
+    wait = PytorchJobSensor(task_id="wait", job_name=JOB, namespace=namespace_of("sensor_metrics_only"), **FAST)
     report(wait.output["metrics"], wait.output["model_path"])
 
 
@@ -65,6 +71,10 @@ timeout = _sensor_dag("sensor_timeout", timeout=1.0)
 reschedule = _sensor_dag("sensor_reschedule", mode="reschedule", poke_interval=0.5)
 deferrable = _sensor_dag("sensor_deferrable", PytorchJobSensor, deferrable=True, watch_timeout=1)
 wrong_framework = _sensor_dag("sensor_wrong_framework", TensorflowJobSensor)
+image_pull = _sensor_dag("sensor_image_pull", PytorchJobSensor)
+image_pull_recovers = _sensor_dag("sensor_image_pull_recovers", PytorchJobSensor, image_pull_grace=600.0)
+image_pull_deferrable = _sensor_dag("sensor_image_pull_deferrable", PytorchJobSensor, deferrable=True,
+                                    watch_timeout=1)
 
 tfjob = _sensor_dag("sensor_tfjob", TensorflowJobSensor, kind="kubeflow")
 tfjob_failure = _sensor_dag("sensor_tfjob_failure", TensorflowJobSensor, kind="TFJob", retries=2,

@@ -49,3 +49,30 @@ def test_an_example_parses_without_its_framework_installed(example: str, module:
             "assert bag.import_errors == {}, bag.import_errors\n"
             f"assert list(bag.dags) == [{example!r}], list(bag.dags)\n")
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+
+
+BAD_SPEC_DAG = '''
+import pendulum
+from airflow.sdk import DAG
+from airflow_distributed.operators import DistributedTrainingOperator
+
+with DAG("bad_spec", schedule=None, start_date=pendulum.datetime(2026, 1, 1)):
+    DistributedTrainingOperator(
+        task_id="train", framework="pytorch", command=["python", "train.py"], backend="kubernetes", image="x:1",
+        environment={"labels": {"bad key!": "v"}, "resources": {"gpu": {"limits": 0.5}},
+                     "pytorch": {"n_workers": 1, "default_worker": {"tolerations": [{"operator": "Equal"}]}}},
+    )
+'''
+
+
+def test_a_dag_with_a_spec_kubernetes_would_refuse_does_not_import(tmp_path: Path):
+    # Refused when the file is parsed: no task instance, hence no pod and no process, ever exists.
+    from airflow.dag_processing.dagbag import DagBag
+
+    (tmp_path / "bad_spec.py").write_text(BAD_SPEC_DAG)
+    bag = DagBag(dag_folder=str(tmp_path))
+    assert bag.dags == {}
+    (error,) = bag.import_errors.values()
+    assert "environment.labels: key 'bad key!' is not valid" in error
+    assert "environment.resources.gpu.limits: 0.5 is not a whole number" in error
+    assert "environment.pytorch.default_worker.tolerations[0].operator: must be 'Exists' when key is empty" in error

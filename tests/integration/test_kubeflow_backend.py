@@ -45,7 +45,7 @@ def settled(emu: KubeEmulator, namespace: str, expected: tuple[list[str], list[s
         assert left(emu, namespace) == expected
 
 
-def train_and_succeed(controller: KubeflowController) -> None:
+def train_and_succeed(controller: KubeflowController, document: dict = DOCUMENT) -> None:
     controller.wait_for_job()
     controller.create_pods()
     controller.conditions(("Created", "PyTorchJobCreated", ""))
@@ -54,12 +54,24 @@ def train_and_succeed(controller: KubeflowController) -> None:
     # The verdict comes from a watch event, not from the first LIST.
     wait_until(controller.watched, timeout=60, interval=0.02)
     controller.log("master-0", "step 1 loss 0.5", container="pytorch")
-    controller.succeed("master-0", DOCUMENT)
+    controller.succeed("master-0", document)
     controller.succeed("worker-0")
     controller.succeed("worker-1")
     controller.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""),
                           ("Succeeded", "PyTorchJobSucceeded", f"PyTorchJob {controller.name} is successfully "
                                                                "completed."))
+
+
+def test_a_master_with_metrics_and_no_model_path_hands_none_downstream(emulator):
+    namespace = namespace_of("kubeflow_metrics_only")
+    emulator.create_namespace(namespace)
+    controller = KubeflowController(emulator, namespace, PLURAL).play(
+        lambda c: train_and_succeed(c, {"metrics": {"loss": 0.125}}))
+    run, states = run_dag_at("kubeflow_metrics_only")
+    controller.check()
+
+    assert states == {"train": "success", "report_metrics": "success"}
+    assert xcom(run, "report_metrics") == {"loss": 0.125, "model_path": None}
 
 
 @pytest.mark.parametrize("dag_id", ["kubeflow_success", "kubeflow_deferrable"])

@@ -225,6 +225,25 @@ def test_a_job_that_succeeds_hands_its_metrics_to_xcom_and_leaves_nothing(emulat
         assert "waiting in the triggerer" in out
 
 
+@pytest.mark.parametrize("dag_id", ["k8s_metrics_only", "k8s_metrics_only_deferrable"])
+def test_a_master_with_metrics_and_no_model_path_hands_none_downstream(emulator, dag_id):
+    namespace = namespace_of(dag_id)
+    emulator.create_namespace(namespace)
+
+    def script(kubelet: Kubelet) -> None:
+        wait_until(lambda: any(r.is_watch for r in task_requests(emulator, namespace)), timeout=60)
+        train_and_succeed(kubelet, document={"metrics": {"loss": 0.125}})
+
+    kubelet = Kubelet(emulator, namespace).play(script)
+    run, states = run_dag_at(dag_id)
+    kubelet.check()
+
+    assert states == {"train": "success", "report_metrics": "success"}
+    assert xcom(run, "report_metrics") == {"loss": 0.125, "model_path": None}
+    assert xcom(run, "train")["model_path"] is None
+    settled(emulator, namespace, NOTHING)
+
+
 def test_wait_for_completion_false_starts_the_job_and_returns(emulator):
     namespace = namespace_of("k8s_no_wait")
     emulator.create_namespace(namespace)
@@ -300,8 +319,6 @@ def test_an_oom_killed_master_fails_the_task_with_the_reason(emulator, capfd):
     ("dag_id", "reason", "message"),
     [
         ("k8s_unschedulable", "Unschedulable", "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."),
-        ("k8s_image_pull", "ErrImagePull",
-         'rpc error: code = NotFound desc = failed to pull image "registry.example.com/trainer:1.0": not found'),
     ],
 )
 def test_a_replica_that_cannot_start_fails_the_task_after_startup_timeout(emulator, dag_id, reason, message, capfd):
@@ -332,6 +349,58 @@ def test_a_replica_that_cannot_start_fails_the_task_after_startup_timeout(emulat
     # Every pod was pending or running: all deleted; the Service stays until the next try replaces the job.
     settled(emulator, namespace, {"services": [record["job_name"]], "pods": [],
                                   "configmaps": [f"{record['job_name']}-files"], "secrets": []})
+
+
+PULL_ERROR = 'rpc error: code = NotFound desc = failed to pull image "registry.example.com/trainer:1.0": not found'
+
+
+@pytest.mark.parametrize("dag_id", ["k8s_image_pull", "k8s_image_pull_grace_over"])
+def test_a_failed_image_pull_fails_the_task_naming_replica_image_and_message(emulator, dag_id, capfd):
+    # startup_timeout is 600 s: the task ends on the failed pull (at once, or when the grace is over), never on it.
+    namespace = namespace_of(dag_id)
+    emulator.create_namespace(namespace)
+
+    def script(kubelet: Kubelet) -> None:
+        kubelet.run_all(except_=("worker-1",))
+        kubelet.emu.pending_pod(namespace, kubelet.pod("worker-1"), reason="ErrImagePull", message=PULL_ERROR)
+
+    kubelet = Kubelet(emulator, namespace).play(script)
+    run, states = run_dag_at(dag_id)
+    kubelet.check()
+
+    assert states == {"train": "failed"}
+    out = capfd.readouterr().out
+    line = failure_line(out)
+    assert (f'replica {kubelet.pod("worker-1")}: image "registry.example.com/trainer:1.0" could not be pulled '
+            f"(ErrImagePull: {PULL_ERROR})") in line
+    assert "did not start" not in line
+    record = xcom(run, "train", "job")
+    settled(emulator, namespace, {"services": [record["job_name"]], "pods": [],
+                                  "configmaps": [f"{record['job_name']}-files"], "secrets": []})
+
+
+def test_a_pull_that_recovers_within_the_grace_lets_the_job_succeed(emulator, capfd):
+    namespace = namespace_of("k8s_image_pull_recovers")
+    emulator.create_namespace(namespace)
+
+    def script(kubelet: Kubelet) -> None:
+        worker = kubelet.pod("worker-1")
+        kubelet.run_all(except_=("worker-1",))
+        # Once the watch is open, every state below reaches the task as an event of its own, in order.
+        wait_until(lambda: any(r.is_watch for r in task_requests(emulator, namespace)), timeout=60)
+        kubelet.emu.pending_pod(namespace, worker, reason="ErrImagePull", message=PULL_ERROR)
+        kubelet.emu.pending_pod(namespace, worker, reason="ImagePullBackOff", message=PULL_ERROR)
+        kubelet.emu.run_pod(namespace, worker)  # the registry answers again
+        train_and_succeed(kubelet)
+
+    kubelet = Kubelet(emulator, namespace).play(script)
+    run, states = run_dag_at("k8s_image_pull_recovers")
+    kubelet.check()
+
+    assert states == {"train": "success"}
+    out = capfd.readouterr().out
+    assert "pending (ErrImagePull)" in out and "pending (ImagePullBackOff)" in out  # seen, and waited out
+    settled(emulator, namespace, NOTHING)
 
 
 # ---------------------------------------------------------------------------------------------- kill, reattach
@@ -468,7 +537,9 @@ def test_a_retry_reconnects_through_the_task_state_store(emulator, found, capfd)
     result = run_kubernetes(operator, {"ti": second, "task_state_store": store}, spec, name, ["python", "train.py"])
     kubelet.check()
 
-    assert result["state"] == "succeeded" and second.xcom["metrics"] == DOCUMENT["metrics"]
+    # Airflow pushes each key of the result as an XCom (multiple_outputs); the job record is pushed here.
+    assert result["state"] == "succeeded" and result["metrics"] == DOCUMENT["metrics"]
+    assert second.xcom["job"]["metrics"] == DOCUMENT["metrics"]
     assert [r for r in task_requests(emulator, namespace) if r.method == "POST"] == []
     assert store.get(STATE_KEY) == submitted  # the same job: not resubmitted, so not stored again
     expected = "Reconnecting to existing job" if found == "running" else "already completed successfully"

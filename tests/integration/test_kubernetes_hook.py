@@ -151,8 +151,9 @@ def test_a_replica_pending_past_startup_timeout_fails_on_the_hooks_clock(emulato
 
     def script(kubelet: Kubelet) -> None:
         kubelet.run_all(except_=("worker-0",))
-        kubelet.emu.pending_pod(ns, kubelet.pod("worker-0"), reason="ImagePullBackOff",
-                                message='Back-off pulling image "registry.example.com/trainer:1.0"')
+        # Unschedulable waits for startup_timeout (a failed image pull would fail at once).
+        kubelet.emu.pending_pod(ns, kubelet.pod("worker-0"), reason="Unschedulable",
+                                message="0/3 nodes are available: 3 Insufficient memory.")
         time.sleep(0.3)
         now[0] += 601  # ten minutes pass on the hook's clock, none on the test's
 
@@ -164,9 +165,9 @@ def test_a_replica_pending_past_startup_timeout_fails_on_the_hooks_clock(emulato
     assert time.monotonic() - started < 5
     verdict = outcome.verdict
     assert (verdict.state, verdict.cause, verdict.replica, verdict.reason) == (
-        "failed", "startup", slots[1].name, "ImagePullBackOff")
-    assert verdict.describe(600) == (f'replica {slots[1].name} did not start within 600s: ImagePullBackOff: '
-                                     'Back-off pulling image "registry.example.com/trainer:1.0"')
+        "failed", "startup", slots[1].name, "Unschedulable")
+    assert verdict.describe(600) == (f"replica {slots[1].name} did not start within 600s: Unschedulable: "
+                                     "0/3 nodes are available: 3 Insufficient memory.")
 
 
 # ---------------------------------------------------------------------------------------------- faults

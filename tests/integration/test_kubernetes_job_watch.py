@@ -30,6 +30,10 @@ SLOTS = (ReplicaSlot("j-master-0", "master", 0, True), ReplicaSlot("j-worker-0",
          ReplicaSlot("j-worker-1", "worker", 1))
 
 
+IMAGE = "registry.example.com/trainer:1.0"
+PULL_FAILED = 'failed to pull and unpack image "registry.example.com/trainer:1.0": not found'
+
+
 def running() -> dict:
     return {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
 
@@ -57,7 +61,9 @@ def pod(name: str, phase: str = "Running", base: dict | None = None, init: dict 
             status["initContainerStatuses"] = [{"name": "wait-for-peers", "state": init}]
     if reason:
         status["reason"] = reason
-    spec = {} if unschedulable is not None else {"nodeName": "node-1"}
+    spec: dict[str, Any] = {"containers": [{"name": "base", "image": IMAGE}]}
+    if unschedulable is None:
+        spec["nodeName"] = "node-1"
     return {"metadata": {"name": name, "resourceVersion": "1"}, "spec": spec, "status": status}
 
 
@@ -97,18 +103,25 @@ CASES = [
          {"state": "failed", "replica": "j-worker-0", "cause": "pod", "reason": "Evicted"}),
     Case("an image name that can never be pulled fails at once",
          [pod("j-master-0"), pod("j-worker-0", "Pending", waiting("InvalidImageName", "bad name")), pod("j-worker-1")],
-         {"state": "failed", "replica": "j-worker-0", "cause": "startup", "reason": "InvalidImageName",
-          "message": "bad name"}, now=1.0),
+         {"state": "failed", "replica": "j-worker-0", "cause": "image", "reason": "InvalidImageName",
+          "message": "bad name", "image": IMAGE}, now=1.0),
+    Case("a failed pull fails at once, long before the startup deadline",
+         [pod("j-master-0"), pod("j-worker-0"), pod("j-worker-1", "Pending", waiting("ErrImagePull", PULL_FAILED))],
+         {"state": "failed", "replica": "j-worker-1", "cause": "image", "reason": "ErrImagePull",
+          "message": PULL_FAILED, "image": IMAGE}, now=1.0),
+    Case("a missing Secret waits for startup_timeout (it may still be created)",
+         [pod("j-master-0"), pod("j-worker-0"), pod("j-worker-1", "Pending", waiting(
+             "CreateContainerConfigError", 'secret "wandb" not found'))], None, now=59),
     Case("unschedulable inside the startup window: keep waiting",
          [pod("j-master-0"), pod("j-worker-0", "Pending", unschedulable="0/1 nodes"), pod("j-worker-1")], None, now=59),
     Case("unschedulable past the startup window",
          [pod("j-master-0"), pod("j-worker-0", "Pending", unschedulable="0/1 nodes are available"), pod("j-worker-1")],
          {"state": "failed", "replica": "j-worker-0", "cause": "startup", "reason": "Unschedulable",
           "message": "0/1 nodes are available"}, now=61),
-    Case("image pull back-off past the startup window",
+    Case("image pull back-off",
          [pod("j-master-0"), pod("j-worker-0"), pod("j-worker-1", "Pending", waiting("ImagePullBackOff", "Back-off"))],
-         {"state": "failed", "replica": "j-worker-1", "cause": "startup", "reason": "ImagePullBackOff",
-          "message": "Back-off"}, now=61),
+         {"state": "failed", "replica": "j-worker-1", "cause": "image", "reason": "ImagePullBackOff",
+          "message": "Back-off", "image": IMAGE}, now=1.0),
     Case("waiting for peers counts as started", [pod("j-master-0"), pod("j-worker-0", "Pending", waiting(
         "PodInitializing"), init=running()), pod("j-worker-1")], None, now=1000),
     Case("a pod never created, past the window", [pod("j-master-0"), pod("j-worker-0")],
@@ -130,6 +143,43 @@ def test_the_verdict_of_a_job_from_its_pods(case: Case):
         tracker.apply("DELETED", next(p for p in case.pods if p["metadata"]["name"] == name))
     verdict = tracker.verdict(case.now)
     assert (verdict.as_dict() if verdict else None) == case.expected
+
+
+def test_a_failed_pull_within_the_grace_waits_and_one_that_recovers_is_forgotten():
+    tracker = JobTracker(SLOTS, startup_timeout=600, started_at=0.0, image_pull_grace=30)
+    tracker.reset([pod("j-master-0"), pod("j-worker-0"), pod("j-worker-1", "Pending", waiting("ErrImagePull"))])
+    assert tracker.verdict(10.0) is None
+    assert tracker.seconds_to_deadline(10.0) == 30  # the watch wakes up when the grace ends, not at 600 s
+    tracker.apply("MODIFIED", pod("j-worker-1", "Pending", waiting("ImagePullBackOff", "Back-off")))
+    assert tracker.verdict(39.0) is None
+    tracker.apply("MODIFIED", pod("j-worker-1", "Pending", waiting("ContainerCreating")))  # the registry is back
+    assert tracker.verdict(45.0) is None and tracker.pull_failures == {}
+    tracker.apply("MODIFIED", pod("j-worker-1", "Pending", waiting("ErrImagePull", PULL_FAILED)))
+    assert tracker.verdict(50.0) is None  # a new failure, a new grace
+    verdict = tracker.verdict(80.0)
+    assert verdict.as_dict() == {"state": "failed", "replica": "j-worker-1", "cause": "image",
+                                 "reason": "ErrImagePull", "message": PULL_FAILED, "image": IMAGE}
+    assert verdict.describe(600) == (f'replica j-worker-1: image "{IMAGE}" could not be pulled '
+                                     f"(ErrImagePull: {PULL_FAILED})")
+
+
+def test_an_invalid_image_name_fails_at_once_whatever_the_grace():
+    tracker = JobTracker(SLOTS, startup_timeout=600, started_at=0.0, image_pull_grace=300)
+    tracker.reset([pod("j-master-0", "Pending", waiting("InvalidImageName", "couldn't parse image name"))])
+    assert tracker.verdict(1.0).describe() == (
+        f"replica j-master-0: image \"{IMAGE}\" is not a valid image name (InvalidImageName: couldn't parse image "
+        "name)")
+
+
+def test_pull_failures_carry_over_between_trackers_that_share_them():
+    failures: dict[str, float] = {}
+    pods = [pod("j-master-0"), pod("j-worker-0", "Pending", waiting("ErrImagePull")), pod("j-worker-1")]
+    for now, expected in ((0.0, None), (20.0, None), (31.0, "j-worker-0")):
+        tracker = JobTracker(SLOTS, startup_timeout=float("inf"), started_at=now, image_pull_grace=30,
+                             pull_failures=failures)
+        tracker.reset(pods)
+        verdict = tracker.verdict(now)
+        assert (verdict.replica if verdict else None) == expected
 
 
 def test_a_failure_once_seen_stays_even_if_the_master_then_succeeds():
@@ -253,3 +303,20 @@ def test_api_errors_read_as_one_short_line():
         '403 Forbidden: pods "j-worker-1" is forbidden: error looking up service account ml/trainer')
     assert short_error(ConnectionResetError(104, "Connection reset by peer")) == (
         "ConnectionResetError: [Errno 104] Connection reset by peer")
+
+
+def test_a_rescheduled_sensor_counts_a_failing_pull_from_the_pods_start():
+    # A reschedule-mode poke is a new sensor: what it knows of a failing pull is the pod's status.startTime.
+    from airflow_distributed.hooks.job_watch import parse_timestamp_ns
+    from airflow_distributed.sensors.base import pod_start_times
+
+    failing = pod("j-worker-0", "Pending", waiting("ErrImagePull", PULL_FAILED))
+    failing["status"]["startTime"] = "2026-01-01T00:00:00Z"
+    pods = [pod("j-master-0"), failing, pod("j-worker-1")]
+    started = parse_timestamp_ns("2026-01-01T00:00:00Z") / 10**9
+    for seconds_later, expected in ((100.0, None), (601.0, "j-worker-0")):
+        tracker = JobTracker(SLOTS, startup_timeout=float("inf"), started_at=0.0, image_pull_grace=600,
+                             pull_failures=pod_start_times(pods))
+        tracker.reset(pods)
+        verdict = tracker.verdict(started + seconds_later)
+        assert (verdict.replica if verdict else None) == expected

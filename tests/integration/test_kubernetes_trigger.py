@@ -128,6 +128,47 @@ def test_a_replica_that_cannot_start_fails_in_the_triggerer_too(emulator, kubeco
                                 "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient memory."}
 
 
+PULL_ERROR = 'failed to pull and unpack image "registry.example.com/trainer:bad": not found'
+
+
+def test_a_failed_image_pull_fails_in_the_triggerer_at_once(emulator, kubeconfig, ns):
+    slots, name = start_job(kubeconfig, ns)
+
+    def script(kubelet: Kubelet) -> None:
+        kubelet.run_all(except_=("worker-1",))
+        kubelet.emu.pending_pod(ns, kubelet.pod("worker-1"), reason="ErrImagePull", message=PULL_ERROR)
+
+    kubelet = Kubelet(emulator, ns).play(script)
+    # A startup window no test waits out: the verdict comes from the failed pull, not from the window's end.
+    event = first_event(trigger_for(kubeconfig, ns, name, slots, startup_timeout=3600.0))
+    kubelet.check()
+
+    image = kubelet.seen[slots[2].name]["spec"]["containers"][0]["image"]
+    assert event["verdict"] == {"state": "failed", "replica": slots[2].name, "cause": "image",
+                                "reason": "ErrImagePull", "message": PULL_ERROR, "image": image}
+
+
+def test_a_pull_that_recovers_within_the_grace_succeeds_in_the_triggerer(emulator, kubeconfig, ns):
+    slots, name = start_job(kubeconfig, ns)
+
+    def script(kubelet: Kubelet) -> None:
+        kubelet.run_all(except_=("worker-1",))
+        worker = kubelet.pod("worker-1")
+        kubelet.emu.pending_pod(ns, worker, reason="ErrImagePull", message=PULL_ERROR)
+        wait_until(lambda: any(r.is_watch for r in task_requests(emulator, ns)), timeout=60, interval=0.02)
+        kubelet.emu.pending_pod(ns, worker, reason="ImagePullBackOff", message=PULL_ERROR)
+        kubelet.emu.run_pod(ns, worker)  # the registry answers again
+        kubelet.master_exits(0, document=DOCUMENT)
+
+    kubelet = Kubelet(emulator, ns).play(script)
+    trigger = trigger_for(kubeconfig, ns, name, slots, startup_timeout=3600.0, image_pull_grace=600.0)
+    assert trigger.serialize()[1]["image_pull_grace"] == 600.0  # survives a triggerer restart
+    event = first_event(trigger)
+    kubelet.check()
+
+    assert event["verdict"] == {"state": "succeeded", "replica": slots[0].name}
+
+
 def test_the_tasks_execution_timeout_fires_a_timeout_event(emulator, kubeconfig, ns):
     slots, name = start_job(kubeconfig, ns)
     Kubelet(emulator, ns).play(lambda k: k.run_all()).check()

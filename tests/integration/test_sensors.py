@@ -77,6 +77,15 @@ class Background:
         assert not self.errors, "\n".join(self.errors)
 
 
+def succeed_after_two_pokes(emu: KubeEmulator, namespace: str, pods: dict[str, str], recover: str | None = None,
+                            ) -> None:
+    """Once a sensor has looked twice: run the pod ``recover`` (if given), then end the master with DOCUMENT."""
+    wait_until(lambda: pod_lists(emu, namespace) >= 2, timeout=60, interval=0.02)
+    if recover is not None:
+        emu.run_pod(namespace, pods[recover])
+    emu.succeed_pod(namespace, pods["master-0"], message=json.dumps(DOCUMENT))
+
+
 def ti_of(run, task_id: str = "wait"):
     return next(ti for ti in run.get_task_instances() if ti.task_id == task_id)
 
@@ -110,6 +119,18 @@ def test_a_sensor_waits_for_the_job_an_operator_started_and_pushes_its_metrics(e
     # Waiting is not owning: the job is left as it is.
     assert [s["metadata"]["name"] for s in emulator.list("services", namespace)] == [job]
     emulator.delete("services", namespace, job)
+
+
+def test_a_sensor_hands_none_downstream_when_the_master_reported_no_model_path(emulator):
+    namespace = namespace_of("sensor_metrics_only")
+    emulator.create_namespace(namespace)
+    pods = labelled_pods(emulator, namespace)
+    emulator.succeed_pod(namespace, pods["master-0"], message=json.dumps({"metrics": {"loss": 0.25}}))
+
+    run, states = run_dag_at("sensor_metrics_only")
+
+    assert states == {"wait": "success", "report": "success"}
+    assert xcom(run, "report") == {"loss": 0.25, "model_path": None}
 
 
 @pytest.mark.parametrize(("dag_id", "state"), [("sensor_failure", "failed"), ("sensor_soft_fail", "skipped")])
@@ -154,11 +175,7 @@ def test_reschedule_mode_frees_the_worker_between_pokes(emulator):
     emulator.reset_requests()
     pods = labelled_pods(emulator, namespace)
 
-    def finish() -> None:
-        wait_until(lambda: pod_lists(emulator, namespace) >= 2, timeout=60, interval=0.02)
-        emulator.succeed_pod(namespace, pods["master-0"], message=json.dumps(DOCUMENT))
-
-    kubelet = Background(finish)
+    kubelet = Background(lambda: succeed_after_two_pokes(emulator, namespace, pods))
     run, states = run_dag_at("sensor_reschedule")
     kubelet.check()
 
@@ -193,6 +210,41 @@ def test_a_deferred_sensor_watches_the_pods_in_the_triggerer(emulator, capfd):
     watches = [r for r in emulator.requests if r.is_watch and f"/namespaces/{namespace}/" in r.path]
     assert watches and all(r.query["labelSelector"] == f"airflow-distributed/job={JOB}" for r in watches)
     assert len(emulator.list("pods", namespace)) == 3  # a sensor deletes nothing
+
+
+PULL_ERROR = 'failed to pull image "registry.example.com/trainer:1.0": unauthorized'
+
+
+@pytest.mark.parametrize("dag_id", ["sensor_image_pull", "sensor_image_pull_deferrable"])
+def test_a_failed_image_pull_fails_the_sensor_naming_replica_image_and_message(emulator, dag_id, capfd):
+    namespace = namespace_of(dag_id)
+    emulator.create_namespace(namespace)
+    pods = labelled_pods(emulator, namespace)
+    emulator.pending_pod(namespace, pods["worker-1"], reason="ImagePullBackOff", message=PULL_ERROR)
+
+    run, states = run_dag_at(dag_id)
+
+    assert states == {"wait": "failed"}
+    out = capfd.readouterr().out
+    assert (f'replica {pods["worker-1"]}: image "registry.example.com/trainer:1.0" could not be pulled '
+            f"(ImagePullBackOff: {PULL_ERROR})") in out
+    assert ti_of(run).try_number == 1  # no retry: waiting longer does not pull the image
+
+
+def test_a_pull_that_recovers_within_the_sensors_grace_succeeds(emulator):
+    namespace = namespace_of("sensor_image_pull_recovers")
+    emulator.create_namespace(namespace)
+    emulator.reset_requests()
+    pods = labelled_pods(emulator, namespace)
+    emulator.pending_pod(namespace, pods["worker-1"], reason="ErrImagePull", message=PULL_ERROR)
+
+    # The failed pull is seen by two pokes, then the registry answers again.
+    kubelet = Background(lambda: succeed_after_two_pokes(emulator, namespace, pods, recover="worker-1"))
+    run, states = run_dag_at("sensor_image_pull_recovers")
+    kubelet.check()
+
+    assert states == {"wait": "success"}
+    assert xcom(run, "wait", "metrics") == DOCUMENT["metrics"]
 
 
 def test_a_framework_sensor_refuses_another_frameworks_job(emulator, capfd):

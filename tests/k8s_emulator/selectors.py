@@ -25,7 +25,9 @@ def label_key_problem(key: str) -> str | None:
     """Why ``key`` is not a valid qualified label/annotation key, or None when it is."""
     if not key:
         return "name part must be non-empty"
-    prefix, _, name = key.rpartition("/")
+    prefix, slash, name = key.rpartition("/")
+    if slash and not prefix:
+        return "prefix part must be non-empty"
     if "/" in prefix:
         return ("a qualified name must consist of alphanumeric characters, '-', '_' or '.', with an optional "
                 "DNS subdomain prefix and '/'")

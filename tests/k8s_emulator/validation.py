@@ -76,6 +76,12 @@ _LABEL_1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _IANA_SVC = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 _CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+# Environment variable names before Kubernetes 1.34 (the emulator's default version is older); 1.34 accepts any
+# printable ASCII but '='.
+_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+_ENV_NAME_MSG = ("a valid environment variable name must consist of alphabetic characters, digits, '_', '-', or '.', "
+                 "and must not start with a digit (e.g. 'my.env-name',  or 'MY_ENV.NAME',  or 'MyEnvName1', regex "
+                 "used for validation is '[-._a-zA-Z][-._a-zA-Z0-9]*')")
 
 _SUBDOMAIN_MSG = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
                   "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
@@ -300,6 +306,14 @@ def validate_pod_spec(spec: dict, where: str, *, is_pod: bool) -> list[Cause]:
             for j, env in enumerate(container.get("env") or []):
                 if not env.get("name"):
                     causes.append(required(f"{cfield}.env[{j}].name"))
+                elif not _ENV_NAME.match(env["name"]):
+                    causes.append(invalid(f"{cfield}.env[{j}].name", env["name"], _ENV_NAME_MSG))
+            for j, source in enumerate(container.get("envFrom") or []):
+                for ref in ("configMapRef", "secretRef"):
+                    ref_name = (source.get(ref) or {}).get("name")
+                    if ref_name is not None:
+                        causes += [invalid(f"{cfield}.envFrom[{j}].{ref}.name", ref_name, p)
+                                   for p in name_problems(ref_name, "subdomain")]
             for j, mount in enumerate(container.get("volumeMounts") or []):
                 mfield = f"{cfield}.volumeMounts[{j}]"
                 if not mount.get("name"):
@@ -322,6 +336,8 @@ def validate_pod_spec(spec: dict, where: str, *, is_pod: bool) -> list[Cause]:
     if deadline is not None and deadline < 1:
         causes.append(invalid(f"{where}.activeDeadlineSeconds", deadline,
                               "must be between 1 and 2147483647, inclusive"))
+    for i, toleration in enumerate(spec.get("tolerations") or []):
+        causes += _toleration_causes(toleration, f"{where}.tolerations[{i}]")
     for key, value in (spec.get("nodeSelector") or {}).items():
         problem = label_key_problem(key)
         if problem:
@@ -332,12 +348,55 @@ def validate_pod_spec(spec: dict, where: str, *, is_pod: bool) -> list[Cause]:
     return causes
 
 
+TOLERATION_OPERATORS = ("Equal", "Exists")
+TAINT_EFFECTS = ("NoExecute", "NoSchedule", "PreferNoSchedule")
+
+
+def _toleration_causes(toleration: dict, field: str) -> list[Cause]:
+    """The API server's toleration rules (``validateTolerations``)."""
+    causes: list[Cause] = []
+    key, value = toleration.get("key", ""), toleration.get("value", "")
+    operator, effect = toleration.get("operator", ""), toleration.get("effect", "")
+    if key:
+        problem = label_key_problem(key)
+        if problem:
+            causes.append(invalid(f"{field}.key", key, problem))
+    if not key and operator != "Exists":
+        causes.append(invalid(f"{field}.operator", operator,
+                              "operator must be Exists when `key` is empty, which means \"match all values and all "
+                              "keys\""))
+    if toleration.get("tolerationSeconds") is not None and effect != "NoExecute":
+        causes.append(invalid(f"{field}.effect", effect, "effect must be 'NoExecute' when `tolerationSeconds` is set"))
+    if operator in ("Equal", ""):
+        problem = label_value_problem(value)
+        if problem:
+            causes.append(invalid(f"{field}.value", value, problem))
+    elif operator == "Exists":
+        if value:
+            causes.append(invalid(f"{field}.operator", toleration, "value must be empty when `operator` is 'Exists'"))
+    else:
+        causes.append(not_supported(f"{field}.operator", operator, TOLERATION_OPERATORS))
+    if effect and effect not in TAINT_EFFECTS:
+        causes.append(not_supported(f"{field}.effect", effect, TAINT_EFFECTS))
+    return causes
+
+
 def _resource_causes(resources: dict | None, field: str) -> list[Cause]:
     if not isinstance(resources, dict):
         return []
     causes = []
     requests = resources.get("requests") or {}
     limits = resources.get("limits") or {}
+    for section, values in (("requests", requests), ("limits", limits)):
+        for name, amount in values.items():
+            # Extended resources (a domain-prefixed name outside kubernetes.io, e.g. nvidia.com/gpu) are counted.
+            extended = "/" in name and not name.split("/", 1)[0].endswith("kubernetes.io")
+            try:
+                whole = parse_quantity(amount)[0].denominator == 1
+            except DecodeError:
+                continue
+            if extended and not whole:
+                causes.append(invalid(f"{field}.{section}[{name}]", amount, "must be an integer"))
     for name, request in requests.items():
         if name in limits:
             try:

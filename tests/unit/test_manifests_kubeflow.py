@@ -55,7 +55,7 @@ from airflow_distributed.manifests.kubernetes import (
     layout_for_kubernetes,
 )
 from airflow_distributed.plan import KubernetesAddressing, build_plan
-from airflow_distributed.spec import load_spec
+from airflow_distributed.spec import Environment, SpecValidationError, TrainingSpec, load_spec
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 SEEDS = DATA / "seeds"
@@ -111,8 +111,11 @@ def _options(kubeflow: dict[str, Any] | None = None, **pods: Any) -> KubeflowJob
     return KubeflowJobOptions(_pods(**pods), **(kubeflow or {}))
 
 
-def _plan(framework: str | None, environment: Any, namespace: str = NAMESPACE, model_dir: str | None = None):
-    spec = load_spec(framework, environment)
+def _plan(framework: str | None, environment: Any, namespace: str = NAMESPACE, model_dir: str | None = None,
+          checked: bool = True):
+    # checked=False: a spec built in code past load_spec's checks, which the builder must still refuse.
+    spec = load_spec(framework, environment) if checked else TrainingSpec(
+        framework=framework, environment=Environment.model_validate(environment))
     return build_plan(spec, JOB, KubeflowAddressing(namespace, spec.framework), layout_for_kubernetes(model_dir),
                       list(COMMAND), backend="kubeflow", env={"EPOCHS": "3"})
 
@@ -721,8 +724,11 @@ def test_plans_not_built_for_this_backend_are_refused():
 
 def test_an_invalid_pod_setting_names_the_replica_type_and_field():
     message = f"Worker replicas of {JOB}: affinity: unknown field 'nodeAfinity'"
+    environment = {"pytorch": {"n_workers": 2, "default_worker": {"affinity": {"nodeAfinity": {}}}}}
+    with pytest.raises(SpecValidationError):  # refused when the DAG is parsed
+        load_spec("pytorch", environment)
     with pytest.raises(ManifestError, match=re.escape(message)):
-        _build("pytorch", {"pytorch": {"n_workers": 2, "default_worker": {"affinity": {"nodeAfinity": {}}}}})
+        build_kubeflow_job(_plan("pytorch", environment, checked=False), _options())
 
 
 @pytest.mark.parametrize("case", JOB_CASES, ids=[c.name for c in JOB_CASES])

@@ -43,7 +43,7 @@ from airflow_distributed.manifests.kubernetes import (
 )
 from airflow_distributed.manifests.kubernetes_resources import ManifestError
 from airflow_distributed.plan import KubernetesAddressing, Layout, LocalAddressing, build_plan
-from airflow_distributed.spec import load_spec
+from airflow_distributed.spec import Environment, SpecValidationError, TrainingSpec, load_spec
 
 # The newest Kubernetes version whose schemas kubernetes-validate ships (1.37 with kubernetes-validate 1.37),
 # and an older one the objects must suit too.
@@ -92,8 +92,11 @@ def _options(**overrides: Any) -> JobManifestOptions:
     return JobManifestOptions(**values)
 
 
-def _plan(framework: str | None, environment: Any, namespace: str = NAMESPACE, model_dir: str | None = None):
-    spec = load_spec(framework, environment)
+def _plan(framework: str | None, environment: Any, namespace: str = NAMESPACE, model_dir: str | None = None,
+          checked: bool = True):
+    # checked=False: a spec built in code past load_spec's checks, which the builder must still refuse.
+    spec = load_spec(framework, environment) if checked else TrainingSpec(
+        framework=framework, environment=Environment.model_validate(environment))
     return build_plan(spec, JOB, KubernetesAddressing(namespace), layout_for_kubernetes(model_dir), list(COMMAND),
                       backend="kubernetes", env={"EPOCHS": "3"})
 
@@ -733,8 +736,11 @@ def test_pod_group(case: GroupCase):
      "'nodeSelectorTerms' is required"),
 ])
 def test_invalid_pod_settings_name_the_replica_and_field(environment, message):
+    with pytest.raises(SpecValidationError):  # refused when the DAG is parsed
+        load_spec("tensorflow", environment)
+    plan = _plan("tensorflow", environment, checked=False)
     with pytest.raises(ManifestError, match=re.escape(message)):
-        _build("tensorflow", environment)
+        build_job_objects(plan, _options(), ssh_key=KEY)
 
 
 def test_plans_not_built_for_this_backend_are_refused():

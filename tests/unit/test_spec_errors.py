@@ -91,6 +91,25 @@ CASES = [
     BadCase("no framework at all", {"resources": {}}, expected=[("framework", "missing")]),
     BadCase("wrong type of node_selector", {"pytorch": {"default_worker": {"node_selector": ["a"]}}},
             expected=[("environment.pytorch.default_worker.node_selector", "expected a mapping")]),
+    BadCase("label key Kubernetes refuses", {"labels": {"bad key!": "v"}},
+            expected=[("environment.labels", "key 'bad key!' is not valid: a key must be a qualified name")]),
+    BadCase("label value too long", {"pytorch": {"default_worker": {"labels": {"team": "x" * 64}}}},
+            expected=[("environment.pytorch.default_worker.labels.team", "at most 63 characters")]),
+    BadCase("fractional gpu", {"resources": {"gpu": {"requests": 0.5, "limits": 0.5}}},
+            expected=[("environment.resources.gpu.limits", "0.5 is not a whole number: gpu is counted in whole")]),
+    BadCase("toleration operator", {"tolerations": [{"key": "spot", "operator": "In"}]},
+            expected=[("environment.tolerations[0].operator", "'In' is not supported; allowed: Exists, Equal")]),
+    BadCase("tolerationSeconds without NoExecute", {"tolerations": [{"key": "a", "tolerationSeconds": 9}]},
+            expected=[("environment.tolerations[0].tolerationSeconds", "only allowed with effect 'NoExecute'")]),
+    BadCase("affinity misspelt on an indexed replica",
+            {"mxnet": {"n_workers": 2, "worker": [{"index": 1, "affinity": {"podAfinity": {}}}]}},
+            expected=[("environment.mxnet.worker[0].affinity", "unknown field 'podAfinity'; allowed: nodeAffinity")]),
+    BadCase("service account name", {"service_account": "ML_Trainer"},
+            expected=[("environment.service_account", "not a valid service account name: it must be a DNS-1123")]),
+    BadCase("env var name", {"env_vars": [["2FAST", "1"]]},
+            expected=[("environment.env_vars", "'2FAST' is not a valid variable name")]),
+    BadCase("framework not a string", {}, framework=["pytorch"],  # type: ignore[arg-type]
+            expected=[("framework", "expected a string, got list ['pytorch']; allowed: tensorflow")]),
     BadCase("not a mapping", [1, 2], framework="pytorch", expected=[("environment", "must be a mapping")]),
     BadCase("invalid YAML", "tensorflow: [1", expected=[("environment", "is not valid YAML")]),
     BadCase("missing spec file", "/nonexistent/spec.yaml", expected=[("environment", "cannot read")]),
@@ -122,6 +141,12 @@ def test_bad_input_names_the_path_and_what_is_allowed(case: BadCase):
     assert err.value.__cause__ is None  # nothing from inside the validator leaks into the error chain
 
 
+def test_a_framework_that_is_not_a_string_is_reported_once():
+    with pytest.raises(SpecValidationError) as err:
+        load_spec({"name": "pytorch"}, {"pytorch": {"n_workers": 1}})  # type: ignore[arg-type]
+    assert err.value.paths == ["framework"]
+
+
 def test_message_lists_every_problem_on_its_own_line():
     with pytest.raises(SpecValidationError) as err:
         load_spec(None, {"pytorch": {"n_workers": 2, "worker": [{"index": 5}]}, "resourcs": {}})
@@ -129,3 +154,13 @@ def test_message_lists_every_problem_on_its_own_line():
     assert lines[0] == "invalid distributed training spec: 2 problems"
     assert "  environment.resourcs: unknown key 'resourcs'; did you mean 'resources'?" in lines
     assert "  environment.pytorch.worker[0].index: 5 is out of range (n_workers is 2; valid: 0..1)" in lines
+
+
+def test_operator_env_names_are_checked_when_the_dag_is_parsed():
+    from airflow_distributed.operators import DistributedTrainingOperator
+
+    with pytest.raises(SpecValidationError) as err:
+        DistributedTrainingOperator(task_id="t", framework="pytorch", command=["python", "t.py"],
+                                    env={"EPOCHS": "3", "LEARNING RATE": "0.1"})
+    assert err.value.problems == [("env", "'LEARNING RATE' is not a valid variable name: use letters, digits, '-', "
+                                          "'_' or '.', not starting with a digit (e.g. 'MY_VAR')")]

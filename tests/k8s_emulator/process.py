@@ -1,0 +1,157 @@
+"""The emulator in a process of its own, for benchmarks.
+
+In the test's own interpreter, client and server share one GIL: a benchmark of the client would also measure the
+server's JSON decoding and schema validation, and the two would slow each other down. ``EmulatorProcess`` starts
+``KubeEmulator`` in a child process (``multiprocessing``, spawn) and forwards calls of its Python API over a pipe::
+
+    with EmulatorProcess() as emu:
+        config = emu.write_kubeconfig(tmp_path / "kubeconfig")
+        emu.create_namespace("bench")
+        ...                       # the real clients talk HTTP to emu.url
+        emu.request_count()       # counts, not the recorded list, cross the pipe cheaply
+
+``python -m tests.k8s_emulator --kubeconfig PATH`` serves one until interrupted, for trying things by hand.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from collections import Counter
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from .server import KubeEmulator
+
+
+class _Controls:
+    """Calls answered in the child beyond ``KubeEmulator``'s own: cheap summaries of what it recorded."""
+
+    def __init__(self, emu: KubeEmulator) -> None:
+        self.emu = emu
+
+    def request_count(self) -> int:
+        return len(self.emu.requests)
+
+    def request_summary(self) -> dict[str, int]:
+        """Requests by verb and resource: ``POST pods``, ``GET services``, ``WATCH pods``, ``GET pods/log``..."""
+        counts: Counter[str] = Counter()
+        for request in self.emu.requests:
+            counts[f"{'WATCH' if request.is_watch else request.method} {_resource(request.path)}"] += 1
+        return dict(counts)
+
+    def count(self, kind_plural: str, namespace: str | None = None, label_selector: str | None = None) -> int:
+        return len(self.emu.list(kind_plural, namespace, label_selector))
+
+
+def _resource(path: str) -> str:
+    """``/api/v1/namespaces/ns/pods/name/log`` -> ``pods/log``; ``/apis/g/v/podgroups`` -> ``podgroups``."""
+    segments = [s for s in path.split("/") if s]
+    rest = segments[2:] if segments[:1] == ["api"] else segments[3:]
+    if len(rest) >= 2 and rest[0] == "namespaces" and len(rest) > 2:
+        rest = rest[2:]
+    if not rest:
+        return path
+    return f"{rest[0]}/{rest[2]}" if len(rest) > 2 else rest[0]
+
+
+def _serve(conn: Connection, kwargs: dict[str, Any]) -> None:
+    emu = KubeEmulator(**kwargs).start()
+    controls = _Controls(emu)
+    conn.send(("ok", emu.port))
+    try:
+        while True:
+            try:
+                name, args, call_kwargs = conn.recv()
+            except EOFError:
+                return
+            if name == "__stop__":
+                conn.send(("ok", None))
+                return
+            try:
+                target = getattr(controls, name, None) or getattr(emu, name)
+                result = target(*args, **call_kwargs) if callable(target) else target
+                conn.send(("ok", result))
+            except Exception as error:  # the caller re-raises it
+                conn.send(("error", error))
+    finally:
+        emu.stop()
+
+
+class EmulatorProcess:
+    """``KubeEmulator`` served by a child process; any of its methods (and ``_Controls``') is called remotely.
+
+    :param kwargs: ``KubeEmulator``'s arguments (``kubernetes_version``, ``bookmark_interval``...).
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        self._kwargs = kwargs
+        self._conn: Connection | None = None
+        self._process: multiprocessing.process.BaseProcess | None = None
+        self._lock = threading.Lock()  # one call at a time on the pipe
+        self.port = 0
+
+    def start(self) -> EmulatorProcess:
+        context = multiprocessing.get_context("spawn")  # no fork of a parent's threads and locks
+        parent, child = context.Pipe()
+        self._process = context.Process(target=_serve, args=(child, self._kwargs), name="kube-emulator",
+                                        daemon=True)
+        self._process.start()
+        child.close()
+        self._conn = parent
+        self.port = self._receive()
+        return self
+
+    def stop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.send(("__stop__", (), {}))
+                conn.recv()
+            except (EOFError, OSError):
+                pass
+            conn.close()
+        if self._process is not None:
+            self._process.join(10)
+            if self._process.is_alive():
+                self._process.kill()
+                self._process.join()
+            self._process = None
+
+    def __enter__(self) -> EmulatorProcess:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def write_kubeconfig(self, path: str | Path, namespace: str = "default", token: str = "emulator-token") -> str:
+        return self.call("write_kubeconfig", str(path), namespace, token)
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """``KubeEmulator.<name>(*args, **kwargs)`` in the child (or the attribute's value)."""
+        if self._conn is None:
+            raise RuntimeError("the emulator process is not running; call start() first")
+        with self._lock:
+            self._conn.send((name, args, kwargs))
+            return self._receive()
+
+    def _receive(self) -> Any:
+        assert self._conn is not None
+        status, value = self._conn.recv()
+        if status == "error":
+            raise value
+        return value
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: self.call(name, *args, **kwargs)

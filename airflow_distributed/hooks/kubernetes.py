@@ -234,27 +234,30 @@ class DistributedTrainingHook(KubernetesHook):
     # ------------------------------------------------------------------ creation
 
     def ensure_job(self, namespace: str, build: Callable[[str | None], JobObjects],
-                   slots: Sequence[ReplicaSlot], *, stopped: Callable[[], bool] | None = None) -> JobHandle:
+                   slots: Sequence[ReplicaSlot], *, objects: JobObjects | None = None,
+                   stopped: Callable[[], bool] | None = None) -> JobHandle:
         """The job of ``build``, created or found: a job of this name that runs (or succeeded) is reattached and
         any pod it lacks (a worker that died while creating them) is created; one that failed, or is being
         deleted, is deleted and created anew, since names are fixed per task instance.
 
-        :param build: ``owner_uid -> JobObjects``; called with ``None`` first, then with the Service's uid.
+        :param build: ``owner_uid -> JobObjects``; called once, with ``None``, unless ``objects`` is given: the
+            dependents get the Service's uid through ``JobObjects.owned_by``, which is the same and much cheaper
+            than building a big job again.
         :param slots: the job's replicas, to judge a job found in place.
+        :param objects: ``build(None)``, when the caller has it already (it validated the settings with it).
         :param stopped: true once the task is being killed: creation stops and what was created is deleted.
         """
-        objects = build(None)
+        objects = objects or build(None)
         name = objects.service.metadata.name
         existing = self.get_service(namespace, name)
         if existing is not None:
-            handle = self._reattach(namespace, name, existing, build, slots, stopped)
+            handle = self._reattach(namespace, name, existing, objects, slots, stopped)
             if handle is not None:
                 return handle
         return self.create_job(namespace, build, objects, stopped=stopped)
 
-    def _reattach(self, namespace: str, name: str, service: Mapping[str, Any],
-                  build: Callable[[str | None], JobObjects], slots: Sequence[ReplicaSlot],
-                  stopped: Callable[[], bool] | None) -> JobHandle | None:
+    def _reattach(self, namespace: str, name: str, service: Mapping[str, Any], objects: JobObjects,
+                  slots: Sequence[ReplicaSlot], stopped: Callable[[], bool] | None) -> JobHandle | None:
         labels = (service.get("metadata") or {}).get("labels") or {}
         if labels.get(JOB_LABEL) != name:
             raise KubernetesJobError(
@@ -282,7 +285,7 @@ class DistributedTrainingHook(KubernetesHook):
         if missing:
             self.job_log.info("job %s/%s exists with %d of %d pods; creating the %d missing", namespace, name,
                               len(slots) - len(missing), len(slots), len(missing))
-            created = self._create_dependents(namespace, build(uid), pods=set(missing), stopped=stopped)
+            created = self._create_dependents(namespace, objects.owned_by(uid), pods=set(missing), stopped=stopped)
         self.job_log.info("reattached to running job %s/%s", namespace, name)
         return JobHandle(namespace, name, uid, reattached="running", created=created)
 
@@ -301,7 +304,7 @@ class DistributedTrainingHook(KubernetesHook):
             service = self._json(body)
         uid = service["metadata"]["uid"]
         try:
-            created = 1 + self._create_dependents(namespace, build(uid), stopped=stopped)
+            created = 1 + self._create_dependents(namespace, objects.owned_by(uid), stopped=stopped)
         except BaseException:
             # A half-created job would hold its pods' resources forever: delete it (cascade) before raising.
             self._delete_quietly(namespace, name)

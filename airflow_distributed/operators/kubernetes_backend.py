@@ -154,6 +154,8 @@ class KubernetesJobRun:
         self.log = operator.log
         self.stopped = False
         self.build: Any = None
+        #: ``build(None)``, kept from the check at start so that submitting does not build a big job again
+        self.objects: JobObjects | None = None
         self.handle: JobHandle | None = None
         self.started = time.monotonic()
         operator._kubernetes_run = self  # type: ignore[attr-defined]  # read by kill_kubernetes
@@ -189,9 +191,9 @@ class KubernetesJobRun:
         def build(owner_uid: str | None) -> JobObjects:
             return build_job_objects(plan, options, owner_uid=owner_uid, ssh_key=ssh_key)
 
-        build(None)  # a setting Kubernetes would refuse fails here, before anything is created
+        objects = build(None)  # a setting Kubernetes would refuse fails here, before anything is created
         run = cls(operator, context, namespace, job_name, replica_slots(plan), spec.framework, hook)
-        run.build = build
+        run.build, run.objects = build, objects
         return run
 
     @classmethod
@@ -209,7 +211,8 @@ class KubernetesJobRun:
 
     def submit(self) -> JobHandle:
         started = time.monotonic()
-        handle = self.hook.ensure_job(self.namespace, self.build, self.slots, stopped=lambda: self.stopped)
+        handle = self.hook.ensure_job(self.namespace, self.build, self.slots, objects=self.objects,
+                                      stopped=lambda: self.stopped)
         self.handle = handle
         if handle.reattached is None:
             self.log.info("job %s/%s: %s with %d replicas created (%d objects) in %.1fs", self.namespace, self.name,

@@ -44,6 +44,18 @@ class _Controls:
     def count(self, kind_plural: str, namespace: str | None = None, label_selector: str | None = None) -> int:
         return len(self.emu.list(kind_plural, namespace, label_selector))
 
+    # A stand-in for dropping every watch at once, until the emulator has a control of its own for it: it
+    # shuts every open connection (the watches among them), as an API server that restarts does.
+    def drop_connections(self) -> int:
+        """Shut every open connection of the emulator; how many there were."""
+        server = self.emu._server
+        if server is None:
+            return 0
+        with server._connections_lock:
+            count = len(server._connections)
+        server.close_connections()
+        return count
+
 
 def _resource(path: str) -> str:
     """``/api/v1/namespaces/ns/pods/name/log`` -> ``pods/log``; ``/apis/g/v/podgroups`` -> ``podgroups``."""

@@ -42,7 +42,7 @@ from airflow_distributed.spec import load_spec  # noqa: E402
 from tests.k8s_emulator.process import EmulatorProcess  # noqa: E402
 
 SIZES = (10, 100, 1000)
-ROUNDS = 3
+ROUNDS = 5
 SUBMITTERS = ("hook", "plain_same_pods", "plain_bare_pods")
 IMAGE = "registry.example.com/trainer:1.0"
 

@@ -18,10 +18,11 @@ Measured:
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
-import logging
+import subprocess
 import sys
 import tempfile
 import time
@@ -128,41 +129,43 @@ async def _hold(emu: EmulatorProcess, config: str, jobs: list[tuple[str, list]],
         figures["rss_mb"]["per_job_kb"] = round(
             (figures["rss_mb"]["holding"] - figures["rss_mb"]["before"]) * 1024 / len(jobs), 1)
 
-        emu.reset_requests()
-        await asyncio.sleep(quiet_seconds)
-        quiet = emu.request_count()
-        figures["quiet"] = {"seconds": quiet_seconds, "requests": quiet,
-                            "per_minute": round(quiet * 60 / quiet_seconds, 1), "by_kind": emu.request_summary()}
+        if quiet_seconds > 0:
+            emu.reset_requests()
+            await asyncio.sleep(quiet_seconds)
+            quiet = emu.request_count()
+            figures["quiet"] = {"seconds": quiet_seconds, "requests": quiet,
+                                "per_minute": round(quiet * 60 / quiet_seconds, 1), "by_kind": emu.request_summary()}
 
-        emu.reset_requests()
-        how = await asyncio.to_thread(_drop_every_watch, emu)
-        dropped_at = time.monotonic()
-        counts: list[tuple[float, int]] = []
-        while time.monotonic() - dropped_at < after_drop_seconds:
-            await asyncio.sleep(0.1)
-            counts.append((time.monotonic() - dropped_at, await asyncio.to_thread(emu.request_count)))
-        per_second: dict[int, int] = {}
-        previous, busiest_tenth, first, last = 0, 0, None, None
-        for at, count in counts:
-            per_second[int(at)] = per_second.get(int(at), 0) + count - previous
-            busiest_tenth = max(busiest_tenth, count - previous)
-            if count > previous:
-                first = at if first is None else first
-                last = at
-            previous = count
-        summary = emu.request_summary()
-        figures["drop"] = {
-            "how": how,
-            "seconds_observed": after_drop_seconds,
-            "requests": previous,
-            "by_kind": summary,
-            "busiest_second": max(per_second.values(), default=0),
-            "busiest_tenth_of_a_second": busiest_tenth,
-            "seconds_from_first_to_last_request": round(last - first, 1) if first is not None else None,
-            "per_second": [per_second.get(second, 0) for second in range(int(after_drop_seconds))],
-            "watches_again": summary.get("WATCH pods", 0),
-            "open_connections_after": _open_connections(emu.port),
-        }
+        if after_drop_seconds > 0:
+            emu.reset_requests()
+            how = await asyncio.to_thread(_drop_every_watch, emu)
+            dropped_at = time.monotonic()
+            counts: list[tuple[float, int]] = []
+            while time.monotonic() - dropped_at < after_drop_seconds:
+                await asyncio.sleep(0.1)
+                counts.append((time.monotonic() - dropped_at, await asyncio.to_thread(emu.request_count)))
+            per_second: dict[int, int] = {}
+            previous, busiest_tenth, first, last = 0, 0, None, None
+            for at, count in counts:
+                per_second[int(at)] = per_second.get(int(at), 0) + count - previous
+                busiest_tenth = max(busiest_tenth, count - previous)
+                if count > previous:
+                    first = at if first is None else first
+                    last = at
+                previous = count
+            summary = emu.request_summary()
+            figures["drop"] = {
+                "how": how,
+                "seconds_observed": after_drop_seconds,
+                "requests": previous,
+                "by_kind": summary,
+                "busiest_second": max(per_second.values(), default=0),
+                "busiest_tenth_of_a_second": busiest_tenth,
+                "seconds_from_first_to_last_request": round(last - first, 1) if first is not None else None,
+                "per_second": [per_second.get(second, 0) for second in range(int(after_drop_seconds))],
+                "watches_again": summary.get("WATCH pods", 0),
+                "open_connections_after": _open_connections(emu.port),
+            }
         figures["events_fired"] = len(events)  # quiet jobs: none expected
     finally:
         for task in tasks:
@@ -171,10 +174,12 @@ async def _hold(emu: EmulatorProcess, config: str, jobs: list[tuple[str, list]],
     return figures
 
 
-def measure(jobs: int = JOBS, replicas: int = REPLICAS, quiet_seconds: float = 60.0,
-            after_drop_seconds: float = 20.0) -> dict[str, Any]:
-    results: dict[str, Any] = {"jobs": jobs, "replicas_per_job": replicas}
-    with tempfile.TemporaryDirectory() as tmp, EmulatorProcess(bookmark_interval=60.0) as emu:
+def measure_one(jobs: int = JOBS, replicas: int = REPLICAS, quiet_seconds: float = 60.0,
+                after_drop_seconds: float = 20.0, *, tls: bool = True) -> dict[str, Any]:
+    """One triggerer (this process) against one emulator; ``tls``: HTTPS with a cluster CA in the kubeconfig."""
+    results: dict[str, Any] = {"jobs": jobs, "replicas_per_job": replicas,
+                               "api": "https, cluster CA in the kubeconfig" if tls else "http, no CA"}
+    with tempfile.TemporaryDirectory() as tmp, EmulatorProcess(bookmark_interval=60.0, tls=tls) as emu:
         config = emu.write_kubeconfig(Path(tmp) / "config")
         emu.create_namespace(NAMESPACE)
         made = _create_jobs(emu, jobs, replicas)
@@ -184,10 +189,31 @@ def measure(jobs: int = JOBS, replicas: int = REPLICAS, quiet_seconds: float = 6
     return results
 
 
+def measure(jobs: int = JOBS, replicas: int = REPLICAS, quiet_seconds: float = 60.0,
+            after_drop_seconds: float = 20.0) -> dict[str, Any]:
+    """Both kubeconfig shapes, each in a fresh interpreter (memory once taken is not given back); the quiet spell
+    and the drop are measured with the first only."""
+    results = {}
+    for variant, quiet, drop in (("https", quiet_seconds, after_drop_seconds), ("http", 0.0, 0.0)):
+        command = [sys.executable, __file__, "--jobs", str(jobs), "--replicas", str(replicas),
+                   "--quiet-seconds", str(quiet), "--after-drop-seconds", str(drop), "--api", variant]
+        done = subprocess.run(command, check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        results[variant] = json.loads(done.stdout)
+    return results
+
+
 if __name__ == "__main__":
-    # 1000 triggers log a line each on every reconnect; only the warnings and errors are kept.
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    arguments = [float(arg) for arg in sys.argv[1:]]
-    with contextlib.redirect_stdout(sys.stderr):
-        figures = measure(*(int(a) for a in arguments[:2]), *arguments[2:])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=JOBS)
+    parser.add_argument("--replicas", type=int, default=REPLICAS)
+    parser.add_argument("--quiet-seconds", type=float, default=60.0)
+    parser.add_argument("--after-drop-seconds", type=float, default=20.0)
+    parser.add_argument("--api", choices=("https", "http", "both"), default="both")
+    args = parser.parse_args()
+    with contextlib.redirect_stdout(sys.stderr):  # the triggers' logs aside: only the figures on stdout
+        if args.api == "both":
+            figures = measure(args.jobs, args.replicas, args.quiet_seconds, args.after_drop_seconds)
+        else:
+            figures = measure_one(args.jobs, args.replicas, args.quiet_seconds, args.after_drop_seconds,
+                                  tls=args.api == "https")
     print(json.dumps(figures, indent=2))

@@ -15,7 +15,13 @@ server's JSON decoding and schema validation, and the two would slow each other 
 
 from __future__ import annotations
 
+import base64
+import datetime
+import ipaddress
+import json
 import multiprocessing
+import ssl
+import tempfile
 import threading
 from collections import Counter
 from multiprocessing.connection import Connection
@@ -68,8 +74,47 @@ def _resource(path: str) -> str:
     return f"{rest[0]}/{rest[2]}" if len(rest) > 2 else rest[0]
 
 
-def _serve(conn: Connection, kwargs: dict[str, Any]) -> None:
+def self_signed_certificate() -> tuple[bytes, bytes]:
+    """A certificate for 127.0.0.1 and its key, both PEM: the server's and, self-signed, the cluster CA."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-emulator")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    certificate = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                       critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return (certificate.public_bytes(serialization.Encoding.PEM),
+            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption()))
+
+
+def _serve_tls(emu: KubeEmulator, certificate: bytes, key: bytes) -> None:
+    """Serve HTTPS from now on: the listening socket is wrapped before any client connects (test set-up only)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cert_file, key_file = Path(tmp) / "tls.crt", Path(tmp) / "tls.key"
+        cert_file.write_bytes(certificate)
+        key_file.write_bytes(key)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert_file, key_file)
+    server = emu._server
+    assert server is not None
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+
+
+def _serve(conn: Connection, kwargs: dict[str, Any], tls: tuple[bytes, bytes] | None = None) -> None:
     emu = KubeEmulator(**kwargs).start()
+    if tls is not None:
+        _serve_tls(emu, *tls)
     controls = _Controls(emu)
     conn.send(("ok", emu.port))
     try:
@@ -94,11 +139,14 @@ def _serve(conn: Connection, kwargs: dict[str, Any]) -> None:
 class EmulatorProcess:
     """``KubeEmulator`` served by a child process; any of its methods (and ``_Controls``') is called remotely.
 
+    :param tls: serve HTTPS with a certificate of its own; ``write_kubeconfig`` then names it as the cluster's CA,
+        as a real cluster's kubeconfig does (the clients then hold that CA alone instead of the system's bundle).
     :param kwargs: ``KubeEmulator``'s arguments (``kubernetes_version``, ``bookmark_interval``...).
     """
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, tls: bool = False, **kwargs: Any) -> None:
         self._kwargs = kwargs
+        self._tls = self_signed_certificate() if tls else None
         self._conn: Connection | None = None
         self._process: multiprocessing.process.BaseProcess | None = None
         self._lock = threading.Lock()  # one call at a time on the pipe
@@ -107,7 +155,7 @@ class EmulatorProcess:
     def start(self) -> EmulatorProcess:
         context = multiprocessing.get_context("spawn")  # no fork of a parent's threads and locks
         parent, child = context.Pipe()
-        self._process = context.Process(target=_serve, args=(child, self._kwargs), name="kube-emulator",
+        self._process = context.Process(target=_serve, args=(child, self._kwargs, self._tls), name="kube-emulator",
                                         daemon=True)
         self._process.start()
         child.close()
@@ -143,10 +191,21 @@ class EmulatorProcess:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self._tls else 'http'}://127.0.0.1:{self.port}"
 
     def write_kubeconfig(self, path: str | Path, namespace: str = "default", token: str = "emulator-token") -> str:
-        return self.call("write_kubeconfig", str(path), namespace, token)
+        if self._tls is None:
+            return self.call("write_kubeconfig", str(path), namespace, token)
+        cluster = {"server": self.url, "certificate-authority-data": base64.b64encode(self._tls[0]).decode()}
+        config = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "emulator", "preferences": {},
+            "clusters": [{"name": "emulator", "cluster": cluster}],
+            "users": [{"name": "emulator", "user": {"token": token}}],
+            "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "emulator",
+                                                          "namespace": namespace}}],
+        }
+        Path(path).write_text(json.dumps(config, indent=2))
+        return str(path)
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """``KubeEmulator.<name>(*args, **kwargs)`` in the child (or the attribute's value)."""

@@ -267,20 +267,71 @@ class WatchCalls:
     watch_seconds: Callable[[], int] | None = None
 
 
-def _next_seconds(calls: WatchCalls, timings: WatchTimings) -> int:
-    seconds = calls.watch_seconds() if calls.watch_seconds is not None else timings.server_timeout
-    return max(1, min(int(seconds), timings.server_timeout))
+class _Loop:
+    """The decisions of a wait between its requests, shared by the sync and async drivers (which do the I/O).
 
+    ``next_request()`` says what to send (``LIST``, or the ``timeoutSeconds`` of a watch; ``None``: the wait is
+    over); the other methods take what came back and return how long to wait before the next request
+    (``None``: no wait).
+    """
 
-def _log_step(log: logging.Logger, policy: WatchPolicy, error: BaseException | None, step: Step,
-              quiet: bool) -> None:
-    if isinstance(error, WatchGone) or (error is not None and api_status(error) == 410):
-        log.info("%s: the watch expired (410 Gone); listing again", policy.what)
-    elif quiet:
-        if error is not None:
-            log.info("%s: the watch ended (%s); resuming in %.1fs", policy.what, short_error(error), step.delay)
-    elif error is not None:
-        log.warning("%s: %s; retrying in %.1fs", policy.what, short_error(error), step.delay)
+    LIST = -1
+
+    def __init__(self, watch: ResumableWatch, calls: WatchCalls | AsyncWatchCalls, policy: WatchPolicy,
+                 log: logging.Logger) -> None:
+        self.watch, self.calls, self.policy, self.log = watch, calls, policy, log
+
+    def next_request(self) -> int | None:
+        if self.calls.done():
+            return None
+        if self.watch.needs_list:
+            return self.LIST
+        timings = self.policy.timings
+        seconds = self.calls.watch_seconds() if self.calls.watch_seconds is not None else timings.server_timeout
+        return max(1, min(int(seconds), timings.server_timeout))
+
+    def request_timeout(self, seconds: int) -> tuple[float, float]:
+        return self.policy.timings.request_timeout(seconds)
+
+    def listed(self, body: Mapping[str, Any]) -> float | None:
+        self.policy.answered()
+        try:
+            self.calls.on_list(body)
+        except Exception as error:
+            return self.failed(error)
+        return None
+
+    def answered(self) -> None:
+        self.policy.answered()
+
+    def failed(self, error: BaseException) -> float | None:
+        """A LIST or the opening of a watch failed."""
+        return self._then(self.policy.request_failed(error), error, quiet=False)
+
+    def line(self, line: str | bytes) -> bool:
+        """One line of the stream; returns whether the wait is over."""
+        self.calls.on_line(line)
+        return self.calls.done()
+
+    def stream_ended(self, error: BaseException | None, lines: int) -> float | None:
+        step = self.policy.watch_ended(error, lines)
+        quiet = not step.relist and not isinstance(error, (WatchGone, WatchError))
+        return self._then(step, error, quiet=quiet)
+
+    def _then(self, step: Step, error: BaseException | None, quiet: bool) -> float | None:
+        what = self.policy.what
+        if isinstance(error, WatchGone) or (error is not None and api_status(error) == 410):
+            self.log.info("%s: the watch expired (410 Gone); listing again", what)
+        elif quiet:
+            if error is not None:
+                self.log.info("%s: the watch ended (%s); resuming in %.1fs", what, short_error(error), step.delay)
+        elif error is not None:
+            self.log.warning("%s: %s; retrying in %.1fs", what, short_error(error), step.delay)
+        if step.relist:
+            self.watch.on_gone()
+        if (step.delay > 0 or step.retry) and not self.calls.done():
+            return step.delay
+        return None
 
 
 def run_watch(watch: ResumableWatch, calls: WatchCalls, policy: WatchPolicy, *,
@@ -291,45 +342,36 @@ def run_watch(watch: ResumableWatch, calls: WatchCalls, policy: WatchPolicy, *,
     """
     from kubernetes.watch.watch import iter_resp_lines
 
-    timings = policy.timings
-    while not calls.done():
-        step = Step()
-        if watch.needs_list:
+    loop = _Loop(watch, calls, policy, log)
+    while (request := loop.next_request()) is not None:
+        if request == loop.LIST:
             try:
                 body = calls.list_()
-                policy.answered()
-                calls.on_list(body)
             except Exception as error:
-                step = policy.request_failed(error)
-                _log_step(log, policy, error, step, quiet=False)
-        else:
-            seconds = _next_seconds(calls, timings)
-            try:
-                response = calls.open_watch(watch.resource_version, seconds, timings.request_timeout(seconds))
-            except Exception as error:
-                step = policy.request_failed(error)
-                _log_step(log, policy, error, step, quiet=False)
+                delay = loop.failed(error)
             else:
-                policy.answered()
+                delay = loop.listed(body)
+        else:
+            try:
+                response = calls.open_watch(watch.resource_version, request, loop.request_timeout(request))
+            except Exception as error:
+                delay = loop.failed(error)
+            else:
+                loop.answered()
                 count, ended = 0, None
                 try:
                     for line in iter_resp_lines(response):
                         count += 1
-                        calls.on_line(line)
-                        if calls.done():
+                        if loop.line(line):
                             return
                 except Exception as error:
                     ended = error
                 finally:
                     response.close()
                     response.release_conn()
-                quiet = ended is None or not isinstance(ended, (WatchGone, WatchError))
-                step = policy.watch_ended(ended, count)
-                _log_step(log, policy, ended, step, quiet=quiet and not step.relist)
-        if step.relist:
-            watch.on_gone()
-        if (step.delay > 0 or step.retry) and not calls.done():
-            sleep(step.delay)
+                delay = loop.stream_ended(ended, count)
+        if delay is not None:
+            sleep(delay)
 
 
 @dataclass
@@ -350,44 +392,35 @@ async def arun_watch(watch: ResumableWatch, calls: AsyncWatchCalls, policy: Watc
     import asyncio
 
     sleep = sleep or asyncio.sleep
-    timings = policy.timings
-    while not calls.done():
-        step = Step()
-        if watch.needs_list:
+    loop = _Loop(watch, calls, policy, log)
+    while (request := loop.next_request()) is not None:
+        if request == loop.LIST:
             try:
                 body = await calls.list_()
-                policy.answered()
-                calls.on_list(body)
             except Exception as error:
-                step = policy.request_failed(error)
-                _log_step(log, policy, error, step, quiet=False)
-        else:
-            seconds = _next_seconds(calls, timings)
-            try:
-                response = await calls.open_watch(watch.resource_version, seconds, timings.request_timeout(seconds))
-            except Exception as error:
-                step = policy.request_failed(error)
-                _log_step(log, policy, error, step, quiet=False)
+                delay = loop.failed(error)
             else:
-                policy.answered()
+                delay = loop.listed(body)
+        else:
+            try:
+                response = await calls.open_watch(watch.resource_version, request, loop.request_timeout(request))
+            except Exception as error:
+                delay = loop.failed(error)
+            else:
+                loop.answered()
                 count, ended = 0, None
                 try:
                     async for line in lines(response):
                         count += 1
-                        calls.on_line(line)
-                        if calls.done():
+                        if loop.line(line):
                             return
                 except Exception as error:
                     ended = error
                 finally:
                     response.close()
-                quiet = ended is None or not isinstance(ended, (WatchGone, WatchError))
-                step = policy.watch_ended(ended, count)
-                _log_step(log, policy, ended, step, quiet=quiet and not step.relist)
-        if step.relist:
-            watch.on_gone()
-        if (step.delay > 0 or step.retry) and not calls.done():
-            await sleep(step.delay)
+                delay = loop.stream_ended(ended, count)
+        if delay is not None:
+            await sleep(delay)
 
 
 async def lines(response: Any) -> AsyncIterator[bytes]:

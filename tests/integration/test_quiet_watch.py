@@ -208,7 +208,7 @@ def test_watches_cut_mid_stream_again_and_again_are_resumed_with_the_default_tim
 # ---------------------------------------------------------------------------------------------- real errors
 
 
-def test_a_watch_dropped_mid_stream_is_resumed_from_where_it_was(emulator):
+def test_a_watch_dropped_mid_stream_is_resumed_from_where_it_was(emulator, capfd):
     namespace = namespace_of("quiet_dropped")
     emulator.create_namespace(namespace)
     emulator.reset_requests()
@@ -231,6 +231,9 @@ def test_a_watch_dropped_mid_stream_is_resumed_from_where_it_was(emulator):
     # One LIST: the watch after the drop resumed from its resourceVersion, it did not start again.
     assert sum(1 for r in requests if not r.is_watch and r.method == "GET") == 1
     assert all(r.query.get("resourceVersion") for r in requests if r.is_watch)
+    # A quiet end, logged as such: not an API failure with a retry.
+    out = capfd.readouterr().out
+    assert "the watch ended (ProtocolError" in out and "retrying in" not in out
     settled(emulator, namespace, NOTHING)
 
 

@@ -26,7 +26,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from airflow_distributed.operators.job_run import deferral_deadline, job_error, push_success, require_image
+from airflow_distributed.operators.job_run import (
+    deferral_deadline,
+    job_error,
+    push_success,
+    require_image,
+    watch_timings,
+)
 from airflow_distributed.status import PENDING, RUNNING, STOPPED, ReplicaStatus
 
 if TYPE_CHECKING:
@@ -248,6 +254,7 @@ class KubernetesJobRun:
             outcome = self.hook.wait_for_job(
                 self.namespace, self.name, self.slots,
                 startup_timeout=self.operator.startup_timeout,
+                watch_timings=watch_timings(self.operator),
                 on_change=self._log_table,
                 stopped=lambda: self.stopped,
                 follow=self._followed(),
@@ -278,6 +285,7 @@ class KubernetesJobRun:
             started_at=time.time(),
             kubernetes_conn_id=self.operator.kubernetes_conn_id,
             execution_deadline=deadline,
+            watch_timings=watch_timings(self.operator).as_dict(),
         )
         self.log.info("job %s/%s: waiting in the triggerer", self.namespace, self.name)
         self.operator.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)

@@ -78,6 +78,14 @@ def _watches(emu: EmulatorProcess) -> int:
     return emu.request_summary().get("WATCH pods", 0)
 
 
+def _open_watches(emu: EmulatorProcess) -> int | None:
+    """Watches the emulator is serving, when it counts them."""
+    try:
+        return emu.call("open_watches")
+    except AttributeError:
+        return None
+
+
 def _drop_every_watch(emu: EmulatorProcess) -> str:
     """The emulator's own control when it has one, else shut every connection of it."""
     try:
@@ -124,6 +132,7 @@ async def _hold(emu: EmulatorProcess, config: str, jobs: list[tuple[str, list]],
         await asyncio.sleep(2)
         figures["settle_seconds"] = round(time.monotonic() - started, 1)
         figures["watches"] = {"requests": _watches(emu), "open_connections": _open_connections(emu.port),
+                              "open_watches": _open_watches(emu),
                               "requests_until_settled": emu.request_summary(), "seconds_to_open": round(settled, 1)}
         figures["rss_mb"]["holding"] = round(me.memory_info().rss / MB, 1)
         figures["rss_mb"]["per_job_kb"] = round(
@@ -165,6 +174,7 @@ async def _hold(emu: EmulatorProcess, config: str, jobs: list[tuple[str, list]],
                 "per_second": [per_second.get(second, 0) for second in range(int(after_drop_seconds))],
                 "watches_again": summary.get("WATCH pods", 0),
                 "open_connections_after": _open_connections(emu.port),
+                "open_watches_after": _open_watches(emu),
             }
         figures["events_fired"] = len(events)  # quiet jobs: none expected
     finally:

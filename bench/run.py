@@ -13,6 +13,7 @@ import import_time
 import kubernetes_submit
 import kubernetes_wait
 import local_vs_torchrun
+import triggerer_scale
 
 if __name__ == "__main__":
     results = {
@@ -21,5 +22,6 @@ if __name__ == "__main__":
         "local_vs_torchrun": local_vs_torchrun.measure(),
         "kubernetes_submit": kubernetes_submit.measure(),
         "kubernetes_wait": kubernetes_wait.measure(),
+        "triggerer_scale": triggerer_scale.measure(),
     }
     print(json.dumps(results, indent=2))

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
-from kubernetes.watch.watch import iter_resp_lines
 
 from airflow_distributed.hooks.api_retry import KubernetesJobError
-from airflow_distributed.hooks.job_watch import WatchGone, container_state, termination_message
-from airflow_distributed.hooks.kubernetes import _EXISTS, _MISSING, WATCH_TIMEOUT, DistributedTrainingHook
+from airflow_distributed.hooks.job_watch import container_state, termination_message
+from airflow_distributed.hooks.kubernetes import _EXISTS, _MISSING, DistributedTrainingHook
 from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
+from airflow_distributed.hooks.watch_loop import WatchCalls, WatchPolicy, WatchTimings, run_watch
 from airflow_distributed.manifests.kubeflow import KINDS, KubeflowKind, KubeflowResource
 from airflow_distributed.manifests.kubeflow_status import (
     REPLICA_INDEX_LABEL,
@@ -212,71 +212,59 @@ class KubeflowJobHook(DistributedTrainingHook):
         resource: KubeflowResource,
         name: str,
         *,
-        watch_timeout: int = WATCH_TIMEOUT,
+        watch_timings: WatchTimings | None = None,
+        watch_timeout: int | None = None,
         stopped: Callable[[], bool] | None = None,
         on_change: Callable[[JobStatus], None] | None = None,
     ) -> KubeflowOutcome:
         """Until the job succeeds or fails (its conditions), is deleted, or ``stopped()`` turns true.
 
-        :param watch_timeout: server-side timeout of each watch request (resumed, not relisted, after it).
+        :param watch_timings: watch request timeouts and the reconnect budget (``watch_loop.WatchTimings``).
+        :param watch_timeout: ``timeoutSeconds`` of each watch request, over ``watch_timings.server_timeout``.
         :param on_change: called with the job's status whenever it changes.
         """
         stopped = stopped or (lambda: False)
+        timings = WatchTimings.of(watch_timings, server_timeout=watch_timeout)
         watch = ObjectWatch(name)
         what = f"watching {resource.kind} {namespace}/{name}"
-        failures = 0
-        last: JobStatus | None = None
-        while True:
+        outcome: list[KubeflowOutcome] = []
+        last: list[JobStatus] = []
+
+        def done() -> bool:
             if stopped():
-                return KubeflowOutcome(STOPPED, watch.obj)
-            try:
-                if watch.needs_list:
-                    watch.on_list(self.list_kubeflow_jobs(namespace, resource, name))
-                else:
-                    self._watch_object_once(namespace, resource, watch, stopped, watch_timeout)
-                failures = 0
-            except WatchGone:
-                self.job_log.info("%s: 410 Gone; listing it again", what)
-            except Exception as error:
-                self._back_off(what, error, failures, watch)
-                failures += 1
-            if stopped():
-                return KubeflowOutcome(STOPPED, watch.obj)
+                outcome.append(KubeflowOutcome(STOPPED, watch.obj))
+                return True
             if watch.obj is None:
                 if watch.deleted:
-                    return KubeflowOutcome(DELETED, None)
+                    outcome.append(KubeflowOutcome(DELETED, None))
+                    return True
                 if not watch.needs_list:
                     raise KubernetesJobError(f"{what}: the job does not exist")
-                continue
+                return False
             status = job_status(watch.obj)
-            if status != last and on_change is not None:
+            if status not in last[-1:] and on_change is not None:
                 on_change(status)
-            last = status
+            last[:] = [status]
             if status.state in (SUCCEEDED, FAILED):
-                return KubeflowOutcome(status, watch.obj)
+                outcome.append(KubeflowOutcome(status, watch.obj))
+                return True
+            return False
 
-    def _watch_object_once(self, namespace: str, resource: KubeflowResource, watch: ObjectWatch,
-                           stopped: Callable[[], bool], watch_timeout: int) -> None:
-        response = self._call(
-            f"watching {resource.kind} {namespace}/{watch.name}",
-            self.custom_objects.list_namespaced_custom_object,
-            resource.group, resource.version, namespace, resource.plural,
-            field_selector=name_selector(watch.name),
-            watch=True,
-            resource_version=watch.resource_version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=max(1, int(watch_timeout)),
-            _preload_content=False,
+        args = (resource.group, resource.version, namespace, resource.plural)
+        list_objects = self.custom_objects.list_namespaced_custom_object
+        calls = WatchCalls(
+            list_=lambda: self._json(list_objects(*args, field_selector=name_selector(name), _preload_content=False)),
+            open_watch=lambda version, seconds, timeout: list_objects(
+                *args, field_selector=name_selector(name), watch=True, resource_version=version,
+                allow_watch_bookmarks=True, timeout_seconds=seconds, _request_timeout=timeout,
+                _preload_content=False),
+            on_list=watch.on_list,
+            on_line=watch.on_line,
+            done=done,
         )
-        try:
-            for line in iter_resp_lines(response):
-                if watch.on_line(line) and (watch.obj is None or job_status(watch.obj).state in (SUCCEEDED, FAILED)):
-                    return
-                if stopped():
-                    return
-        finally:
-            response.close()
-            response.release_conn()
+        run_watch(watch, calls, WatchPolicy(what, timings, self.retry, clock=self._clock), sleep=self._sleep,
+                  log=self.job_log)
+        return outcome[-1]
 
     # ------------------------------------------------------------------ delete
 

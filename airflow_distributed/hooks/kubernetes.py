@@ -7,7 +7,8 @@ and extras) with what a job of many coordinated pods needs on top:
   pool; a create answered 409 AlreadyExists counts as done, and a job already there (same task instance,
   earlier try or restarted worker) is reattached, completed or replaced, never duplicated;
 - waiting is one LIST and one label-selector watch per job, resumed from its resourceVersion and relisted after
-  410 Gone (``job_watch``), whatever the number of replicas;
+  410 Gone (``job_watch``), whatever the number of replicas; quiet watches are resumed, never failures
+  (``watch_loop``);
 - transient failures (429, 5xx, connection errors) are retried with backoff (``api_retry``); everything else
   becomes a ``KubernetesJobError`` naming namespace/name, raised from the client's exception.
 """
@@ -27,7 +28,6 @@ from typing import Any
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 from kubernetes import client
 from kubernetes.client import rest
-from kubernetes.watch.watch import iter_resp_lines
 
 from airflow_distributed.hooks.api_retry import (
     KubernetesJobError,
@@ -35,7 +35,6 @@ from airflow_distributed.hooks.api_retry import (
     api_status,
     call_with_retries,
     is_connection_error,
-    is_transient,
     job_error,
     short_error,
 )
@@ -47,15 +46,13 @@ from airflow_distributed.hooks.job_watch import (
     JobVerdict,
     JobWatch,
     ReplicaSlot,
-    ResumableWatch,
     TableReporter,
-    WatchError,
-    WatchGone,
     container_state,
     strip_timestamps,
     termination_message,
 )
 from airflow_distributed.hooks.pod_logs import LogFollowers
+from airflow_distributed.hooks.watch_loop import WATCH_TIMEOUT, WatchCalls, WatchPolicy, WatchTimings, run_watch
 from airflow_distributed.manifests.kubernetes import (
     JOB_LABEL,
     MAIN_CONTAINER,
@@ -64,8 +61,6 @@ from airflow_distributed.manifests.kubernetes import (
 )
 from airflow_distributed.status import ReplicaStatus
 
-#: Server-side timeout of one watch request; the watch is resumed from its resourceVersion after it.
-WATCH_TIMEOUT = 300
 _MISSING = object()
 _EXISTS = object()
 
@@ -234,27 +229,30 @@ class DistributedTrainingHook(KubernetesHook):
     # ------------------------------------------------------------------ creation
 
     def ensure_job(self, namespace: str, build: Callable[[str | None], JobObjects],
-                   slots: Sequence[ReplicaSlot], *, stopped: Callable[[], bool] | None = None) -> JobHandle:
+                   slots: Sequence[ReplicaSlot], *, objects: JobObjects | None = None,
+                   stopped: Callable[[], bool] | None = None) -> JobHandle:
         """The job of ``build``, created or found: a job of this name that runs (or succeeded) is reattached and
         any pod it lacks (a worker that died while creating them) is created; one that failed, or is being
         deleted, is deleted and created anew, since names are fixed per task instance.
 
-        :param build: ``owner_uid -> JobObjects``; called with ``None`` first, then with the Service's uid.
+        :param build: ``owner_uid -> JobObjects``; called once, with ``None``, unless ``objects`` is given: the
+            dependents get the Service's uid through ``JobObjects.owned_by``, which is the same and much cheaper
+            than building a big job again.
         :param slots: the job's replicas, to judge a job found in place.
+        :param objects: ``build(None)``, when the caller has it already (it validated the settings with it).
         :param stopped: true once the task is being killed: creation stops and what was created is deleted.
         """
-        objects = build(None)
+        objects = objects or build(None)
         name = objects.service.metadata.name
         existing = self.get_service(namespace, name)
         if existing is not None:
-            handle = self._reattach(namespace, name, existing, build, slots, stopped)
+            handle = self._reattach(namespace, name, existing, objects, slots, stopped)
             if handle is not None:
                 return handle
         return self.create_job(namespace, build, objects, stopped=stopped)
 
-    def _reattach(self, namespace: str, name: str, service: Mapping[str, Any],
-                  build: Callable[[str | None], JobObjects], slots: Sequence[ReplicaSlot],
-                  stopped: Callable[[], bool] | None) -> JobHandle | None:
+    def _reattach(self, namespace: str, name: str, service: Mapping[str, Any], objects: JobObjects,
+                  slots: Sequence[ReplicaSlot], stopped: Callable[[], bool] | None) -> JobHandle | None:
         labels = (service.get("metadata") or {}).get("labels") or {}
         if labels.get(JOB_LABEL) != name:
             raise KubernetesJobError(
@@ -282,7 +280,7 @@ class DistributedTrainingHook(KubernetesHook):
         if missing:
             self.job_log.info("job %s/%s exists with %d of %d pods; creating the %d missing", namespace, name,
                               len(slots) - len(missing), len(slots), len(missing))
-            created = self._create_dependents(namespace, build(uid), pods=set(missing), stopped=stopped)
+            created = self._create_dependents(namespace, objects.owned_by(uid), pods=set(missing), stopped=stopped)
         self.job_log.info("reattached to running job %s/%s", namespace, name)
         return JobHandle(namespace, name, uid, reattached="running", created=created)
 
@@ -301,7 +299,7 @@ class DistributedTrainingHook(KubernetesHook):
             service = self._json(body)
         uid = service["metadata"]["uid"]
         try:
-            created = 1 + self._create_dependents(namespace, build(uid), stopped=stopped)
+            created = 1 + self._create_dependents(namespace, objects.owned_by(uid), stopped=stopped)
         except BaseException:
             # A half-created job would hold its pods' resources forever: delete it (cascade) before raising.
             self._delete_quietly(namespace, name)
@@ -367,7 +365,8 @@ class DistributedTrainingHook(KubernetesHook):
         slots: Sequence[ReplicaSlot],
         *,
         startup_timeout: float,
-        watch_timeout: int = WATCH_TIMEOUT,
+        watch_timings: WatchTimings | None = None,
+        watch_timeout: int | None = None,
         on_change: Callable[[tuple[ReplicaStatus, ...]], None] | None = None,
         stopped: Callable[[], bool] | None = None,
         follow: Sequence[str] = (),
@@ -377,7 +376,8 @@ class DistributedTrainingHook(KubernetesHook):
         """Until the master succeeds or a replica fails: one LIST, then one watch of the job's pods.
 
         :param startup_timeout: seconds every replica gets to start, from now.
-        :param watch_timeout: server-side timeout of each watch request (it is resumed, not relisted, after it).
+        :param watch_timings: watch request timeouts and the reconnect budget (``watch_loop.WatchTimings``).
+        :param watch_timeout: ``timeoutSeconds`` of each watch request, over ``watch_timings.server_timeout``.
         :param on_change: called with the replicas' states when they change (paced for big jobs).
         :param stopped: true once the task is being killed: the wait ends with a ``stopped`` verdict.
         :param follow: replicas whose main container's log goes to ``emit(replica, line)`` as it is written.
@@ -388,81 +388,42 @@ class DistributedTrainingHook(KubernetesHook):
                              image_pull_grace=image_pull_grace)
         followers = LogFollowers(self, namespace, follow, emit, tracker, self.job_log)
         report = TableReporter(on_change, self._clock, TABLE_INTERVAL if len(slots) > TABLE_ROWS else 0.0)
-        try:
-            verdict = self._watch_until_verdict(namespace, name, JobWatch(tracker), report, followers, stopped,
-                                                watch_timeout)
-        finally:
-            followers.finish()
-        return JobOutcome(verdict, tracker, followers.tails())
+        timings = WatchTimings.of(watch_timings, server_timeout=watch_timeout)
+        watch = JobWatch(tracker)
+        verdict: list[JobVerdict] = []
 
-    def _watch_until_verdict(self, namespace: str, name: str, watch: JobWatch, report: TableReporter,
-                             followers: LogFollowers, stopped: Callable[[], bool], watch_timeout: int) -> JobVerdict:
-        tracker = watch.tracker
-        what = f"watching the pods of job {namespace}/{name}"
-        failures = 0
-        while True:
-            if stopped():
-                return JobVerdict(FAILURE, cause="stopped")
-            try:
-                if watch.needs_list:
-                    report(watch.on_list(self.list_job_pods(namespace, name)), tracker)
-                else:
-                    self._watch_once(namespace, name, watch, report, followers, stopped, watch_timeout)
-                failures = 0
-            except WatchGone:
-                self.job_log.info("the watch of job %s/%s expired (410 Gone); listing its pods again", namespace, name)
-            except Exception as error:
-                self._back_off(what, error, failures, watch)
-                failures += 1
+        def done() -> bool:
             if stopped():
                 # Before the verdict: a kill deletes the pods, which would read as a failure of the job.
-                return JobVerdict(FAILURE, cause="stopped")
+                verdict.append(JobVerdict(FAILURE, cause="stopped"))
+                return True
             followers.start_ready()
             report.flush(tracker)
-            verdict = tracker.verdict(self._clock())
-            if verdict is not None:
+            found = tracker.verdict(self._clock())
+            if found is not None:
                 report.flush(tracker, force=True)
-                return verdict
+                verdict.append(found)
+            return found is not None
 
-    def _back_off(self, what: str, error: Exception, failures: int, watch: ResumableWatch) -> None:
-        """After a failed list or watch: raise if it is final, else sleep before the watch resumes.
-
-        An error raised mid-stream (reset, read timeout) or an ERROR event resumes the watch; the rest is final.
-        """
-        if not (isinstance(error, WatchError) or is_transient(error)):
-            raise error
-        delay = self.retry.backoff(failures)
-        if delay is None:
-            raise job_error(what, error) from error
-        if isinstance(error, WatchError):
-            watch.on_gone()  # an error inside the stream: start again from a fresh list
-        self.job_log.warning("%s: %s; resuming in %.1fs", what, short_error(error), delay)
-        self._sleep(delay)
-
-    def _watch_once(self, namespace: str, name: str, watch: JobWatch, report: TableReporter,
-                    followers: LogFollowers, stopped: Callable[[], bool], watch_timeout: int) -> None:
-        """One watch request, from the last resourceVersion, until it times out or a verdict comes."""
-        tracker = watch.tracker
-        response = self._call(
-            f"watching the pods of job {namespace}/{name}",
-            self.core_v1_client.list_namespaced_pod,
-            namespace,
-            label_selector=f"{JOB_LABEL}={name}",
-            watch=True,
-            resource_version=watch.resource_version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=watch.watch_seconds(self._clock(), watch_timeout),
-            _preload_content=False,
+        selector = f"{JOB_LABEL}={name}"
+        calls = WatchCalls(
+            list_=lambda: self._json(self.core_v1_client.list_namespaced_pod(
+                namespace, label_selector=selector, _preload_content=False)),
+            open_watch=lambda version, seconds, timeout: self.core_v1_client.list_namespaced_pod(
+                namespace, label_selector=selector, watch=True, resource_version=version,
+                allow_watch_bookmarks=True, timeout_seconds=seconds, _request_timeout=timeout,
+                _preload_content=False),
+            on_list=lambda body: report(watch.on_list(body), tracker),
+            on_line=lambda line: report(watch.on_line(line), tracker),
+            done=done,
+            watch_seconds=lambda: watch.watch_seconds(self._clock(), timings.server_timeout),
         )
+        policy = WatchPolicy(f"watching the pods of job {namespace}/{name}", timings, self.retry, clock=self._clock)
         try:
-            for line in iter_resp_lines(response):
-                report(watch.on_line(line), tracker)
-                followers.start_ready()
-                if stopped() or tracker.verdict(self._clock()) is not None:
-                    return
+            run_watch(watch, calls, policy, sleep=self._sleep, log=self.job_log)
         finally:
-            response.close()
-            response.release_conn()
+            followers.finish()
+        return JobOutcome(verdict[-1], tracker, followers.tails())
 
     # ------------------------------------------------------------------ logs, events, output
 
@@ -554,4 +515,4 @@ class DistributedTrainingHook(KubernetesHook):
             self.job_log.error("could not delete job %s/%s after a failed creation: %s", namespace, name, error)
 
 
-__all__ = ["DistributedTrainingHook", "JobHandle", "JobOutcome", "JobStopped", "KubernetesJobError"]
+__all__ = ["WATCH_TIMEOUT", "DistributedTrainingHook", "JobHandle", "JobOutcome", "JobStopped", "KubernetesJobError"]

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 
     from airflow.sdk import BaseOperator, Context
 
+    from airflow_distributed.hooks.watch_loop import WatchTimings
+
 
 def job_error(message: str) -> Exception:
     from airflow_distributed.operators.training import DistributedJobError
@@ -37,6 +39,13 @@ def deferral_deadline(operator: BaseOperator, context: Context) -> tuple[float |
     deadline = start_date.timestamp() + execution_timeout.total_seconds()
     # Past the trigger's own deadline event, so that execute_complete (and its clean-up) always runs.
     return deadline, timedelta(seconds=max(0.0, deadline - time.time()) + 60)
+
+
+def watch_timings(operator: BaseOperator) -> WatchTimings:
+    """The operator's ``watch_timings`` (checked at parse time) with the defaults filled in."""
+    from airflow_distributed.hooks.watch_loop import WatchTimings
+
+    return WatchTimings.of(getattr(operator, "watch_timings", None))
 
 
 def push_success(context: Context, log: Logger, result: dict[str, Any], document: dict[str, Any], namespace: str,

@@ -25,7 +25,13 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_distributed.operators.job_run import deferral_deadline, job_error, push_success, require_image
+from airflow_distributed.operators.job_run import (
+    deferral_deadline,
+    job_error,
+    push_success,
+    require_image,
+    watch_timings,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator, Context
@@ -188,6 +194,7 @@ class KubeflowJobRun:
         try:
             outcome = self.hook.wait_for_kubeflow_job(
                 self.namespace, self.resource, self.name, stopped=lambda: self.stopped,
+                watch_timings=watch_timings(self.operator),
                 on_change=lambda status: self.log.info("%s %s/%s is %s%s", self.resource.kind, self.namespace,
                                                        self.name, status.state,
                                                        f": {status.message}" if status.message else ""),
@@ -205,7 +212,8 @@ class KubeflowJobRun:
         trigger = KubeflowJobTrigger(job_name=self.name, namespace=self.namespace, group=self.resource.group,
                                      version=self.resource.version, plural=self.resource.plural,
                                      kubernetes_conn_id=self.operator.kubernetes_conn_id,
-                                     execution_deadline=deadline, delete_on_kill=True, started_at=self.started_at)
+                                     execution_deadline=deadline, delete_on_kill=True, started_at=self.started_at,
+                                     watch_timings=watch_timings(self.operator).as_dict())
         self.log.info("job %s/%s: waiting in the triggerer", self.namespace, self.name)
         self.operator.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
 

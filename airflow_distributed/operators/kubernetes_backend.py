@@ -26,7 +26,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from airflow_distributed.operators.job_run import deferral_deadline, job_error, push_success, require_image
+from airflow_distributed.operators.job_run import (
+    deferral_deadline,
+    job_error,
+    push_success,
+    require_image,
+    watch_timings,
+)
 from airflow_distributed.status import PENDING, RUNNING, STOPPED, ReplicaStatus
 
 if TYPE_CHECKING:
@@ -151,6 +157,8 @@ class KubernetesJobRun:
         self.log = operator.log
         self.stopped = False
         self.build: Any = None
+        #: ``build(None)``, kept from the check at start so that submitting does not build a big job again
+        self.objects: JobObjects | None = None
         self.handle: JobHandle | None = None
         self.started = time.monotonic()
         operator._kubernetes_run = self  # type: ignore[attr-defined]  # read by kill_kubernetes
@@ -188,9 +196,9 @@ class KubernetesJobRun:
         def build(owner_uid: str | None) -> JobObjects:
             return build_job_objects(plan, options, owner_uid=owner_uid, ssh_key=ssh_key)
 
-        build(None)  # a setting Kubernetes would refuse fails here, before anything is created
+        objects = build(None)  # a setting Kubernetes would refuse fails here, before anything is created
         run = cls(operator, context, namespace, job_name, replica_slots(plan), spec.framework, hook)
-        run.build = build
+        run.build, run.objects = build, objects
         return run
 
     @classmethod
@@ -208,7 +216,8 @@ class KubernetesJobRun:
 
     def submit(self) -> JobHandle:
         started = time.monotonic()
-        handle = self.hook.ensure_job(self.namespace, self.build, self.slots, stopped=lambda: self.stopped)
+        handle = self.hook.ensure_job(self.namespace, self.build, self.slots, objects=self.objects,
+                                      stopped=lambda: self.stopped)
         self.handle = handle
         if handle.reattached is None:
             self.log.info("job %s/%s: %s with %d replicas created (%d objects) in %.1fs", self.namespace, self.name,
@@ -245,6 +254,7 @@ class KubernetesJobRun:
                 self.namespace, self.name, self.slots,
                 startup_timeout=self.operator.startup_timeout,
                 image_pull_grace=self.operator.image_pull_grace,
+                watch_timings=watch_timings(self.operator),
                 on_change=self._log_table,
                 stopped=lambda: self.stopped,
                 follow=self._followed(),
@@ -276,6 +286,7 @@ class KubernetesJobRun:
             kubernetes_conn_id=self.operator.kubernetes_conn_id,
             execution_deadline=deadline,
             image_pull_grace=self.operator.image_pull_grace,
+            watch_timings=watch_timings(self.operator).as_dict(),
         )
         self.log.info("job %s/%s: waiting in the triggerer", self.namespace, self.name)
         self.operator.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)

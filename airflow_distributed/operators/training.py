@@ -108,6 +108,12 @@ class DistributedTrainingOperator(BaseOperator):
     :param job_links: extra link buttons as (name, URL template) pairs, e.g.
         ``("TensorBoard", "https://tb.example.com/#scalars&regexInput={job_name}")``; placeholders ``{job_name}``,
         ``{dag_id}``, ``{run_id}``, ``{task_id}``, ``{map_index}``, ``{try_number}``.
+    :param watch_timings: how the wait watches the job (Kubernetes and Kubeflow backends, synchronous and
+        deferred), a dict of ``hooks.watch_loop.WatchTimings`` fields: ``server_timeout`` (``timeoutSeconds`` of
+        each watch request, default 300), ``read_timeout_margin`` (client read timeout above it, 30),
+        ``connect_timeout`` (10), ``reconnect_budget`` (how long the API server may stay unreachable, 300),
+        ``reconnect_delay`` / ``max_reconnect_delay`` / ``jitter`` (spreading of reconnects). See
+        ``docs/kubernetes.md``, "Timing".
     """
 
     template_fields: Sequence[str] = (
@@ -149,6 +155,7 @@ class DistributedTrainingOperator(BaseOperator):
         model_volume: str | Mapping[str, Any] | None = None,
         log_replicas: str | Sequence[str] | None = None,
         job_links: JobLinks | None = None,
+        watch_timings: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         # The return value's keys are XComs of their own (see outputs.py); a missing one resolves to None.
@@ -183,6 +190,7 @@ class DistributedTrainingOperator(BaseOperator):
         self.queue_name = queue_name
         self.model_volume = model_volume
         self.log_replicas = log_replicas
+        self.watch_timings = dict(watch_timings) if watch_timings is not None else None
         self._local_job: LocalJob | None = None
         self.model_asset = model_asset
         self._job_result: dict[str, Any] | None = None
@@ -210,6 +218,13 @@ class DistributedTrainingOperator(BaseOperator):
         if self.backend == "local" and not self.wait_for_completion:
             problems.append(("wait_for_completion", "the local backend's replicas are children of the task, "
                              "so it always waits; use backend='kubernetes' to start a job and return"))
+        if self.watch_timings is not None:
+            from airflow_distributed.hooks.watch_loop import WatchTimings
+
+            try:
+                WatchTimings.of(self.watch_timings)
+            except ValueError as error:
+                problems.append(("watch_timings", str(error)))
         if self.backend == "kubernetes":
             from airflow_distributed.operators.kubernetes_backend import check_kubernetes_arguments
 

@@ -51,7 +51,11 @@ class DistributedJobSensor(BaseSensorOperator):
     :param framework: the job's framework, checked against the job's own (the per-framework sensors set it).
     :param kubernetes_conn_id: the cncf provider's Kubernetes connection.
     :param deferrable: wait in the triggerer; default: ``[operators] default_deferrable``.
-    :param watch_timeout: server-side timeout of each watch request of the deferred wait, in seconds.
+    :param watch_timeout: server-side timeout of each watch request of the deferred wait, in seconds (over
+        ``watch_timings``' ``server_timeout``).
+    :param watch_timings: how the deferred wait watches the job: a dict of ``hooks.watch_loop.WatchTimings``
+        fields (``server_timeout``, ``read_timeout_margin``, ``connect_timeout``, ``reconnect_budget``,
+        ``reconnect_delay``, ``max_reconnect_delay``, ``jitter``); see ``docs/kubernetes.md``, "Timing".
     :param image_pull_grace: seconds a replica's image pull may keep failing (``ErrImagePull``,
         ``ImagePullBackOff``) before the sensor fails; default 0: at the first failed pull (``kind=None`` jobs).
         In ``reschedule`` mode, which keeps nothing between pokes, it counts from the pod's start.
@@ -72,7 +76,8 @@ class DistributedJobSensor(BaseSensorOperator):
         framework: str | None = None,
         kubernetes_conn_id: str | None = "kubernetes_default",
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        watch_timeout: int = 300,
+        watch_timeout: int | None = None,
+        watch_timings: Mapping[str, Any] | None = None,
         image_pull_grace: float = 0.0,
         **kwargs: Any,
     ) -> None:
@@ -89,6 +94,7 @@ class DistributedJobSensor(BaseSensorOperator):
         self.image_pull_grace = image_pull_grace
         # When each replica's pull was first seen failing (epoch seconds), kept across the pokes of one try.
         self._pull_failures: dict[str, float] = {}
+        self.watch_timings = _checked_timings(type(self).__name__, watch_timings, watch_timeout)
 
     def _resolve_kind(self, kind: str | None) -> str | None:
         if kind == "kubeflow":
@@ -253,7 +259,7 @@ class DistributedJobSensor(BaseSensorOperator):
         return JobSensorTrigger(job_name=self.job_name, namespace=namespace, replicas=replicas,
                                 startup_timeout=_NO_STARTUP_LIMIT, started_at=time.time(),
                                 image_pull_grace=self.image_pull_grace,
-                                kubernetes_conn_id=self.kubernetes_conn_id, watch_timeout=self.watch_timeout)
+                                kubernetes_conn_id=self.kubernetes_conn_id, watch_timings=self.watch_timings)
 
     def _kubeflow_trigger(self, hook: KubeflowJobHook, namespace: str) -> Any:
         from airflow_distributed.hooks.kubeflow import resource_of_kind
@@ -264,7 +270,7 @@ class DistributedJobSensor(BaseSensorOperator):
             return None
         return KubeflowJobTrigger(job_name=self.job_name, namespace=namespace, group=resource.group,
                                   version=resource.version, plural=resource.plural,
-                                  kubernetes_conn_id=self.kubernetes_conn_id, watch_timeout=self.watch_timeout)
+                                  kubernetes_conn_id=self.kubernetes_conn_id, watch_timings=self.watch_timings)
 
     def execute_complete(self, context: Context, event: Any = None, deadline: float | None = None) -> Any:
         """The trigger fired: the job ended (read it once more, for its output or its failed replica), or it is
@@ -287,6 +293,19 @@ class DistributedJobSensor(BaseSensorOperator):
 
 
 # ------------------------------------------------------------------------------------------ helpers (pure)
+
+
+def _checked_timings(owner: str, timings: Mapping[str, Any] | None, watch_timeout: int | None) -> dict[str, Any]:
+    """``watch_timings`` with ``watch_timeout`` folded in, as the trigger's kwargs carry it.
+
+    :raises ValueError: a field or value ``WatchTimings`` refuses, named.
+    """
+    from airflow_distributed.hooks.watch_loop import WatchTimings
+
+    try:
+        return WatchTimings.of(timings, server_timeout=watch_timeout).as_dict()
+    except ValueError as error:
+        raise ValueError(f"{owner}: watch_timings: {error}") from None
 
 
 def slots_of_pods(pods: Sequence[Mapping[str, Any]]) -> tuple[ReplicaSlot, ...]:

@@ -8,19 +8,26 @@ A subclass hands its constructor arguments to ``JobWaitTrigger.__init__`` (they 
 
 from __future__ import annotations
 
-import asyncio
+import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from functools import cached_property
 from typing import Any
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_distributed.hooks.api_retry import RetryPolicy, acall_with_retries, is_transient, short_error
-from airflow_distributed.hooks.job_watch import ResumableWatch, WatchError
-
-WATCH_TIMEOUT = 300
+from airflow_distributed.hooks.api_retry import KubernetesJobError, RetryPolicy, short_error
+from airflow_distributed.hooks.job_watch import ResumableWatch
+from airflow_distributed.hooks.watch_loop import (
+    WATCH_TIMEOUT,
+    AsyncWatchCalls,
+    WatchPolicy,
+    WatchTimings,
+    arun_watch,
+    lines,
+    seconds_until,
+)
 
 
 class JobWaitTrigger(BaseTrigger):
@@ -30,7 +37,8 @@ class JobWaitTrigger(BaseTrigger):
     namespace: str
     started_at: float
     kubernetes_conn_id: str | None
-    watch_timeout: int
+    watch_timeout: int | None
+    watch_timings: dict[str, Any] | None
     execution_deadline: float | None
 
     def __init__(self, **arguments: Any) -> None:
@@ -64,7 +72,9 @@ class JobWaitTrigger(BaseTrigger):
             payload = {**base, **await self._wait()}
         except Exception as error:
             self.log.exception("waiting for %s failed", self.what)
-            payload = {**base, "status": "error", "message": short_error(error)}
+            # A KubernetesJobError says already what was waited for and why it ended.
+            message = str(error) if isinstance(error, KubernetesJobError) else short_error(error)
+            payload = {**base, "status": "error", "message": message}
         self._fired = True
         yield TriggerEvent(payload)
 
@@ -74,6 +84,10 @@ class JobWaitTrigger(BaseTrigger):
 
     # ------------------------------------------------------------------ watch helpers
 
+    @property
+    def timings(self) -> WatchTimings:
+        return WatchTimings.of(self.watch_timings, server_timeout=self.watch_timeout)
+
     def _deadline_passed(self) -> bool:
         return self.execution_deadline is not None and time.time() >= self.execution_deadline
 
@@ -82,53 +96,36 @@ class JobWaitTrigger(BaseTrigger):
 
     def _until_deadline(self, seconds: int) -> int:
         """A watch request's timeout, cut so that the request ends by the task's deadline."""
-        if self.execution_deadline is None:
-            return seconds
-        return max(1, min(seconds, int(self.execution_deadline - time.time()) + 1))
+        return seconds_until(self.execution_deadline, time.time(), seconds)
 
-    async def _back_off(self, error: Exception, failures: int, watch: ResumableWatch) -> None:
-        """After a failed list or watch: raise ``error`` if it is final, else wait before resuming the watch."""
-        if not (isinstance(error, WatchError) or is_transient(error)):
-            raise error
-        delay = self.retry.backoff(failures)
-        if delay is None:
-            raise error
-        if isinstance(error, WatchError):
-            watch.on_gone()  # an error inside the stream: start again from a fresh list
-        self.log.warning("watching %s: %s; resuming in %.1fs", self.what, short_error(error), delay)
-        await asyncio.sleep(delay)
+    async def _watch(self, watch: ResumableWatch, calls: AsyncWatchCalls) -> None:
+        """``arun_watch`` with this trigger's timings and retry policy; ``calls.done`` also sees the deadline."""
+        done = calls.done
+        calls.done = lambda: self._deadline_passed() or done()
+        policy = WatchPolicy(f"watching {self.what}", self.timings, self.retry)
+        await arun_watch(watch, calls, policy, log=self.log)
 
-    async def _request(self, what: str, call: Callable[[], Awaitable[Any]]) -> Any:
-        """``call()`` (a ``_preload_content=False`` request), retried; a non-2xx answer raised as ApiException."""
+    @staticmethod
+    async def _answer(call: Awaitable[Any]) -> Any:
+        """The response of ``call`` (a ``_preload_content=False`` request); a non-2xx answer raised as the
+        ApiException the watch policy judges (unread, a refused request would not raise)."""
+        response = await call
+        if 200 <= response.status <= 299:
+            return response
+        from kubernetes_asyncio.client.exceptions import ApiException
+        from kubernetes_asyncio.client.rest import RESTResponse
 
-        async def attempt() -> Any:
-            response = await call()
-            if 200 <= response.status <= 299:
-                return response
-            # Unread, a refused request would not raise: make it the ApiException the retry loop judges.
-            from kubernetes_asyncio.client.exceptions import ApiException
-            from kubernetes_asyncio.client.rest import RESTResponse
+        data = await response.read()
+        response.release()
+        raise ApiException(http_resp=RESTResponse(response, data))
 
-            data = await response.read()
+    @classmethod
+    async def _json(cls, call: Awaitable[Any]) -> Any:
+        response = await cls._answer(call)
+        try:
+            return json.loads(await response.read())
+        finally:
             response.release()
-            raise ApiException(http_resp=RESTResponse(response, data))
-
-        return await acall_with_retries(attempt, what=what, policy=self.retry, log=self.log)
-
-
-async def lines(response: Any) -> AsyncIterator[bytes]:
-    """Lines of a streamed body of any length (aiohttp's ``readline`` refuses lines over 64 KiB, and a pod of a
-    big job is bigger: every replica's address is in its environment)."""
-    buffer = bytearray()
-    async for chunk in response.content.iter_any():
-        buffer.extend(chunk)
-        start = 0
-        while (end := buffer.find(b"\n", start)) != -1:
-            yield bytes(buffer[start:end])
-            start = end + 1
-        del buffer[:start]
-    if buffer:
-        yield bytes(buffer)
 
 
 __all__ = ["WATCH_TIMEOUT", "JobWaitTrigger", "lines"]

@@ -17,10 +17,11 @@ from typing import Any
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 
 from airflow_distributed.hooks.api_retry import acall_with_retries
-from airflow_distributed.hooks.object_watch import ObjectWatch, WatchGone, name_selector
+from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
+from airflow_distributed.hooks.watch_loop import AsyncWatchCalls
 from airflow_distributed.manifests.kubeflow_status import job_status
 from airflow_distributed.status import FAILED, SUCCEEDED
-from airflow_distributed.triggers.base import WATCH_TIMEOUT, JobWaitTrigger, lines
+from airflow_distributed.triggers.base import JobWaitTrigger
 
 
 class KubeflowJobTrigger(JobWaitTrigger):
@@ -36,6 +37,7 @@ class KubeflowJobTrigger(JobWaitTrigger):
     :param execution_deadline: epoch seconds at which the task's ``execution_timeout`` ends (``timeout`` event).
     :param delete_on_kill: delete the job when the deferred task is killed (the operator's trigger).
     :param started_at: epoch seconds the wait began; handed back in the event.
+    :param watch_timings: ``WatchTimings.as_dict()``: watch timeouts, reconnect budget and jitter.
     """
 
     group: str
@@ -52,16 +54,17 @@ class KubeflowJobTrigger(JobWaitTrigger):
         version: str,
         plural: str,
         kubernetes_conn_id: str | None = AsyncKubernetesHook.default_conn_name,
-        watch_timeout: int = WATCH_TIMEOUT,
+        watch_timeout: int | None = None,
         execution_deadline: float | None = None,
         delete_on_kill: bool = False,
         started_at: float | None = None,
+        watch_timings: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(
             job_name=job_name, namespace=namespace, group=group, version=version, plural=plural,
             kubernetes_conn_id=kubernetes_conn_id, watch_timeout=watch_timeout,
             execution_deadline=execution_deadline, delete_on_kill=delete_on_kill,
-            started_at=started_at if started_at is not None else time.time(),
+            started_at=started_at if started_at is not None else time.time(), watch_timings=watch_timings,
         )
 
     @property
@@ -72,54 +75,32 @@ class KubeflowJobTrigger(JobWaitTrigger):
         from kubernetes_asyncio import client as async_client
 
         watch = ObjectWatch(self.job_name)
+        timings = self.timings
+
+        def ended() -> bool:
+            return watch.deleted or (watch.obj is not None and job_status(watch.obj).state in (SUCCEEDED, FAILED))
+
         async with self.hook.get_conn() as api:
-            custom = async_client.CustomObjectsApi(api)
-            failures = 0
-            while True:
-                if self._deadline_passed():
-                    return self._timeout_event()
-                try:
-                    if watch.needs_list:
-                        watch.on_list(await self._list(custom))
-                    else:
-                        await self._watch_once(custom, watch)
-                    failures = 0
-                except WatchGone:
-                    self.log.info("the watch of %s expired (410 Gone); listing it again", self.what)
-                except Exception as error:
-                    await self._back_off(error, failures, watch)
-                    failures += 1
-                if watch.obj is None:
-                    if watch.deleted:
-                        return {"status": "deleted", "message": f"{self.what} was deleted before it finished"}
-                    continue
-                status = job_status(watch.obj)
-                if status.state in (SUCCEEDED, FAILED):
-                    return {"status": status.state, "reason": status.reason, "message": status.message}
-
-    async def _list(self, custom: Any) -> Any:
-        async def attempt() -> Any:
-            return await custom.list_namespaced_custom_object(
-                self.group, self.version, self.namespace, self.plural, field_selector=name_selector(self.job_name))
-
-        return await acall_with_retries(attempt, what=f"watching {self.what}", policy=self.retry, log=self.log)
-
-    async def _watch_once(self, custom: Any, watch: ObjectWatch) -> None:
-        response = await self._request(
-            f"watching {self.what}",
-            lambda: custom.list_namespaced_custom_object(
-                self.group, self.version, self.namespace, self.plural,
-                field_selector=name_selector(self.job_name), watch=True, resource_version=watch.resource_version,
-                allow_watch_bookmarks=True, timeout_seconds=self._until_deadline(max(1, int(self.watch_timeout))),
-                _preload_content=False),
-        )
-        try:
-            async for line in lines(response):
-                if watch.on_line(line) and (watch.obj is None
-                                            or job_status(watch.obj).state in (SUCCEEDED, FAILED)):
-                    return
-        finally:
-            response.close()
+            list_objects = async_client.CustomObjectsApi(api).list_namespaced_custom_object
+            args = (self.group, self.version, self.namespace, self.plural)
+            selector = name_selector(self.job_name)
+            calls = AsyncWatchCalls(
+                list_=lambda: self._json(list_objects(*args, field_selector=selector, _preload_content=False)),
+                open_watch=lambda version, seconds, timeout: self._answer(list_objects(
+                    *args, field_selector=selector, watch=True, resource_version=version, allow_watch_bookmarks=True,
+                    timeout_seconds=seconds, _request_timeout=timeout, _preload_content=False)),
+                on_list=watch.on_list,
+                on_line=watch.on_line,
+                done=ended,
+                watch_seconds=lambda: self._until_deadline(timings.server_timeout),
+            )
+            await self._watch(watch, calls)
+        if watch.obj is None and watch.deleted:
+            return {"status": "deleted", "message": f"{self.what} was deleted before it finished"}
+        if not ended():
+            return self._timeout_event()
+        status = job_status(watch.obj or {})
+        return {"status": status.state, "reason": status.reason, "message": status.message}
 
     async def on_kill(self) -> None:
         """Airflow 3.3+: the user killed the deferred task; the operator's job must not keep running."""

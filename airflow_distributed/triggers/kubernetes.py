@@ -1,9 +1,9 @@
 """``DistributedJobTrigger``: a deferred task's wait for its Kubernetes job, in the triggerer.
 
 The same LIST + one label-selector watch as ``DistributedTrainingHook.wait_for_job`` (the same ``job_watch``
-state machine), through ``kubernetes_asyncio`` and the cncf provider's ``AsyncKubernetesHook``. It fires one
-event: ``succeeded``, ``failed`` (with the verdict), ``timeout`` (the task's ``execution_timeout``) or ``error``;
-the operator's ``execute_complete`` collects the output and cleans up.
+state machine and ``watch_loop`` policy), through ``kubernetes_asyncio`` and the cncf provider's
+``AsyncKubernetesHook``. It fires one event: ``succeeded``, ``failed`` (with the verdict), ``timeout`` (the
+task's ``execution_timeout``) or ``error``; the operator's ``execute_complete`` collects the output and cleans up.
 
 A user killing the deferred task (mark failed/success, clear) deletes the job: ``on_kill()`` on Airflow 3.3+,
 ``cleanup()`` on older versions, where it only deletes when the task is no longer deferred, so a triggerer
@@ -12,7 +12,6 @@ restart (the trigger moves, the task still waits) leaves the job running.
 
 from __future__ import annotations
 
-import json
 import time
 from functools import cached_property
 from typing import Any
@@ -27,12 +26,12 @@ from airflow_distributed.hooks.job_watch import (
     JobVerdict,
     JobWatch,
     TableReporter,
-    WatchGone,
     replica_table,
     slots_from_json,
 )
+from airflow_distributed.hooks.watch_loop import AsyncWatchCalls
 from airflow_distributed.manifests.kubernetes import JOB_LABEL
-from airflow_distributed.triggers.base import WATCH_TIMEOUT, JobWaitTrigger, lines
+from airflow_distributed.triggers.base import JobWaitTrigger
 
 
 def _airflow_version() -> tuple[int, int]:
@@ -60,10 +59,12 @@ class DistributedJobTrigger(JobWaitTrigger):
     :param cluster_context: a kubeconfig context.
     :param config_dict: a kubeconfig as a dict.
     :param in_cluster: use the triggerer pod's service account.
-    :param watch_timeout: server-side timeout of each watch request; the watch resumes after it.
+    :param watch_timeout: server-side timeout of each watch request; the watch resumes after it (over
+        ``watch_timings``' ``server_timeout``).
     :param execution_deadline: epoch seconds at which the task's ``execution_timeout`` ends: the trigger fires
         ``timeout`` then, so that ``execute_complete`` cleans up (a framework timeout would skip it).
     :param image_pull_grace: seconds a replica's image pull may keep failing before the job fails (0: at once).
+    :param watch_timings: ``WatchTimings.as_dict()``: watch timeouts, reconnect budget and jitter.
     """
 
     replicas: list[list[Any]]
@@ -87,15 +88,17 @@ class DistributedJobTrigger(JobWaitTrigger):
         cluster_context: str | None = None,
         config_dict: dict[str, Any] | None = None,
         in_cluster: bool | None = None,
-        watch_timeout: int = WATCH_TIMEOUT,
+        watch_timeout: int | None = None,
         execution_deadline: float | None = None,
         image_pull_grace: float = 0.0,
+        watch_timings: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(
             job_name=job_name, namespace=namespace, replicas=replicas, startup_timeout=startup_timeout,
             started_at=started_at, kubernetes_conn_id=kubernetes_conn_id, connection_extras=connection_extras,
             cluster_context=cluster_context, config_dict=config_dict, in_cluster=in_cluster,
-            watch_timeout=watch_timeout, execution_deadline=execution_deadline, image_pull_grace=image_pull_grace,
+            watch_timeout=watch_timeout, execution_deadline=execution_deadline, watch_timings=watch_timings,
+            image_pull_grace=image_pull_grace,
         )
 
     @cached_property
@@ -130,66 +133,32 @@ class DistributedJobTrigger(JobWaitTrigger):
                              started_at=self.started_at, image_pull_grace=self.image_pull_grace)
         watch = JobWatch(tracker)
         report = TableReporter(self._log_table, time.time, TABLE_INTERVAL if len(tracker.slots) > TABLE_ROWS else 0.0)
+        timings = self.timings
         from kubernetes_asyncio import client as async_client
 
         async with self.hook.get_conn() as api:
             core = async_client.CoreV1Api(api)
-            failures = 0
-            while True:
-                if self._deadline_passed():
-                    return None
-                try:
-                    if watch.needs_list:
-                        report(watch.on_list(await self._list(core)), tracker)
-                    else:
-                        await self._watch_once(core, watch, report)
-                    failures = 0
-                except WatchGone:
-                    self.log.info("the watch of job %s/%s expired (410 Gone); listing its pods again",
-                                  self.namespace, self.job_name)
-                except Exception as error:
-                    await self._back_off(error, failures, watch)
-                    failures += 1
-                verdict = tracker.verdict(time.time())
-                if verdict is not None:
-                    report.flush(tracker, force=True)
-                    return verdict
+            selector = f"{JOB_LABEL}={self.job_name}"
+            calls = AsyncWatchCalls(
+                list_=lambda: self._json(core.list_namespaced_pod(self.namespace, label_selector=selector,
+                                                                  _preload_content=False)),
+                open_watch=lambda version, seconds, timeout: self._answer(core.list_namespaced_pod(
+                    self.namespace, label_selector=selector, watch=True, resource_version=version,
+                    allow_watch_bookmarks=True, timeout_seconds=seconds, _request_timeout=timeout,
+                    _preload_content=False)),
+                on_list=lambda body: report(watch.on_list(body), tracker),
+                on_line=lambda line: report(watch.on_line(line), tracker),
+                done=lambda: tracker.verdict(time.time()) is not None,
+                watch_seconds=lambda: self._until_deadline(watch.watch_seconds(time.time(), timings.server_timeout)),
+            )
+            await self._watch(watch, calls)
+        verdict = tracker.verdict(time.time())
+        if verdict is not None:
+            report.flush(tracker, force=True)
+        return verdict
 
     def _log_table(self, rows: Any) -> None:
         self.log.info("replicas of %s:\n%s", self.job_name, replica_table(rows))
-
-    async def _list(self, core: Any) -> dict[str, Any]:
-        response = await self._request(
-            f"listing the pods of {self.what}",
-            lambda: core.list_namespaced_pod(self.namespace, label_selector=f"{JOB_LABEL}={self.job_name}",
-                                             _preload_content=False),
-        )
-        try:
-            return json.loads(await response.read())
-        finally:
-            response.release()
-
-    async def _watch_once(self, core: Any, watch: JobWatch, report: TableReporter) -> None:
-        seconds = self._until_deadline(watch.watch_seconds(time.time(), self.watch_timeout))
-        response = await self._request(
-            f"watching the pods of {self.what}",
-            lambda: core.list_namespaced_pod(
-                self.namespace,
-                label_selector=f"{JOB_LABEL}={self.job_name}",
-                watch=True,
-                resource_version=watch.resource_version,
-                allow_watch_bookmarks=True,
-                timeout_seconds=seconds,
-                _preload_content=False,
-            ),
-        )
-        try:
-            async for line in lines(response):
-                report(watch.on_line(line), watch.tracker)
-                if watch.tracker.verdict(time.time()) is not None:
-                    return
-        finally:
-            response.close()
 
     # ------------------------------------------------------------------ kill
 

@@ -413,6 +413,92 @@ def test_bookmarks_carry_only_the_resource_version(v1, ns):
     assert w.resource_version is not None and int(w.resource_version) >= int(mark)
 
 
+def test_timing_of_watches_is_the_real_servers_by_default_and_settable(v1, ns, emulator):
+    assert (KubeEmulator().bookmark_interval, KubeEmulator().min_request_timeout) == (60.0, 1800.0)
+    mark = v1.list_namespaced_config_map(ns).metadata.resource_version
+    emulator.bookmark_interval = None
+    try:
+        quiet = v1.list_namespaced_config_map(ns, watch=True, resource_version=mark, allow_watch_bookmarks=True,
+                                              timeout_seconds=1, _preload_content=False)
+        assert quiet.data == b""  # no bookmark at all: the stream ends empty at timeoutSeconds
+    finally:
+        emulator.bookmark_interval = 0.3
+
+    # Without timeoutSeconds the server picks 1x-2x of its --min-request-timeout, as kube-apiserver does.
+    emulator.min_request_timeout = 0.2
+    try:
+        response = v1.list_namespaced_config_map(ns, watch=True, resource_version=mark, _preload_content=False)
+        assert response.status == 200 and response.data == b""
+    finally:
+        emulator.min_request_timeout = 1800.0
+
+
+def test_watches_can_outlive_their_timeout_and_be_dropped_mid_stream(v1, ns, emulator):
+    mark = v1.list_namespaced_config_map(ns).metadata.resource_version
+    emulator.ignore_timeout_seconds = True
+    emulator.reset_requests()
+    done: list[BaseException | None] = []
+
+    def hold() -> None:
+        try:
+            response = v1.list_namespaced_config_map(ns, watch=True, resource_version=mark, timeout_seconds=1,
+                                                     _preload_content=False)
+            for _ in response.stream():
+                pass
+            done.append(None)
+        except Exception as error:
+            done.append(error)
+
+    thread = threading.Thread(target=hold, daemon=True)
+    try:
+        thread.start()
+        wait_until_true(lambda: emulator.open_watches == 1)
+        time.sleep(1.5)  # past timeoutSeconds: still open
+        assert emulator.open_watches == 1 and not done
+        assert emulator.drop_watches() == 1
+        thread.join(5)
+    finally:
+        emulator.ignore_timeout_seconds = False
+    # Cut without the end of the chunked body: the client sees a broken stream, not a clean end.
+    assert done and done[0] is not None
+    assert emulator.open_watches == 0
+    assert emulator.request_counts(rf"/namespaces/{ns}/") == {"watch": 1}
+
+
+def test_a_server_refusing_connections_answers_nothing_and_records_them(v1, ns, emulator):
+    emulator.refused.clear()
+    emulator.refuse_connections = True
+    try:
+        with pytest.raises(Exception) as refused:
+            v1.list_namespaced_config_map(ns, _request_timeout=5)
+    finally:
+        emulator.refuse_connections = False
+    assert not isinstance(refused.value, ApiException)  # no answer at all, not an HTTP error
+    assert [(r.method, r.path) for r in emulator.refused][-1:] == [("GET", f"/api/v1/namespaces/{ns}/configmaps")]
+    assert v1.list_namespaced_config_map(ns).items == []  # back
+
+
+def test_requests_are_counted_by_verb(v1, ns, emulator):
+    emulator.reset_requests()
+    v1.create_namespaced_config_map(ns, {"metadata": {"name": "c"}})
+    v1.read_namespaced_config_map("c", ns)
+    v1.patch_namespaced_config_map("c", ns, {"metadata": {"labels": {"a": "b"}}})
+    v1.replace_namespaced_config_map("c", ns, {"metadata": {"name": "c"}})
+    v1.list_namespaced_config_map(ns)
+    list(watch.Watch().stream(v1.list_namespaced_config_map, ns, timeout_seconds=1))
+    v1.delete_namespaced_config_map("c", ns)
+    v1.delete_collection_namespaced_config_map(ns)
+    assert emulator.request_counts(rf"/namespaces/{ns}/") == {
+        "create": 1, "get": 1, "patch": 1, "update": 1, "list": 1, "watch": 1, "delete": 1, "deletecollection": 1}
+
+
+def wait_until_true(predicate, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < end, "condition not met"
+        time.sleep(0.02)
+
+
 def test_stop_ends_open_watches_and_log_follows(tmp_path):
     with KubeEmulator() as emu:
         api = config.new_client_from_config(config_file=emu.write_kubeconfig(tmp_path / "config"))

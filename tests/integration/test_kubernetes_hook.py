@@ -231,6 +231,41 @@ def test_a_pod_the_api_refuses_fails_creation_naming_it_and_leaves_nothing(emula
     settled(emulator, ns, NOTHING)
 
 
+# ---------------------------------------------------------------------------------------------- creation
+
+
+def counted(build):
+    """``build``, recording the owner uid of every call: building a big job's manifests is the costly part."""
+    calls: list[str | None] = []
+
+    def counting(uid: str | None):
+        calls.append(uid)
+        return build(uid)
+
+    return counting, calls
+
+
+def test_a_job_is_built_once_and_its_dependents_are_owned_by_the_created_service(emulator, hook, ns):
+    build, slots, name = make_job(ns)
+    counting, calls = counted(build)
+
+    handle = hook.ensure_job(ns, counting, slots)
+
+    assert calls == [None]  # the Service's uid reaches the dependents through owned_by, not a second build
+    owner = [{"apiVersion": "v1", "kind": "Service", "name": name, "uid": handle.uid}]
+    created = [*(emulator.list(kind, ns) for kind in ("pods", "configmaps"))]
+    assert [obj["metadata"].get("ownerReferences") for objs in created for obj in objs] == [owner] * 4
+    # What was sent is what building with the uid gives.
+    direct = build(handle.uid)
+    assert [emulator.get("pods", ns, pod.metadata.name)["spec"]["containers"][0]["env"]
+            for pod in direct.pods] == [to_dict(pod)["spec"]["containers"][0]["env"] for pod in direct.pods]
+
+    # Given the objects it validated, the caller's build is not called at all, and a reattach builds nothing.
+    again, again_calls = counted(build)
+    assert hook.ensure_job(ns, again, slots, objects=build(None)).reattached == "running"
+    assert again_calls == []
+
+
 # ---------------------------------------------------------------------------------------------- reattach
 
 

@@ -150,13 +150,18 @@ class WatchRequest:
 
 class Cluster:
     def __init__(self, schemas: SchemaSet, *, schedule_pods: bool = True, collect_orphans: bool = True,
-                 bookmark_interval: float = 1.0, history_limit: int = 100_000):
+                 bookmark_interval: float | None = 60.0, history_limit: int = 100_000,
+                 min_request_timeout: float = 1800.0):
         self.schemas = schemas
         self.store = Store(history_limit=history_limit)
         self.allocator = Allocator()
         self.schedule_pods = schedule_pods
         self.collect_orphans = collect_orphans
         self.bookmark_interval = bookmark_interval
+        # kube-apiserver's --min-request-timeout: a watch without timeoutSeconds lasts a random 1x-2x of it.
+        self.min_request_timeout = min_request_timeout
+        # A server (or a proxy in front of it) that keeps watches open past their timeoutSeconds.
+        self.ignore_timeout_seconds = False
         self._types: dict[tuple[str, str], ResourceType] = {}
         self._timers: list[threading.Timer] = []
         for rt in builtin_types():
@@ -606,7 +611,11 @@ class Cluster:
             raise ApiError(422, "Invalid", "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: "
                            "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled "
                            "and resourceVersionMatch is set to NotOlderThan and allowWatchBookmarks is true")
-        deadline = time.monotonic() + timeout if timeout is not None else None
+        if timeout is None or self.ignore_timeout_seconds:
+            lifetime = self.min_request_timeout * (1 + random.random())
+        else:
+            lifetime = timeout
+        deadline = time.monotonic() + lifetime
         request = WatchRequest(rt, namespace, version, labels, fields, 0, [], allow_bookmarks, False, deadline)
         if rv_text in ("", "0") or send_initial:
             with self.store.lock:
@@ -678,8 +687,9 @@ class Cluster:
             waits = [0.2]
             if request.deadline is not None:
                 waits.append(request.deadline - now)
-            if request.allow_bookmarks:
-                waits.append(max(0.0, last_bookmark + self.bookmark_interval - now))
+            interval = self.bookmark_interval
+            if request.allow_bookmarks and interval:
+                waits.append(max(0.0, last_bookmark + interval - now))
             with store.changed:
                 if store.rv == request.cursor and not store.closed:
                     store.changed.wait(max(0.0, min(waits)))
@@ -694,7 +704,7 @@ class Cluster:
                 translated = self._translate(request, event)
                 if translated is not None:
                     yield translated
-            if request.allow_bookmarks and time.monotonic() - last_bookmark >= self.bookmark_interval:
+            if request.allow_bookmarks and interval and time.monotonic() - last_bookmark >= interval:
                 yield self._bookmark(request)
                 last_bookmark = time.monotonic()
             if should_stop():

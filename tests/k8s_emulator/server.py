@@ -19,6 +19,7 @@ import json
 import re
 import select
 import socket
+import struct
 import threading
 import time
 import traceback
@@ -154,6 +155,24 @@ class _HttpServer(ThreadingHTTPServer):
                 pass
 
 
+def _abort(connection: socket.socket) -> None:
+    """Cut a connection with a TCP reset, with no answer or end of stream."""
+    try:
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        connection.close()
+    except OSError:
+        pass
+
+
+class _OpenWatch:
+    """A watch being served; ``drop()`` makes its thread cut the connection at its next look (<= 0.2 s)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.started = time.monotonic()
+        self.dropped = threading.Event()
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "kube-emulator"
@@ -259,6 +278,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         is_watch = query.get("watch") in ("true", "1", "True") or "/watch/" in path
+        if emulator.refuse_connections:
+            # Reset unanswered, as by a server that is down or restarting behind its load balancer.
+            emulator._refuse(RecordedRequest(self.command, path, query, is_watch))
+            self.close_connection = True
+            _abort(self.connection)
+            return
         emulator._record(RecordedRequest(self.command, path, query, is_watch))
         try:
             code = emulator._take_fault(self.command, path)
@@ -444,15 +469,31 @@ class _Handler(BaseHTTPRequestHandler):
     # ------------------------------------------------------------ streaming
 
     def _serve_watch(self, rt: ResourceType, namespace: str | None, version: str, query: dict) -> None:
-        cluster = self.server.emulator.cluster
+        emulator = self.server.emulator
+        cluster = emulator.cluster
         request = cluster.prepare_watch(rt, namespace, version, query)
         self._start_stream("application/json")
+        watch = emulator._watch_opened(self.path)
+
+        def cut() -> bool:
+            after = emulator.drop_watches_after
+            return watch.dropped.is_set() or (after is not None and time.monotonic() - watch.started >= after)
+
         try:
-            for event in cluster.watch_events(request, self._client_gone):
+            for event in cluster.watch_events(request, lambda: self._client_gone() or cut()):
+                if cut():
+                    break
                 if event is not None:
                     self._chunk(json.dumps(event).encode() + b"\n")
         except OSError:
             self.close_connection = True
+            return
+        finally:
+            emulator._watch_closed(watch)
+        if cut():
+            # Mid-stream, without the chunked body's end: what a client sees when a server or proxy goes away.
+            self.close_connection = True
+            _abort(self.connection)
             return
         self._end_stream()
 
@@ -517,6 +558,28 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         self._end_stream()
+
+
+def request_verb(request: RecordedRequest) -> str:
+    """The Kubernetes verb of a recorded request (as audit logs and RBAC name it)."""
+    if request.is_watch:
+        return "watch"
+    parts = [p for p in request.path.split("/") if p]
+    if parts[:1] == ["api"]:
+        rest = parts[2:]
+    elif parts[:1] == ["apis"]:
+        rest = parts[3:]
+    else:
+        return request.method.lower()
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        rest = rest[2:]
+    collection = len(rest) <= 1
+    method = request.method
+    if method == "GET":
+        return "list" if collection else "get"
+    if method == "DELETE":
+        return "deletecollection" if collection else "delete"
+    return {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, method.lower())
 
 
 def _no_route() -> ApiError:
@@ -609,19 +672,31 @@ class KubeEmulator:
 
     :param kubernetes_version: minor version whose strict schemas (from kubernetes-validate) validate bodies
         and which ``/version`` reports, e.g. ``"1.31"``.
-    :param bookmark_interval: seconds between BOOKMARK events on watches that allow bookmarks.
+    :param bookmark_interval: seconds between BOOKMARK events on watches that allow bookmarks (``None``: none);
+        kube-apiserver's watch cache sends one about every minute. Settable while running.
+    :param min_request_timeout: kube-apiserver's ``--min-request-timeout``: a watch without ``timeoutSeconds``
+        is ended after a random 1x-2x of it. Settable while running, as are ``ignore_timeout_seconds`` (watches
+        outlive their ``timeoutSeconds``, as behind a proxy that holds them), ``drop_watches_after`` (every
+        watch is cut mid-stream after so many seconds) and ``refuse_connections`` (every request is reset
+        unanswered, as by a server that is down; recorded in ``refused``).
     :param schedule_pods: bind new pods of the default scheduler to the node right after creation
         (a separate write, seen by watches as MODIFIED), as a running scheduler would.
     :param collect_orphans: delete objects whose ownerReferences all point at absent owners, as the
         garbage collector does.
     """
 
-    def __init__(self, kubernetes_version: str = "1.31", *, bookmark_interval: float = 1.0,
-                 schedule_pods: bool = True, collect_orphans: bool = True, history_limit: int = 100_000):
+    def __init__(self, kubernetes_version: str = "1.31", *, bookmark_interval: float | None = 60.0,
+                 schedule_pods: bool = True, collect_orphans: bool = True, history_limit: int = 100_000,
+                 min_request_timeout: float = 1800.0):
         self.kubernetes_version = kubernetes_version
         self.cluster = Cluster(schema_set(kubernetes_version), schedule_pods=schedule_pods,
                                collect_orphans=collect_orphans, bookmark_interval=bookmark_interval,
-                               history_limit=history_limit)
+                               history_limit=history_limit, min_request_timeout=min_request_timeout)
+        self.drop_watches_after: float | None = None
+        self.refuse_connections = False
+        #: Requests reset unanswered while ``refuse_connections`` was on.
+        self.refused: list[RecordedRequest] = []
+        self._watches: list[_OpenWatch] = []
         self.errors: list[str] = []
         self._requests: list[RecordedRequest] = []
         self._requests_lock = threading.Lock()
@@ -896,6 +971,75 @@ class KubeEmulator:
                         self._faults.remove(rule)
                     return code
         return None
+
+    # ------------------------------------------------------------ timing of watches, dropped connections
+
+    @property
+    def bookmark_interval(self) -> float | None:
+        return self.cluster.bookmark_interval
+
+    @bookmark_interval.setter
+    def bookmark_interval(self, seconds: float | None) -> None:
+        self.cluster.bookmark_interval = seconds
+
+    @property
+    def min_request_timeout(self) -> float:
+        return self.cluster.min_request_timeout
+
+    @min_request_timeout.setter
+    def min_request_timeout(self, seconds: float) -> None:
+        self.cluster.min_request_timeout = seconds
+
+    @property
+    def ignore_timeout_seconds(self) -> bool:
+        return self.cluster.ignore_timeout_seconds
+
+    @ignore_timeout_seconds.setter
+    def ignore_timeout_seconds(self, value: bool) -> None:
+        self.cluster.ignore_timeout_seconds = value
+
+    def _watch_opened(self, path: str) -> _OpenWatch:
+        watch = _OpenWatch(path)
+        with self._requests_lock:
+            self._watches.append(watch)
+        return watch
+
+    def _watch_closed(self, watch: _OpenWatch) -> None:
+        with self._requests_lock:
+            if watch in self._watches:
+                self._watches.remove(watch)
+
+    def _refuse(self, request: RecordedRequest) -> None:
+        with self._requests_lock:
+            self.refused.append(request)
+
+    @property
+    def open_watches(self) -> int:
+        """Watches being served now."""
+        with self._requests_lock:
+            return len(self._watches)
+
+    def drop_watches(self, count: int | None = None, path_regex: str = ".*") -> int:
+        """Cut open watches mid-stream (all, or the ``count`` oldest whose path matches), as a restarting API
+        server or a load balancer does; returns how many. Each is cut within 0.2 s."""
+        pattern = re.compile(path_regex)
+        with self._requests_lock:
+            chosen = [w for w in self._watches if not w.dropped.is_set() and pattern.search(w.path)]
+        chosen = chosen if count is None else chosen[:count]
+        for watch in chosen:
+            watch.dropped.set()
+        return len(chosen)
+
+    def request_counts(self, path_regex: str = ".*") -> dict[str, int]:
+        """Requests so far by Kubernetes verb (``get``, ``list``, ``watch``, ``create``, ``update``, ``patch``,
+        ``delete``, ``deletecollection``), of the paths matching ``path_regex``."""
+        pattern = re.compile(path_regex)
+        counts: dict[str, int] = {}
+        for request in self.requests:
+            if pattern.search(request.path):
+                verb = request_verb(request)
+                counts[verb] = counts.get(verb, 0) + 1
+        return counts
 
     def compact(self) -> None:
         """Forget watch history: resuming from an older resourceVersion now gets 410 Gone."""

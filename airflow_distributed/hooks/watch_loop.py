@@ -1,0 +1,461 @@
+"""The one list -> watch -> resume loop of every waiter (operator, trigger, Kubeflow, sensors), sync and async.
+
+A wait is a LIST, then watch requests resumed from the last resourceVersion or bookmark (``ResumableWatch``),
+listed again only after 410 Gone. What differs between waiters is small (how to list, how to open a watch,
+what a line means, when to stop); what they share is here:
+
+- ``WatchTimings``: the server-side ``timeoutSeconds`` of each watch, the client's connect and read timeouts
+  (the read timeout above ``timeoutSeconds``, so that a quiet watch is ended by the server, not the client),
+  how long a broken connection may take to come back, and the jitter of reconnects;
+- ``WatchPolicy`` (pure): what the end of a watch or the failure of a request means, and how long to wait;
+- ``run_watch`` / ``arun_watch``: the sync and async drivers.
+
+Quiet hours are normal: a watch that ends without an event (server timeout, client read timeout, connection
+closed or reset mid-stream) is resumed and is never an API failure. Only real errors end a wait: 401/403 at
+once, 429/5xx after the retry policy's attempts, another 4xx at once, and a connection that cannot be opened
+again within ``reconnect_budget``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from airflow_distributed.hooks.api_retry import (
+    TRANSIENT_STATUSES,
+    KubernetesJobError,
+    RetryPolicy,
+    api_status,
+    is_connection_error,
+    short_error,
+)
+from airflow_distributed.hooks.job_watch import ResumableWatch, WatchError, WatchGone
+
+#: Default ``timeoutSeconds`` of a watch request (kube-apiserver's own default is 30-60 minutes).
+WATCH_TIMEOUT = 300
+#: Refused for good: the credentials or their permissions (retrying does not change them).
+AUTH_STATUSES = frozenset({401, 403})
+
+
+@dataclass(frozen=True)
+class WatchTimings:
+    """How long watch requests last and how a wait rides out a broken connection.
+
+    :param server_timeout: ``timeoutSeconds`` of each watch request: the API server ends the watch after it
+        and it is resumed from its resourceVersion (an integer >= 1).
+    :param read_timeout_margin: the client's read timeout is ``server_timeout`` plus this, so that a quiet
+        watch is ended by the server; a read timeout (server silent for that long) resumes the watch too.
+    :param connect_timeout: seconds to open a connection.
+    :param reconnect_budget: how long the API server may stay unreachable (refused, reset, connect timeouts)
+        before the wait fails.
+    :param reconnect_delay: first wait before reconnecting after a dropped connection; doubled after each
+        drop in a row, up to ``max_reconnect_delay``.
+    :param max_reconnect_delay: the longest wait between two reconnects.
+    :param jitter: fraction of each reconnect wait that is random (1.0: anywhere from 0 to the full wait), so
+        that a server dropping every watch at once is not hit by all of them again at the same moment.
+    """
+
+    server_timeout: int = WATCH_TIMEOUT
+    read_timeout_margin: float = 30.0
+    connect_timeout: float = 10.0
+    reconnect_budget: float = 300.0
+    reconnect_delay: float = 1.0
+    max_reconnect_delay: float = 30.0
+    jitter: float = 1.0
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise ValueError("; ".join(f"{name}: {message}" for name, message in problems))
+
+    def problems(self) -> list[tuple[str, str]]:
+        found = []
+        if not isinstance(self.server_timeout, int) or isinstance(self.server_timeout, bool) or \
+                self.server_timeout < 1:
+            found.append(("server_timeout", f"{self.server_timeout!r} must be an integer >= 1 (seconds)"))
+        for name in ("read_timeout_margin", "connect_timeout", "reconnect_delay", "max_reconnect_delay"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+                found.append((name, f"{value!r} must be a number of seconds > 0"))
+        if not isinstance(self.reconnect_budget, (int, float)) or not self.reconnect_budget >= 0:
+            found.append(("reconnect_budget", f"{self.reconnect_budget!r} must be a number of seconds >= 0"))
+        if not isinstance(self.jitter, (int, float)) or not 0 <= self.jitter <= 1:
+            found.append(("jitter", f"{self.jitter!r} must be between 0 and 1"))
+        return found
+
+    @classmethod
+    def of(cls, value: WatchTimings | Mapping[str, Any] | None, **overrides: Any) -> WatchTimings:
+        """``value`` as timings: ``None`` -> the defaults, a mapping -> its fields (unknown keys refused).
+
+        :raises ValueError: a key that is not a field, or a value out of range; the message names it.
+        """
+        if isinstance(value, WatchTimings):
+            data = asdict(value)
+        elif value is None:
+            data = {}
+        elif isinstance(value, Mapping):
+            allowed = {f.name for f in fields(cls)}
+            unknown = sorted(set(value) - allowed)
+            if unknown:
+                raise ValueError(f"unknown key(s) {', '.join(map(repr, unknown))}; "
+                                 f"allowed: {', '.join(sorted(allowed))}")
+            data = dict(value)
+        else:
+            raise ValueError(f"{value!r} must be a WatchTimings, a dict of its fields, or None")
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**data)
+
+    def as_dict(self) -> dict[str, Any]:
+        """What a trigger's kwargs carry."""
+        return asdict(self)
+
+    def request_timeout(self, timeout_seconds: int) -> tuple[float, float]:
+        """``_request_timeout`` of a watch request ``timeoutSeconds=timeout_seconds``: (connect, read).
+
+        Both clients read a pair as connect and per-read timeouts (urllib3; aiohttp ``sock_read``), with no
+        total: a watch may last as long as the server keeps it.
+        """
+        return (self.connect_timeout, timeout_seconds + self.read_timeout_margin)
+
+
+# ------------------------------------------------------------------------------------------ the policy (pure)
+
+
+@dataclass(frozen=True)
+class Step:
+    """What to do after a request or a watch ended: wait ``delay`` seconds, then list again or resume.
+
+    ``retry``: after a failed request (the wait is a retry's, even of 0 s: a ``Retry-After: 0``).
+    """
+
+    delay: float = 0.0
+    relist: bool = False
+    retry: bool = False
+
+
+def is_read_timeout(error: BaseException) -> bool:
+    """The server sent nothing for the client's whole read timeout (urllib3 or aiohttp)."""
+    import urllib3.exceptions
+
+    if isinstance(error, urllib3.exceptions.ReadTimeoutError):
+        return True
+    try:
+        import aiohttp
+    except ImportError:  # pragma: no cover - aiohttp comes with kubernetes_asyncio
+        return False
+    return isinstance(error, aiohttp.ServerTimeoutError)
+
+
+class WatchPolicy:
+    """What the end of a watch or the failure of a request means for a wait, and how long to wait (pure).
+
+    Two budgets, reset by any answer of the server: ``retry.attempts`` API failures in a row (429/5xx, an
+    ERROR event in a stream), and ``timings.reconnect_budget`` seconds of broken connections. A watch that
+    ends quietly spends neither.
+
+    :param what: what is waited for, e.g. ``watching the pods of job ns/name`` (messages start with it).
+    :param clock: monotonic seconds (the reconnect budget).
+    :param rand: a number in [0, 1) (reconnect jitter).
+    """
+
+    def __init__(self, what: str, timings: WatchTimings | None = None, retry: RetryPolicy | None = None, *,
+                 clock: Callable[[], float] = time.monotonic, rand: Callable[[], float] = random.random) -> None:
+        self.what = what
+        self.timings = timings or WatchTimings()
+        self.retry = retry or RetryPolicy()
+        self._clock, self._rand = clock, rand
+        self.api_failures = 0
+        self.broken_since: float | None = None
+        self.drops = 0
+        #: Watches ended quietly, for logs and tests.
+        self.quiet_ends = 0
+
+    def answered(self) -> None:
+        """The server answered a request (a LIST's body, a watch's 200): the connection is healthy again."""
+        self.api_failures = 0
+        self.broken_since = None
+
+    def watch_ended(self, error: BaseException | None, lines: int) -> Step:
+        """A watch stream ended: ``error`` is what its reading raised (``None``: the server ended it).
+
+        Quiet ends resume from the last resourceVersion at once, or after a jittered wait for a dropped
+        connection; an ERROR event or anything but a connection problem goes to ``request_failed``.
+        """
+        if error is None or is_read_timeout(error):
+            self.quiet_ends += 1
+            self.drops = 0
+            return Step()
+        if isinstance(error, (WatchGone, WatchError)) or not is_connection_error(error):
+            return self.request_failed(error)
+        self.quiet_ends += 1
+        # A stream that carried something was a healthy watch: its drop starts the spreading afresh.
+        self.drops = 1 if lines else self.drops + 1
+        return Step(self._reconnect_delay(self.drops - 1))
+
+    def request_failed(self, error: BaseException) -> Step:
+        """A LIST or the opening of a watch failed (or an ERROR event came): the next step, or raise.
+
+        :raises KubernetesJobError: the wait cannot go on; the message says why.
+        """
+        if isinstance(error, WatchGone):
+            return Step(relist=True)
+        status = api_status(error)
+        if status == 410:
+            return Step(relist=True)
+        if status in AUTH_STATUSES:
+            raise KubernetesJobError(f"{self.what}: {short_error(error)} (the API server refused the credentials "
+                                     f"or their permissions; not retried)", status) from error
+        if status is not None or isinstance(error, WatchError):
+            if isinstance(error, WatchError) or status in TRANSIENT_STATUSES:
+                # An ERROR event has no status of its own to judge: the plain backoff.
+                delay = self.retry.backoff(self.api_failures) if status is None else self.retry.delay(
+                    self.api_failures, error)
+                self.api_failures += 1
+                if delay is None:
+                    raise KubernetesJobError(f"{self.what}: {short_error(error)} (gave up after "
+                                             f"{self.api_failures} failed requests in a row)", status) from error
+                return Step(delay, relist=isinstance(error, WatchError), retry=True)
+            raise KubernetesJobError(f"{self.what}: {short_error(error)}", status) from error
+        if not is_connection_error(error):
+            raise error
+        now = self._clock()
+        if self.broken_since is None:
+            self.broken_since = now
+            self.drops = 0
+        elapsed = now - self.broken_since
+        if elapsed >= self.timings.reconnect_budget:
+            raise KubernetesJobError(f"{self.what}: the API server could not be reached again for {elapsed:.0f}s "
+                                     f"(reconnect_budget {self.timings.reconnect_budget:g}s): "
+                                     f"{short_error(error)}") from error
+        self.drops += 1
+        delay = self._reconnect_delay(self.drops - 1)
+        return Step(min(delay, max(0.0, self.broken_since + self.timings.reconnect_budget - now)), retry=True)
+
+    def _reconnect_delay(self, attempt: int) -> float:
+        t = self.timings
+        full = min(t.max_reconnect_delay, t.reconnect_delay * (2 ** min(attempt, 30)))
+        return full * (1 - t.jitter + t.jitter * self._rand())
+
+
+# ------------------------------------------------------------------------------------------ the drivers
+
+
+@dataclass
+class WatchCalls:
+    """What one waiter does; the driver does the rest.
+
+    :param list_: one LIST request -> its body (``items``, ``metadata.resourceVersion``).
+    :param open_watch: ``(resource_version, timeout_seconds, request_timeout)`` -> an open streamed response
+        (``_preload_content=False``); a non-2xx answer raises the client's ``ApiException``.
+    :param on_list: a LIST's body, handed to the ``ResumableWatch``.
+    :param on_line: one line of the stream (a ``WatchGone`` / ``WatchError`` raised here is judged as usual).
+    :param done: true when the wait is over (verdict, stop, deadline); asked after every list, line and watch.
+    :param watch_seconds: ``timeoutSeconds`` of the next watch (``timings.server_timeout``, or less before a
+        deadline).
+    """
+
+    list_: Callable[[], Any]
+    open_watch: Callable[[str | None, int, tuple[float, float]], Any]
+    on_list: Callable[[Mapping[str, Any]], Any]
+    on_line: Callable[[str | bytes], Any]
+    done: Callable[[], bool]
+    watch_seconds: Callable[[], int] | None = None
+
+
+class _Loop:
+    """The decisions of a wait between its requests, shared by the sync and async drivers (which do the I/O).
+
+    ``next_request()`` says what to send (``LIST``, or the ``timeoutSeconds`` of a watch; ``None``: the wait is
+    over); the other methods take what came back and return how long to wait before the next request
+    (``None``: no wait).
+    """
+
+    LIST = -1
+
+    def __init__(self, watch: ResumableWatch, calls: WatchCalls | AsyncWatchCalls, policy: WatchPolicy,
+                 log: logging.Logger) -> None:
+        self.watch, self.calls, self.policy, self.log = watch, calls, policy, log
+
+    def next_request(self) -> int | None:
+        if self.calls.done():
+            return None
+        if self.watch.needs_list:
+            return self.LIST
+        timings = self.policy.timings
+        seconds = self.calls.watch_seconds() if self.calls.watch_seconds is not None else timings.server_timeout
+        return max(1, min(int(seconds), timings.server_timeout))
+
+    def request_timeout(self, seconds: int) -> tuple[float, float]:
+        return self.policy.timings.request_timeout(seconds)
+
+    def listed(self, body: Mapping[str, Any]) -> float | None:
+        self.policy.answered()
+        try:
+            self.calls.on_list(body)
+        except Exception as error:
+            return self.failed(error)
+        return None
+
+    def answered(self) -> None:
+        self.policy.answered()
+
+    def failed(self, error: BaseException) -> float | None:
+        """A LIST or the opening of a watch failed."""
+        return self._then(self.policy.request_failed(error), error, quiet=False)
+
+    def line(self, line: str | bytes) -> bool:
+        """One line of the stream; returns whether the wait is over."""
+        self.calls.on_line(line)
+        return self.calls.done()
+
+    def stream_ended(self, error: BaseException | None, lines: int) -> float | None:
+        step = self.policy.watch_ended(error, lines)
+        quiet = not step.relist and not isinstance(error, (WatchGone, WatchError))
+        return self._then(step, error, quiet=quiet)
+
+    def _then(self, step: Step, error: BaseException | None, quiet: bool) -> float | None:
+        what = self.policy.what
+        if isinstance(error, WatchGone) or (error is not None and api_status(error) == 410):
+            self.log.info("%s: the watch expired (410 Gone); listing again", what)
+        elif quiet:
+            if error is not None:
+                self.log.info("%s: the watch ended (%s); resuming in %.1fs", what, short_error(error), step.delay)
+        elif error is not None:
+            self.log.warning("%s: %s; retrying in %.1fs", what, short_error(error), step.delay)
+        if step.relist:
+            self.watch.on_gone()
+        if (step.delay > 0 or step.retry) and not self.calls.done():
+            return step.delay
+        return None
+
+
+def run_watch(watch: ResumableWatch, calls: WatchCalls, policy: WatchPolicy, *,
+              sleep: Callable[[float], None] = time.sleep, log: logging.Logger) -> None:
+    """Until ``calls.done()``: LIST, then watches resumed from the last resourceVersion (sync clients).
+
+    :raises KubernetesJobError: a real error (see ``WatchPolicy``).
+    """
+    from kubernetes.watch.watch import iter_resp_lines
+
+    loop = _Loop(watch, calls, policy, log)
+    while (request := loop.next_request()) is not None:
+        if request == loop.LIST:
+            try:
+                body = calls.list_()
+            except Exception as error:
+                delay = loop.failed(error)
+            else:
+                delay = loop.listed(body)
+        else:
+            try:
+                response = calls.open_watch(watch.resource_version, request, loop.request_timeout(request))
+            except Exception as error:
+                delay = loop.failed(error)
+            else:
+                loop.answered()
+                count, ended = 0, None
+                try:
+                    for line in iter_resp_lines(response):
+                        count += 1
+                        if loop.line(line):
+                            return
+                except Exception as error:
+                    ended = error
+                finally:
+                    response.close()
+                    response.release_conn()
+                delay = loop.stream_ended(ended, count)
+        if delay is not None:
+            sleep(delay)
+
+
+@dataclass
+class AsyncWatchCalls:
+    """``WatchCalls`` of an async waiter: ``list_`` and ``open_watch`` are coroutines (aiohttp responses)."""
+
+    list_: Callable[[], Awaitable[Any]]
+    open_watch: Callable[[str | None, int, tuple[float, float]], Awaitable[Any]]
+    on_list: Callable[[Mapping[str, Any]], Any]
+    on_line: Callable[[str | bytes], Any]
+    done: Callable[[], bool]
+    watch_seconds: Callable[[], int] | None = None
+
+
+async def arun_watch(watch: ResumableWatch, calls: AsyncWatchCalls, policy: WatchPolicy, *,
+                     sleep: Callable[[float], Awaitable[Any]] | None = None, log: logging.Logger) -> None:
+    """The async twin of ``run_watch`` (``kubernetes_asyncio``)."""
+    import asyncio
+
+    sleep = sleep or asyncio.sleep
+    loop = _Loop(watch, calls, policy, log)
+    while (request := loop.next_request()) is not None:
+        if request == loop.LIST:
+            try:
+                body = await calls.list_()
+            except Exception as error:
+                delay = loop.failed(error)
+            else:
+                delay = loop.listed(body)
+        else:
+            try:
+                response = await calls.open_watch(watch.resource_version, request, loop.request_timeout(request))
+            except Exception as error:
+                delay = loop.failed(error)
+            else:
+                loop.answered()
+                count, ended = 0, None
+                try:
+                    async for line in lines(response):
+                        count += 1
+                        if loop.line(line):
+                            return
+                except Exception as error:
+                    ended = error
+                finally:
+                    response.close()
+                delay = loop.stream_ended(ended, count)
+        if delay is not None:
+            await sleep(delay)
+
+
+async def lines(response: Any) -> AsyncIterator[bytes]:
+    """Lines of a streamed body of any length (aiohttp's ``readline`` refuses lines over 64 KiB, and a pod of a
+    big job is bigger: every replica's address is in its environment)."""
+    buffer = bytearray()
+    async for chunk in response.content.iter_any():
+        buffer.extend(chunk)
+        start = 0
+        while (end := buffer.find(b"\n", start)) != -1:
+            yield bytes(buffer[start:end])
+            start = end + 1
+        del buffer[:start]
+    if buffer:
+        yield bytes(buffer)
+
+
+def seconds_until(deadline: float | None, now: float, longest: int) -> int:
+    """A watch's ``timeoutSeconds``, cut so that it ends by ``deadline`` (an integer >= 1)."""
+    if deadline is None:
+        return longest
+    return max(1, min(longest, math.ceil(deadline - now)))
+
+
+__all__ = [
+    "AUTH_STATUSES",
+    "WATCH_TIMEOUT",
+    "AsyncWatchCalls",
+    "Step",
+    "WatchCalls",
+    "WatchPolicy",
+    "WatchTimings",
+    "arun_watch",
+    "is_read_timeout",
+    "lines",
+    "run_watch",
+    "seconds_until",
+]

@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: example test test-slow mxnet paddle browser bench clean
+.PHONY: example test test-slow lint mxnet paddle browser bench clean
 
 # pip's output goes to a log that is shown only when the install fails.
 PIP_INSTALL = $(PY) -m pip install --quiet --disable-pip-version-check
@@ -37,6 +37,10 @@ browser:
 
 test: $(VENV)/.installed-test mxnet paddle browser
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 test-slow: $(VENV)/.installed-test mxnet paddle
 	bash scripts/build-horovod.sh $(PY)

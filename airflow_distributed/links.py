@@ -60,7 +60,7 @@ class JobUrlLink(BaseOperatorLink):
     """A link named ``name`` to ``template`` filled with the job's name and the task instance's ids."""
 
     # A field, not the base class's property: one operator can carry several of these, each with its own name.
-    name: str  # type: ignore[assignment]
+    name: str
     template: str
 
     @property

@@ -29,7 +29,7 @@ def parse_output_document(text: str | None) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise ValueError("the master's output document must be a JSON object")
     metrics = doc.get("metrics") or {}
-    parsed = {
+    parsed: dict[str, Any] = {
         "metrics": {str(k): _json_safe(v) for k, v in metrics.items()} if isinstance(metrics, Mapping) else {},
         "model_path": doc.get("model_path"),
         "history": doc.get("history") if isinstance(doc.get("history"), list) else [],

@@ -11,6 +11,7 @@ import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import Protocol
 
 from airflow_distributed.frameworks import Framework, get_framework
 from airflow_distributed.naming import replica_name
@@ -37,6 +38,12 @@ class KubernetesAddressing:
 
     def endpoint(self, ordinal: int, job: str, name: str, default_port: int) -> tuple[str, int]:
         return f"{name}.{job}.{self.namespace}.{self.domain}", default_port
+
+
+class Addressing(Protocol):
+    """Where replica ``ordinal`` (named ``name``) of ``job`` listens: (host, port)."""
+
+    def endpoint(self, ordinal: int, job: str, name: str, default_port: int) -> tuple[str, int]: ...
 
 
 @dataclass(frozen=True)
@@ -108,7 +115,7 @@ class ClusterPlan:
 def build_plan(
     spec: TrainingSpec,
     job_name: str,
-    addressing: LocalAddressing | KubernetesAddressing,
+    addressing: Addressing,
     layout: Layout,
     command: Sequence[str],
     *,

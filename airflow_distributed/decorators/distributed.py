@@ -66,7 +66,7 @@ class DistributedDecoratedOperator(DecoratedOperator, DistributedTrainingOperato
         super().__init__(python_callable=python_callable, command=["python"], **kwargs)
 
     def _replica_program(self, command: list[str], files_dir: str) -> tuple[list[str], dict[str, str]]:
-        script = function_script(self.get_python_source(), self.python_callable.__name__, self.op_args,
+        script = function_script(self.get_python_source(), self.python_callable.__name__, list(self.op_args),
                                  self.op_kwargs)
         return ["python", posixpath.join(files_dir, FUNCTION_FILE)], {FUNCTION_FILE: script}
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from airflow.sdk.exceptions import AirflowException
+
+from airflow_distributed.logs import TaskLog
 
 T = TypeVar("T")
 
@@ -108,7 +109,7 @@ def call_with_retries(
     what: str,
     policy: RetryPolicy,
     sleep: Callable[[float], None],
-    log: logging.Logger,
+    log: TaskLog,
 ) -> T:
     """``call()``, retried after transient failures; the last failure is raised as it came."""
     attempt = 0
@@ -125,7 +126,7 @@ def call_with_retries(
 
 
 def _announce_retry(
-    log: logging.Logger, what: str, error: BaseException, wait: float, attempt: int, policy: RetryPolicy
+    log: TaskLog, what: str, error: BaseException, wait: float, attempt: int, policy: RetryPolicy
 ) -> None:
     log.warning("%s: %s; retrying in %.1fs (try %d of %d)", what, short_error(error), wait, attempt + 2,
                 policy.attempts)
@@ -136,7 +137,7 @@ async def acall_with_retries(
     *,
     what: str,
     policy: RetryPolicy,
-    log: logging.Logger,
+    log: TaskLog,
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
 ) -> T:
     """The async twin of ``call_with_retries``."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -53,6 +52,7 @@ from airflow_distributed.hooks.job_watch import (
 )
 from airflow_distributed.hooks.pod_logs import LogFollowers
 from airflow_distributed.hooks.watch_loop import WATCH_TIMEOUT, WatchCalls, WatchPolicy, WatchTimings, run_watch
+from airflow_distributed.logs import TaskLog
 from airflow_distributed.manifests.kubernetes import (
     JOB_LABEL,
     MAIN_CONTAINER,
@@ -128,7 +128,7 @@ class DistributedTrainingHook(KubernetesHook):
         retry: RetryPolicy | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
-        logger: logging.Logger | None = None,
+        logger: TaskLog | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(conn_id=None, kubernetes_conn_id=kubernetes_conn_id, **kwargs)
@@ -140,7 +140,7 @@ class DistributedTrainingHook(KubernetesHook):
         self._logger = logger
 
     @property
-    def job_log(self) -> logging.Logger:
+    def job_log(self) -> TaskLog:
         return self._logger or self.log
 
     # ------------------------------------------------------------------ connection

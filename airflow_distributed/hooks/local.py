@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from airflow_distributed.logs import TaskLog
 from airflow_distributed.manifests.local import ProcessSpec
 from airflow_distributed.status import FAILED, RUNNING, STOPPED, SUCCEEDED, ReplicaStatus
 
@@ -223,7 +224,7 @@ class LocalProcessHook:
     def __init__(
         self,
         *,
-        logger: logging.Logger | None = None,
+        logger: TaskLog | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:

@@ -7,6 +7,7 @@ the task log gets every line once.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections import deque
@@ -17,6 +18,7 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from airflow_distributed.hooks.api_retry import api_status, is_transient, short_error
 from airflow_distributed.hooks.job_watch import JobTracker, LogCursor, container_state, log_available
+from airflow_distributed.logs import TaskLog
 from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER
 
 if TYPE_CHECKING:
@@ -43,7 +45,7 @@ class PodLogFollower:
         *,
         finished: Callable[[], bool],
         container: str = MAIN_CONTAINER,
-        log: logging.Logger | None = None,
+        log: TaskLog | None = None,
         read_timeout: float = FOLLOW_READ_TIMEOUT,
     ) -> None:
         self.hook = hook
@@ -150,7 +152,7 @@ class LogFollowers:
         names: Sequence[str],
         emit: Callable[[str, str], None] | None,
         tracker: JobTracker,
-        log: logging.Logger | None = None,
+        log: TaskLog | None = None,
     ) -> None:
         self.hook, self.namespace, self.tracker, self.log = hook, namespace, tracker, log
         self.names = list(names) if emit is not None else []
@@ -162,7 +164,7 @@ class LogFollowers:
             if name not in self.followers and log_available(self.tracker.pod(name)):
                 self.followers[name] = PodLogFollower(
                     self.hook, self.namespace, name, self.emit,  # type: ignore[arg-type]
-                    finished=lambda name=name: self._finished(name), log=self.log,
+                    finished=functools.partial(self._finished, name), log=self.log,
                 ).start()
 
     def _finished(self, name: str) -> bool:

@@ -18,7 +18,6 @@ again within ``reconnect_budget``.
 
 from __future__ import annotations
 
-import logging
 import math
 import random
 import time
@@ -35,6 +34,7 @@ from airflow_distributed.hooks.api_retry import (
     short_error,
 )
 from airflow_distributed.hooks.job_watch import ResumableWatch, WatchError, WatchGone
+from airflow_distributed.logs import TaskLog
 
 #: Default ``timeoutSeconds`` of a watch request (kube-apiserver's own default is 30-60 minutes).
 WATCH_TIMEOUT = 300
@@ -278,7 +278,7 @@ class _Loop:
     LIST = -1
 
     def __init__(self, watch: ResumableWatch, calls: WatchCalls | AsyncWatchCalls, policy: WatchPolicy,
-                 log: logging.Logger) -> None:
+                 log: TaskLog) -> None:
         self.watch, self.calls, self.policy, self.log = watch, calls, policy, log
 
     def next_request(self) -> int | None:
@@ -335,7 +335,7 @@ class _Loop:
 
 
 def run_watch(watch: ResumableWatch, calls: WatchCalls, policy: WatchPolicy, *,
-              sleep: Callable[[float], None] = time.sleep, log: logging.Logger) -> None:
+              sleep: Callable[[float], None] = time.sleep, log: TaskLog) -> None:
     """Until ``calls.done()``: LIST, then watches resumed from the last resourceVersion (sync clients).
 
     :raises KubernetesJobError: a real error (see ``WatchPolicy``).
@@ -387,7 +387,7 @@ class AsyncWatchCalls:
 
 
 async def arun_watch(watch: ResumableWatch, calls: AsyncWatchCalls, policy: WatchPolicy, *,
-                     sleep: Callable[[float], Awaitable[Any]] | None = None, log: logging.Logger) -> None:
+                     sleep: Callable[[float], Awaitable[Any]] | None = None, log: TaskLog) -> None:
     """The async twin of ``run_watch`` (``kubernetes_asyncio``)."""
     import asyncio
 

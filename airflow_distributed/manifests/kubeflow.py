@@ -334,9 +334,9 @@ def kubeflow_problems(spec: TrainingSpec) -> list[tuple[str, str]]:
     if spec.framework == "horovod":
         master = PodSettings.model_validate({key: getattr(spec.environment, key) for key in PodSettings.model_fields})
         workers = role_settings.get("worker", [])
-        message = _slots_conflict(master, workers[0] if workers else None)
-        if message:
-            problems.append(("environment.resources.gpu", message))
+        conflict = _slots_conflict(master, workers[0] if workers else None)
+        if conflict:
+            problems.append(("environment.resources.gpu", conflict))
     return problems
 
 

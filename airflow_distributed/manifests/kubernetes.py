@@ -274,12 +274,12 @@ def build_job_objects(
             f"job {plan.job_name}: replicas on standby are reached over SSH; pass ssh_key="
             "generate_ssh_key_pair()"
         )
-    config_maps = [_files_config_map(plan, options, job)] if job.files_config_map is not None else []
+    config_maps = [_files_config_map(plan, options, job)]
     secrets = [_ssh_secret(options, job, ssh_key)] if job.ssh_secret is not None and ssh_key is not None else []
     pods = [_pod(plan, replica, options, job) for replica in plan.replicas]
     group = pod_group(plan.job_name, options.namespace, options.gang_scheduling, pods, job.labels, job.annotations)
     if group is not None and owner_uid:
-        group["metadata"]["ownerReferences"] = [to_dict(ref) for ref in job.owner_references()]
+        group["metadata"]["ownerReferences"] = [to_dict(ref) for ref in job.owner_references() or []]
     return JobObjects(
         service=_service(plan, options, job),
         pods=pods,
@@ -308,9 +308,9 @@ def with_owner(obj: KubernetesObject, service_name: str, uid: str) -> Kubernetes
         kept = [ref for ref in metadata.get("ownerReferences", []) if ref.get("uid") != uid]
         metadata["ownerReferences"] = [*kept, to_dict(reference)]
         return {**obj, "metadata": metadata}  # type: ignore[return-value]
-    copied = copy.copy(obj)
-    copied.metadata = copy.copy(obj.metadata)
-    kept = [ref for ref in obj.metadata.owner_references or [] if ref.uid != uid]
+    copied: Any = copy.copy(obj)  # a client model: every one of them has metadata
+    copied.metadata = copy.copy(copied.metadata)
+    kept = [ref for ref in copied.metadata.owner_references or [] if ref.uid != uid]
     copied.metadata.owner_references = [*kept, reference]
     return copied
 
@@ -370,7 +370,7 @@ class _JobParts:
     grouping: PodGrouping
     owner_uid: str | None
     model_volume: client.V1Volume | None
-    files_config_map: str | None
+    files_config_map: str
     ssh_secret: str | None
     #: hosts of the replicas on standby (sshd), which a launcher connects to
     standby_hosts: tuple[str, ...]
@@ -424,6 +424,7 @@ def _metadata(
 
 
 def _ssh_secret(options: JobManifestOptions, job: _JobParts, key_pair: horovod_ssh.SshKeyPair) -> client.V1Secret:
+    assert job.ssh_secret is not None  # called only for a job that has one
     secret = horovod_ssh.ssh_secret(job.ssh_secret, options.namespace, key_pair, job.labels, job.annotations)
     secret.metadata.owner_references = job.owner_references()
     return secret
@@ -626,7 +627,7 @@ def _volumes(replica: Replica, job: _JobParts) -> list[client.V1Volume]:
     volumes = []
     if job.model_volume is not None:
         volumes.append(copy_model(job.model_volume))
-    if job.files_config_map is not None:
+    if job.files_config_map:
         source = model(client.V1ConfigMapVolumeSource, name=job.files_config_map)
         volumes.append(model(client.V1Volume, name=FILES_VOLUME, config_map=source))
     if job.ssh_secret is not None:
@@ -638,7 +639,7 @@ def _volume_mounts(layout: Layout, job: _JobParts) -> list[client.V1VolumeMount]
     mounts = []
     if job.model_volume is not None:
         mounts.append(model(client.V1VolumeMount, name=MODEL_VOLUME, mount_path=layout.model_dir))
-    if job.files_config_map is not None:
+    if job.files_config_map:
         mounts.append(model(client.V1VolumeMount, name=FILES_VOLUME, mount_path=layout.files_dir, read_only=True))
     if job.ssh_secret is not None:
         mounts.append(horovod_ssh.ssh_volume_mount())

@@ -75,7 +75,7 @@ def model_from_dict(data: Any, type_name: str, where: str) -> Any:
     return _model_from_mapping(data, cls, where)
 
 
-def _model_from_mapping(data: Any, cls: type, where: str) -> Any:
+def _model_from_mapping(data: Any, cls: Any, where: str) -> Any:
     if not isinstance(data, Mapping):
         raise ManifestError(f"{where}: expected a mapping of {cls.__name__[2:]} fields, got {type(data).__name__}")
     attribute_of = {json_key: attr for attr, json_key in cls.attribute_map.items()}
@@ -161,7 +161,7 @@ def split_security_context(
     return pod, container
 
 
-def _field_names(cls: type) -> set[str]:
+def _field_names(cls: Any) -> set[str]:
     return set(cls.attribute_map) | set(cls.attribute_map.values())
 
 

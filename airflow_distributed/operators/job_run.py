@@ -12,11 +12,11 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from logging import Logger
-
-    from airflow.sdk import BaseOperator, Context
+    from airflow.sdk import Context
 
     from airflow_distributed.hooks.watch_loop import WatchTimings
+    from airflow_distributed.logs import TaskLog
+    from airflow_distributed.operators.training import DistributedTrainingOperator
 
 
 def job_error(message: str) -> Exception:
@@ -25,12 +25,12 @@ def job_error(message: str) -> Exception:
     return DistributedJobError(message)
 
 
-def require_image(operator: BaseOperator, backend: str) -> None:
+def require_image(operator: DistributedTrainingOperator, backend: str) -> None:
     if not operator.image:
         raise job_error(f"backend={backend!r} runs every replica from an image: set image=")
 
 
-def deferral_deadline(operator: BaseOperator, context: Context) -> tuple[float | None, timedelta | None]:
+def deferral_deadline(operator: DistributedTrainingOperator, context: Context) -> tuple[float | None, timedelta | None]:
     """When the task's ``execution_timeout`` ends (epoch seconds, for the trigger), and the deferral's timeout."""
     execution_timeout = operator.execution_timeout
     start_date = getattr(context["ti"], "start_date", None)
@@ -41,14 +41,14 @@ def deferral_deadline(operator: BaseOperator, context: Context) -> tuple[float |
     return deadline, timedelta(seconds=max(0.0, deadline - time.time()) + 60)
 
 
-def watch_timings(operator: BaseOperator) -> WatchTimings:
+def watch_timings(operator: DistributedTrainingOperator) -> WatchTimings:
     """The operator's ``watch_timings`` (checked at parse time) with the defaults filled in."""
     from airflow_distributed.hooks.watch_loop import WatchTimings
 
     return WatchTimings.of(getattr(operator, "watch_timings", None))
 
 
-def push_success(context: Context, log: Logger, result: dict[str, Any], document: dict[str, Any], namespace: str,
+def push_success(context: Context, log: TaskLog, result: dict[str, Any], document: dict[str, Any], namespace: str,
                  name: str, elapsed: float) -> dict[str, Any]:
     """The log lines of a job that succeeded; returns ``result``, whose keys Airflow pushes as XComs (outputs.py)."""
     if document["metrics"] == {} and document["model_path"] is None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_distributed.operators.job_run import (
     deferral_deadline,
@@ -34,17 +34,18 @@ from airflow_distributed.operators.job_run import (
 )
 
 if TYPE_CHECKING:
-    from airflow.sdk import BaseOperator, Context
+    from airflow.sdk import Context
 
     from airflow_distributed.hooks.kubeflow import KubeflowHandle, KubeflowJobHook
     from airflow_distributed.manifests.kubeflow import KubeflowResource
     from airflow_distributed.manifests.kubeflow_status import JobStatus
+    from airflow_distributed.operators.training import DistributedTrainingOperator
     from airflow_distributed.spec import TrainingSpec
 
 TAIL_LINES = 30
 
 
-def check_kubeflow_arguments(operator: BaseOperator) -> list[tuple[str, str]]:
+def check_kubeflow_arguments(operator: DistributedTrainingOperator) -> list[tuple[str, str]]:
     """Problems with the operator's arguments for ``backend="kubeflow"``, as ``(path, message)``.
 
     Adds ``kubeflow_problems(spec)`` (per-index settings one pod template cannot express) for a spec that is not a
@@ -70,7 +71,7 @@ def check_kubeflow_arguments(operator: BaseOperator) -> list[tuple[str, str]]:
 # ---------------------------------------------------------------------------------------------- entry points
 
 
-def run_kubeflow(operator: BaseOperator, context: Context, spec: TrainingSpec, job_name: str,
+def run_kubeflow(operator: DistributedTrainingOperator, context: Context, spec: TrainingSpec, job_name: str,
                  command: Sequence[str]) -> dict[str, Any]:
     """``execute`` for ``backend="kubeflow"``: submit (or reattach) the job, then wait here or deferred.
 
@@ -88,7 +89,7 @@ def run_kubeflow(operator: BaseOperator, context: Context, spec: TrainingSpec, j
     return run.wait()
 
 
-def resume_kubeflow(operator: BaseOperator, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+def resume_kubeflow(operator: DistributedTrainingOperator, context: Context, event: dict[str, Any]) -> dict[str, Any]:
     """``execute_complete``: the trigger's event -> output, clean-up and XCom, as in the synchronous path."""
     from airflow_distributed.hooks.kubeflow import DELETED
     from airflow_distributed.manifests.kubeflow_status import job_status
@@ -106,7 +107,7 @@ def resume_kubeflow(operator: BaseOperator, context: Context, event: dict[str, A
                      f"{event.get('message') or status}; the job was deleted")
 
 
-def kill_kubeflow(operator: BaseOperator) -> None:
+def kill_kubeflow(operator: DistributedTrainingOperator) -> None:
     """``on_kill``: stop waiting and delete the job object (the Kubeflow operator's pods go with it)."""
     run: KubeflowJobRun | None = getattr(operator, "_kubeflow_run", None)
     if run is None:
@@ -127,8 +128,8 @@ def kill_kubeflow(operator: BaseOperator) -> None:
 class KubeflowJobRun:
     """One Kubeflow job of one task instance: its object, its hook, and the steps of its life."""
 
-    def __init__(self, operator: BaseOperator, context: Context, hook: KubeflowJobHook, namespace: str, name: str,
-                 framework: str, started_at: float | None = None) -> None:
+    def __init__(self, operator: DistributedTrainingOperator, context: Context, hook: KubeflowJobHook,
+                 namespace: str, name: str, framework: str, started_at: float | None = None) -> None:
         from airflow_distributed.manifests.kubeflow import kubeflow_resource
 
         self.operator, self.context, self.hook = operator, context, hook
@@ -138,7 +139,7 @@ class KubeflowJobRun:
         self.body: dict[str, Any] | None = None
         self.stopped = False
         self.started_at = started_at if started_at is not None else time.time()
-        operator._kubeflow_run = self  # type: ignore[attr-defined]  # read by kill_kubeflow
+        operator._kubeflow_run = self  # read by kill_kubeflow
 
     def elapsed(self) -> float:
         return max(0.0, time.time() - self.started_at)
@@ -149,7 +150,7 @@ class KubeflowJobRun:
         return KubeflowJobHook(kubernetes_conn_id=self.operator.kubernetes_conn_id, logger=self.log)
 
     @classmethod
-    def start(cls, operator: BaseOperator, context: Context, spec: TrainingSpec, job_name: str,
+    def start(cls, operator: DistributedTrainingOperator, context: Context, spec: TrainingSpec, job_name: str,
               command: Sequence[str]) -> KubeflowJobRun:
         from airflow_distributed.hooks.kubeflow import KubeflowJobHook
         from airflow_distributed.manifests.kubeflow import KubeflowAddressing, KubeflowJobOptions, build_kubeflow_job
@@ -165,14 +166,14 @@ class KubeflowJobRun:
         plan = build_plan(spec, job_name, KubeflowAddressing(namespace, spec.framework), layout, command,
                           backend="kubeflow", env=operator.env, try_number=context["ti"].try_number, files=files)
         # "All" would let the Kubeflow operator delete the master's pod (and its output) before it is read.
-        pod_policy = "none" if operator.clean_pod_policy == "none" else "running"
+        pod_policy: Literal["none", "running"] = "none" if operator.clean_pod_policy == "none" else "running"
         options = KubeflowJobOptions(_manifest_options(operator, context, namespace), clean_pod_policy=pod_policy)
         run = cls(operator, context, hook, namespace, job_name, spec.framework)
         run.body = build_kubeflow_job(plan, options)  # a setting one pod template cannot hold fails here
         return run
 
     @classmethod
-    def resume(cls, operator: BaseOperator, context: Context, event: dict[str, Any]) -> KubeflowJobRun:
+    def resume(cls, operator: DistributedTrainingOperator, context: Context, event: dict[str, Any]) -> KubeflowJobRun:
         from airflow_distributed.hooks.kubeflow import KubeflowJobHook
         from airflow_distributed.spec import load_spec
 

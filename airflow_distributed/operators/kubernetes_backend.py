@@ -36,11 +36,12 @@ from airflow_distributed.operators.job_run import (
 from airflow_distributed.status import PENDING, RUNNING, STOPPED, ReplicaStatus
 
 if TYPE_CHECKING:
-    from airflow.sdk import BaseOperator, Context
+    from airflow.sdk import Context
 
     from airflow_distributed.hooks.job_watch import JobTracker, JobVerdict, ReplicaSlot
     from airflow_distributed.hooks.kubernetes import DistributedTrainingHook, JobHandle
     from airflow_distributed.manifests.kubernetes import JobObjects
+    from airflow_distributed.operators.training import DistributedTrainingOperator
     from airflow_distributed.spec import TrainingSpec
 
 CLEAN_POD_POLICIES = ("all", "running", "none")
@@ -67,7 +68,7 @@ except ImportError:  # a common-compat provider that predates it: submit on ever
 LIVE_JOB_XCOM_KEY = "kubernetes_job"
 
 
-def check_kubernetes_arguments(operator: BaseOperator) -> list[tuple[str, str]]:
+def check_kubernetes_arguments(operator: DistributedTrainingOperator) -> list[tuple[str, str]]:
     """Problems with the operator's Kubernetes arguments, as ``(argument, message)`` for ``SpecValidationError``."""
     problems = []
     policy = getattr(operator, "clean_pod_policy", None)
@@ -85,7 +86,7 @@ def check_kubernetes_arguments(operator: BaseOperator) -> list[tuple[str, str]]:
 # ---------------------------------------------------------------------------------------------- entry points
 
 
-def run_kubernetes(operator: BaseOperator, context: Context, spec: TrainingSpec, job_name: str,
+def run_kubernetes(operator: DistributedTrainingOperator, context: Context, spec: TrainingSpec, job_name: str,
                    command: Sequence[str]) -> dict[str, Any]:
     """``execute`` for ``backend="kubernetes"``: create or reattach the job, then wait (here or deferred).
 
@@ -102,7 +103,7 @@ def run_kubernetes(operator: BaseOperator, context: Context, spec: TrainingSpec,
     return _ResumableKubernetesJob(run).execute_resumable(context)
 
 
-def resume_kubernetes(operator: BaseOperator, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+def resume_kubernetes(operator: DistributedTrainingOperator, context: Context, event: dict[str, Any]) -> dict[str, Any]:
     """``execute_complete``: the trigger's verdict -> output, logs, clean-up and XCom, as in the synchronous path."""
     from airflow_distributed.hooks.job_watch import JobVerdict, log_available
 
@@ -127,7 +128,7 @@ def resume_kubernetes(operator: BaseOperator, context: Context, event: dict[str,
                      f"{run.cleanup_note(False)}")
 
 
-def kill_kubernetes(operator: BaseOperator) -> None:
+def kill_kubernetes(operator: DistributedTrainingOperator) -> None:
     """``on_kill``: stop waiting and delete the job (its Service; the pods go by cascade)."""
     run: KubernetesJobRun | None = getattr(operator, "_kubernetes_run", None)
     if run is None:
@@ -147,7 +148,7 @@ def kill_kubernetes(operator: BaseOperator) -> None:
 class KubernetesJobRun:
     """One job of one task instance: its plan, its hook, and the steps of its life."""
 
-    def __init__(self, operator: BaseOperator, context: Context, namespace: str, name: str,
+    def __init__(self, operator: DistributedTrainingOperator, context: Context, namespace: str, name: str,
                  slots: Sequence[ReplicaSlot], framework: str, hook: DistributedTrainingHook) -> None:
         self.operator, self.context = operator, context
         self.namespace, self.name = namespace, name
@@ -161,7 +162,7 @@ class KubernetesJobRun:
         self.objects: JobObjects | None = None
         self.handle: JobHandle | None = None
         self.started = time.monotonic()
-        operator._kubernetes_run = self  # type: ignore[attr-defined]  # read by kill_kubernetes
+        operator._kubernetes_run = self  # read by kill_kubernetes
 
     @property
     def master(self) -> ReplicaSlot:
@@ -173,7 +174,7 @@ class KubernetesJobRun:
         return DistributedTrainingHook(kubernetes_conn_id=self.operator.kubernetes_conn_id, logger=self.log)
 
     @classmethod
-    def start(cls, operator: BaseOperator, context: Context, spec: TrainingSpec, job_name: str,
+    def start(cls, operator: DistributedTrainingOperator, context: Context, spec: TrainingSpec, job_name: str,
               command: Sequence[str]) -> KubernetesJobRun:
         from airflow_distributed.hooks.job_watch import replica_slots
         from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
@@ -202,7 +203,7 @@ class KubernetesJobRun:
         return run
 
     @classmethod
-    def resume(cls, operator: BaseOperator, context: Context, event: dict[str, Any]) -> KubernetesJobRun:
+    def resume(cls, operator: DistributedTrainingOperator, context: Context, event: dict[str, Any]) -> KubernetesJobRun:
         from airflow_distributed.hooks.job_watch import slots_from_json
         from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
         from airflow_distributed.spec import load_spec
@@ -229,10 +230,10 @@ class KubernetesJobRun:
         namespace, name = external_id.get("namespace"), external_id.get("name")
         if (namespace, name) != (self.namespace, self.name):
             return "absent"  # another namespace or name since: not this task's job any more
-        service = self.hook.get_service(namespace, name)
+        service = self.hook.get_service(self.namespace, self.name)
         if service is None or service["metadata"].get("deletionTimestamp"):
             return "absent"
-        verdict = self.hook.job_verdict(namespace, name, self.slots)
+        verdict = self.hook.job_verdict(self.namespace, self.name, self.slots)
         if verdict is None:
             return "running"
         return verdict.state
@@ -298,10 +299,8 @@ class KubernetesJobRun:
 
     def _followed(self) -> list[str]:
         """The master, and the replicas ``log_replicas`` names (``all``, roles, ``role-index`` or pod names)."""
-        wanted = self.operator.log_replicas
-        if isinstance(wanted, str):
-            wanted = [wanted]
-        wanted = set(wanted or ())
+        setting = self.operator.log_replicas
+        wanted = {setting} if isinstance(setting, str) else set(setting or ())
         names = [self.master.name]
         for slot in self.slots[1:]:
             if "all" in wanted or {slot.role, f"{slot.role}-{slot.index}", slot.name} & wanted:
@@ -419,7 +418,7 @@ class KubernetesJobRun:
         return message
 
 
-class _ResumableKubernetesJob(ResumableJobMixin):  # type: ignore[misc,valid-type]
+class _ResumableKubernetesJob(ResumableJobMixin):
     """``ResumableJobMixin`` around a ``KubernetesJobRun``: the job's identity goes to ``task_state_store``.
 
     Not an operator: the mixin's own ``__init__`` (operator argument defaults) does not apply.
@@ -433,7 +432,7 @@ class _ResumableKubernetesJob(ResumableJobMixin):  # type: ignore[misc,valid-typ
         self.log = run.log
         self._result: dict[str, Any] | None = None
 
-    def submit_job(self, context: Context) -> dict[str, str]:
+    def submit_job(self, context: Context) -> Any:
         return self.run.submit().as_id()
 
     def get_job_status(self, external_id: Any, context: Context) -> str:
@@ -445,7 +444,7 @@ class _ResumableKubernetesJob(ResumableJobMixin):  # type: ignore[misc,valid-typ
     def is_job_succeeded(self, status: str) -> bool:
         return status == "succeeded"
 
-    def poll_until_complete(self, external_id: Any, context: Context) -> dict[str, Any]:
+    def poll_until_complete(self, external_id: Any, context: Context) -> Any:
         # The mixin returns this value itself when it reconnects, so it is the whole result.
         self._result = self.run.wait()
         return self._result
@@ -459,7 +458,7 @@ class _ResumableKubernetesJob(ResumableJobMixin):  # type: ignore[misc,valid-typ
 # ---------------------------------------------------------------------------------------------- helpers
 
 
-def _manifest_options(operator: BaseOperator, context: Context, namespace: str) -> Any:
+def _manifest_options(operator: DistributedTrainingOperator, context: Context, namespace: str) -> Any:
     from airflow_distributed.manifests.kubernetes import JobManifestOptions, TaskInstanceRef
 
     deadline = None
@@ -468,7 +467,7 @@ def _manifest_options(operator: BaseOperator, context: Context, namespace: str) 
         deadline = math.ceil(operator.execution_timeout.total_seconds()) + DEADLINE_MARGIN_SECONDS
     return JobManifestOptions(
         namespace=namespace,
-        image=operator.image,
+        image=operator.image or "",  # require_image has refused a job without one
         gpu_resource_key=operator.gpu_resource_key,
         task_instance=TaskInstanceRef.of(context["ti"]),
         model_volume=operator.model_volume,

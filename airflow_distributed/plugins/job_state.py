@@ -59,7 +59,7 @@ class RecordedJobState:
             run_id=ref.run_id, key=self.key, dag_ids=ref.dag_id, task_ids=ref.task_id,
             map_indexes=ref.map_index, limit=1,
         )
-        row = session.scalars(query).first()
+        row: Any = session.scalars(query).first()
         return None if row is None else decode_record(row.value)
 
 
@@ -126,7 +126,7 @@ class LiveKubernetesJobState:
             run_id=ref.run_id, key="kubernetes_job", dag_ids=ref.dag_id, task_ids=ref.task_id,
             map_indexes=ref.map_index, limit=1,
         )
-        row = session.scalars(query).first()
+        row: Any = session.scalars(query).first()
         announced = None if row is None else _decode_json(row.value)
         if not isinstance(announced, Mapping) or "job_name" not in announced:
             return None

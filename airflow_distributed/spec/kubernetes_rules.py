@@ -9,7 +9,7 @@ refused with a 422 after some of the job's pods already exist.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from airflow_distributed.spec.quantities import QuantityError, amount_in_base_units
@@ -98,7 +98,7 @@ def name_problems(names: str | Sequence[str] | None, path: str, what: str) -> li
     return [problem for i, name in enumerate(names) for problem in name_problems(name, f"{path}[{i}]", what)]
 
 
-def env_name_problems(env: Mapping[str, Any] | None, path: str) -> list[Problem]:
+def env_name_problems(env: Iterable[Any] | None, path: str) -> list[Problem]:
     return [(path, f"{name!r} is not a valid variable name: use {ENV_NAME_RULE}")
             for name in env or {} if not is_env_name(name)]
 

@@ -52,7 +52,8 @@ def load_spec(framework: str | None = None, environment: Any = None) -> Training
     problems += check_environment(env, "environment")
     if problems or resolved is None:
         raise SpecValidationError(_unique(problems), source=source)
-    return TrainingSpec(framework=resolved, environment=env)
+    # resolve_framework returns only names of FRAMEWORKS: the Literal holds.
+    return TrainingSpec(framework=resolved, environment=env)  # type: ignore[arg-type]
 
 
 def framework_problems(framework: Any) -> list[tuple[str, str]]:
@@ -102,7 +103,7 @@ def _drop(data: Any, loc: tuple[Any, ...]) -> None:
         parent[key] = MAX_REPLICAS_PER_ROLE
     elif isinstance(parent, dict):
         parent.pop(key, None)
-    elif isinstance(parent, list):
+    elif isinstance(parent, list) and isinstance(key, int):
         parent.pop(key)
 
 

@@ -117,7 +117,8 @@ class JobWaitTrigger(BaseTrigger):
 
         data = await response.read()
         response.release()
-        raise ApiException(http_resp=RESTResponse(response, data))
+        # The client's own annotation names aiohttp's response; it reads status, reason and data of this one.
+        raise ApiException(http_resp=RESTResponse(response, data))  # type: ignore[arg-type]
 
     @classmethod
     async def _json(cls, call: Awaitable[Any]) -> Any:

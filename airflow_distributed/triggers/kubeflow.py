@@ -87,7 +87,7 @@ class KubeflowJobTrigger(JobWaitTrigger):
             calls = AsyncWatchCalls(
                 list_=lambda: self._json(list_objects(*args, field_selector=selector, _preload_content=False)),
                 open_watch=lambda version, seconds, timeout: self._answer(list_objects(
-                    *args, field_selector=selector, watch=True, resource_version=version, allow_watch_bookmarks=True,
+                    *args, field_selector=selector, watch=True, resource_version=version, allow_watch_bookmarks=True,  # type: ignore[arg-type]
                     timeout_seconds=seconds, _request_timeout=timeout, _preload_content=False)),
                 on_list=watch.on_list,
                 on_line=watch.on_line,

@@ -143,7 +143,7 @@ class DistributedJobTrigger(JobWaitTrigger):
                 list_=lambda: self._json(core.list_namespaced_pod(self.namespace, label_selector=selector,
                                                                   _preload_content=False)),
                 open_watch=lambda version, seconds, timeout: self._answer(core.list_namespaced_pod(
-                    self.namespace, label_selector=selector, watch=True, resource_version=version,
+                    self.namespace, label_selector=selector, watch=True, resource_version=version,  # type: ignore[arg-type]
                     allow_watch_bookmarks=True, timeout_seconds=seconds, _request_timeout=timeout,
                     _preload_content=False)),
                 on_list=lambda body: report(watch.on_list(body), tracker),

@@ -1,0 +1,16 @@
+"""The logger the hooks write to: a ``logging.Logger`` or the Task SDK's structlog logger (``self.log``).
+
+Both take ``log.info("format %s", value)``; this protocol is that common part, so a hook can be given either.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class TaskLog(Protocol):
+    def debug(self, msg: Any, /, *args: Any) -> Any: ...
+    def info(self, msg: Any, /, *args: Any) -> Any: ...
+    def warning(self, msg: Any, /, *args: Any) -> Any: ...
+    def error(self, msg: Any, /, *args: Any) -> Any: ...
+    def exception(self, msg: Any, /, *args: Any) -> Any: ...

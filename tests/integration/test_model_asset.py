@@ -91,7 +91,13 @@ def test_openlineage_gets_the_jobs_shape_and_the_model_as_output(tmp_path):
         "run, states = run_dag('test_asset_per_run')\n"
         "assert states == {'train': 'success'}, states\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT),
+    # The tests package through a link, not the checkout itself on sys.path: an editable install leaves
+    # airflow_distributed.egg-info in the checkout, which would register the provider's plugin a second time and
+    # keep the OpenLineage listener from loading.
+    path = tmp_path / "path"
+    path.mkdir()
+    (path / "tests").symlink_to(ROOT / "tests")
+    env = {**os.environ, "PYTHONPATH": str(path),
            "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(events_file),
                                                           "append": True}),
            "AIRFLOW__OPENLINEAGE__NAMESPACE": "tests",
@@ -100,7 +106,7 @@ def test_openlineage_gets_the_jobs_shape_and_the_model_as_output(tmp_path):
            "AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT": "300"}
     # A process of its own: the provider reads its configuration once, and the test session's is disabled.
     done = subprocess.run([sys.executable, "-c", f"import tests.conftest; exec(open({str(script)!r}).read())"],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     emitted = [json.loads(line) for line in events_file.read_text().splitlines() if line.strip()]
     complete = [e for e in emitted if e["eventType"] == "COMPLETE" and e["job"]["name"].endswith(".train")]

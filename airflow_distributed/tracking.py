@@ -174,12 +174,17 @@ def log_model(path: str | os.PathLike[str]) -> None:
     model_path = os.fspath(path)
     if not isinstance(model_path, str):
         model_path = os.fsdecode(model_path)
+    _set_in_document("model_path", model_path)
+
+
+def _set_in_document(key: str, value: Any) -> None:
+    """On the master: ``document[key] = value``, then the document rewritten (atomically)."""
     output = _output_path()
     if output is None:
         return
     with _lock:
         document = _document_for(output)
-        document["model_path"] = model_path
+        document[key] = value
         _write(output, document)
 
 
@@ -206,10 +211,8 @@ def log_progress(step: int, total: int) -> None:
         _progress["written"] = now
         elapsed, done = now - first[0], step - first[1]
         eta = round(elapsed / done * (total - step), 1) if done > 0 else None
-        document = _document_for(output)
-        document["progress"] = {"step": step, "total": total, "percent": round(100.0 * step / total, 1),
-                                "eta_seconds": eta}
-        _write(output, document)
+        _set_in_document("progress", {"step": step, "total": total, "percent": round(100.0 * step / total, 1),
+                                      "eta_seconds": eta})
 
 
 _progress: dict[str, Any] = {}
@@ -221,14 +224,7 @@ def record_return_value(value: Any) -> None:
     Called by the script that runs the function; on a replica that is not the master it does nothing. The value
     is converted like a metric (:func:`log_metrics`) and must be JSON-safe once converted.
     """
-    clean = _json_safe(value, "the return value")
-    output = _output_path()
-    if output is None:
-        return
-    with _lock:
-        document = _document_for(output)
-        document["return_value"] = clean
-        _write(output, document)
+    _set_in_document("return_value", _json_safe(value, "the return value"))
 
 
 def get_outputs() -> dict[str, Any]:

@@ -128,18 +128,24 @@ def kill_kubeflow(operator: DistributedTrainingOperator) -> None:
 class KubeflowJobRun:
     """One Kubeflow job of one task instance: its object, its hook, and the steps of its life."""
 
+    backend = "kubeflow"
+
     def __init__(self, operator: DistributedTrainingOperator, context: Context, hook: KubeflowJobHook,
                  namespace: str, name: str, framework: str, started_at: float | None = None) -> None:
-        from airflow_distributed.manifests.kubeflow import kubeflow_resource
-
         self.operator, self.context, self.hook = operator, context, hook
         self.namespace, self.name, self.framework = namespace, name, framework
-        self.resource: KubeflowResource = kubeflow_resource(framework)
+        self.resource: KubeflowResource = self.resource_of(framework)
         self.log = operator.log
         self.body: dict[str, Any] | None = None
         self.stopped = False
         self.started_at = started_at if started_at is not None else time.time()
         operator._kubeflow_run = self  # read by kill_kubeflow
+
+    @staticmethod
+    def resource_of(framework: str) -> KubeflowResource:
+        from airflow_distributed.manifests.kubeflow import kubeflow_resource
+
+        return kubeflow_resource(framework)
 
     def elapsed(self) -> float:
         return max(0.0, time.time() - self.started_at)
@@ -223,7 +229,7 @@ class KubeflowJobRun:
     def finish(self, status: JobStatus, obj: dict[str, Any] | None) -> dict[str, Any]:
         """Output, clean-up, XCom; raises ``DistributedJobError`` unless the job succeeded."""
         from airflow_distributed.hooks.job_watch import replica_table
-        from airflow_distributed.hooks.kubeflow import STOPPED, failed_replica, main_container, replica_statuses_of_pods
+        from airflow_distributed.hooks.kubeflow import STOPPED, failed_replica
         from airflow_distributed.outputs import job_record, job_result
         from airflow_distributed.status import SUCCEEDED
 
@@ -235,18 +241,18 @@ class KubeflowJobRun:
         succeeded = status.state == SUCCEEDED
         try:
             pods = self.hook.kubeflow_pods(self.namespace, obj) if obj is not None else []
-            container = main_container(obj) if obj is not None else ""
+            container = self.hook.main_container(obj) if obj is not None else ""
             document = self._document(obj, succeeded)
             replica = failed_replica(pods, container) if not succeeded else None
             logs = self._tails(pods, container, replica)
         except BaseException:
             self.delete_quietly()
             raise
-        statuses = replica_statuses_of_pods(pods, container)
+        statuses = self.hook.replica_statuses(pods, container)
         deleted = self.clean_up(succeeded, exists=obj is not None)
         if statuses:
             self.log.info("replicas of %s (final):\n%s", self.name, replica_table(statuses))
-        result = job_result(job_name=self.name, framework=self.framework, backend="kubeflow",
+        result = job_result(job_name=self.name, framework=self.framework, backend=self.backend,
                             state="succeeded" if succeeded else "failed", document=document, replicas=statuses,
                             namespace=self.namespace)
         ti = self.context["ti"]

@@ -1,0 +1,190 @@
+"""What ``DistributedTrainingOperator`` does with ``backend="trainjob"``: plan -> Kubeflow Trainer v2 ``TrainJob``
+-> conditions -> XCom.
+
+The spec is submitted as one ``TrainJob`` (``manifests.trainjob``) that references a training runtime
+(``runtime``, default the framework's, e.g. ``torch-distributed``; ``runtime_kind``); the Trainer controller runs it
+as a JobSet and judges it. The task reads the verdict from the TrainJob's conditions through one watch
+(``TrainJobHook``, or ``TrainJobTrigger`` when deferred), logs ``status.trainerStatus`` as it changes, reads node
+0's output from its termination message, and pushes the XComs every backend pushes.
+
+It is the Kubeflow backend's run (``KubeflowJobRun``: idempotent create and reattach on 409/retry, the one watch,
+output, clean-up, kill) with the TrainJob's resource, hook, trigger and builder. Clean-up: Trainer 2.3 has no
+``cleanPodPolicy``, so the finished nodes stay until the TrainJob is deleted: by default after success
+(``clean_pod_policy`` ``all`` always, ``running``/``none`` never, as on the kubeflow backend); a killed task deletes
+it whatever the policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow_distributed.operators.job_run import deferral_deadline, job_error, require_image, watch_timings
+from airflow_distributed.operators.kubeflow_backend import KubeflowJobRun, kill_kubeflow
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_distributed.hooks.trainjob import TrainJobHook
+    from airflow_distributed.manifests.kubeflow import KubeflowResource
+    from airflow_distributed.operators.training import DistributedTrainingOperator
+    from airflow_distributed.spec import TrainingSpec
+
+
+def check_trainjob_arguments(operator: DistributedTrainingOperator) -> list[tuple[str, str]]:
+    """Problems with the operator's arguments for ``backend="trainjob"``, as ``(path, message)``, found when the
+    DAG is parsed: the framework has a Trainer v2 runtime, one pod template serves every node, and the options
+    a TrainJob cannot carry are not set. Light: the typed models are imported only when a job is built."""
+    from airflow_distributed.manifests.trainjob import RUNTIME_KINDS, trainjob_problems
+    from airflow_distributed.operators.training import _has_template
+    from airflow_distributed.spec import SpecValidationError, load_spec
+
+    problems: list[tuple[str, str]] = []
+    runtime_kind = getattr(operator, "runtime_kind", "ClusterTrainingRuntime")
+    if runtime_kind not in RUNTIME_KINDS:
+        problems.append(("runtime_kind", f"{runtime_kind!r} is not supported; allowed: {', '.join(RUNTIME_KINDS)}"))
+    for argument, why in (("gang_scheduling", "the training runtime's podGroupPolicy decides gang scheduling"),
+                          ("scheduler_name", "the training runtime's pod template names the scheduler")):
+        if getattr(operator, argument, None) is not None:
+            problems.append((argument, f"not taken by backend='trainjob': {why}"))
+    policy = getattr(operator, "clean_pod_policy", None)
+    if policy not in (None, "all", "running", "none"):
+        problems.append(("clean_pod_policy", f"{policy!r} is not supported; allowed: all, running, none"))
+    framework, environment = getattr(operator, "framework", None), getattr(operator, "environment", None)
+    if _has_template(framework) or _has_template(environment):
+        return problems
+    try:
+        spec = load_spec(framework, environment)
+    except SpecValidationError:
+        return problems  # the operator reports the spec's own problems right after
+    return problems + trainjob_problems(spec, getattr(operator, "runtime", None))
+
+
+# ---------------------------------------------------------------------------------------------- entry points
+
+
+def run_trainjob(operator: DistributedTrainingOperator, context: Context, spec: TrainingSpec, job_name: str,
+                 command: Sequence[str]) -> dict[str, Any]:
+    """``execute`` for ``backend="trainjob"``: submit (or reattach) the TrainJob, then wait here or deferred.
+
+    :returns: the ``return_value`` XCom, each key of it an XCom too; ``job`` is pushed here (also on failure).
+    :raises DistributedJobError: the TrainJob failed, was deleted, or the task was killed.
+    """
+    run = TrainJobRun.start(operator, context, spec, job_name, command)
+    handle = run.submit()
+    if not operator.wait_for_completion:
+        run.log.info("TrainJob %s/%s submitted; not waiting for it (wait_for_completion=False)", run.namespace,
+                     run.name)
+        return {"job_name": run.name, "namespace": run.namespace, "kind": run.resource.kind}
+    if operator.deferrable and handle.reattached != "succeeded":
+        run.defer()
+    return run.wait()
+
+
+def resume_trainjob(operator: DistributedTrainingOperator, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+    """``execute_complete``: the trigger's event -> output, clean-up and XCom, as in the synchronous path."""
+    from airflow_distributed.hooks.kubeflow import DELETED
+    from airflow_distributed.manifests.trainjob_status import trainjob_status
+
+    run = TrainJobRun.resume(operator, context, event)
+    status = event.get("status")
+    if status in ("succeeded", "failed"):
+        obj = run.hook.get_kubeflow_job(run.namespace, run.resource, run.name)
+        return run.finish(trainjob_status(obj) if obj is not None else DELETED, obj)
+    if status == "deleted":
+        return run.finish(DELETED, None)
+    run.delete_quietly()
+    raise job_error(f"TrainJob {run.namespace}/{run.name} failed after {run.elapsed():.1f}s: "
+                    f"{event.get('message') or status}; the TrainJob was deleted")
+
+
+def kill_trainjob(operator: DistributedTrainingOperator) -> None:
+    """``on_kill``: stop waiting and delete the TrainJob (its JobSet and node pods go with it)."""
+    kill_kubeflow(operator)
+
+
+# ---------------------------------------------------------------------------------------------- one job
+
+
+class TrainJobRun(KubeflowJobRun):
+    """One TrainJob of one task instance."""
+
+    backend = "trainjob"
+    hook: TrainJobHook
+
+    @staticmethod
+    def resource_of(framework: str) -> KubeflowResource:
+        from airflow_distributed.hooks.trainjob import TRAINJOB
+
+        return TRAINJOB
+
+    def new_hook(self) -> TrainJobHook:
+        from airflow_distributed.hooks.trainjob import TrainJobHook
+
+        return TrainJobHook(kubernetes_conn_id=self.operator.kubernetes_conn_id, logger=self.log)
+
+    @classmethod
+    def start(cls, operator: DistributedTrainingOperator, context: Context, spec: TrainingSpec, job_name: str,
+              command: Sequence[str]) -> TrainJobRun:
+        from airflow_distributed.hooks.trainjob import TrainJobHook
+        from airflow_distributed.manifests.kubernetes import layout_for_kubernetes
+        from airflow_distributed.manifests.kubernetes_resources import ManifestError
+        from airflow_distributed.manifests.trainjob import (
+            TrainJobAddressing,
+            TrainJobOptions,
+            build_trainjob,
+            trainjob_problems,
+        )
+        from airflow_distributed.operators.kubernetes_backend import _manifest_options
+        from airflow_distributed.plan import build_plan
+
+        require_image(operator, "trainjob")
+        # A templated spec is checked here, once rendered, before anything is created.
+        problems = trainjob_problems(spec, operator.runtime)
+        if problems:
+            raise ManifestError("; ".join(f"{path}: {message}" for path, message in problems))
+        hook = TrainJobHook(kubernetes_conn_id=operator.kubernetes_conn_id, logger=operator.log)
+        namespace = operator.namespace or hook.default_namespace()
+        layout = layout_for_kubernetes(operator.model_dir, job_name=job_name, checkpoint_dir=operator.checkpoint_dir)
+        command, files = operator._replica_program(list(command), layout.files_dir)
+        plan = build_plan(spec, job_name, TrainJobAddressing(namespace), layout, command, backend="trainjob",
+                          env=operator.env, try_number=context["ti"].try_number, files=files)
+        options = TrainJobOptions(_manifest_options(operator, context, namespace), runtime=operator.runtime,
+                                  runtime_kind=operator.runtime_kind,
+                                  n_proc_per_node=getattr(spec.cluster, "n_proc_per_node", None))
+        run = cls(operator, context, hook, namespace, job_name, spec.framework)
+        run.body = build_trainjob(plan, options)
+        return run
+
+    @classmethod
+    def resume(cls, operator: DistributedTrainingOperator, context: Context, event: dict[str, Any]) -> TrainJobRun:
+        from airflow_distributed.hooks.trainjob import TrainJobHook
+        from airflow_distributed.spec import load_spec
+
+        hook = TrainJobHook(kubernetes_conn_id=operator.kubernetes_conn_id, logger=operator.log)
+        framework = load_spec(operator.framework, operator.environment).framework
+        return cls(operator, context, hook, event["namespace"], event["job_name"], framework,
+                   started_at=event.get("started_at"))
+
+    def submit(self) -> Any:
+        # Strict: a field the installed CRD does not know is refused, not silently dropped.
+        handle = self.hook.submit_kubeflow_job(self.namespace, self.resource, self.body or {},
+                                               field_validation="Strict")
+        if handle.reattached is None:
+            self.log.info("TrainJob %s/%s submitted to the Kubeflow Trainer (runtime %s)", self.namespace,
+                          self.name, ((self.body or {}).get("spec") or {}).get("runtimeRef", {}).get("name"))
+        return handle
+
+    def defer(self) -> None:
+        from airflow_distributed.triggers.trainjob import TrainJobTrigger
+
+        deadline, timeout = deferral_deadline(self.operator, self.context)
+        trigger = TrainJobTrigger(job_name=self.name, namespace=self.namespace,
+                                  kubernetes_conn_id=self.operator.kubernetes_conn_id, execution_deadline=deadline,
+                                  delete_on_kill=True, started_at=self.started_at,
+                                  watch_timings=watch_timings(self.operator).as_dict())
+        self.log.info("TrainJob %s/%s: waiting in the triggerer", self.namespace, self.name)
+        self.operator.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
+
+
+__all__ = ["TrainJobRun", "check_trainjob_arguments", "kill_trainjob", "resume_trainjob", "run_trainjob"]

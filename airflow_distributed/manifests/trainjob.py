@@ -151,13 +151,15 @@ def _differing(a: PodSettings, b: PodSettings) -> list[str]:
     return sorted(key for key in PodSettings.model_fields if getattr(a, key) != getattr(b, key))
 
 
-def _container_security_keys(context: Mapping[str, Any]) -> list[str]:
-    from airflow_distributed.manifests.kubernetes_resources import split_security_context
+# Fields of a container's securityContext that a pod's has not (Kubernetes 1.29+), in both spellings the spec takes.
+_CONTAINER_ONLY_SECURITY = frozenset({
+    "allowPrivilegeEscalation", "allow_privilege_escalation", "capabilities", "privileged", "procMount",
+    "proc_mount", "readOnlyRootFilesystem", "read_only_root_filesystem",
+})
 
-    _, container = split_security_context(dict(context), "environment.security_context")
-    if container is None:
-        return []
-    return sorted(key for key, value in container.to_dict().items() if value is not None)
+
+def _container_security_keys(context: Mapping[str, Any]) -> list[str]:
+    return sorted(key for key in context if key in _CONTAINER_ONLY_SECURITY)
 
 
 # -------------------------------------------------------------------------------------------------------- build

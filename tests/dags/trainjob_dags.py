@@ -12,6 +12,7 @@ import pendulum
 from airflow.sdk import DAG, task
 
 from airflow_distributed.operators import DistributedTrainingOperator
+from airflow_distributed.sensors import PytorchJobSensor, TrainJobSensor
 
 IMAGE = "registry.example.com/trainer:1.0"
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
@@ -58,3 +59,12 @@ deferrable = _dag("trainjob_deferrable", report=True, deferrable=True)
 failure = _dag("trainjob_failure")
 suspended = _dag("trainjob_suspended")
 long_running = _dag("trainjob_long_running", execution_timeout=timedelta(minutes=5))
+
+#: The TrainJob the sensor DAGs wait for (the test creates it, as another tool would).
+EXTERNAL = "external-trainjob"
+with DAG(dag_id="trainjob_sensor_deferrable", schedule=None, start_date=START, catchup=False, tags=["test"]):
+    TrainJobSensor(task_id="wait", job_name=EXTERNAL, namespace=namespace_of("trainjob_sensor_deferrable"),
+                   deferrable=True, poke_interval=0.2, timeout=60)
+with DAG(dag_id="trainjob_sensor_failure", schedule=None, start_date=START, catchup=False, tags=["test"]):
+    PytorchJobSensor(task_id="wait", job_name=EXTERNAL, namespace=namespace_of("trainjob_sensor_failure"),
+                     kind="TrainJob", poke_interval=0.2, timeout=60, retries=2, retry_delay=timedelta(seconds=1))

@@ -289,3 +289,63 @@ def test_n_proc_per_node_is_refused_on_the_backends_that_run_one_process_per_rep
                                                   r"backend='trainjob' only"):
         DistributedTrainingOperator(task_id="t", framework="pytorch", environment=environment, command=["train"],
                                     image="trainer:1", backend="kubernetes")
+
+
+# ---------------------------------------------------------------------------------------------- sensors
+
+
+def test_a_deferred_trainjob_sensor_watches_a_trainjob_started_elsewhere_and_reads_node_0(emulator, capfd):
+    namespace = namespace_of("trainjob_sensor_deferrable")
+    emulator.create_namespace(namespace)
+    controller = TrainerController(emulator, namespace)
+    controller.submit("external-trainjob", nodes=2)
+    controller.create_pods()
+    controller.run_all()
+    controller.write_status(active=1)
+    emulator.reset_requests()
+
+    def script(c: TrainerController) -> None:
+        wait_until(c.watched, timeout=60, interval=0.02)
+        c.succeed(0, DOCUMENT)
+        c.succeed(1)
+        c.condition("Complete", "True", "AllJobsCompleted", "jobset completed successfully")
+
+    controller.play(script)
+    run, states = run_dag_at("trainjob_sensor_deferrable")
+    controller.check()
+
+    assert states == {"wait": "success"}
+    result = xcom(run, "wait")
+    assert (result["backend"], result["state"], result["metrics"]) == ("trainjob", "succeeded", DOCUMENT["metrics"])
+    assert [(r["role"], r["index"]) for r in result["replicas"]] == [("master", 0), ("worker", 0)]
+    assert "waiting in the triggerer" in capfd.readouterr().out
+    watches = [r for r in emulator.requests if r.is_watch and f"/{PLURAL}" in r.path]
+    assert watches and watches[0].query["fieldSelector"] == "metadata.name=external-trainjob"
+    assert controller.get() is not None  # a sensor deletes nothing
+
+
+def test_a_failed_trainjob_fails_the_framework_sensor_naming_the_node_without_retry(emulator, capfd):
+    namespace = namespace_of("trainjob_sensor_failure")
+    emulator.create_namespace(namespace)
+    controller = TrainerController(emulator, namespace)
+    controller.submit("external-trainjob", nodes=2)
+    pods = controller.create_pods()
+    controller.run_all()
+    controller.fail(1, 137, "OOMKilled")
+    controller.condition("Failed", "True", "FailedJobs", "jobset failed due to: 1 failed job(s) in node")
+
+    run, states = run_dag_at("trainjob_sensor_failure")
+
+    assert states == {"wait": "failed"}
+    assert (f"TrainJob {namespace}/external-trainjob failed: FailedJobs: jobset failed due to: 1 failed job(s) in "
+            f"node; replica {pods[1]} exited with code 137 (OOMKilled)") in capfd.readouterr().out
+
+
+def test_the_sensors_of_frameworks_without_a_trainer_runtime_refuse_kind_trainjob():
+    from airflow_distributed.sensors import MXNetJobSensor, PytorchJobSensor, TensorflowJobSensor, TrainJobSensor
+
+    assert PytorchJobSensor(task_id="s", job_name="j", kind="TrainJob").kind == "TrainJob"
+    assert TrainJobSensor(task_id="s", job_name="j").kind == "TrainJob"
+    for sensor in (TensorflowJobSensor, MXNetJobSensor):
+        with pytest.raises(ValueError, match="has no Kubeflow Trainer v2 runtime, so no TrainJob"):
+            sensor(task_id="s", job_name="j", kind="TrainJob")

@@ -62,6 +62,18 @@ class TrainerController:
         self.job = wait_until(lambda: next(iter(self.jobs()), None), timeout=timeout, interval=0.02)
         return self.job
 
+    def submit(self, name: str, nodes: int) -> dict:
+        """A TrainJob created outside Airflow (for the sensors), as the Kubeflow SDK would make it."""
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": {"name": name},
+                "spec": {"runtimeRef": {"name": "torch-distributed"},
+                         "trainer": {"numNodes": nodes, "image": "registry.example.com/trainer:1.0",
+                                     "command": ["torchrun", "train.py"]},
+                         "runtimePatches": [{"manager": "trainer.kubeflow.org/sdk", "trainingRuntimeSpec": {
+                             "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {
+                                 "template": {}}}}]}}}}]}}
+        self.job = self.emu.create(PLURAL, self.namespace, body, group=GROUP, version=VERSION)
+        return self.job
+
     # -- status
     def condition(self, kind: str, status: str, reason: str, message: str = "") -> None:
         """Set one condition (``meta.SetStatusCondition``: one per type) and write the status."""

@@ -235,3 +235,18 @@ def test_a_spec_a_trainjob_can_express_has_no_problems():
     same = {"resources": {"cpu": {"requests": 1}}}
     environment = {**same, "pytorch": {"n_workers": 2, "default_worker": same, "worker": [{"index": 1, **same}]}}
     assert trainjob_problems(load_spec("pytorch", environment)) == []
+
+
+def test_parsing_a_trainjob_dag_imports_neither_the_typed_models_nor_a_kubernetes_client():
+    code = (
+        "import sys, json, airflow.sdk\n"
+        "before = set(sys.modules)\n"
+        "from airflow_distributed.operators import DistributedTrainingOperator\n"
+        "DistributedTrainingOperator(task_id='t', framework='pytorch', backend='trainjob', image='i:1',\n"
+        "    command=['python', 'train.py'], environment={'resources': {'cpu': {'requests': 1}},\n"
+        "    'security_context': {'runAsUser': 1}, 'pytorch': {'n_workers': 2, 'n_proc_per_node': 2}})\n"
+        "heavy = ['kubeflow_trainer_api', 'kubernetes', 'kubernetes_asyncio']\n"
+        "print(json.dumps([m for m in heavy if m in sys.modules and m not in before]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert json.loads(out.strip().splitlines()[-1]) == []

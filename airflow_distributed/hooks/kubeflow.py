@@ -240,12 +240,14 @@ class KubeflowJobHook(DistributedTrainingHook):
         watch_timeout: int | None = None,
         stopped: Callable[[], bool] | None = None,
         on_change: Callable[[JobStatus], None] | None = None,
+        on_object: Callable[[dict[str, Any]], None] | None = None,
     ) -> KubeflowOutcome:
         """Until the job succeeds or fails (its conditions), is deleted, or ``stopped()`` turns true.
 
         :param watch_timings: watch request timeouts and the reconnect budget (``watch_loop.WatchTimings``).
         :param watch_timeout: ``timeoutSeconds`` of each watch request, over ``watch_timings.server_timeout``.
         :param on_change: called with the job's status whenever it changes.
+        :param on_object: called with the object as seen whenever its status changes (after ``on_change``).
         """
         stopped = stopped or (lambda: False)
         timings = WatchTimings.of(watch_timings, server_timeout=watch_timeout)
@@ -266,8 +268,11 @@ class KubeflowJobHook(DistributedTrainingHook):
                     raise KubernetesJobError(f"{what}: the job does not exist")
                 return False
             status = self.status_of(watch.obj)
-            if status not in last[-1:] and on_change is not None:
-                on_change(status)
+            if status not in last[-1:]:
+                if on_change is not None:
+                    on_change(status)
+                if on_object is not None:
+                    on_object(watch.obj)
             last[:] = [status]
             if status.state in (SUCCEEDED, FAILED):
                 outcome.append(KubeflowOutcome(status, watch.obj))

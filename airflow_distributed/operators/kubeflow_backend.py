@@ -205,12 +205,16 @@ class KubeflowJobRun:
                 on_change=lambda status: self.log.info("%s %s/%s is %s%s", self.resource.kind, self.namespace,
                                                        self.name, status.state,
                                                        f": {status.message}" if status.message else ""),
+                on_object=self.observed,
             )
         except BaseException:
             # The wait itself failed (API gone, execution_timeout): nobody would watch the job any more.
             self.delete_quietly()
             raise
         return self.finish(outcome.status, outcome.obj)
+
+    def observed(self, obj: dict[str, Any]) -> None:
+        """The object, whenever its status changed during the synchronous wait (a kind may publish it)."""
 
     def defer(self) -> None:
         from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger

@@ -175,6 +175,17 @@ class TrainJobRun(KubeflowJobRun):
                           self.name, ((self.body or {}).get("spec") or {}).get("runtimeRef", {}).get("name"))
         return handle
 
+    def observed(self, obj: dict[str, Any]) -> None:
+        """Publish the running TrainJob for the job view (``job_live``): its state, and the progress and metrics
+        the controller reports in ``status.trainerStatus``; best effort, the wait goes on whatever happens."""
+        from airflow_distributed.operators.local_live import LIVE_XCOM_KEY
+
+        try:
+            self.context["ti"].xcom_push(key=LIVE_XCOM_KEY, value=live_record(self, obj))
+        except Exception as error:
+            self.log.warning("could not publish the live state of TrainJob %s/%s: %s", self.namespace, self.name,
+                             error)
+
     def defer(self) -> None:
         from airflow_distributed.triggers.trainjob import TrainJobTrigger
 
@@ -187,4 +198,24 @@ class TrainJobRun(KubeflowJobRun):
         self.operator.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
 
 
-__all__ = ["TrainJobRun", "check_trainjob_arguments", "kill_trainjob", "resume_trainjob", "run_trainjob"]
+def live_record(run: TrainJobRun, obj: dict[str, Any]) -> dict[str, Any]:
+    """A running TrainJob in the shape of the ``job`` XCom, for the job view (pure): ``progress`` in the view's
+    form (``percent``, ``eta_seconds``), ``metrics`` as the controller reports them (strings), ``trainer_status``
+    as it is."""
+    from airflow_distributed.manifests.trainjob_status import trainer_progress, trainjob_status
+
+    status = trainjob_status(obj)
+    progress = trainer_progress(obj)
+    record: dict[str, Any] = {
+        "job_name": run.name, "framework": run.framework, "backend": "trainjob", "namespace": run.namespace,
+        "state": status.state, "metrics": dict(progress.metrics) if progress else {}, "model_path": None,
+        "history": [], "replicas": [], "logs": {},
+    }
+    if progress is not None:
+        record["trainer_status"] = progress.as_dict()
+        if progress.percent is not None:
+            record["progress"] = {"percent": progress.percent, "eta_seconds": progress.remaining_seconds}
+    return record
+
+
+__all__ = ["TrainJobRun", "check_trainjob_arguments", "kill_trainjob", "live_record", "resume_trainjob", "run_trainjob"]

@@ -118,6 +118,10 @@ def test_a_trainjob_that_completes_hands_node_0s_output_to_xcom_and_is_deleted(e
     out = capfd.readouterr().out
     if dag_id == "trainjob_success":
         assert "45% done, about 1h00m left; loss=0.25" in out  # status.trainerStatus, logged as it changed
+        # ... and published for the job view while the job ran (the last change: complete, progress kept).
+        live = xcom(run, "train", "job_live")
+        assert (live["backend"], live["state"], live["progress"], live["metrics"]) == (
+            "trainjob", "succeeded", {"percent": 45, "eta_seconds": 3600}, {"loss": "0.25"})
     else:
         assert "waiting in the triggerer" in out
     # Deleted after success; its pods went with it (ownerReferences).

@@ -45,6 +45,8 @@ class TrainerController:
         self.pods: dict[int, str] = {}
         self.errors: list[str] = []
         self._conditions: dict[str, dict[str, Any]] = {}
+        self._jobs: list[dict[str, Any]] = []
+        self._progress: dict[str, Any] = {}
         self._thread: threading.Thread | None = None
 
     def jobs(self) -> list[dict]:
@@ -82,14 +84,19 @@ class TrainerController:
         self.write_status()
 
     def write_status(self, active: int | None = None, progress: dict | None = None) -> None:
+        """The whole status; what is not given stays as last written, as the controller keeps it."""
         status: dict[str, Any] = {}
         if self._conditions:
             status["conditions"] = list(self._conditions.values())
         if active is not None:
-            status["jobsStatus"] = [{"name": "node", "active": active, "ready": active, "succeeded": 0,
-                                     "failed": 0, "suspended": 0}]
+            self._jobs = [{"name": "node", "active": active, "ready": active, "succeeded": 0, "failed": 0,
+                           "suspended": 0}]
+        if self._jobs:
+            status["jobsStatus"] = self._jobs
         if progress is not None:
-            status["trainerStatus"] = {**progress, "lastUpdatedTime": now()}
+            self._progress = {**progress, "lastUpdatedTime": now()}
+        if self._progress:
+            status["trainerStatus"] = self._progress
         if status:
             self.emu.update_status(PLURAL, self.namespace, self.name, status, group=GROUP, version=VERSION)
 

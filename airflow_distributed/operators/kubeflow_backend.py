@@ -72,13 +72,14 @@ def check_kubeflow_arguments(operator: DistributedTrainingOperator) -> list[tupl
 
 
 def run_kubeflow(operator: DistributedTrainingOperator, context: Context, spec: TrainingSpec, job_name: str,
-                 command: Sequence[str]) -> dict[str, Any]:
+                 command: Sequence[str], run_class: type[KubeflowJobRun] | None = None) -> dict[str, Any]:
     """``execute`` for ``backend="kubeflow"``: submit (or reattach) the job, then wait here or deferred.
 
+    :param run_class: the run of another kind of the same shape (``TrainJobRun``); default ``KubeflowJobRun``.
     :returns: the ``return_value`` XCom, each key of it an XCom too; ``job`` is pushed here (also on failure).
     :raises DistributedJobError: the job failed, was deleted, or the task was killed.
     """
-    run = KubeflowJobRun.start(operator, context, spec, job_name, command)
+    run = (run_class or KubeflowJobRun).start(operator, context, spec, job_name, command)
     handle = run.submit()
     if not operator.wait_for_completion:
         run.log.info("%s %s/%s submitted; not waiting for it (wait_for_completion=False)", run.resource.kind,
@@ -89,16 +90,16 @@ def run_kubeflow(operator: DistributedTrainingOperator, context: Context, spec: 
     return run.wait()
 
 
-def resume_kubeflow(operator: DistributedTrainingOperator, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+def resume_kubeflow(operator: DistributedTrainingOperator, context: Context, event: dict[str, Any],
+                    run_class: type[KubeflowJobRun] | None = None) -> dict[str, Any]:
     """``execute_complete``: the trigger's event -> output, clean-up and XCom, as in the synchronous path."""
     from airflow_distributed.hooks.kubeflow import DELETED
-    from airflow_distributed.manifests.kubeflow_status import job_status
 
-    run = KubeflowJobRun.resume(operator, context, event)
+    run = (run_class or KubeflowJobRun).resume(operator, context, event)
     status = event.get("status")
     if status in ("succeeded", "failed"):
         obj = run.hook.get_kubeflow_job(run.namespace, run.resource, run.name)
-        return run.finish(job_status(obj) if obj is not None else DELETED, obj)
+        return run.finish(run.hook.status_of(obj) if obj is not None else DELETED, obj)
     if status == "deleted":
         return run.finish(DELETED, None)
     # timeout (execution_timeout in the triggerer) or error (the trigger could not watch): the job must go.

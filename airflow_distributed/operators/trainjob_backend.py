@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_distributed.operators.job_run import deferral_deadline, job_error, require_image, watch_timings
-from airflow_distributed.operators.kubeflow_backend import KubeflowJobRun, kill_kubeflow
+from airflow_distributed.operators.job_run import deferral_deadline, require_image, watch_timings
+from airflow_distributed.operators.kubeflow_backend import KubeflowJobRun, kill_kubeflow, resume_kubeflow, run_kubeflow
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -70,32 +70,12 @@ def run_trainjob(operator: DistributedTrainingOperator, context: Context, spec: 
     :returns: the ``return_value`` XCom, each key of it an XCom too; ``job`` is pushed here (also on failure).
     :raises DistributedJobError: the TrainJob failed, was deleted, or the task was killed.
     """
-    run = TrainJobRun.start(operator, context, spec, job_name, command)
-    handle = run.submit()
-    if not operator.wait_for_completion:
-        run.log.info("TrainJob %s/%s submitted; not waiting for it (wait_for_completion=False)", run.namespace,
-                     run.name)
-        return {"job_name": run.name, "namespace": run.namespace, "kind": run.resource.kind}
-    if operator.deferrable and handle.reattached != "succeeded":
-        run.defer()
-    return run.wait()
+    return run_kubeflow(operator, context, spec, job_name, command, run_class=TrainJobRun)
 
 
 def resume_trainjob(operator: DistributedTrainingOperator, context: Context, event: dict[str, Any]) -> dict[str, Any]:
     """``execute_complete``: the trigger's event -> output, clean-up and XCom, as in the synchronous path."""
-    from airflow_distributed.hooks.kubeflow import DELETED
-    from airflow_distributed.manifests.trainjob_status import trainjob_status
-
-    run = TrainJobRun.resume(operator, context, event)
-    status = event.get("status")
-    if status in ("succeeded", "failed"):
-        obj = run.hook.get_kubeflow_job(run.namespace, run.resource, run.name)
-        return run.finish(trainjob_status(obj) if obj is not None else DELETED, obj)
-    if status == "deleted":
-        return run.finish(DELETED, None)
-    run.delete_quietly()
-    raise job_error(f"TrainJob {run.namespace}/{run.name} failed after {run.elapsed():.1f}s: "
-                    f"{event.get('message') or status}; the TrainJob was deleted")
+    return resume_kubeflow(operator, context, event, run_class=TrainJobRun)
 
 
 def kill_trainjob(operator: DistributedTrainingOperator) -> None:

@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 import threading
 import time
-import traceback
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tests.helpers import wait_until
+from tests.integration.kubeflow_controller import KubeflowController
 from tests.k8s_emulator import KubeEmulator
 
 GROUP, VERSION, PLURAL, KIND = "trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"
@@ -166,19 +165,6 @@ class TrainerController:
         return any(r.is_watch and f"/{PLURAL}" in r.path and f"/namespaces/{self.namespace}/" in r.path
                    for r in self.emu.requests)
 
-    # -- a script in a thread
-    def play(self, script: Callable[[TrainerController], None]) -> TrainerController:
-        def body() -> None:
-            try:
-                script(self)
-            except Exception:
-                self.errors.append(traceback.format_exc())
-
-        self._thread = threading.Thread(target=body, name="trainer-controller", daemon=True)
-        self._thread.start()
-        return self
-
-    def check(self, timeout: float = 10.0) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
-        assert not self.errors, "\n".join(self.errors)
+    # -- a script in a thread: as the Kubeflow controller's
+    play = KubeflowController.play
+    check = KubeflowController.check

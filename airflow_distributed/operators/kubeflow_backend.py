@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from airflow_distributed.manifests.kubeflow_status import JobStatus
     from airflow_distributed.operators.training import DistributedTrainingOperator
     from airflow_distributed.spec import TrainingSpec
+    from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
 
 TAIL_LINES = 30
 
@@ -130,6 +131,10 @@ class KubeflowJobRun:
     """One Kubeflow job of one task instance: its object, its hook, and the steps of its life."""
 
     backend = "kubeflow"
+    #: What runs the submitted object in the cluster (for the log).
+    controller = "the Kubeflow Training Operator"
+    #: ``fieldValidation`` of the create (``None``: the server's default, ``Warn``).
+    field_validation: str | None = None
 
     def __init__(self, operator: DistributedTrainingOperator, context: Context, hook: KubeflowJobHook,
                  namespace: str, name: str, framework: str, started_at: float | None = None) -> None:
@@ -151,10 +156,14 @@ class KubeflowJobRun:
     def elapsed(self) -> float:
         return max(0.0, time.time() - self.started_at)
 
-    def new_hook(self) -> KubeflowJobHook:
+    @staticmethod
+    def hook_class() -> type[KubeflowJobHook]:
         from airflow_distributed.hooks.kubeflow import KubeflowJobHook
 
-        return KubeflowJobHook(kubernetes_conn_id=self.operator.kubernetes_conn_id, logger=self.log)
+        return KubeflowJobHook
+
+    def new_hook(self) -> KubeflowJobHook:
+        return self.hook_class()(kubernetes_conn_id=self.operator.kubernetes_conn_id, logger=self.log)
 
     @classmethod
     def start(cls, operator: DistributedTrainingOperator, context: Context, spec: TrainingSpec, job_name: str,
@@ -181,10 +190,9 @@ class KubeflowJobRun:
 
     @classmethod
     def resume(cls, operator: DistributedTrainingOperator, context: Context, event: dict[str, Any]) -> KubeflowJobRun:
-        from airflow_distributed.hooks.kubeflow import KubeflowJobHook
         from airflow_distributed.spec import load_spec
 
-        hook = KubeflowJobHook(kubernetes_conn_id=operator.kubernetes_conn_id, logger=operator.log)
+        hook = cls.hook_class()(kubernetes_conn_id=operator.kubernetes_conn_id, logger=operator.log)
         framework = load_spec(operator.framework, operator.environment).framework
         return cls(operator, context, hook, event["namespace"], event["job_name"], framework,
                    started_at=event.get("started_at"))
@@ -192,10 +200,11 @@ class KubeflowJobRun:
     # ------------------------------------------------------------------ submit, wait
 
     def submit(self) -> KubeflowHandle:
-        handle = self.hook.submit_kubeflow_job(self.namespace, self.resource, self.body or {})
+        handle = self.hook.submit_kubeflow_job(self.namespace, self.resource, self.body or {},
+                                               field_validation=self.field_validation)
         if handle.reattached is None:
-            self.log.info("job %s/%s: %s submitted to the Kubeflow Training Operator", self.namespace, self.name,
-                          self.resource.kind)
+            self.log.info("job %s/%s: %s submitted to %s", self.namespace, self.name, self.resource.kind,
+                          self.controller)
         return handle
 
     def wait(self) -> dict[str, Any]:
@@ -217,11 +226,15 @@ class KubeflowJobRun:
     def observed(self, obj: dict[str, Any]) -> None:
         """The object, whenever its status changed during the synchronous wait (a kind may publish it)."""
 
-    def defer(self) -> None:
+    @staticmethod
+    def trigger_class() -> type[KubeflowJobTrigger]:
         from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
 
+        return KubeflowJobTrigger
+
+    def defer(self) -> None:
         deadline, timeout = deferral_deadline(self.operator, self.context)
-        trigger = KubeflowJobTrigger(job_name=self.name, namespace=self.namespace, group=self.resource.group,
+        trigger = self.trigger_class()(job_name=self.name, namespace=self.namespace, group=self.resource.group,
                                      version=self.resource.version, plural=self.resource.plural,
                                      kubernetes_conn_id=self.operator.kubernetes_conn_id,
                                      execution_deadline=deadline, delete_on_kill=True, started_at=self.started_at,

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_distributed.operators.job_run import deferral_deadline, require_image, watch_timings
+from airflow_distributed.operators.job_run import require_image
 from airflow_distributed.operators.kubeflow_backend import KubeflowJobRun, kill_kubeflow, resume_kubeflow, run_kubeflow
 
 if TYPE_CHECKING:
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from airflow_distributed.manifests.kubeflow import KubeflowResource
     from airflow_distributed.operators.training import DistributedTrainingOperator
     from airflow_distributed.spec import TrainingSpec
+    from airflow_distributed.triggers.trainjob import TrainJobTrigger
 
 
 def check_trainjob_arguments(operator: DistributedTrainingOperator) -> list[tuple[str, str]]:
@@ -90,6 +91,9 @@ class TrainJobRun(KubeflowJobRun):
     """One TrainJob of one task instance."""
 
     backend = "trainjob"
+    controller = "the Kubeflow Trainer"
+    # A field the installed CRD does not know is refused, not silently dropped.
+    field_validation = "Strict"
     hook: TrainJobHook
 
     @staticmethod
@@ -98,15 +102,15 @@ class TrainJobRun(KubeflowJobRun):
 
         return TRAINJOB
 
-    def new_hook(self) -> TrainJobHook:
+    @staticmethod
+    def hook_class() -> type[TrainJobHook]:
         from airflow_distributed.hooks.trainjob import TrainJobHook
 
-        return TrainJobHook(kubernetes_conn_id=self.operator.kubernetes_conn_id, logger=self.log)
+        return TrainJobHook
 
     @classmethod
     def start(cls, operator: DistributedTrainingOperator, context: Context, spec: TrainingSpec, job_name: str,
               command: Sequence[str]) -> TrainJobRun:
-        from airflow_distributed.hooks.trainjob import TrainJobHook
         from airflow_distributed.manifests.kubernetes import layout_for_kubernetes
         from airflow_distributed.manifests.kubernetes_resources import ManifestError
         from airflow_distributed.manifests.trainjob import (
@@ -123,7 +127,7 @@ class TrainJobRun(KubeflowJobRun):
         problems = trainjob_problems(spec, operator.runtime)
         if problems:
             raise ManifestError("; ".join(f"{path}: {message}" for path, message in problems))
-        hook = TrainJobHook(kubernetes_conn_id=operator.kubernetes_conn_id, logger=operator.log)
+        hook = cls.hook_class()(kubernetes_conn_id=operator.kubernetes_conn_id, logger=operator.log)
         namespace = operator.namespace or hook.default_namespace()
         layout = layout_for_kubernetes(operator.model_dir, job_name=job_name, checkpoint_dir=operator.checkpoint_dir)
         command, files = operator._replica_program(list(command), layout.files_dir)
@@ -136,25 +140,6 @@ class TrainJobRun(KubeflowJobRun):
         run.body = build_trainjob(plan, options)
         return run
 
-    @classmethod
-    def resume(cls, operator: DistributedTrainingOperator, context: Context, event: dict[str, Any]) -> TrainJobRun:
-        from airflow_distributed.hooks.trainjob import TrainJobHook
-        from airflow_distributed.spec import load_spec
-
-        hook = TrainJobHook(kubernetes_conn_id=operator.kubernetes_conn_id, logger=operator.log)
-        framework = load_spec(operator.framework, operator.environment).framework
-        return cls(operator, context, hook, event["namespace"], event["job_name"], framework,
-                   started_at=event.get("started_at"))
-
-    def submit(self) -> Any:
-        # Strict: a field the installed CRD does not know is refused, not silently dropped.
-        handle = self.hook.submit_kubeflow_job(self.namespace, self.resource, self.body or {},
-                                               field_validation="Strict")
-        if handle.reattached is None:
-            self.log.info("TrainJob %s/%s submitted to the Kubeflow Trainer (runtime %s)", self.namespace,
-                          self.name, ((self.body or {}).get("spec") or {}).get("runtimeRef", {}).get("name"))
-        return handle
-
     def observed(self, obj: dict[str, Any]) -> None:
         """Publish the running TrainJob for the job view (``job_live``): its state, and the progress and metrics
         the controller reports in ``status.trainerStatus``; best effort, the wait goes on whatever happens."""
@@ -166,16 +151,11 @@ class TrainJobRun(KubeflowJobRun):
             self.log.warning("could not publish the live state of TrainJob %s/%s: %s", self.namespace, self.name,
                              error)
 
-    def defer(self) -> None:
+    @staticmethod
+    def trigger_class() -> type[TrainJobTrigger]:
         from airflow_distributed.triggers.trainjob import TrainJobTrigger
 
-        deadline, timeout = deferral_deadline(self.operator, self.context)
-        trigger = TrainJobTrigger(job_name=self.name, namespace=self.namespace,
-                                  kubernetes_conn_id=self.operator.kubernetes_conn_id, execution_deadline=deadline,
-                                  delete_on_kill=True, started_at=self.started_at,
-                                  watch_timings=watch_timings(self.operator).as_dict())
-        self.log.info("TrainJob %s/%s: waiting in the triggerer", self.namespace, self.name)
-        self.operator.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
+        return TrainJobTrigger
 
 
 def live_record(run: TrainJobRun, obj: dict[str, Any]) -> dict[str, Any]:

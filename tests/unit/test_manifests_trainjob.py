@@ -250,3 +250,15 @@ def test_parsing_a_trainjob_dag_imports_neither_the_typed_models_nor_a_kubernete
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert json.loads(out.strip().splitlines()[-1]) == []
+
+
+def test_the_committed_schema_is_the_one_the_installed_typed_models_give():
+    """Regenerate with tests/data/trainjob/generate_schema.py when kubeflow-trainer-api changes."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "data" / "trainjob" / "generate_schema.py"
+    module_spec = importlib.util.spec_from_file_location("generate_trainjob_schema", path)
+    assert module_spec is not None and module_spec.loader is not None
+    generator = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(generator)
+    assert generator.trainjob_schema() == SCHEMA

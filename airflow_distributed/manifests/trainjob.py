@@ -14,9 +14,10 @@ A TrainJob names a training runtime (``runtimeRef``: a ``ClusterTrainingRuntime`
   the volumes mounted into the ``node`` container (the model dir, the output relay's directory).
 
 Targeted release: Kubeflow Trainer 2.3 (``kubeflow-trainer-api`` 2.3.x). Frameworks and their default runtime:
-pytorch -> ``torch-distributed``. TensorFlow and MXNet have no Trainer v2 runtime and are refused
-(``trainjob_problems``), as are the frameworks whose runtimes this module does not map yet (Horovod's MPI runtime,
-JAX, XGBoost).
+pytorch -> ``torch-distributed``, jax -> ``jax-distributed`` (its runtime sets ``JAX_COORDINATOR_ADDRESS``, node 0
+on port 29500, ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID``). TensorFlow and MXNet have no Trainer v2 runtime and are
+refused (``trainjob_problems``), as are the frameworks whose runtimes this module does not map yet (Horovod on an
+MPI runtime, XGBoost, Paddle).
 
 One template per node. A spec is refused when one replica would need settings of its own: an indexed worker entry,
 or ``default_worker`` settings other than the master's (a spec with no ``default_worker`` runs every node with the
@@ -46,14 +47,15 @@ if TYPE_CHECKING:
 RuntimeKind = Literal["ClusterTrainingRuntime", "TrainingRuntime"]
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 #: framework -> the built-in runtime its TrainJobs reference when ``runtime`` is not given.
-DEFAULT_RUNTIMES: dict[str, str] = {"pytorch": "torch-distributed"}
+DEFAULT_RUNTIMES: dict[str, str] = {"pytorch": "torch-distributed", "jax": "jax-distributed"}
 #: The ``manager`` of this project's runtime patch (the key other managers, e.g. Kueue, keep theirs apart by).
 PATCH_MANAGER = "airflow-distributed.apache.org/operator"
 #: Trainer's default port of the trainer nodes (``constants.ContainerTrainerPort``).
 NODE_PORT = 29500
 OUTPUT_VOLUME = "output"
-# The torch runtime's webhook refuses a TrainJob that sets these: the runtime computes them per node.
-RUNTIME_ENV = frozenset({"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"})
+# The runtimes compute these per node (the torch runtime's webhook refuses a TrainJob that sets its own).
+RUNTIME_ENV = frozenset({"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT",
+                         "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_ADDRESS"})
 # Set per node by node_program, from the completion index.
 NODE_ENV = frozenset({"AIRFLOW_DISTRIBUTED_ROLE", "AIRFLOW_DISTRIBUTED_INDEX", "RANK", "WORLD_SIZE", "MASTER_ADDR",
                       "MASTER_PORT"})
@@ -225,18 +227,22 @@ def node_program(plan: ClusterPlan, pods: JobManifestOptions) -> list[str]:
     command = list(plan.master.command or ())
     if pods.relay_output:
         command = relay_output_command(pods.image_python, command, plan.layout.output_path)
-    # Node 0 is the Polyaxon master; node i > 0 is worker i-1. With one process per node the node rank is the
-    # process rank; torchrun overrides RANK/WORLD_SIZE for its own processes.
+    # Node 0 is the Polyaxon master; node i > 0 is worker i-1.
     prologue = (
         'rank="${JOB_COMPLETION_INDEX:-${PET_NODE_RANK:-0}}"; '
         'if [ "$rank" = 0 ]; then AIRFLOW_DISTRIBUTED_ROLE=master; AIRFLOW_DISTRIBUTED_INDEX=0; '
         'else AIRFLOW_DISTRIBUTED_ROLE=worker; AIRFLOW_DISTRIBUTED_INDEX=$((rank - 1)); '
         'unset AIRFLOW_DISTRIBUTED_OUTPUT; fi; '
         'export AIRFLOW_DISTRIBUTED_ROLE AIRFLOW_DISTRIBUTED_INDEX; '
-        'export RANK="$rank" WORLD_SIZE="${PET_NNODES:-1}" MASTER_ADDR="${PET_MASTER_ADDR:-localhost}" '
-        f'MASTER_PORT="${{PET_MASTER_PORT:-{NODE_PORT}}}"; '
-        'exec "$@"'
     )
+    if plan.framework == "pytorch":
+        # With one process per node the node rank is the process rank; torchrun overrides RANK/WORLD_SIZE for
+        # its own processes. (The JAX runtime sets JAX_PROCESS_ID and the rest itself.)
+        prologue += (
+            'export RANK="$rank" WORLD_SIZE="${PET_NNODES:-1}" MASTER_ADDR="${PET_MASTER_ADDR:-localhost}" '
+            f'MASTER_PORT="${{PET_MASTER_PORT:-{NODE_PORT}}}"; '
+        )
+    prologue += 'exec "$@"'
     return ["sh", "-c", prologue, "sh", *command]
 
 

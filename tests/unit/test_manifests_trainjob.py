@@ -40,8 +40,9 @@ NAMESPACE = "ml"
 TI = TaskInstanceRef("nightly", "train", "manual__2026-01-01", try_number=1)
 
 
-def build(environment: dict, *, pods: dict | None = None, model_dir: str | None = None, **options: Any) -> dict:
-    spec = load_spec("pytorch", environment)
+def build(environment: dict, *, pods: dict | None = None, model_dir: str | None = None, framework: str = "pytorch",
+          **options: Any) -> dict:
+    spec = load_spec(framework, environment)
     layout = layout_for_kubernetes(model_dir, job_name="train-1a2b")
     plan = build_plan(spec, "train-1a2b", TrainJobAddressing(NAMESPACE), layout, ["python", "train.py"],
                       backend="trainjob")
@@ -140,6 +141,16 @@ def test_the_cluster_variable_names_the_nodes_as_jobset_does():
     }
 
 
+def test_a_jax_job_references_the_jax_runtime_which_sets_the_jax_variables():
+    body = build({"jax": {"n_workers": 1}}, framework="jax")
+    assert body["spec"]["runtimeRef"]["name"] == "jax-distributed" and body["spec"]["trainer"]["numNodes"] == 2
+    env = {item["name"]: item["value"] for item in body["spec"]["trainer"]["env"]}
+    assert not [name for name in env if name.startswith("JAX_")]
+    assert env["AIRFLOW_DISTRIBUTED_FRAMEWORK"] == "jax"
+    prologue = body["spec"]["trainer"]["command"][2]
+    assert "AIRFLOW_DISTRIBUTED_ROLE" in prologue and "MASTER_ADDR" not in prologue
+
+
 NODE_VARIABLES = ["AIRFLOW_DISTRIBUTED_ROLE", "AIRFLOW_DISTRIBUTED_INDEX", "AIRFLOW_DISTRIBUTED_OUTPUT", "RANK",
                   "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"]
 
@@ -219,7 +230,7 @@ def test_node_0_is_found_by_jobsets_labels():
 @pytest.mark.parametrize(("framework", "environment", "path", "message"), [
     ("tensorflow", {"tensorflow": {"n_workers": 1}}, "backend", "TensorFlow has no Kubeflow Trainer v2 runtime"),
     ("mxnet", {}, "backend", "MXNet has no Kubeflow Trainer v2 runtime"),
-    ("jax", {}, "backend", "'jax' is not mapped onto a Trainer v2 runtime yet"),
+    ("xgboost", {}, "backend", "'xgboost' is not mapped onto a Trainer v2 runtime yet"),
     ("pytorch", {"config_map_refs": ["settings"]}, "environment.config_map_refs", "has no envFrom"),
     ("pytorch", {"security_context": {"runAsUser": 1, "privileged": True}}, "environment.security_context",
      "privileged apply to a container"),

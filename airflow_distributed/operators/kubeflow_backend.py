@@ -30,6 +30,7 @@ from airflow_distributed.operators.job_run import (
     job_error,
     push_success,
     require_image,
+    spec_at_parse_time,
     watch_timings,
 )
 
@@ -53,17 +54,11 @@ def check_kubeflow_arguments(operator: DistributedTrainingOperator) -> list[tupl
     template; a templated spec is checked when the job is built.
     """
     from airflow_distributed.operators.kubernetes_backend import check_kubernetes_arguments
-    from airflow_distributed.operators.training import _has_template
-    from airflow_distributed.spec import SpecValidationError, load_spec
 
     problems = check_kubernetes_arguments(operator)
-    framework, environment = getattr(operator, "framework", None), getattr(operator, "environment", None)
-    if _has_template(framework) or _has_template(environment):
+    spec = spec_at_parse_time(operator)
+    if spec is None:
         return problems
-    try:
-        spec = load_spec(framework, environment)
-    except SpecValidationError:
-        return problems  # the operator reports the spec's own problems right after
     from airflow_distributed.manifests.kubeflow import kubeflow_problems
 
     return problems + kubeflow_problems(spec)

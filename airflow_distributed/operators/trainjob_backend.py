@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_distributed.operators.job_run import require_image
+from airflow_distributed.operators.job_run import require_image, spec_at_parse_time
 from airflow_distributed.operators.kubeflow_backend import KubeflowJobRun, kill_kubeflow, resume_kubeflow, run_kubeflow
 
 if TYPE_CHECKING:
@@ -37,10 +37,9 @@ def check_trainjob_arguments(operator: DistributedTrainingOperator) -> list[tupl
     DAG is parsed: the framework has a Trainer v2 runtime, one pod template serves every node, and the options
     a TrainJob cannot carry are not set. Light: the typed models are imported only when a job is built."""
     from airflow_distributed.manifests.trainjob import RUNTIME_KINDS, trainjob_problems
-    from airflow_distributed.operators.training import _has_template
-    from airflow_distributed.spec import SpecValidationError, load_spec
+    from airflow_distributed.operators.kubernetes_backend import check_kubernetes_arguments
 
-    problems: list[tuple[str, str]] = []
+    problems = check_kubernetes_arguments(operator)
     runtime_kind = getattr(operator, "runtime_kind", "ClusterTrainingRuntime")
     if runtime_kind not in RUNTIME_KINDS:
         problems.append(("runtime_kind", f"{runtime_kind!r} is not supported; allowed: {', '.join(RUNTIME_KINDS)}"))
@@ -48,16 +47,9 @@ def check_trainjob_arguments(operator: DistributedTrainingOperator) -> list[tupl
                           ("scheduler_name", "the training runtime's pod template names the scheduler")):
         if getattr(operator, argument, None) is not None:
             problems.append((argument, f"not taken by backend='trainjob': {why}"))
-    policy = getattr(operator, "clean_pod_policy", None)
-    if policy not in (None, "all", "running", "none"):
-        problems.append(("clean_pod_policy", f"{policy!r} is not supported; allowed: all, running, none"))
-    framework, environment = getattr(operator, "framework", None), getattr(operator, "environment", None)
-    if _has_template(framework) or _has_template(environment):
+    spec = spec_at_parse_time(operator)
+    if spec is None:
         return problems
-    try:
-        spec = load_spec(framework, environment)
-    except SpecValidationError:
-        return problems  # the operator reports the spec's own problems right after
     return problems + trainjob_problems(spec, getattr(operator, "runtime", None))
 
 

@@ -34,6 +34,7 @@ def get_provider_info() -> dict:
                 "python-modules": [
                     "airflow_distributed.triggers.kubernetes",
                     "airflow_distributed.triggers.kubeflow",
+                    "airflow_distributed.triggers.trainjob",
                     "airflow_distributed.triggers.sensors",
                 ],
             }
@@ -49,6 +50,7 @@ def get_provider_info() -> dict:
                     "airflow_distributed.hooks.local",
                     "airflow_distributed.hooks.kubernetes",
                     "airflow_distributed.hooks.kubeflow",
+                    "airflow_distributed.hooks.trainjob",
                 ],
             }
         ],

@@ -26,9 +26,12 @@ class ReplicaStatus:
 
 def progress_text(progress: Mapping[str, Any]) -> str:
     """``45% (450/1000 steps), about 2 min left`` from a progress record (``tracking.log_progress``)."""
-    text = f"{progress.get('percent', 0):g}% ({progress.get('step')}/{progress.get('total')} steps)"
+    step, total = progress.get("step"), progress.get("total")
+    text = f"{progress.get('percent', 0):g}%"
+    if step is not None and total is not None:  # a Trainer's trainerStatus has a percentage only
+        text += f" ({step}/{total} steps)"
     eta = progress.get("eta_seconds")
-    if isinstance(eta, (int, float)) and progress.get("step") != progress.get("total"):
+    if isinstance(eta, (int, float)) and (step is None or step != total):
         text += f", about {_duration(eta)} left"
     return text
 

@@ -6,7 +6,8 @@ This module tells a replica where it stands in the job and lets the master repor
 - :func:`get_task_info` -- this replica: job name, role, index and whether it is the master;
 - :func:`get_model_dir` -- where to save the model;
 - :func:`log_metrics`, :func:`log_model` -- record metrics and the saved model's path;
-- :func:`log_progress` -- how far training is, for the task log's replica table and the job view;
+- :func:`log_progress` -- how far training is, for the task log's replica table and the job view (and, in a
+  Kubeflow Trainer v2 TrainJob with the ``TrainJobStatus`` feature gate, for the TrainJob's ``status.trainerStatus``);
 - :func:`get_outputs` -- the output document recorded so far;
 - :func:`save_checkpoint`, :func:`latest_checkpoint` -- training state that survives a failed try, so that Airflow's
   retry resumes where the last try stopped instead of at step 0; :func:`get_try_number` tells which try this is.
@@ -213,9 +214,61 @@ def log_progress(step: int, total: int) -> None:
         eta = round(elapsed / done * (total - step), 1) if done > 0 else None
         _set_in_document("progress", {"step": step, "total": total, "percent": round(100.0 * step / total, 1),
                                       "eta_seconds": eta})
+        _report_to_trainer(now, int(100 * step / total), eta, step == total)
 
 
 _progress: dict[str, Any] = {}
+
+# Kubeflow Trainer v2 (``TrainJobStatus`` feature gate) gives a TrainJob's trainer containers an HTTPS endpoint
+# for its status.trainerStatus, a CA file and a bearer token file (a projected token that rotates: read each time).
+ENV_TRAINER_URL = "KUBEFLOW_TRAINER_SERVER_URL"
+ENV_TRAINER_CA = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
+ENV_TRAINER_TOKEN = "KUBEFLOW_TRAINER_SERVER_TOKEN"
+#: At most one report per interval (seconds), as the Trainer asks of its clients; the last step is always sent.
+TRAINER_REPORT_INTERVAL = 5.0
+_trainer: dict[str, Any] = {}
+
+
+def _report_to_trainer(now: float, percent: int, eta: float | None, last: bool) -> None:
+    """POST the progress and the latest scalar metrics to the Trainer's status endpoint, if there is one.
+
+    Never raises, and gives up on a slow endpoint after a few seconds: a report must not stop training.
+    """
+    url = os.environ.get(ENV_TRAINER_URL)
+    if not url or (not last and now - _trainer.get("sent", -math.inf) < TRAINER_REPORT_INTERVAL):
+        return
+    _trainer["sent"] = now
+    import ssl
+    import sys
+    import urllib.request
+    from datetime import datetime, timezone
+
+    metrics = [{"name": str(name)[:64], "value": str(value)[:64]}
+               for name, value in (_state.get("document") or {}).get("metrics", {}).items()
+               if isinstance(value, (int, float, str)) and not isinstance(value, bool) and str(name)][:256]
+    status: dict[str, Any] = {"progressPercentage": max(0, min(100, percent)),
+                              "lastUpdatedTime": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    if eta is not None:
+        status["estimatedRemainingSeconds"] = max(0, int(eta))
+    if metrics:
+        status["metrics"] = metrics
+    headers = {"Content-Type": "application/json"}
+    try:
+        token_path = os.environ.get(ENV_TRAINER_TOKEN)
+        if token_path:
+            with open(token_path, encoding="utf-8") as handle:
+                headers["Authorization"] = f"Bearer {handle.read().strip()}"
+        context = ssl.create_default_context(cafile=os.environ.get(ENV_TRAINER_CA) or None) \
+            if url.startswith("https:") else None
+        request = urllib.request.Request(url, data=json.dumps({"trainerStatus": status}).encode(), headers=headers,
+                                         method="POST")
+        with urllib.request.urlopen(request, timeout=3, context=context) as response:
+            response.read()
+    except Exception as error:  # best effort: a failed report must not stop training
+        if not _trainer.get("warned"):
+            _trainer["warned"] = True
+            print(f"airflow_distributed.tracking: could not report progress to {url}: {error}", file=sys.stderr,
+                  flush=True)
 
 
 def record_return_value(value: Any) -> None:

@@ -58,13 +58,23 @@ def main_container(obj: Mapping[str, Any]) -> str:
 # ------------------------------------------------------------------------------------------ pods, read back (pure)
 
 
-def replica_statuses_of_pods(pods: Sequence[Mapping[str, Any]], container: str) -> tuple[ReplicaStatus, ...]:
-    """The table's rows for a Kubeflow job's pods, by replica type and index."""
+def _replica_of_pod(pod: Mapping[str, Any]) -> tuple[str, int]:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    role = labels.get(ROLE_LABEL) or str(labels.get(REPLICA_TYPE_LABEL, "replica")).lower()
+    return role, int(labels.get(REPLICA_INDEX_LABEL) or 0)
+
+
+def replica_statuses_of_pods(
+    pods: Sequence[Mapping[str, Any]], container: str,
+    replica_of: Callable[[Mapping[str, Any]], tuple[str, int]] = _replica_of_pod,
+) -> tuple[ReplicaStatus, ...]:
+    """The table's rows for a Kubeflow job's pods, by replica type and index.
+
+    :param replica_of: a pod's (role, index); by default from the Training Operator's labels.
+    """
     rows = []
     for pod in pods:
-        labels = (pod.get("metadata") or {}).get("labels") or {}
-        role = labels.get(ROLE_LABEL) or str(labels.get(REPLICA_TYPE_LABEL, "replica")).lower()
-        index = int(labels.get(REPLICA_INDEX_LABEL) or 0)
+        role, index = replica_of(pod)
         where = (pod.get("spec") or {}).get("nodeName") or ""
         state, fields = container_state(pod, container)
         name = pod["metadata"]["name"]
@@ -134,6 +144,16 @@ class KubeflowJobHook(DistributedTrainingHook):
     ``DistributedTrainingHook``)."""
 
     hook_name = "Distributed training (Kubeflow)"
+    #: How the watch, the reattach and the triggers judge an object of the kind (a subclass's kind has its own).
+    status_of: Callable[[Mapping[str, Any]], JobStatus] = staticmethod(job_status)
+
+    def main_container(self, obj: Mapping[str, Any]) -> str:
+        """The container whose exit and termination message count (``main_container``)."""
+        return main_container(obj)
+
+    def replica_statuses(self, pods: Sequence[Mapping[str, Any]], container: str) -> tuple[ReplicaStatus, ...]:
+        """The rows of the job's replica table (``replica_statuses_of_pods``)."""
+        return replica_statuses_of_pods(pods, container)
 
     # ------------------------------------------------------------------ reading
 
@@ -173,18 +193,22 @@ class KubeflowJobHook(DistributedTrainingHook):
     # ------------------------------------------------------------------ submit
 
     def submit_kubeflow_job(self, namespace: str, resource: KubeflowResource, body: Mapping[str, Any],
-                            *, delete_timeout: float = 120.0) -> KubeflowHandle:
+                            *, delete_timeout: float = 120.0, field_validation: str | None = None) -> KubeflowHandle:
         """Create the job; a 409 means an earlier try's (names are fixed per task instance): one that runs or
         succeeded is reattached, one that failed or is being deleted is deleted and created anew.
+
+        :param field_validation: ``Strict`` to have the API server refuse a field the CRD's schema does not have
+            (instead of dropping it with a warning).
 
         :raises KubernetesJobError: the API refused it, or an object of that name is not this project's job.
         """
         name = body["metadata"]["name"]
         what = f"creating {resource.kind} {namespace}/{name}"
+        extra: dict[str, Any] = {"field_validation": field_validation} if field_validation else {}
         for _ in range(2):
             created = self._call(what, self.custom_objects.create_namespaced_custom_object, resource.group,
                                  resource.version, namespace, resource.plural, body, exists_ok=True,
-                                 _preload_content=False)
+                                 _preload_content=False, **extra)
             if created is not _EXISTS:
                 return KubeflowHandle(self._json(created))
             existing = self.get_kubeflow_job(namespace, resource, name)
@@ -194,7 +218,7 @@ class KubeflowJobHook(DistributedTrainingHook):
             if labels.get(JOB_LABEL) != name:
                 raise KubernetesJobError(f"{resource.kind} {namespace}/{name} exists and is not a distributed training "
                                          f"job's (no label {JOB_LABEL}={name}); delete or rename it")
-            status = job_status(existing)
+            status = self.status_of(existing)
             if existing["metadata"].get("deletionTimestamp") is None and status.state != FAILED:
                 self.job_log.info("%s %s/%s from an earlier try is %s; reattaching", resource.kind, namespace, name,
                                   status.state)
@@ -216,12 +240,14 @@ class KubeflowJobHook(DistributedTrainingHook):
         watch_timeout: int | None = None,
         stopped: Callable[[], bool] | None = None,
         on_change: Callable[[JobStatus], None] | None = None,
+        on_object: Callable[[dict[str, Any]], None] | None = None,
     ) -> KubeflowOutcome:
         """Until the job succeeds or fails (its conditions), is deleted, or ``stopped()`` turns true.
 
         :param watch_timings: watch request timeouts and the reconnect budget (``watch_loop.WatchTimings``).
         :param watch_timeout: ``timeoutSeconds`` of each watch request, over ``watch_timings.server_timeout``.
         :param on_change: called with the job's status whenever it changes.
+        :param on_object: called with the object as seen whenever its status changes (after ``on_change``).
         """
         stopped = stopped or (lambda: False)
         timings = WatchTimings.of(watch_timings, server_timeout=watch_timeout)
@@ -241,9 +267,12 @@ class KubeflowJobHook(DistributedTrainingHook):
                 if not watch.needs_list:
                     raise KubernetesJobError(f"{what}: the job does not exist")
                 return False
-            status = job_status(watch.obj)
-            if status not in last[-1:] and on_change is not None:
-                on_change(status)
+            status = self.status_of(watch.obj)
+            if status not in last[-1:]:
+                if on_change is not None:
+                    on_change(status)
+                if on_object is not None:
+                    on_object(watch.obj)
             last[:] = [status]
             if status.state in (SUCCEEDED, FAILED):
                 outcome.append(KubeflowOutcome(status, watch.obj))

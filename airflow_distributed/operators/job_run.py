@@ -17,12 +17,28 @@ if TYPE_CHECKING:
     from airflow_distributed.hooks.watch_loop import WatchTimings
     from airflow_distributed.logs import TaskLog
     from airflow_distributed.operators.training import DistributedTrainingOperator
+    from airflow_distributed.spec import TrainingSpec
 
 
 def job_error(message: str) -> Exception:
     from airflow_distributed.operators.training import DistributedJobError
 
     return DistributedJobError(message)
+
+
+def spec_at_parse_time(operator: DistributedTrainingOperator) -> TrainingSpec | None:
+    """The operator's spec for a backend's parse-time checks: ``None`` while it is a template (the backend checks it
+    once rendered, before anything starts) or invalid (the operator reports the spec's own problems)."""
+    from airflow_distributed.operators.training import _has_template
+    from airflow_distributed.spec import SpecValidationError, load_spec
+
+    framework, environment = getattr(operator, "framework", None), getattr(operator, "environment", None)
+    if _has_template(framework) or _has_template(environment):
+        return None
+    try:
+        return load_spec(framework, environment)
+    except SpecValidationError:
+        return None
 
 
 def require_image(operator: DistributedTrainingOperator, backend: str) -> None:
@@ -58,4 +74,4 @@ def push_success(context: Context, log: TaskLog, result: dict[str, Any], documen
     return result
 
 
-__all__ = ["deferral_deadline", "job_error", "push_success", "require_image"]
+__all__ = ["deferral_deadline", "job_error", "push_success", "require_image", "spec_at_parse_time"]

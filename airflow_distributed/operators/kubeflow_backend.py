@@ -30,6 +30,7 @@ from airflow_distributed.operators.job_run import (
     job_error,
     push_success,
     require_image,
+    spec_at_parse_time,
     watch_timings,
 )
 
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from airflow_distributed.manifests.kubeflow_status import JobStatus
     from airflow_distributed.operators.training import DistributedTrainingOperator
     from airflow_distributed.spec import TrainingSpec
+    from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
 
 TAIL_LINES = 30
 
@@ -52,17 +54,11 @@ def check_kubeflow_arguments(operator: DistributedTrainingOperator) -> list[tupl
     template; a templated spec is checked when the job is built.
     """
     from airflow_distributed.operators.kubernetes_backend import check_kubernetes_arguments
-    from airflow_distributed.operators.training import _has_template
-    from airflow_distributed.spec import SpecValidationError, load_spec
 
     problems = check_kubernetes_arguments(operator)
-    framework, environment = getattr(operator, "framework", None), getattr(operator, "environment", None)
-    if _has_template(framework) or _has_template(environment):
+    spec = spec_at_parse_time(operator)
+    if spec is None:
         return problems
-    try:
-        spec = load_spec(framework, environment)
-    except SpecValidationError:
-        return problems  # the operator reports the spec's own problems right after
     from airflow_distributed.manifests.kubeflow import kubeflow_problems
 
     return problems + kubeflow_problems(spec)
@@ -72,13 +68,14 @@ def check_kubeflow_arguments(operator: DistributedTrainingOperator) -> list[tupl
 
 
 def run_kubeflow(operator: DistributedTrainingOperator, context: Context, spec: TrainingSpec, job_name: str,
-                 command: Sequence[str]) -> dict[str, Any]:
+                 command: Sequence[str], run_class: type[KubeflowJobRun] | None = None) -> dict[str, Any]:
     """``execute`` for ``backend="kubeflow"``: submit (or reattach) the job, then wait here or deferred.
 
+    :param run_class: the run of another kind of the same shape (``TrainJobRun``); default ``KubeflowJobRun``.
     :returns: the ``return_value`` XCom, each key of it an XCom too; ``job`` is pushed here (also on failure).
     :raises DistributedJobError: the job failed, was deleted, or the task was killed.
     """
-    run = KubeflowJobRun.start(operator, context, spec, job_name, command)
+    run = (run_class or KubeflowJobRun).start(operator, context, spec, job_name, command)
     handle = run.submit()
     if not operator.wait_for_completion:
         run.log.info("%s %s/%s submitted; not waiting for it (wait_for_completion=False)", run.resource.kind,
@@ -89,16 +86,16 @@ def run_kubeflow(operator: DistributedTrainingOperator, context: Context, spec: 
     return run.wait()
 
 
-def resume_kubeflow(operator: DistributedTrainingOperator, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+def resume_kubeflow(operator: DistributedTrainingOperator, context: Context, event: dict[str, Any],
+                    run_class: type[KubeflowJobRun] | None = None) -> dict[str, Any]:
     """``execute_complete``: the trigger's event -> output, clean-up and XCom, as in the synchronous path."""
     from airflow_distributed.hooks.kubeflow import DELETED
-    from airflow_distributed.manifests.kubeflow_status import job_status
 
-    run = KubeflowJobRun.resume(operator, context, event)
+    run = (run_class or KubeflowJobRun).resume(operator, context, event)
     status = event.get("status")
     if status in ("succeeded", "failed"):
         obj = run.hook.get_kubeflow_job(run.namespace, run.resource, run.name)
-        return run.finish(job_status(obj) if obj is not None else DELETED, obj)
+        return run.finish(run.hook.status_of(obj) if obj is not None else DELETED, obj)
     if status == "deleted":
         return run.finish(DELETED, None)
     # timeout (execution_timeout in the triggerer) or error (the trigger could not watch): the job must go.
@@ -128,26 +125,40 @@ def kill_kubeflow(operator: DistributedTrainingOperator) -> None:
 class KubeflowJobRun:
     """One Kubeflow job of one task instance: its object, its hook, and the steps of its life."""
 
+    backend = "kubeflow"
+    #: What runs the submitted object in the cluster (for the log).
+    controller = "the Kubeflow Training Operator"
+    #: ``fieldValidation`` of the create (``None``: the server's default, ``Warn``).
+    field_validation: str | None = None
+
     def __init__(self, operator: DistributedTrainingOperator, context: Context, hook: KubeflowJobHook,
                  namespace: str, name: str, framework: str, started_at: float | None = None) -> None:
-        from airflow_distributed.manifests.kubeflow import kubeflow_resource
-
         self.operator, self.context, self.hook = operator, context, hook
         self.namespace, self.name, self.framework = namespace, name, framework
-        self.resource: KubeflowResource = kubeflow_resource(framework)
+        self.resource: KubeflowResource = self.resource_of(framework)
         self.log = operator.log
         self.body: dict[str, Any] | None = None
         self.stopped = False
         self.started_at = started_at if started_at is not None else time.time()
         operator._kubeflow_run = self  # read by kill_kubeflow
 
+    @staticmethod
+    def resource_of(framework: str) -> KubeflowResource:
+        from airflow_distributed.manifests.kubeflow import kubeflow_resource
+
+        return kubeflow_resource(framework)
+
     def elapsed(self) -> float:
         return max(0.0, time.time() - self.started_at)
 
-    def new_hook(self) -> KubeflowJobHook:
+    @staticmethod
+    def hook_class() -> type[KubeflowJobHook]:
         from airflow_distributed.hooks.kubeflow import KubeflowJobHook
 
-        return KubeflowJobHook(kubernetes_conn_id=self.operator.kubernetes_conn_id, logger=self.log)
+        return KubeflowJobHook
+
+    def new_hook(self) -> KubeflowJobHook:
+        return self.hook_class()(kubernetes_conn_id=self.operator.kubernetes_conn_id, logger=self.log)
 
     @classmethod
     def start(cls, operator: DistributedTrainingOperator, context: Context, spec: TrainingSpec, job_name: str,
@@ -174,10 +185,9 @@ class KubeflowJobRun:
 
     @classmethod
     def resume(cls, operator: DistributedTrainingOperator, context: Context, event: dict[str, Any]) -> KubeflowJobRun:
-        from airflow_distributed.hooks.kubeflow import KubeflowJobHook
         from airflow_distributed.spec import load_spec
 
-        hook = KubeflowJobHook(kubernetes_conn_id=operator.kubernetes_conn_id, logger=operator.log)
+        hook = cls.hook_class()(kubernetes_conn_id=operator.kubernetes_conn_id, logger=operator.log)
         framework = load_spec(operator.framework, operator.environment).framework
         return cls(operator, context, hook, event["namespace"], event["job_name"], framework,
                    started_at=event.get("started_at"))
@@ -185,10 +195,11 @@ class KubeflowJobRun:
     # ------------------------------------------------------------------ submit, wait
 
     def submit(self) -> KubeflowHandle:
-        handle = self.hook.submit_kubeflow_job(self.namespace, self.resource, self.body or {})
+        handle = self.hook.submit_kubeflow_job(self.namespace, self.resource, self.body or {},
+                                               field_validation=self.field_validation)
         if handle.reattached is None:
-            self.log.info("job %s/%s: %s submitted to the Kubeflow Training Operator", self.namespace, self.name,
-                          self.resource.kind)
+            self.log.info("job %s/%s: %s submitted to %s", self.namespace, self.name, self.resource.kind,
+                          self.controller)
         return handle
 
     def wait(self) -> dict[str, Any]:
@@ -199,6 +210,7 @@ class KubeflowJobRun:
                 on_change=lambda status: self.log.info("%s %s/%s is %s%s", self.resource.kind, self.namespace,
                                                        self.name, status.state,
                                                        f": {status.message}" if status.message else ""),
+                on_object=self.observed,
             )
         except BaseException:
             # The wait itself failed (API gone, execution_timeout): nobody would watch the job any more.
@@ -206,11 +218,18 @@ class KubeflowJobRun:
             raise
         return self.finish(outcome.status, outcome.obj)
 
-    def defer(self) -> None:
+    def observed(self, obj: dict[str, Any]) -> None:
+        """The object, whenever its status changed during the synchronous wait (a kind may publish it)."""
+
+    @staticmethod
+    def trigger_class() -> type[KubeflowJobTrigger]:
         from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
 
+        return KubeflowJobTrigger
+
+    def defer(self) -> None:
         deadline, timeout = deferral_deadline(self.operator, self.context)
-        trigger = KubeflowJobTrigger(job_name=self.name, namespace=self.namespace, group=self.resource.group,
+        trigger = self.trigger_class()(job_name=self.name, namespace=self.namespace, group=self.resource.group,
                                      version=self.resource.version, plural=self.resource.plural,
                                      kubernetes_conn_id=self.operator.kubernetes_conn_id,
                                      execution_deadline=deadline, delete_on_kill=True, started_at=self.started_at,
@@ -223,7 +242,7 @@ class KubeflowJobRun:
     def finish(self, status: JobStatus, obj: dict[str, Any] | None) -> dict[str, Any]:
         """Output, clean-up, XCom; raises ``DistributedJobError`` unless the job succeeded."""
         from airflow_distributed.hooks.job_watch import replica_table
-        from airflow_distributed.hooks.kubeflow import STOPPED, failed_replica, main_container, replica_statuses_of_pods
+        from airflow_distributed.hooks.kubeflow import STOPPED, failed_replica
         from airflow_distributed.outputs import job_record, job_result
         from airflow_distributed.status import SUCCEEDED
 
@@ -235,18 +254,18 @@ class KubeflowJobRun:
         succeeded = status.state == SUCCEEDED
         try:
             pods = self.hook.kubeflow_pods(self.namespace, obj) if obj is not None else []
-            container = main_container(obj) if obj is not None else ""
+            container = self.hook.main_container(obj) if obj is not None else ""
             document = self._document(obj, succeeded)
             replica = failed_replica(pods, container) if not succeeded else None
             logs = self._tails(pods, container, replica)
         except BaseException:
             self.delete_quietly()
             raise
-        statuses = replica_statuses_of_pods(pods, container)
+        statuses = self.hook.replica_statuses(pods, container)
         deleted = self.clean_up(succeeded, exists=obj is not None)
         if statuses:
             self.log.info("replicas of %s (final):\n%s", self.name, replica_table(statuses))
-        result = job_result(job_name=self.name, framework=self.framework, backend="kubeflow",
+        result = job_result(job_name=self.name, framework=self.framework, backend=self.backend,
                             state="succeeded" if succeeded else "failed", document=document, replicas=statuses,
                             namespace=self.namespace)
         ti = self.context["ti"]

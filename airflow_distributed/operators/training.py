@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 
     from airflow_distributed.hooks.local import LocalJob
 
-Backend = Literal["local", "kubernetes", "kubeflow"]
-BACKENDS = ("local", "kubernetes", "kubeflow")
+Backend = Literal["local", "kubernetes", "kubeflow", "trainjob"]
+BACKENDS = ("local", "kubernetes", "kubeflow", "trainjob")
 
 
 class DistributedJobError(AirflowException):
@@ -76,8 +76,13 @@ class DistributedTrainingOperator(BaseOperator):
         naming the run (``{job_name}``, ``{run_id}``, ``{map_index}``) makes a new asset per run, added through an
         ``AssetAlias`` named ``airflow-distributed.<dag_id>.<task_id>.model``. Any ``Asset`` the task has among its
         ``outlets`` gets the same ``extra``.
-    :param backend: ``local`` (subprocesses on the worker, no cluster), ``kubernetes`` or ``kubeflow`` (one
-        TFJob/PyTorchJob/MXJob/MPIJob for a cluster that runs the Kubeflow Training Operator).
+    :param backend: ``local`` (subprocesses on the worker, no cluster), ``kubernetes``, ``kubeflow`` (one
+        TFJob/PyTorchJob/MXJob/MPIJob for a cluster that runs the Kubeflow Training Operator) or ``trainjob`` (one
+        Kubeflow Trainer v2 ``TrainJob`` referencing a training runtime; PyTorch and JAX; needs the ``trainjob`` extra).
+    :param runtime: ``backend="trainjob"``: the training runtime the TrainJob references; default the framework's
+        (``torch-distributed`` for PyTorch, ``jax-distributed`` for JAX). (templated)
+    :param runtime_kind: ``backend="trainjob"``: ``ClusterTrainingRuntime`` (default) or ``TrainingRuntime`` (a
+        runtime in the job's namespace).
     :param wait_for_completion: wait for the job to finish (the local backend always waits).
     :param startup_timeout: seconds a replica may stay pending before the job fails (Kubernetes).
     :param image_pull_grace: seconds a replica's image pull may keep failing (``ErrImagePull``,
@@ -118,6 +123,7 @@ class DistributedTrainingOperator(BaseOperator):
 
     template_fields: Sequence[str] = (
         "image", "command", "args", "env", "environment", "model_dir", "checkpoint_dir", "python", "namespace",
+        "runtime",
     )
     template_fields_renderers = {"environment": "json", "env": "json", "command": "py"}
     ui_color = "#d4e6f9"
@@ -156,6 +162,8 @@ class DistributedTrainingOperator(BaseOperator):
         log_replicas: str | Sequence[str] | None = None,
         job_links: JobLinks | None = None,
         watch_timings: Mapping[str, Any] | None = None,
+        runtime: str | None = None,
+        runtime_kind: Literal["ClusterTrainingRuntime", "TrainingRuntime"] = "ClusterTrainingRuntime",
         **kwargs: Any,
     ) -> None:
         # The return value's keys are XComs of their own (see outputs.py); a missing one resolves to None.
@@ -191,6 +199,8 @@ class DistributedTrainingOperator(BaseOperator):
         self.model_volume = model_volume
         self.log_replicas = log_replicas
         self.watch_timings = dict(watch_timings) if watch_timings is not None else None
+        self.runtime = runtime
+        self.runtime_kind = runtime_kind
         self._local_job: LocalJob | None = None
         self.model_asset = model_asset
         self._job_result: dict[str, Any] | None = None
@@ -233,12 +243,24 @@ class DistributedTrainingOperator(BaseOperator):
             from airflow_distributed.operators.kubeflow_backend import check_kubeflow_arguments
 
             problems.extend(check_kubeflow_arguments(self))
+        if self.backend == "trainjob":
+            from airflow_distributed.operators.trainjob_backend import check_trainjob_arguments
+
+            problems.extend(check_trainjob_arguments(self))
+        elif self._n_proc_per_node() not in (None, 1):
+            problems.append(("environment.pytorch.n_proc_per_node", "is read by backend='trainjob' only (the "
+                             "TrainJob's numProcPerNode); the other backends run one process per replica"))
         if self.model_asset is not None:
             from airflow_distributed.assets import template_problems
 
             problems.extend(("model_asset", problem) for problem in template_problems(self.model_asset))
         if problems:
             raise SpecValidationError(problems, source=f"task {self.task_id}")
+
+    def _n_proc_per_node(self) -> Any:
+        if isinstance(self.environment, Mapping) and isinstance(self.environment.get("pytorch"), Mapping):
+            return self.environment["pytorch"].get("n_proc_per_node")
+        return None
 
     # ----------------------------------------------------------------- run
     def execute(self, context: Context) -> dict[str, Any]:
@@ -256,6 +278,10 @@ class DistributedTrainingOperator(BaseOperator):
             from airflow_distributed.operators.kubeflow_backend import run_kubeflow
 
             return self._succeeded(context, run_kubeflow(self, context, spec, name, command))
+        if self.backend == "trainjob":
+            from airflow_distributed.operators.trainjob_backend import run_trainjob
+
+            return self._succeeded(context, run_trainjob(self, context, spec, name, command))
         return self._succeeded(context, self._run_local(spec, name, command, context))
 
     def _local_dirs(self, name: str) -> tuple[str, str, str]:
@@ -361,6 +387,10 @@ class DistributedTrainingOperator(BaseOperator):
             from airflow_distributed.operators.kubeflow_backend import resume_kubeflow
 
             return self._succeeded(context, resume_kubeflow(self, context, event))
+        if self.backend == "trainjob":
+            from airflow_distributed.operators.trainjob_backend import resume_trainjob
+
+            return self._succeeded(context, resume_trainjob(self, context, event))
         from airflow_distributed.operators.kubernetes_backend import resume_kubernetes
 
         return self._succeeded(context, resume_kubernetes(self, context, event))
@@ -414,6 +444,11 @@ class DistributedTrainingOperator(BaseOperator):
             from airflow_distributed.operators.kubeflow_backend import kill_kubeflow
 
             kill_kubeflow(self)
+            return
+        if self.backend == "trainjob":
+            from airflow_distributed.operators.trainjob_backend import kill_trainjob
+
+            kill_trainjob(self)
             return
         if self.backend == "kubernetes":
             from airflow_distributed.operators.kubernetes_backend import kill_kubernetes

@@ -7,8 +7,9 @@ from airflow_distributed.sensors.frameworks import (
     MXNetJobSensor,
     PytorchJobSensor,
     TensorflowJobSensor,
+    TrainJobSensor,
     XGBoostJobSensor,
 )
 
 __all__ = ["DistributedJobSensor", "HorovodJobSensor", "JaxJobSensor", "MXNetJobSensor", "PytorchJobSensor",
-           "TensorflowJobSensor", "XGBoostJobSensor"]
+           "TensorflowJobSensor", "TrainJobSensor", "XGBoostJobSensor"]

@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 #: Kubeflow kind -> framework (``manifests.kubeflow.KINDS``, kept here so that parsing a DAG imports no client).
 KIND_FRAMEWORK: dict[str, str] = {"TFJob": "tensorflow", "PyTorchJob": "pytorch", "MXJob": "mxnet",
                                   "MPIJob": "horovod", "XGBoostJob": "xgboost"}
+#: Kubeflow Trainer v2's one kind; any framework with a Trainer runtime (TensorFlow and MXNet have none).
+TRAINJOB_KIND = "TrainJob"
+_NO_TRAINER_RUNTIME = ("tensorflow", "mxnet")
 #: A startup window no job reaches: a sensor judges a job's end, not how long its pods take to start.
 _NO_STARTUP_LIMIT = 10.0**9
 
@@ -47,7 +50,8 @@ class DistributedJobSensor(BaseSensorOperator):
     :param namespace: its namespace; default: the connection's ``namespace`` extra, else ``default``. (templated)
     :param kind: ``None`` for a job of the ``kubernetes`` backend (pods with the project's labels); ``TFJob``,
         ``PyTorchJob``, ``MXJob``, ``MPIJob`` or ``XGBoostJob`` for a Kubeflow training job; ``"kubeflow"`` for the
-        Kubeflow kind of the sensor's framework.
+        Kubeflow kind of the sensor's framework; ``"TrainJob"`` for a Kubeflow Trainer v2 TrainJob (its
+        ``Complete``/``Failed`` conditions; the output of node 0).
     :param framework: the job's framework, checked against the job's own (the per-framework sensors set it).
     :param kubernetes_conn_id: the cncf provider's Kubernetes connection.
     :param deferrable: wait in the triggerer; default: ``[operators] default_deferrable``.
@@ -106,9 +110,15 @@ class DistributedJobSensor(BaseSensorOperator):
                 raise ValueError(f"{type(self).__name__}: kind='kubeflow' needs a framework; use kind= "
                                  f"{', '.join(KIND_FRAMEWORK)}")
             return found[0]
+        if kind == TRAINJOB_KIND:
+            if self.framework in _NO_TRAINER_RUNTIME:
+                raise ValueError(f"{type(self).__name__}: {self.framework} has no Kubeflow Trainer v2 runtime, so "
+                                 "no TrainJob; use kind='kubeflow' or None")
+            return kind
         if kind is not None and kind not in KIND_FRAMEWORK:
             raise ValueError(f"{type(self).__name__}: kind {kind!r} is not a Kubeflow training job; allowed: "
-                             f"{', '.join(KIND_FRAMEWORK)}, 'kubeflow' or None (a job of the kubernetes backend)")
+                             f"{', '.join(KIND_FRAMEWORK)}, {TRAINJOB_KIND}, 'kubeflow' or None (a job of the "
+                             "kubernetes backend)")
         if kind is not None and self.framework and KIND_FRAMEWORK[kind] != self.framework:
             raise ValueError(f"{type(self).__name__}: a {kind} is a {KIND_FRAMEWORK[kind]} job, not "
                              f"{self.framework}")
@@ -119,7 +129,20 @@ class DistributedJobSensor(BaseSensorOperator):
     def hook(self) -> KubeflowJobHook:
         from airflow_distributed.hooks.kubeflow import KubeflowJobHook
 
+        if self.kind == TRAINJOB_KIND:
+            from airflow_distributed.hooks.trainjob import TrainJobHook
+
+            return TrainJobHook(kubernetes_conn_id=self.kubernetes_conn_id, logger=self.log)
         return KubeflowJobHook(kubernetes_conn_id=self.kubernetes_conn_id, logger=self.log)
+
+    def _resource(self) -> Any:
+        if self.kind == TRAINJOB_KIND:
+            from airflow_distributed.hooks.trainjob import TRAINJOB
+
+            return TRAINJOB
+        from airflow_distributed.hooks.kubeflow import resource_of_kind
+
+        return resource_of_kind(str(self.kind))
 
     def _namespace(self, hook: KubeflowJobHook) -> str:
         return self.namespace or hook.default_namespace()
@@ -165,33 +188,30 @@ class DistributedJobSensor(BaseSensorOperator):
         return tracker
 
     def _poke_kubeflow(self, hook: KubeflowJobHook, namespace: str, context: Context) -> bool | PokeReturnValue:
-        from airflow_distributed.hooks.kubeflow import (
-            failed_replica,
-            main_container,
-            replica_statuses_of_pods,
-            resource_of_kind,
-        )
-        from airflow_distributed.manifests.kubeflow_status import job_status, success_rule
+        from airflow_distributed.hooks.kubeflow import failed_replica
+        from airflow_distributed.manifests.kubeflow_status import success_rule
         from airflow_distributed.status import FAILED, SUCCEEDED
 
         what = f"{self.kind} {namespace}/{self.job_name}"
-        obj = hook.get_kubeflow_job(namespace, resource_of_kind(str(self.kind)), self.job_name)
+        obj = hook.get_kubeflow_job(namespace, self._resource(), self.job_name)
         if obj is None:
             self.log.info("%s does not exist (yet)", what)
             return False
-        status = job_status(obj)
+        status = hook.status_of(obj)
         if status.state not in (SUCCEEDED, FAILED):
             self.log.info("%s is %s: %s", what, status.state, status.message or status.reason)
             return False
         pods = hook.kubeflow_pods(namespace, obj)
         if status.state == FAILED:
-            replica = failed_replica(pods, main_container(obj))
+            replica = failed_replica(pods, hook.main_container(obj))
             detail = ": ".join(part for part in (status.reason, status.message) if part)
             raise AirflowFailException(f"{what} failed: {detail}" + (f"; {replica}" if replica else ""))
-        self.log.info("%s succeeded: %s", what, success_rule(obj).description)
-        statuses = replica_statuses_of_pods(pods, main_container(obj))
-        return self._succeed(context, hook.kubeflow_output(namespace, obj), KIND_FRAMEWORK[str(self.kind)],
-                             "kubeflow", namespace, statuses)
+        trainjob = self.kind == TRAINJOB_KIND
+        self.log.info("%s succeeded: %s", what, status.message if trainjob else success_rule(obj).description)
+        statuses = hook.replica_statuses(pods, hook.main_container(obj))
+        framework = (self.framework or "unknown") if trainjob else KIND_FRAMEWORK[str(self.kind)]
+        return self._succeed(context, hook.kubeflow_output(namespace, obj), framework,
+                             "trainjob" if trainjob else "kubeflow", namespace, statuses)
 
     def _check_framework(self, found: str, what: str) -> None:
         if self.framework and found not in ("unknown", self.framework):
@@ -262,13 +282,14 @@ class DistributedJobSensor(BaseSensorOperator):
                                 kubernetes_conn_id=self.kubernetes_conn_id, watch_timings=self.watch_timings)
 
     def _kubeflow_trigger(self, hook: KubeflowJobHook, namespace: str) -> Any:
-        from airflow_distributed.hooks.kubeflow import resource_of_kind
         from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
+        from airflow_distributed.triggers.trainjob import TrainJobTrigger
 
-        resource = resource_of_kind(str(self.kind))
+        resource = self._resource()
         if hook.get_kubeflow_job(namespace, resource, self.job_name) is None:
             return None
-        return KubeflowJobTrigger(job_name=self.job_name, namespace=namespace, group=resource.group,
+        trigger_class = TrainJobTrigger if self.kind == TRAINJOB_KIND else KubeflowJobTrigger
+        return trigger_class(job_name=self.job_name, namespace=namespace, group=resource.group,
                                   version=resource.version, plural=resource.plural,
                                   kubernetes_conn_id=self.kubernetes_conn_id, watch_timings=self.watch_timings)
 
@@ -345,4 +366,4 @@ def _pod_env(pod: Mapping[str, Any], name: str) -> str | None:
     return None
 
 
-__all__ = ["KIND_FRAMEWORK", "DistributedJobSensor", "slots_of_pods"]
+__all__ = ["KIND_FRAMEWORK", "TRAINJOB_KIND", "DistributedJobSensor", "slots_of_pods"]

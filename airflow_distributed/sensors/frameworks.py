@@ -11,11 +11,16 @@ exits 0 (CONTRACT.md); with ``kind="kubeflow"`` (or the kind by name) the job's 
 - ``HorovodJobSensor`` (``MPIJob``): the Launcher;
 - ``XGBoostJobSensor`` (``XGBoostJob``): the Master;
 - ``JaxJobSensor``: jobs of the ``kubernetes`` backend only (a JAX job has no Kubeflow resource here).
+
+Every sensor but TensorFlow's and MXNet's also takes ``kind="TrainJob"`` (Kubeflow Trainer v2); ``TrainJobSensor``
+is that kind for any framework.
 """
 
 from __future__ import annotations
 
-from airflow_distributed.sensors.base import DistributedJobSensor
+from typing import Any
+
+from airflow_distributed.sensors.base import TRAINJOB_KIND, DistributedJobSensor
 
 
 class TensorflowJobSensor(DistributedJobSensor):
@@ -54,5 +59,15 @@ class JaxJobSensor(DistributedJobSensor):
     default_framework = "jax"
 
 
+class TrainJobSensor(DistributedJobSensor):
+    """Wait for a Kubeflow Trainer v2 ``TrainJob`` (``kind="TrainJob"``; give ``framework`` to check it); see
+    ``DistributedJobSensor``. The result's ``backend`` is ``trainjob``."""
+
+    def __init__(self, *, kind: str | None = TRAINJOB_KIND, **kwargs: Any) -> None:
+        if kind != TRAINJOB_KIND:
+            raise ValueError(f"TrainJobSensor waits for a TrainJob; kind {kind!r} is not allowed")
+        super().__init__(kind=kind, **kwargs)
+
+
 __all__ = ["HorovodJobSensor", "JaxJobSensor", "MXNetJobSensor", "PytorchJobSensor", "TensorflowJobSensor",
-           "XGBoostJobSensor"]
+           "TrainJobSensor", "XGBoostJobSensor"]

@@ -177,6 +177,12 @@ class WorkerCluster(_Section):
         return _fold_legacy_resources(data, "worker")
 
 
+class PytorchCluster(WorkerCluster):
+    """PyTorch's workers, and how many processes each node runs (``backend="trainjob"``: ``numProcPerNode``)."""
+
+    n_proc_per_node: Count | None = None
+
+
 class PSCluster(WorkerCluster):
     """Workers plus parameter servers (TensorFlow ``ps``, MXNet servers)."""
 
@@ -195,7 +201,7 @@ class Environment(PodSettings):
 
     tensorflow: PSCluster | None = None
     mxnet: PSCluster | None = None
-    pytorch: WorkerCluster | None = None
+    pytorch: PytorchCluster | None = None
     replicas: WorkerCluster | None = None
     jax: WorkerCluster | None = None
     xgboost: WorkerCluster | None = None

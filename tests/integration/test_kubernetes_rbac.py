@@ -158,3 +158,58 @@ def test_the_kubeflow_role_allows_every_request_of_kubeflow_jobs_and_holds_nothi
     rules = allowed(kubeflow_role()["rules"])
     assert used <= rules | allowed(role()["rules"]), f"requests no Role allows: {sorted(used - rules)}"
     assert rules <= used, f"rules no request needed: {sorted(rules - used)}"
+
+
+def trainjob_role() -> dict:
+    return next(doc for doc in yaml.safe_load_all(ROLE_FILE.read_text())
+                if doc["kind"] == "Role" and doc["metadata"]["name"] == "airflow-distributed-trainjob")
+
+
+def test_the_trainjob_role_allows_every_request_of_a_trainjob_and_holds_nothing_unused(tmp_path):
+    """Submit, a retry's 409 and read-back, the watch until Complete, node 0's output, the deletion."""
+    import threading
+
+    from kubernetes import client
+
+    from airflow_distributed.hooks.trainjob import TRAINJOB, TrainJobHook
+    from tests.helpers import wait_until
+    from tests.integration.trainjob_controller import TrainerController, register_trainjob_crd
+
+    with KubeEmulator(kubernetes_version="1.31", bookmark_interval=0.5) as emu:
+        register_trainjob_crd(emu)
+        config = emu.write_kubeconfig(tmp_path / "config")
+        emu.create_namespace(NAMESPACE)
+        emu.create("roles", NAMESPACE, trainjob_role(), group="rbac.authorization.k8s.io")
+        hook = TrainJobHook(kubernetes_conn_id=None, config_file=config, client_configuration=client.Configuration())
+        emu.reset_requests()
+        name = "job-trainjob"
+        body = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                "metadata": {"name": name, "labels": {"airflow-distributed/job": name}},
+                "spec": {"runtimeRef": {"name": "torch-distributed"},
+                         "trainer": {"numNodes": 2, "image": "trainer:1", "command": ["python", "train.py"]},
+                         "runtimePatches": [{"manager": "m", "trainingRuntimeSpec": {"template": {"spec": {
+                             "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {}}}}]}}}}]}}
+        hook.submit_kubeflow_job(NAMESPACE, TRAINJOB, body, field_validation="Strict")
+        assert hook.submit_kubeflow_job(NAMESPACE, TRAINJOB, body).reattached == "pending"
+        controller = TrainerController(emu, NAMESPACE)
+        controller.wait_for_job()
+        controller.create_pods()
+
+        def finish() -> None:
+            wait_until(controller.watched, timeout=30, interval=0.02)
+            controller.succeed(0, {"metrics": {"loss": 0.1}})
+            controller.succeed(1)
+            controller.condition("Complete", "True", "AllJobsCompleted", "")
+
+        thread = threading.Thread(target=finish, daemon=True)
+        thread.start()
+        outcome = hook.wait_for_kubeflow_job(NAMESPACE, TRAINJOB, name)
+        thread.join(10)
+        assert outcome.status.state == "succeeded"
+        assert hook.kubeflow_output(NAMESPACE, outcome.obj) == '{"metrics": {"loss": 0.1}}'
+        hook.delete_kubeflow_job(NAMESPACE, TRAINJOB, name)
+        used = set().union(*(needed(request) for request in emu.requests))
+
+    rules = allowed(trainjob_role()["rules"])
+    assert used <= rules | allowed(role()["rules"]), f"requests no Role allows: {sorted(used - rules)}"
+    assert rules <= used, f"rules no request needed: {sorted(rules - used)}"

@@ -1,0 +1,72 @@
+"""Trainer v2 backend I/O: submit a ``TrainJob``, watch it, read node 0's output, delete it.
+
+``TrainJobHook`` is the Kubeflow hook (same connection, retries, idempotent create, one watch of the object
+resumed from its resourceVersion) with the TrainJob's own verdict (``trainjob_status``: the ``Complete``/``Failed``/
+``Suspended`` conditions) and the pods of its JobSet, found by JobSet's labels rather than the Training Operator's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from airflow_distributed.hooks.job_watch import termination_message
+from airflow_distributed.hooks.kubeflow import KubeflowJobHook, replica_statuses_of_pods
+from airflow_distributed.manifests.kubeflow import KubeflowResource
+from airflow_distributed.manifests.kubeflow_status import JobStatus
+from airflow_distributed.manifests.trainjob_status import (
+    GROUP,
+    KIND,
+    NODE,
+    PLURAL,
+    VERSION,
+    node_rank,
+    node_selector,
+    trainjob_status,
+)
+from airflow_distributed.status import ReplicaStatus
+
+#: What ``CustomObjectsApi`` calls take to address a TrainJob.
+TRAINJOB = KubeflowResource(GROUP, VERSION, PLURAL, KIND)
+
+
+def node_replica(pod: Mapping[str, Any]) -> tuple[str, int]:
+    """A node pod's (role, index): node 0 is the master, node i worker i-1 (Polyaxon's roles)."""
+    rank = node_rank(pod)
+    return ("master", 0) if rank == 0 else ("worker", rank - 1)
+
+
+def node_statuses(pods: Sequence[Mapping[str, Any]], container: str = NODE) -> tuple[ReplicaStatus, ...]:
+    """The table's rows for a TrainJob's node pods."""
+    return replica_statuses_of_pods(pods, container, node_replica)
+
+
+class TrainJobHook(KubeflowJobHook):
+    """Run distributed training jobs as Kubeflow Trainer v2 ``TrainJob`` objects (same arguments as
+    ``DistributedTrainingHook``); pass ``TRAINJOB`` as the resource to the Kubeflow hook's calls."""
+
+    hook_name = "Distributed training (Kubeflow Trainer)"
+    status_of: Callable[[Mapping[str, Any]], JobStatus] = staticmethod(trainjob_status)
+
+    def main_container(self, obj: Mapping[str, Any]) -> str:
+        return NODE
+
+    def replica_statuses(self, pods: Sequence[Mapping[str, Any]], container: str) -> tuple[ReplicaStatus, ...]:
+        return node_statuses(pods, container)
+
+    def kubeflow_pods(self, namespace: str, obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Every node pod of the TrainJob's JobSet."""
+        return self.list_pods(namespace, node_selector(obj["metadata"]["name"]))
+
+    def kubeflow_output(self, namespace: str, obj: Mapping[str, Any]) -> str | None:
+        """The output document: the termination message of node 0's ``node`` container (the newest such pod,
+        should the Job controller have replaced one)."""
+        pods = self.list_pods(namespace, node_selector(obj["metadata"]["name"], rank=0))
+        for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True):
+            text = termination_message(pod, NODE)
+            if text:
+                return text
+        return None
+
+
+__all__ = ["TRAINJOB", "TrainJobHook", "node_replica", "node_statuses"]

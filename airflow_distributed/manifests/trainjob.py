@@ -1,0 +1,339 @@
+"""``ClusterPlan`` -> one Kubeflow Trainer v2 ``TrainJob`` (``trainer.kubeflow.org/v1alpha1``), built with the
+typed models of ``kubeflow-trainer-api`` (pure).
+
+A TrainJob names a training runtime (``runtimeRef``: a ``ClusterTrainingRuntime`` by default, or a namespaced
+``TrainingRuntime``) and says what differs from it; the Trainer controller runs it as a JobSet whose replicated job
+``node`` is one indexed Job of ``numNodes`` pods, all from one pod template. The spec maps onto it as:
+
+- ``trainer``: ``numNodes`` = 1 + n_workers (the Polyaxon master is node 0), ``numProcPerNode`` =
+  ``environment.pytorch.n_proc_per_node`` when given, ``resourcesPerNode`` = the master's resources, ``image``,
+  ``command`` (see below), ``env`` = the plan's variables less those the runtime sets (``PET_*``) and those that
+  differ between nodes;
+- ``runtimePatches`` (manager ``airflow-distributed``), on the ``node`` replicated job's pod template: node selector,
+  affinity, tolerations, service account, image pull secrets, pod security context, labels and annotations, and
+  the volumes mounted into the ``node`` container (the model dir, the output relay's directory).
+
+Targeted release: Kubeflow Trainer 2.3 (``kubeflow-trainer-api`` 2.3.x). Frameworks and their default runtime:
+pytorch -> ``torch-distributed``, jax -> ``jax-distributed`` (its runtime sets ``JAX_COORDINATOR_ADDRESS``, node 0
+on port 29500, ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID``). TensorFlow and MXNet have no Trainer v2 runtime and are
+refused (``trainjob_problems``), as are the frameworks whose runtimes this module does not map yet (Horovod on an
+MPI runtime, XGBoost, Paddle).
+
+One template per node. A spec is refused when one replica would need settings of its own: an indexed worker entry,
+or ``default_worker`` settings other than the master's (a spec with no ``default_worker`` runs every node with the
+master's settings). ``config_map_refs``/``secret_refs`` and per-container security contexts are refused too, as a
+TrainJob has no place for ``envFrom`` in 2.3.
+
+Variables that differ between nodes are set when the container starts, from the Job controller's
+``JOB_COMPLETION_INDEX`` and the runtime's ``PET_*`` (``node_program``): ``AIRFLOW_DISTRIBUTED_ROLE``/``INDEX``
+(node 0 is ``master`` 0, node i is ``worker`` i-1), ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT``
+(for scripts started with ``python``; ``torchrun`` sets its own), and ``AIRFLOW_DISTRIBUTED_OUTPUT`` on node 0
+only. Node 0's command runs under the output relay, so its termination message holds the output document.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from airflow_distributed.manifests.trainjob_status import GROUP, KIND, NODE, VERSION
+from airflow_distributed.spec.models import SECTION_OF, PodSettings, TrainingSpec
+
+if TYPE_CHECKING:
+    from airflow_distributed.manifests.kubernetes import JobManifestOptions
+    from airflow_distributed.plan import ClusterPlan
+
+RuntimeKind = Literal["ClusterTrainingRuntime", "TrainingRuntime"]
+RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
+#: framework -> the built-in runtime its TrainJobs reference when ``runtime`` is not given.
+DEFAULT_RUNTIMES: dict[str, str] = {"pytorch": "torch-distributed", "jax": "jax-distributed"}
+#: The ``manager`` of this project's runtime patch (the key other managers, e.g. Kueue, keep theirs apart by).
+PATCH_MANAGER = "airflow-distributed.apache.org/operator"
+#: Trainer's default port of the trainer nodes (``constants.ContainerTrainerPort``).
+NODE_PORT = 29500
+OUTPUT_VOLUME = "output"
+# The runtimes compute these per node (the torch runtime's webhook refuses a TrainJob that sets its own).
+RUNTIME_ENV = frozenset({"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT",
+                         "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_ADDRESS"})
+# Set per node by node_program, from the completion index.
+NODE_ENV = frozenset({"AIRFLOW_DISTRIBUTED_ROLE", "AIRFLOW_DISTRIBUTED_INDEX", "RANK", "WORLD_SIZE", "MASTER_ADDR",
+                      "MASTER_PORT"})
+
+_NO_RUNTIME = {
+    "tensorflow": "TensorFlow has no Kubeflow Trainer v2 runtime",
+    "mxnet": "MXNet has no Kubeflow Trainer v2 runtime",
+}
+
+
+@dataclass(frozen=True)
+class TrainJobAddressing:
+    """The DNS names JobSet gives the nodes: ``<job>-node-0-<rank>.<job>.<namespace>.svc`` (the JobSet's headless
+    Service is named like the JobSet, itself named like the TrainJob), port 29500."""
+
+    namespace: str
+    domain: str = "svc"
+
+    def endpoint(self, ordinal: int, job: str, name: str, default_port: int) -> tuple[str, int]:
+        return f"{job}-{NODE}-0-{ordinal}.{job}.{self.namespace}.{self.domain}", NODE_PORT
+
+
+@dataclass(frozen=True)
+class TrainJobOptions:
+    """How a plan becomes a TrainJob.
+
+    :param pods: the ``kubernetes`` backend's options that apply: namespace, image, resource keys, task instance
+        labels, extra labels and annotations, model volume, output relay and the image's Python,
+        ``active_deadline_seconds`` (the TrainJob's own), ``queue_name`` (Kueue's label on the TrainJob).
+    :param runtime: the runtime's name; default: the framework's (``DEFAULT_RUNTIMES``).
+    :param runtime_kind: ``ClusterTrainingRuntime`` (cluster-wide) or ``TrainingRuntime`` (in the job's namespace).
+    :param n_proc_per_node: processes per node (``numProcPerNode``); the runtime's default when ``None``.
+    """
+
+    pods: JobManifestOptions
+    runtime: str | None = None
+    runtime_kind: RuntimeKind = "ClusterTrainingRuntime"
+    n_proc_per_node: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.runtime_kind not in RUNTIME_KINDS:
+            allowed = ", ".join(RUNTIME_KINDS)
+            raise ValueError(f"runtime_kind {self.runtime_kind!r} is not supported; allowed: {allowed}")
+
+
+def default_runtime(framework: str) -> str | None:
+    return DEFAULT_RUNTIMES.get(framework)
+
+
+def trainjob_problems(spec: TrainingSpec, runtime: str | None = None) -> list[tuple[str, str]]:
+    """``(path, message)`` for every part of a valid spec that a TrainJob cannot express (when the DAG is parsed).
+
+    :param runtime: the operator's ``runtime``; without one the framework must have a default runtime.
+    """
+    framework = spec.framework
+    if framework in _NO_RUNTIME:
+        return [("backend", f"backend='trainjob' cannot run framework '{framework}': {_NO_RUNTIME[framework]}; "
+                 "use backend='kubernetes' (one pod per replica) or backend='kubeflow' (a TFJob/MXJob of the "
+                 "Training Operator v1)")]
+    if framework not in DEFAULT_RUNTIMES:
+        return [("backend", f"backend='trainjob' takes framework {', '.join(DEFAULT_RUNTIMES)} (runtime "
+                 f"{', '.join(DEFAULT_RUNTIMES.values())}); '{framework}' is not mapped onto a Trainer v2 runtime "
+                 "yet: use backend='kubernetes' or backend='kubeflow'")]
+    section = f"environment.{SECTION_OF[framework]}"
+    env = spec.environment
+    master = PodSettings.model_validate({key: getattr(env, key) for key in PodSettings.model_fields})
+    cluster = spec.cluster
+    problems: list[tuple[str, str]] = []
+    one_template = ("but a TrainJob runs every node from one pod template; give every node the master's settings "
+                    "(environment.*), or use backend='kubernetes'")
+    default = cluster.default_worker
+    if default is not None and cluster.n_workers and default != master:
+        problems.append((f"{section}.default_worker", f"has its own {', '.join(_differing(default, master))}, "
+                         + one_template))
+    for position, entry in enumerate(cluster.worker):
+        settings = PodSettings.model_validate(entry.model_dump(exclude={"index"}))
+        if settings != master:
+            problems.append((f"{section}.worker[{position}]", f"index {entry.index} has settings of its own ("
+                             f"{', '.join(_differing(settings, master)) or 'an override'}), " + one_template))
+    for key in ("config_map_refs", "secret_refs"):
+        if getattr(master, key):
+            problems.append((f"environment.{key}", "a TrainJob (Trainer 2.3) has no envFrom for the training "
+                             "container; pass the values with env= or env_vars, or use backend='kubernetes'"))
+    if master.security_context and _container_security_keys(master.security_context):
+        keys = ", ".join(_container_security_keys(master.security_context))
+        problems.append(("environment.security_context", f"{keys} apply to a container, and a TrainJob patches "
+                         "only the pod's security context; use backend='kubernetes'"))
+    n_proc = getattr(cluster, "n_proc_per_node", None)
+    if n_proc is not None and n_proc < 1:
+        problems.append((f"{section}.n_proc_per_node", f"{n_proc} is not allowed: a number of processes >= 1"))
+    return problems
+
+
+def _differing(a: PodSettings, b: PodSettings) -> list[str]:
+    return sorted(key for key in PodSettings.model_fields if getattr(a, key) != getattr(b, key))
+
+
+# Fields of a container's securityContext that a pod's has not (Kubernetes 1.29+), in both spellings the spec takes.
+_CONTAINER_ONLY_SECURITY = frozenset({
+    "allowPrivilegeEscalation", "allow_privilege_escalation", "capabilities", "privileged", "procMount",
+    "proc_mount", "readOnlyRootFilesystem", "read_only_root_filesystem",
+})
+
+
+def _container_security_keys(context: Mapping[str, Any]) -> list[str]:
+    return sorted(key for key in context if key in _CONTAINER_ONLY_SECURITY)
+
+
+# -------------------------------------------------------------------------------------------------------- build
+
+
+def build_trainjob(plan: ClusterPlan, options: TrainJobOptions) -> dict[str, Any]:
+    """The TrainJob of a plan built with ``backend="trainjob"``, ``TrainJobAddressing`` and
+    ``layout_for_kubernetes()``, as the JSON body the API server takes (validated by the typed models).
+
+    :raises ValueError: a plan not built for this backend, or one the typed models refuse.
+    :raises ManifestError: a pod setting that is not valid Kubernetes, naming the field.
+    """
+    from kubeflow_trainer_api import models as tm
+
+    from airflow_distributed.manifests.gang_scheduling import KUEUE_QUEUE_LABEL
+    from airflow_distributed.manifests.kubernetes import JOB_LABEL, check_plan_layout
+
+    check_plan_layout(plan, "trainjob", "TrainJobAddressing")
+    if plan.files:
+        names = ", ".join(sorted(plan.files))
+        raise ValueError(f"job {plan.job_name}: a TrainJob has no way to ship the files {names}")
+    pods = options.pods
+    ti = pods.task_instance
+    own_labels = {**(ti.labels() if ti else {}), JOB_LABEL: plan.job_name}
+    labels = {**pods.labels, **own_labels}
+    if pods.queue_name:
+        labels[KUEUE_QUEUE_LABEL] = pods.queue_name
+    annotations = {**pods.annotations, **(ti.annotations() if ti else {})}
+    runtime = options.runtime or default_runtime(plan.framework)
+    if runtime is None:
+        raise ValueError(f"job {plan.job_name}: framework {plan.framework!r} has no default Trainer runtime; "
+                         "give runtime=")
+    master = plan.master
+    trainer = tm.TrainerV1alpha1Trainer(
+        image=pods.image,
+        command=node_program(plan, pods),
+        env=[tm.IoK8sApiCoreV1EnvVar.from_dict(item) for item in _trainer_env(plan)] or None,
+        numNodes=len(plan.replicas),
+        numProcPerNode=options.n_proc_per_node,
+        resourcesPerNode=_resources(master.settings, pods),
+    )
+    spec = tm.TrainerV1alpha1TrainJobSpec(
+        runtimeRef=tm.TrainerV1alpha1RuntimeRef(apiGroup=GROUP, kind=options.runtime_kind, name=runtime),
+        trainer=trainer,
+        runtimePatches=[_runtime_patch(plan, options, own_labels)],
+        activeDeadlineSeconds=pods.active_deadline_seconds,
+    )
+    job = tm.TrainerV1alpha1TrainJob(
+        apiVersion=f"{GROUP}/{VERSION}",
+        kind=KIND,
+        metadata=tm.IoK8sApimachineryPkgApisMetaV1ObjectMeta(
+            name=plan.job_name, namespace=pods.namespace, labels=labels, annotations=annotations or None),
+        spec=spec,
+    )
+    return job.to_dict()
+
+
+def node_program(plan: ClusterPlan, pods: JobManifestOptions) -> list[str]:
+    """The ``node`` container's argv: a POSIX shell prologue that sets what differs between nodes, then the
+    command, under the output relay (which copies the document only where node 0 wrote one)."""
+    from airflow_distributed.manifests.container_scripts import relay_output_command
+
+    command = list(plan.master.command or ())
+    if pods.relay_output:
+        command = relay_output_command(pods.image_python, command, plan.layout.output_path)
+    # Node 0 is the Polyaxon master; node i > 0 is worker i-1.
+    prologue = (
+        'rank="${JOB_COMPLETION_INDEX:-${PET_NODE_RANK:-0}}"; '
+        'if [ "$rank" = 0 ]; then AIRFLOW_DISTRIBUTED_ROLE=master; AIRFLOW_DISTRIBUTED_INDEX=0; '
+        'else AIRFLOW_DISTRIBUTED_ROLE=worker; AIRFLOW_DISTRIBUTED_INDEX=$((rank - 1)); '
+        'unset AIRFLOW_DISTRIBUTED_OUTPUT; fi; '
+        'export AIRFLOW_DISTRIBUTED_ROLE AIRFLOW_DISTRIBUTED_INDEX; '
+    )
+    if plan.framework == "pytorch":
+        # With one process per node the node rank is the process rank; torchrun overrides RANK/WORLD_SIZE for
+        # its own processes. (The JAX runtime sets JAX_PROCESS_ID and the rest itself.)
+        prologue += (
+            'export RANK="$rank" WORLD_SIZE="${PET_NNODES:-1}" MASTER_ADDR="${PET_MASTER_ADDR:-localhost}" '
+            f'MASTER_PORT="${{PET_MASTER_PORT:-{NODE_PORT}}}"; '
+        )
+    prologue += 'exec "$@"'
+    return ["sh", "-c", prologue, "sh", *command]
+
+
+def _trainer_env(plan: ClusterPlan) -> list[dict[str, Any]]:
+    """The master's variables that every node shares (``node_program`` sets the rest), as ``EnvVar`` dicts."""
+    from airflow_distributed.frameworks import get_framework
+
+    framework = get_framework(plan.framework)
+    master = plan.master
+    dropped = set(framework.replica_env(master, plan, plan.backend)) | RUNTIME_ENV | NODE_ENV
+    return [{"name": name, "value": value} for name, value in sorted(master.env.items()) if name not in dropped]
+
+
+def _resources(settings: PodSettings, pods: JobManifestOptions) -> Any:
+    from kubeflow_trainer_api import models as tm
+
+    from airflow_distributed.manifests.kubernetes import to_dict
+    from airflow_distributed.manifests.kubernetes_resources import resource_requirements
+
+    found = resource_requirements(settings.resources, pods.resource_keys())
+    return tm.IoK8sApiCoreV1ResourceRequirements.from_dict(to_dict(found)) if found is not None else None
+
+
+def _runtime_patch(plan: ClusterPlan, options: TrainJobOptions, own_labels: Mapping[str, str]) -> Any:
+    """Everything of the pod the ``trainer`` section has no field for, as a patch of the ``node`` pod template."""
+    from kubeflow_trainer_api import models as tm
+
+    from airflow_distributed.manifests.kubernetes import MODEL_VOLUME, model_volume, to_dict
+    from airflow_distributed.manifests.kubernetes_resources import (
+        affinity,
+        image_pull_secrets,
+        split_security_context,
+        tolerations,
+    )
+
+    pods = options.pods
+    settings = plan.master.settings
+    where = f"nodes of {plan.job_name}"
+    pod_security, _ = split_security_context(settings.security_context, f"{where}: security_context")
+    volumes: list[Any] = []
+    mounts: list[dict[str, Any]] = []
+    if plan.layout.model_dir.startswith("/"):
+        volumes.append(to_dict(model_volume(pods.model_volume)))
+        mounts.append({"name": MODEL_VOLUME, "mountPath": plan.layout.model_dir})
+    if pods.relay_output:
+        volumes.append({"name": OUTPUT_VOLUME, "emptyDir": {}})
+        mounts.append({"name": OUTPUT_VOLUME, "mountPath": plan.layout.output_path.rsplit("/", 1)[0]})
+    found_affinity = affinity(settings.affinity, f"{where}: affinity")
+    found_tolerations = tolerations(settings.tolerations, f"{where}: tolerations")
+    secrets = image_pull_secrets(settings.image_pull_secrets)
+    pod_spec = tm.TrainerV1alpha1PodSpecPatch(
+        nodeSelector=dict(settings.node_selector) if settings.node_selector else None,
+        affinity=tm.IoK8sApiCoreV1Affinity.from_dict(to_dict(found_affinity)) if found_affinity else None,
+        tolerations=[tm.IoK8sApiCoreV1Toleration.from_dict(to_dict(t)) for t in found_tolerations or []] or None,
+        serviceAccountName=settings.service_account,
+        imagePullSecrets=[tm.IoK8sApiCoreV1LocalObjectReference.from_dict(to_dict(s)) for s in secrets or []] or None,
+        securityContext=(tm.IoK8sApiCoreV1PodSecurityContext.from_dict(to_dict(pod_security))
+                         if pod_security is not None else None),
+        volumes=[tm.IoK8sApiCoreV1Volume.from_dict(v) for v in volumes] or None,
+        containers=[tm.TrainerV1alpha1ContainerPatch(
+            name=NODE, volumeMounts=[tm.IoK8sApiCoreV1VolumeMount.from_dict(m) for m in mounts])] if mounts else None,
+    )
+    pod_labels = {**pods.labels, **(settings.labels or {}), **own_labels}
+    own_annotations = pods.task_instance.annotations() if pods.task_instance else {}
+    pod_annotations = {**pods.annotations, **(settings.annotations or {}), **own_annotations}
+    metadata = tm.IoK8sApimachineryPkgApisMetaV1ObjectMeta(labels=pod_labels, annotations=pod_annotations or None)
+    return tm.TrainerV1alpha1RuntimePatch(
+        manager=PATCH_MANAGER,
+        trainingRuntimeSpec=tm.TrainerV1alpha1TrainingRuntimeSpecPatch(
+            template=tm.TrainerV1alpha1JobSetTemplatePatch(
+                spec=tm.TrainerV1alpha1JobSetSpecPatch(replicatedJobs=[tm.TrainerV1alpha1ReplicatedJobPatch(
+                    name=NODE,
+                    template=tm.TrainerV1alpha1JobTemplatePatch(
+                        spec=tm.TrainerV1alpha1JobSpecPatch(template=tm.TrainerV1alpha1PodTemplatePatch(
+                            metadata=metadata, spec=pod_spec)),
+                    ),
+                )]),
+            ),
+        ),
+    )
+
+
+__all__ = [
+    "DEFAULT_RUNTIMES",
+    "NODE_PORT",
+    "PATCH_MANAGER",
+    "RUNTIME_KINDS",
+    "TrainJobAddressing",
+    "TrainJobOptions",
+    "build_trainjob",
+    "default_runtime",
+    "node_program",
+    "trainjob_problems",
+]

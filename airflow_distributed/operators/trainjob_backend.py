@@ -1,0 +1,173 @@
+"""What ``DistributedTrainingOperator`` does with ``backend="trainjob"``: plan -> Kubeflow Trainer v2 ``TrainJob``
+-> conditions -> XCom.
+
+The spec is submitted as one ``TrainJob`` (``manifests.trainjob``) that references a training runtime
+(``runtime``, default the framework's, e.g. ``torch-distributed``; ``runtime_kind``); the Trainer controller runs it
+as a JobSet and judges it. The task reads the verdict from the TrainJob's conditions through one watch
+(``TrainJobHook``, or ``TrainJobTrigger`` when deferred), logs ``status.trainerStatus`` as it changes, reads node
+0's output from its termination message, and pushes the XComs every backend pushes.
+
+It is the Kubeflow backend's run (``KubeflowJobRun``: idempotent create and reattach on 409/retry, the one watch,
+output, clean-up, kill) with the TrainJob's resource, hook, trigger and builder. Clean-up: Trainer 2.3 has no
+``cleanPodPolicy``, so the finished nodes stay until the TrainJob is deleted: by default after success
+(``clean_pod_policy`` ``all`` always, ``running``/``none`` never, as on the kubeflow backend); a killed task deletes
+it whatever the policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow_distributed.operators.job_run import require_image, spec_at_parse_time
+from airflow_distributed.operators.kubeflow_backend import KubeflowJobRun, kill_kubeflow, resume_kubeflow, run_kubeflow
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_distributed.hooks.trainjob import TrainJobHook
+    from airflow_distributed.manifests.kubeflow import KubeflowResource
+    from airflow_distributed.operators.training import DistributedTrainingOperator
+    from airflow_distributed.spec import TrainingSpec
+    from airflow_distributed.triggers.trainjob import TrainJobTrigger
+
+
+def check_trainjob_arguments(operator: DistributedTrainingOperator) -> list[tuple[str, str]]:
+    """Problems with the operator's arguments for ``backend="trainjob"``, as ``(path, message)``, found when the
+    DAG is parsed: the framework has a Trainer v2 runtime, one pod template serves every node, and the options
+    a TrainJob cannot carry are not set. Light: the typed models are imported only when a job is built."""
+    from airflow_distributed.manifests.trainjob import RUNTIME_KINDS, trainjob_problems
+    from airflow_distributed.operators.kubernetes_backend import check_kubernetes_arguments
+
+    problems = check_kubernetes_arguments(operator)
+    runtime_kind = getattr(operator, "runtime_kind", "ClusterTrainingRuntime")
+    if runtime_kind not in RUNTIME_KINDS:
+        problems.append(("runtime_kind", f"{runtime_kind!r} is not supported; allowed: {', '.join(RUNTIME_KINDS)}"))
+    for argument, why in (("gang_scheduling", "the training runtime's podGroupPolicy decides gang scheduling"),
+                          ("scheduler_name", "the training runtime's pod template names the scheduler")):
+        if getattr(operator, argument, None) is not None:
+            problems.append((argument, f"not taken by backend='trainjob': {why}"))
+    spec = spec_at_parse_time(operator)
+    if spec is None:
+        return problems
+    return problems + trainjob_problems(spec, getattr(operator, "runtime", None))
+
+
+# ---------------------------------------------------------------------------------------------- entry points
+
+
+def run_trainjob(operator: DistributedTrainingOperator, context: Context, spec: TrainingSpec, job_name: str,
+                 command: Sequence[str]) -> dict[str, Any]:
+    """``execute`` for ``backend="trainjob"``: submit (or reattach) the TrainJob, then wait here or deferred.
+
+    :returns: the ``return_value`` XCom, each key of it an XCom too; ``job`` is pushed here (also on failure).
+    :raises DistributedJobError: the TrainJob failed, was deleted, or the task was killed.
+    """
+    return run_kubeflow(operator, context, spec, job_name, command, run_class=TrainJobRun)
+
+
+def resume_trainjob(operator: DistributedTrainingOperator, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+    """``execute_complete``: the trigger's event -> output, clean-up and XCom, as in the synchronous path."""
+    return resume_kubeflow(operator, context, event, run_class=TrainJobRun)
+
+
+def kill_trainjob(operator: DistributedTrainingOperator) -> None:
+    """``on_kill``: stop waiting and delete the TrainJob (its JobSet and node pods go with it)."""
+    kill_kubeflow(operator)
+
+
+# ---------------------------------------------------------------------------------------------- one job
+
+
+class TrainJobRun(KubeflowJobRun):
+    """One TrainJob of one task instance."""
+
+    backend = "trainjob"
+    controller = "the Kubeflow Trainer"
+    # A field the installed CRD does not know is refused, not silently dropped.
+    field_validation = "Strict"
+    hook: TrainJobHook
+
+    @staticmethod
+    def resource_of(framework: str) -> KubeflowResource:
+        from airflow_distributed.hooks.trainjob import TRAINJOB
+
+        return TRAINJOB
+
+    @staticmethod
+    def hook_class() -> type[TrainJobHook]:
+        from airflow_distributed.hooks.trainjob import TrainJobHook
+
+        return TrainJobHook
+
+    @classmethod
+    def start(cls, operator: DistributedTrainingOperator, context: Context, spec: TrainingSpec, job_name: str,
+              command: Sequence[str]) -> TrainJobRun:
+        from airflow_distributed.manifests.kubernetes import layout_for_kubernetes
+        from airflow_distributed.manifests.kubernetes_resources import ManifestError
+        from airflow_distributed.manifests.trainjob import (
+            TrainJobAddressing,
+            TrainJobOptions,
+            build_trainjob,
+            trainjob_problems,
+        )
+        from airflow_distributed.operators.kubernetes_backend import _manifest_options
+        from airflow_distributed.plan import build_plan
+
+        require_image(operator, "trainjob")
+        # A templated spec is checked here, once rendered, before anything is created.
+        problems = trainjob_problems(spec, operator.runtime)
+        if problems:
+            raise ManifestError("; ".join(f"{path}: {message}" for path, message in problems))
+        hook = cls.hook_class()(kubernetes_conn_id=operator.kubernetes_conn_id, logger=operator.log)
+        namespace = operator.namespace or hook.default_namespace()
+        layout = layout_for_kubernetes(operator.model_dir, job_name=job_name, checkpoint_dir=operator.checkpoint_dir)
+        command, files = operator._replica_program(list(command), layout.files_dir)
+        plan = build_plan(spec, job_name, TrainJobAddressing(namespace), layout, command, backend="trainjob",
+                          env=operator.env, try_number=context["ti"].try_number, files=files)
+        options = TrainJobOptions(_manifest_options(operator, context, namespace), runtime=operator.runtime,
+                                  runtime_kind=operator.runtime_kind,
+                                  n_proc_per_node=getattr(spec.cluster, "n_proc_per_node", None))
+        run = cls(operator, context, hook, namespace, job_name, spec.framework)
+        run.body = build_trainjob(plan, options)
+        return run
+
+    def observed(self, obj: dict[str, Any]) -> None:
+        """Publish the running TrainJob for the job view (``job_live``): its state, and the progress and metrics
+        the controller reports in ``status.trainerStatus``; best effort, the wait goes on whatever happens."""
+        from airflow_distributed.operators.local_live import LIVE_XCOM_KEY
+
+        try:
+            self.context["ti"].xcom_push(key=LIVE_XCOM_KEY, value=live_record(self, obj))
+        except Exception as error:
+            self.log.warning("could not publish the live state of TrainJob %s/%s: %s", self.namespace, self.name,
+                             error)
+
+    @staticmethod
+    def trigger_class() -> type[TrainJobTrigger]:
+        from airflow_distributed.triggers.trainjob import TrainJobTrigger
+
+        return TrainJobTrigger
+
+
+def live_record(run: TrainJobRun, obj: dict[str, Any]) -> dict[str, Any]:
+    """A running TrainJob in the shape of the ``job`` XCom, for the job view (pure): ``progress`` in the view's
+    form (``percent``, ``eta_seconds``), ``metrics`` as the controller reports them (strings), ``trainer_status``
+    as it is."""
+    from airflow_distributed.manifests.trainjob_status import trainer_progress, trainjob_status
+
+    status = trainjob_status(obj)
+    progress = trainer_progress(obj)
+    record: dict[str, Any] = {
+        "job_name": run.name, "framework": run.framework, "backend": "trainjob", "namespace": run.namespace,
+        "state": status.state, "metrics": dict(progress.metrics) if progress else {}, "model_path": None,
+        "history": [], "replicas": [], "logs": {},
+    }
+    if progress is not None:
+        record["trainer_status"] = progress.as_dict()
+        if progress.percent is not None:
+            record["progress"] = {"percent": progress.percent, "eta_seconds": progress.remaining_seconds}
+    return record
+
+
+__all__ = ["TrainJobRun", "check_trainjob_arguments", "kill_trainjob", "live_record", "resume_trainjob", "run_trainjob"]

@@ -1,0 +1,22 @@
+"""``TrainJobTrigger``: wait in the triggerer for a Kubeflow Trainer v2 ``TrainJob``.
+
+The Kubeflow trigger's watch (one LIST and one watch of the object, resumed, relisted after 410 Gone), judging the
+object by the TrainJob's ``Complete``/``Failed`` conditions (``trainjob_status``); a ``Suspended`` TrainJob keeps it
+waiting. It fires one event: ``succeeded``, ``failed``, ``deleted``, ``timeout`` or ``error``.
+"""
+
+from __future__ import annotations
+
+from airflow_distributed.manifests.trainjob_status import trainjob_status
+from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
+
+
+class TrainJobTrigger(KubeflowJobTrigger):
+    """Wait for a TrainJob to complete or fail without holding a worker slot; the arguments are those of
+    ``KubeflowJobTrigger``, with ``group``/``version``/``plural`` those of ``hooks.trainjob.TRAINJOB``
+    (``trainer.kubeflow.org``, ``v1alpha1``, ``trainjobs``)."""
+
+    status_of = staticmethod(trainjob_status)
+
+
+__all__ = ["TrainJobTrigger"]

@@ -1,0 +1,70 @@
+"""DAGs for the ``trainjob`` backend's tests; each job runs in a namespace of its own of the API emulator.
+
+The tests play the Kubeflow Trainer controller and JobSet: they create the node pods of the submitted TrainJob,
+move them, and write its ``status``. ``namespace_of(dag_id)`` is the namespace a DAG uses.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import DAG, task
+
+from airflow_distributed.operators import DistributedTrainingOperator
+from airflow_distributed.sensors import PytorchJobSensor, TrainJobSensor
+
+IMAGE = "registry.example.com/trainer:1.0"
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+ENVIRONMENT = {
+    "resources": {"cpu": {"requests": 1, "limits": 2}, "memory": {"requests": 512, "limits": 1024}},
+    "node_selector": {"pool": "training"},
+    "tolerations": [{"key": "training", "operator": "Exists", "effect": "NoSchedule"}],
+    "labels": {"team": "vision"},
+    "pytorch": {"n_workers": 2, "n_proc_per_node": 1},
+}
+
+
+def namespace_of(dag_id: str) -> str:
+    return dag_id.replace("_", "-")
+
+
+def _dag(dag_id: str, *, report: bool = False, **task_kwargs) -> DAG:
+    with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "trainjob"]) as dag:
+        train = DistributedTrainingOperator(
+            task_id="train",
+            framework="pytorch",
+            environment=ENVIRONMENT,
+            command=["python", "/opt/jobs/train.py"],
+            args=["--steps", "{{ params.steps }}"],
+            params={"steps": 5},
+            image=IMAGE,
+            backend="trainjob",
+            namespace=namespace_of(dag_id),
+            watch_timings={"server_timeout": 30},
+            **task_kwargs,
+        )
+        if report:
+
+            @task
+            def report_metrics(metrics: dict, model_path: str | None) -> dict:
+                return {"loss": metrics["loss"], "model_path": model_path}
+
+            report_metrics(train.output["metrics"], train.output["model_path"])
+    return dag
+
+
+success = _dag("trainjob_success", report=True)
+deferrable = _dag("trainjob_deferrable", report=True, deferrable=True)
+failure = _dag("trainjob_failure")
+suspended = _dag("trainjob_suspended")
+long_running = _dag("trainjob_long_running", execution_timeout=timedelta(minutes=5))
+
+#: The TrainJob the sensor DAGs wait for (the test creates it, as another tool would).
+EXTERNAL = "external-trainjob"
+with DAG(dag_id="trainjob_sensor_deferrable", schedule=None, start_date=START, catchup=False, tags=["test"]):
+    TrainJobSensor(task_id="wait", job_name=EXTERNAL, namespace=namespace_of("trainjob_sensor_deferrable"),
+                   deferrable=True, poke_interval=0.2, timeout=60)
+with DAG(dag_id="trainjob_sensor_failure", schedule=None, start_date=START, catchup=False, tags=["test"]):
+    PytorchJobSensor(task_id="wait", job_name=EXTERNAL, namespace=namespace_of("trainjob_sensor_failure"),
+                     kind="TrainJob", poke_interval=0.2, timeout=60, retries=2, retry_delay=timedelta(seconds=1))

@@ -1,0 +1,170 @@
+"""The test's stand-in for the Kubeflow Trainer v2 controller, JobSet and the Job controller on the API emulator.
+
+What the task can see of them: the TrainJob CRD served with its strict schema (derived from the typed models,
+``tests/data/trainjob``); node pods made from the TrainJob (``trainer`` and the runtime patch of the ``node`` pod
+template, on top of a ``torch-distributed`` runtime), with JobSet's and the Job controller's labels, the runtime's
+``PET_*`` variables and ``JOB_COMPLETION_INDEX``, and an ownerReference to the TrainJob (so deleting it deletes
+them); ``status`` (conditions, ``jobsStatus``, ``trainerStatus``) written through the status subresource.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.helpers import wait_until
+from tests.integration.kubeflow_controller import KubeflowController
+from tests.k8s_emulator import KubeEmulator
+
+GROUP, VERSION, PLURAL, KIND = "trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"
+SCHEMA_PATH = Path(__file__).resolve().parents[1] / "data" / "trainjob" / "trainjob-v1alpha1.json"
+
+
+def trainjob_schema() -> dict[str, Any]:
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+def register_trainjob_crd(emu: KubeEmulator) -> None:
+    emu.register_crd(GROUP, VERSION, PLURAL, KIND, schema=trainjob_schema())
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class TrainerController:
+    """Plays the Trainer controller for the TrainJobs of one namespace."""
+
+    def __init__(self, emu: KubeEmulator, namespace: str) -> None:
+        self.emu, self.namespace = emu, namespace
+        self.job: dict[str, Any] | None = None
+        self.pods: dict[int, str] = {}
+        self.errors: list[str] = []
+        self._conditions: dict[str, dict[str, Any]] = {}
+        self._jobs: list[dict[str, Any]] = []
+        self._progress: dict[str, Any] = {}
+        self._thread: threading.Thread | None = None
+
+    def jobs(self) -> list[dict]:
+        return self.emu.list(PLURAL, self.namespace, group=GROUP, version=VERSION)
+
+    def get(self) -> dict | None:
+        return self.emu.get(PLURAL, self.namespace, self.name, group=GROUP, version=VERSION)
+
+    @property
+    def name(self) -> str:
+        assert self.job is not None
+        return self.job["metadata"]["name"]
+
+    def wait_for_job(self, timeout: float = 60.0) -> dict:
+        self.job = wait_until(lambda: next(iter(self.jobs()), None), timeout=timeout, interval=0.02)
+        return self.job
+
+    def submit(self, name: str, nodes: int) -> dict:
+        """A TrainJob created outside Airflow (for the sensors), as the Kubeflow SDK would make it."""
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": {"name": name},
+                "spec": {"runtimeRef": {"name": "torch-distributed"},
+                         "trainer": {"numNodes": nodes, "image": "registry.example.com/trainer:1.0",
+                                     "command": ["torchrun", "train.py"]},
+                         "runtimePatches": [{"manager": "trainer.kubeflow.org/sdk", "trainingRuntimeSpec": {
+                             "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {
+                                 "template": {}}}}]}}}}]}}
+        self.job = self.emu.create(PLURAL, self.namespace, body, group=GROUP, version=VERSION)
+        return self.job
+
+    # -- status
+    def condition(self, kind: str, status: str, reason: str, message: str = "") -> None:
+        """Set one condition (``meta.SetStatusCondition``: one per type) and write the status."""
+        self._conditions[kind] = {"type": kind, "status": status, "reason": reason, "message": message,
+                                  "lastTransitionTime": now()}
+        self.write_status()
+
+    def write_status(self, active: int | None = None, progress: dict | None = None) -> None:
+        """The whole status; what is not given stays as last written, as the controller keeps it."""
+        status: dict[str, Any] = {}
+        if self._conditions:
+            status["conditions"] = list(self._conditions.values())
+        if active is not None:
+            self._jobs = [{"name": "node", "active": active, "ready": active, "succeeded": 0, "failed": 0,
+                           "suspended": 0}]
+        if self._jobs:
+            status["jobsStatus"] = self._jobs
+        if progress is not None:
+            self._progress = {**progress, "lastUpdatedTime": now()}
+        if self._progress:
+            status["trainerStatus"] = self._progress
+        if status:
+            self.emu.update_status(PLURAL, self.namespace, self.name, status, group=GROUP, version=VERSION)
+
+    # -- pods
+    def create_pods(self) -> dict[int, str]:
+        """One pod per node, as JobSet's indexed Job makes them: ``{rank: pod name}``."""
+        job = self.job = self.get() or self.job
+        assert job is not None
+        spec, name = job["spec"], self.name
+        trainer = spec.get("trainer") or {}
+        patch = spec["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+        assert patch["name"] == "node"
+        template = patch["template"]["spec"]["template"]
+        pod_spec = dict(template.get("spec") or {})
+        container_patch = next(iter(pod_spec.pop("containers", None) or []), {})
+        nodes = int(trainer.get("numNodes") or 1)
+        owner = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": name, "uid": job["metadata"]["uid"],
+                 "controller": True, "blockOwnerDeletion": True}
+        for rank in range(nodes):
+            runtime_env = [
+                {"name": "PET_NNODES", "value": str(nodes)},
+                {"name": "PET_NPROC_PER_NODE", "value": str(trainer.get("numProcPerNode") or 1)},
+                {"name": "PET_NODE_RANK", "value": str(rank)},
+                {"name": "PET_MASTER_ADDR", "value": f"{name}-node-0-0.{name}"},
+                {"name": "PET_MASTER_PORT", "value": "29500"},
+                {"name": "JOB_COMPLETION_INDEX", "value": str(rank)},
+            ]
+            container = {"name": "node", "image": trainer["image"], "command": trainer["command"],
+                         "env": [*(trainer.get("env") or []), *runtime_env],
+                         "ports": [{"containerPort": 29500}]}
+            if trainer.get("resourcesPerNode"):
+                container["resources"] = trainer["resourcesPerNode"]
+            if container_patch.get("volumeMounts"):
+                container["volumeMounts"] = container_patch["volumeMounts"]
+            pod_name = f"{name}-node-0-{rank}-x{rank}k2p"
+            labels = {**(template.get("metadata") or {}).get("labels", {}),
+                      "jobset.sigs.k8s.io/jobset-name": name,
+                      "jobset.sigs.k8s.io/replicatedjob-name": "node",
+                      "jobset.sigs.k8s.io/job-index": "0",
+                      "batch.kubernetes.io/job-completion-index": str(rank),
+                      "trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
+            pod = {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": pod_name, "labels": labels, "ownerReferences": [owner],
+                                "annotations": {**((template.get("metadata") or {}).get("annotations") or {}),
+                                                "batch.kubernetes.io/job-completion-index": str(rank)}},
+                   "spec": {**pod_spec, "containers": [container], "restartPolicy": "Never",
+                            "hostname": f"{name}-node-0-{rank}", "subdomain": name}}
+            self.emu.create("pods", self.namespace, pod)
+            self.pods[rank] = pod_name
+        return self.pods
+
+    def run_all(self) -> None:
+        for name in self.pods.values():
+            self.emu.run_pod(self.namespace, name)
+
+    def succeed(self, rank: int, document: dict | None = None) -> None:
+        self.emu.succeed_pod(self.namespace, self.pods[rank], message=json.dumps(document) if document else None)
+
+    def fail(self, rank: int, code: int, reason: str = "Error") -> None:
+        self.emu.fail_pod(self.namespace, self.pods[rank], exit_code=code, reason=reason)
+
+    def log(self, rank: int, *lines: str) -> None:
+        self.emu.append_log(self.namespace, self.pods[rank], "\n".join(lines), container="node")
+
+    def watched(self) -> bool:
+        """The task (or trigger) has a watch open on TrainJobs: the verdict will come from an event."""
+        return any(r.is_watch and f"/{PLURAL}" in r.path and f"/namespaces/{self.namespace}/" in r.path
+                   for r in self.emu.requests)
+
+    # -- a script in a thread: as the Kubeflow controller's
+    play = KubeflowController.play
+    check = KubeflowController.check

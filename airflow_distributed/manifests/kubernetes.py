@@ -31,6 +31,7 @@ from typing import Any, Literal, TypeVar
 from airflow.providers.cncf.kubernetes.utils.xcom_sidecar import PodDefaults, add_xcom_sidecar
 from kubernetes import client
 
+from airflow_distributed.frameworks import get_framework
 from airflow_distributed.frameworks.horovod import SSH_PORT
 from airflow_distributed.manifests import horovod_ssh
 from airflow_distributed.manifests.container_scripts import (
@@ -601,7 +602,7 @@ def _peers_to_wait_for(plan: ClusterPlan, replica: Replica, standby_hosts: tuple
     if standby_hosts:
         # Launcher model: the launcher connects to every standby replica's sshd; those connect to nothing.
         return [(host, SSH_PORT) for host in standby_hosts] if replica.command is not None else []
-    return [] if replica.is_master else [(plan.master.host, plan.master.port)]
+    return get_framework(plan.framework).first_peers(replica, plan)
 
 
 def _readiness_container(

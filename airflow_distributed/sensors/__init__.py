@@ -5,10 +5,11 @@ from airflow_distributed.sensors.frameworks import (
     HorovodJobSensor,
     JaxJobSensor,
     MXNetJobSensor,
+    PaddleJobSensor,
     PytorchJobSensor,
     TensorflowJobSensor,
     XGBoostJobSensor,
 )
 
-__all__ = ["DistributedJobSensor", "HorovodJobSensor", "JaxJobSensor", "MXNetJobSensor", "PytorchJobSensor",
-           "TensorflowJobSensor", "XGBoostJobSensor"]
+__all__ = ["DistributedJobSensor", "HorovodJobSensor", "JaxJobSensor", "MXNetJobSensor", "PaddleJobSensor",
+           "PytorchJobSensor", "TensorflowJobSensor", "XGBoostJobSensor"]

@@ -10,6 +10,7 @@ exits 0 (CONTRACT.md); with ``kind="kubeflow"`` (or the kind by name) the job's 
 - ``MXNetJobSensor`` (``MXJob``): the Scheduler;
 - ``HorovodJobSensor`` (``MPIJob``): the Launcher;
 - ``XGBoostJobSensor`` (``XGBoostJob``): the Master;
+- ``PaddleJobSensor`` (``PaddleJob``): the Master; without one (the operator's collective mode), every worker;
 - ``JaxJobSensor``: jobs of the ``kubernetes`` backend only (a JAX job has no Kubeflow resource here).
 """
 
@@ -48,11 +49,17 @@ class XGBoostJobSensor(DistributedJobSensor):
     default_framework = "xgboost"
 
 
+class PaddleJobSensor(DistributedJobSensor):
+    """Wait for a PaddlePaddle job (``PaddleJob`` with ``kind="kubeflow"``); see ``DistributedJobSensor``."""
+
+    default_framework = "paddle"
+
+
 class JaxJobSensor(DistributedJobSensor):
     """Wait for a JAX job of the ``kubernetes`` backend; see ``DistributedJobSensor``."""
 
     default_framework = "jax"
 
 
-__all__ = ["HorovodJobSensor", "JaxJobSensor", "MXNetJobSensor", "PytorchJobSensor", "TensorflowJobSensor",
-           "XGBoostJobSensor"]
+__all__ = ["HorovodJobSensor", "JaxJobSensor", "MXNetJobSensor", "PaddleJobSensor", "PytorchJobSensor",
+           "TensorflowJobSensor", "XGBoostJobSensor"]

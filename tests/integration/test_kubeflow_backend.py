@@ -148,6 +148,43 @@ def test_an_xgboostjob_is_submitted_watched_and_its_masters_output_read(emulator
     assert [r.method for r in emulator.requests if r.path.endswith(f"/{namespace}/xgboostjobs")].count("POST") == 1
 
 
+def test_a_paddlejob_is_submitted_watched_and_its_masters_output_read(emulator):
+    namespace = namespace_of("kubeflow_paddle")
+    emulator.create_namespace(namespace)
+
+    def script(controller: KubeflowController) -> None:
+        controller.wait_for_job()
+        controller.create_pods()
+        controller.run_all()
+        controller.conditions(("Created", "PaddleJobCreated", ""), ("Running", "JobRunning", ""))
+        wait_until(controller.watched, timeout=60, interval=0.02)
+        controller.succeed("master-0", DOCUMENT)
+        controller.succeed("worker-0")
+        controller.succeed("worker-1")
+        controller.conditions(("Created", "PaddleJobCreated", ""), ("Running", "JobRunning", ""),
+                              ("Succeeded", "JobSucceeded", ""))
+
+    controller = KubeflowController(emulator, namespace, "paddlejobs").play(script)
+    run, states = run_dag_at("kubeflow_paddle")
+    controller.check()
+
+    assert states == {"train": "success"}
+    result = xcom(run, "train")
+    assert (result["framework"], result["backend"], result["state"]) == ("paddle", "kubeflow", "succeeded")
+    assert result["metrics"] == DOCUMENT["metrics"]
+    specs = controller.job["spec"]["paddleReplicaSpecs"]
+    assert {rtype: spec["replicas"] for rtype, spec in specs.items()} == {"Master": 1, "Worker": 2}
+    master = specs["Master"]["template"]["spec"]["containers"][0]
+    worker = specs["Worker"]["template"]["spec"]["containers"][0]
+    assert (master["name"], master["ports"]) == ("paddle", [{"name": "master", "containerPort": 36543,
+                                                              "protocol": "TCP"}])
+    assert worker["command"][:2] == ["sh", "-c"] and "PADDLE_TRAINER_ID" in worker["command"][2]
+    assert worker["command"][-4:] == ["python", "/opt/jobs/train.py", "--steps", "5"]
+    assert [r.method for r in emulator.requests if r.path.endswith(f"/{namespace}/paddlejobs")].count("POST") == 1
+    # Deleted after success; its pods go with it (ownerReferences).
+    assert emulator.list("paddlejobs", namespace, group=GROUP, version="v1") == []
+
+
 def test_a_failed_pytorchjob_fails_the_task_naming_the_replica_and_keeps_the_job(emulator, capfd):
     namespace = namespace_of("kubeflow_failure")
     emulator.create_namespace(namespace)

@@ -298,6 +298,35 @@ def test_a_tfjob_sensor_reads_the_output_of_the_replica_its_success_rule_names(e
     wait_until(lambda: emulator.list("pods", namespace) == [], timeout=5, interval=0.05)
 
 
+def test_a_paddlejob_sensor_reads_the_masters_output(emulator):
+    namespace = namespace_of("sensor_paddlejob")
+    emulator.create_namespace(namespace)
+    controller = KubeflowController(emulator, namespace, "paddlejobs")
+    controller.submit(JOB, {"Master": 1, "Worker": 2}, container="paddle")
+    pods = controller.create_pods()
+    controller.run_all()
+    controller.conditions(("Created", "PaddleJobCreated", ""), ("Running", "JobRunning", ""))
+
+    def script(c: KubeflowController) -> None:
+        wait_until(lambda: len([r for r in emulator.requests if r.path.endswith(f"/paddlejobs/{JOB}")]) >= 2,
+                   timeout=60, interval=0.02)
+        for key in pods:
+            c.succeed(key, DOCUMENT if key == "master-0" else OTHER)
+        c.conditions(("Created", "PaddleJobCreated", ""), ("Running", "JobRunning", ""),
+                     ("Succeeded", "JobSucceeded", f"PaddleJob {JOB} is successfully completed."))
+
+    emulator.reset_requests()
+    controller.play(script)
+    run, states = run_dag_at("sensor_paddlejob")
+    controller.check()
+
+    assert states == {"wait": "success"}
+    assert xcom(run, "wait", "metrics") == DOCUMENT["metrics"]
+    result = xcom(run, "wait")
+    assert (result["backend"], result["framework"], result["state"]) == ("kubeflow", "paddle", "succeeded")
+    assert sorted(r["name"] for r in result["replicas"]) == sorted(pods.values())
+
+
 def test_a_failed_tfjob_fails_the_sensor_naming_the_replica_and_reason_without_retry(emulator, capfd):
     namespace = namespace_of("sensor_tfjob_failure")
     emulator.create_namespace(namespace)
@@ -361,9 +390,10 @@ def test_a_sensor_refuses_a_kind_of_another_framework():
 
 
 def test_the_xgboost_sensor_takes_the_xgboostjob_and_the_jax_sensor_has_no_kubeflow_kind():
-    from airflow_distributed.sensors import JaxJobSensor, XGBoostJobSensor
+    from airflow_distributed.sensors import JaxJobSensor, PaddleJobSensor, XGBoostJobSensor
 
     assert XGBoostJobSensor(task_id="s", job_name="j", kind="kubeflow").kind == "XGBoostJob"
+    assert PaddleJobSensor(task_id="s", job_name="j", kind="kubeflow").kind == "PaddleJob"
     assert JaxJobSensor(task_id="s", job_name="j").kind is None
     with pytest.raises(ValueError, match="jax has no Kubeflow kind; use kind=None"):
         JaxJobSensor(task_id="s", job_name="j", kind="kubeflow")

@@ -33,9 +33,9 @@ master_crash = _dag("test_master_crash", [*slow, "--crash-at-step", "5", "--cras
 timeout = _dag("test_timeout", slow, execution_timeout=timedelta(seconds=12))
 long_running = _dag("test_long_running", slow)
 
-# Paddle's parameter-server mode with stand-in replicas (the PaddlePaddle CPU wheel has no parameter-server core, see
-# docs/frameworks.md): pservers listen on POD_IP:PADDLE_PORT and never exit, as Paddle's do; every trainer connects
-# to every pserver of PADDLE_PSERVERS_IP_PORT_LIST, and the master reports what it reached.
+# Paddle's parameter-server mode with stand-in replicas, so that the backend's part runs without Paddle: pservers
+# listen on POD_IP:PADDLE_PORT and never exit, as Paddle's may not; every trainer connects to every pserver of
+# PADDLE_PSERVERS_IP_PORT_LIST, and the master reports what it reached.
 PSERVER_STAND_IN = """
 import json, os, socket, time
 from airflow_distributed import tracking

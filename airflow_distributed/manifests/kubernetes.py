@@ -166,7 +166,8 @@ class JobManifestOptions:
         dict (its name is replaced); default an emptyDir, which lives only as long as each pod, so a model
         meant to outlast the job belongs on a claim or at a URL ``model_dir``.
     :param wait_for_master: start replicas only once the replicas they connect to accept TCP (an init
-        container): workers wait for the master; a Horovod launcher waits for every worker's sshd.
+        container): workers wait for the master (Paddle's trainers in parameter-server mode, the master included,
+        for every pserver: ``Framework.first_peers``); a Horovod launcher waits for every worker's sshd.
     :param readiness_timeout_seconds: how long that wait may take before the pod fails.
     :param relay_output: run the master's command under a relay that copies the output document into the
         container's termination message, readable from the pod status even if the sidecar cannot be reached.

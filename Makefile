@@ -1,4 +1,5 @@
-# Two commands do all the set-up on a fresh machine (make test also builds .venvs/mxnet and .venvs/paddle):
+# Two commands do all the set-up on a fresh machine (make test also builds .venvs/mxnet, .venvs/paddle and
+# .venvs/paddle-ps):
 #   make example   installs what it needs and runs the PyTorch example DAG on the local backend
 #   make test      installs the test dependencies and runs the default test suite
 PYTHON ?= python3
@@ -6,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: example test test-slow lint mxnet paddle browser bench clean
+.PHONY: example test test-slow lint mxnet paddle paddle-ps browser bench clean
 
 # pip's output goes to a log that is shown only when the install fails.
 PIP_INSTALL = $(PY) -m pip install --quiet --disable-pip-version-check
@@ -29,20 +30,23 @@ mxnet:
 paddle:
 	bash scripts/framework-venv.sh paddle $(PYTHON)
 
+paddle-ps:
+	bash scripts/framework-venv.sh paddle-ps $(PYTHON)
+
 # The browser test drives Debian's Chromium; installed when missing and we may (root), else that test skips.
 browser:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 	  { [ "$$(id -u)" = 0 ] && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	      apt-get install -y -qq chromium chromium-driver >/dev/null) || echo "no chromium: the browser test will skip"; }
 
-test: $(VENV)/.installed-test mxnet paddle browser
+test: $(VENV)/.installed-test mxnet paddle paddle-ps browser
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-test-slow: $(VENV)/.installed-test mxnet paddle
+test-slow: $(VENV)/.installed-test mxnet paddle paddle-ps
 	bash scripts/build-horovod.sh $(PY)
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 

@@ -5,12 +5,15 @@
 #
 # - mxnet: mxnet==1.9.1 and numpy<1.24 (MXNet 1.9.1 still uses numpy aliases that NumPy 1.24 removed).
 # - paddle: paddlepaddle==3.3.1 (CPU), which pins opt_einsum==3.3.0 and would downgrade the main environment's 3.4.0.
+# - paddle-ps: paddlepaddle==2.6.2 (CPU) for Paddle's parameter-server mode, whose core (DistFleetWrapper) the 3.x CPU
+#   wheels lack; with protobuf 4.25: with a newer one its DistributedStrategy refuses its own fields, with 3.20 it
+#   imports google.protobuf.pyext._message, which that install lacks.
 #
-# Usage: scripts/framework-venv.sh mxnet|paddle [python]   (default: python3 on PATH)
+# Usage: scripts/framework-venv.sh mxnet|paddle|paddle-ps [python]   (default: python3 on PATH)
 # Idempotent: a complete environment is left alone. Quiet unless failing; prints the environment's python at the end.
 set -euo pipefail
 
-name="${1:?usage: scripts/framework-venv.sh mxnet|paddle [python]}"
+name="${1:?usage: scripts/framework-venv.sh mxnet|paddle|paddle-ps [python]}"
 base_python="${2:-python3}"
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$repo/.venvs/$name"
@@ -31,8 +34,16 @@ assert mxnet.__version__ == "1.9.1"'
             "$venv/bin/python" -c 'import paddle, airflow_distributed.tracking; assert paddle.__version__ == "3.3.1"'
         }
         ;;
+    paddle-ps)
+        requirements=("paddlepaddle==2.6.2" "protobuf==4.25.8")
+        check() {
+            "$venv/bin/python" -c 'import paddle, airflow_distributed.tracking
+from paddle.base import core
+assert paddle.__version__ == "2.6.2" and hasattr(core, "DistFleetWrapper")'
+        }
+        ;;
     *)
-        echo "scripts/framework-venv.sh: no environment for $name; known: mxnet, paddle" >&2
+        echo "scripts/framework-venv.sh: no environment for $name; known: mxnet, paddle, paddle-ps" >&2
         exit 2
         ;;
 esac

@@ -48,6 +48,11 @@ class Framework:
         """The argv a replica runs; ``None`` means standby (the backend keeps it alive, e.g. sshd for MPI)."""
         return tuple(command)
 
+    def first_peers(self, replica: Replica, plan: ClusterPlan) -> list[tuple[str, int]]:
+        """The (host, port)s a replica connects to first, so that it must not start before they listen
+        (Kubernetes readiness); by default every replica but the master waits for the master."""
+        return [] if replica.is_master else [(plan.master.host, plan.master.port)]
+
     def succeeded(self, exit_codes: Mapping[str, int | None], master_name: str) -> bool:
         """The success rule of CONTRACT.md: the master exited 0."""
         return exit_codes.get(master_name) == 0

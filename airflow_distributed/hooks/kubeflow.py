@@ -1,9 +1,9 @@
 """Kubeflow backend I/O: submit a training job's custom object, watch it, read its master's output, delete it.
 
 ``KubeflowJobHook`` is ``DistributedTrainingHook`` (same connection, retries, error messages) with the calls a
-Kubeflow ``TFJob``/``PyTorchJob``/``MXJob``/``MPIJob``/``XGBoostJob`` needs. The operator in the cluster creates and
-judges the pods; this hook only reads its verdict (``kubeflow_status.job_status``) through one LIST and one watch of
-the object, resumed from its resourceVersion and relisted after 410 Gone (``object_watch``).
+Kubeflow ``TFJob``/``PyTorchJob``/``MXJob``/``MPIJob``/``XGBoostJob``/``PaddleJob`` needs. The operator in the
+cluster creates and judges the pods; this hook only reads its verdict (``kubeflow_status.job_status``) through one
+LIST and one watch of the object, resumed from its resourceVersion and relisted after 410 Gone (``object_watch``).
 """
 
 from __future__ import annotations

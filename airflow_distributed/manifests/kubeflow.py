@@ -1,5 +1,5 @@
-"""``ClusterPlan`` -> one Kubeflow training resource: ``TFJob``, ``PyTorchJob``, ``MXJob``, ``MPIJob`` or
-``XGBoostJob`` (pure).
+"""``ClusterPlan`` -> one Kubeflow training resource: ``TFJob``, ``PyTorchJob``, ``MXJob``, ``MPIJob``,
+``XGBoostJob`` or ``PaddleJob`` (pure).
 
 The ``kubeflow`` backend submits the same spec as a custom resource, and the operator in the cluster creates
 the pods, their Services and the framework's variables. Resources, their replica types and the releases targeted:
@@ -11,6 +11,14 @@ the pods, their Services and the framework's variables. Resources, their replica
 - horovod: ``MPIJob`` kubeflow.org/v2beta1, Launcher, Worker, ``slotsPerWorker``, ``runLauncherAsWorker`` (the
   launcher is rank 0, as in Polyaxon), ``sshAuthMountPath``, ``mpiImplementation``; mpi-operator 0.5 / 0.6.
 - xgboost: ``XGBoostJob`` kubeflow.org/v1, Master (runs the tracker, rank 0), Worker; training-operator 1.8 / 1.9.
+- paddle: ``PaddleJob`` kubeflow.org/v1, Master (trainer 0), Worker (trainer i + 1); training-operator 1.8 / 1.9;
+  collective mode only. With a Master the operator takes a PaddleJob for what it calls PS mode: it decides success by
+  the Master, as here, and adds ``PADDLE_MASTER`` (the Master's address, where ``init_parallel_env`` then puts its
+  TCP store: the first trainer endpoint, as on the other backends), ``PADDLE_NNODES``, ``PADDLE_JOB_ID`` and
+  ``PADDLE_SERVER_NUM``/``PADDLE_TRAINER_NUM`` = 1, which only ``paddle.distributed.launch`` reads; the
+  contract's scripts call ``init_parallel_env`` with the plan's ``PADDLE_*`` variables. Paddle's own
+  parameter-server mode is refused: a PaddleJob runs pservers as its Master replicas and succeeds when they exit,
+  but pservers serve until stopped and trainer 0 decides the job here.
 - jax: none. JAXJob (training-operator 1.9) has Worker replicas only, worker 0 being the coordinator, so the
   Polyaxon master would share one template with the workers, the output relay and ``AIRFLOW_DISTRIBUTED_OUTPUT``
   included; ``kubeflow_problems`` refuses it and the ``kubernetes`` backend runs it.
@@ -31,10 +39,12 @@ Variables. The operator sets its framework's variables itself, so the plan's are
 ``TF_CONFIG``; ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``/``RANK``/``PET_*``/``PYTHONUNBUFFERED``;
 ``DMLC_*`` (ps-lite numbers servers and workers itself, so ``DMLC_SERVER_ID``/``DMLC_WORKER_ID`` go too); and the
 MPI hostfile (the launcher's ``horovodrun`` is pointed at the operator's ``/etc/mpi/hostfile``); XGBoost's
-``MASTER_*``/``WORLD_SIZE``/``RANK``. Of the plan's, ``LOCAL_RANK=0`` stays (the PyTorch operator does not set it),
-and so do XGBoost's ``DMLC_*``, which the operator does not set: they are the same in every pod except
-``DMLC_TASK_ID``, which the Worker template derives from the operator's ``RANK`` when the container starts
-(``derive_task_id_command``). Every ``AIRFLOW_DISTRIBUTED_*`` variable keeps its
+``MASTER_*``/``WORLD_SIZE``/``RANK``; Paddle's ``PYTHONUNBUFFERED``. Of the plan's, ``LOCAL_RANK=0`` stays (the
+PyTorch operator does not set it), and so do XGBoost's ``DMLC_*`` and Paddle's ``PADDLE_TRAINER_*``/
+``PADDLE_CURRENT_ENDPOINT``, which their operators do not set: they are the same in every pod except
+``DMLC_TASK_ID`` (derived by the Worker template from the operator's ``RANK`` when the container starts,
+``derive_task_id_command``) and ``PADDLE_TRAINER_ID``/``PADDLE_CURRENT_ENDPOINT`` (derived from the pod's replica
+index, ``derive_trainer_id_command``). Every ``AIRFLOW_DISTRIBUTED_*`` variable keeps its
 meaning: ``JOB``, ``FRAMEWORK``, ``ROLE``, ``MODEL_DIR``, ``CLUSTER`` (the addresses of the operator's Services,
 from ``KubeflowAddressing``), ``OUTPUT`` on the master, and ``INDEX``, read from the pod's
 ``training.kubeflow.org/replica-index`` label by the downward API, as one template serves every index.
@@ -64,6 +74,7 @@ from kubernetes import client
 
 from airflow_distributed.frameworks import get_framework
 from airflow_distributed.frameworks.horovod import HOSTFILE, SSH_PORT
+from airflow_distributed.frameworks.paddle import PSERVER
 from airflow_distributed.frameworks.xgboost import task_id
 from airflow_distributed.manifests import horovod_ssh
 from airflow_distributed.manifests.container_scripts import (
@@ -209,6 +220,14 @@ KINDS: dict[str, KubeflowKind] = {
         kept_env=frozenset({"DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_NUM_WORKER", "DMLC_TASK_ID"}),
         rank_derived_env=frozenset({"DMLC_TASK_ID"}),
     ),
+    "paddle": KubeflowKind(
+        "paddle", "PaddleJob", "v1", "paddlejobs",
+        MappingProxyType({"master": "Master", "worker": "Worker"}),
+        container="paddle", port_name="master", operator_env=frozenset({"PYTHONUNBUFFERED"}),
+        kept_env=frozenset({"PADDLE_TRAINER_ENDPOINTS", "PADDLE_CURRENT_ENDPOINT", "PADDLE_TRAINER_ID",
+                            "PADDLE_TRAINERS_NUM"}),
+        rank_derived_env=frozenset({"PADDLE_TRAINER_ID", "PADDLE_CURRENT_ENDPOINT"}),
+    ),
 }
 
 
@@ -301,6 +320,13 @@ class KubeflowJobOptions:
 # ------------------------------------------------------------------------------------------ one template per role
 
 
+PADDLE_PS_REFUSED = (
+    "a PaddleJob runs parameter servers as its Master replicas and succeeds when they exit, but Paddle's pservers "
+    "serve until stopped and trainer 0 decides the job; backend='kubeflow' takes Paddle's collective mode only "
+    "(n_ps: 0); use backend='kubernetes' for parameter-server mode"
+)
+
+
 def kubeflow_problems(spec: TrainingSpec) -> list[tuple[str, str]]:
     """``(path, message)`` for every part of a valid spec that its Kubeflow resource cannot express.
 
@@ -314,10 +340,14 @@ def kubeflow_problems(spec: TrainingSpec) -> list[tuple[str, str]]:
     cluster = spec.cluster
     section = f"environment.{SECTION_OF[spec.framework]}"
     problems: list[tuple[str, str]] = []
+    if spec.framework == "paddle" and isinstance(cluster, PSCluster) and cluster.n_ps:
+        problems.append((f"{section}.n_ps", PADDLE_PS_REFUSED))
     role_settings: dict[str, list[PodSettings]] = {}
     for role in framework.roles:
         if role.spec_key is None or (role.spec_key == "ps" and not isinstance(cluster, PSCluster)):
             continue
+        if role.name not in kind.replica_types:
+            continue  # a role the kind has no replica type for, refused above (Paddle's pservers)
         count = getattr(cluster, "n_workers" if role.spec_key == "worker" else "n_ps")
         default = getattr(cluster, f"default_{role.spec_key}") or PodSettings()
         overrides = {entry.index: (position, entry) for position, entry in enumerate(getattr(cluster, role.spec_key))}
@@ -448,6 +478,8 @@ def _check_plan(plan: ClusterPlan, options: KubeflowJobOptions, kind: KubeflowKi
                 f"it in namespace {options.pods.namespace}; build the plan with "
                 f"KubeflowAddressing({options.pods.namespace!r}, {plan.framework!r})"
             )
+    if any(replica.role == PSERVER for replica in plan.replicas) and plan.framework == "paddle":
+        raise ManifestError(f"job {plan.job_name}: {PADDLE_PS_REFUSED}")
     # The only file a framework ships today is Horovod's hostfile, which mpi-operator writes itself.
     extra = sorted(name for name in plan.files if not (plan.framework == "horovod" and name == HOSTFILE))
     if extra:
@@ -569,7 +601,8 @@ def _main_container(
         if plan.framework == "horovod":
             command = _with_hostfile(command, MPI_HOSTFILE)
         if len(replicas) > 1 and kind.rank_derived_env:
-            command = derive_task_id_command(command, len(plan.replicas))
+            command = (derive_trainer_id_command(command) if plan.framework == "paddle"
+                       else derive_task_id_command(command, len(plan.replicas)))
         if relay:
             command = relay_output_command(pods.image_python, command, plan.layout.output_path)
     ports = None
@@ -609,6 +642,21 @@ def derive_task_id_command(argv: Sequence[str], world_size: int) -> list[str]:
     """
     width = len(task_id(world_size - 1, world_size))
     script = f'DMLC_TASK_ID=$(printf "%0{width}d" "$RANK") && export DMLC_TASK_ID && exec "$@"'
+    return ["sh", "-c", script, "sh", *argv]
+
+
+def derive_trainer_id_command(argv: Sequence[str]) -> list[str]:
+    """``argv`` run with Paddle's ``PADDLE_TRAINER_ID`` and ``PADDLE_CURRENT_ENDPOINT`` of a Worker pod.
+
+    One template serves every Worker, so these are computed in the pod from its replica index (the
+    ``AIRFLOW_DISTRIBUTED_INDEX`` the template reads from the operator's label): worker i is trainer i + 1, and its
+    endpoint is entry i + 2 (1-based) of ``PADDLE_TRAINER_ENDPOINTS``, as ``frameworks.paddle`` gives them.
+    """
+    script = (
+        'PADDLE_TRAINER_ID=$((AIRFLOW_DISTRIBUTED_INDEX + 1)) && '
+        'PADDLE_CURRENT_ENDPOINT=$(printf %s "$PADDLE_TRAINER_ENDPOINTS" | cut -d, -f$((PADDLE_TRAINER_ID + 1))) && '
+        'export PADDLE_TRAINER_ID PADDLE_CURRENT_ENDPOINT && exec "$@"'
+    )
     return ["sh", "-c", script, "sh", *argv]
 
 
@@ -663,6 +711,7 @@ __all__ = [
     "ManifestError",
     "build_kubeflow_job",
     "derive_task_id_command",
+    "derive_trainer_id_command",
     "kubeflow_kind",
     "kubeflow_problems",
     "kubeflow_resource",

@@ -31,6 +31,7 @@ REPLICA_SPECS_KEY: dict[str, str] = {
     "MXJob": "mxReplicaSpecs",
     "MPIJob": "mpiReplicaSpecs",
     "XGBoostJob": "xgbReplicaSpecs",
+    "PaddleJob": "paddleReplicaSpecs",
 }
 
 CONDITION_STATES: dict[str, str] = {
@@ -115,6 +116,8 @@ def success_rule(obj: Mapping[str, Any]) -> SuccessRule:
     - MXJob: the Scheduler.
     - MPIJob: the Launcher.
     - XGBoostJob: the Master.
+    - PaddleJob: the Master if there is one (the operator's PS mode, this project's collective jobs); else every
+      Worker (the operator's collective mode).
 
     :raises ValueError: a kind that is not one of these, or a job without the replica type that would decide.
     """
@@ -130,6 +133,10 @@ def success_rule(obj: Mapping[str, Any]) -> SuccessRule:
         if spec.get("successPolicy") == "AllWorkers":
             return SuccessRule("Worker", None, True, "every Worker succeeded (successPolicy AllWorkers)")
         return SuccessRule("Worker", 0, False, "worker 0 succeeded (a TFJob without a Chief)")
+    if kind == "PaddleJob":
+        if "Master" in types:
+            return SuccessRule("Master", 0, False, "the Master succeeded")
+        return SuccessRule("Worker", None, True, "every Worker succeeded (a PaddleJob without a Master)")
     if kind == "PyTorchJob":
         if "Master" in types:
             return SuccessRule("Master", 0, False, "the Master succeeded")

@@ -31,6 +31,7 @@ from typing import Any, Literal, TypeVar
 from airflow.providers.cncf.kubernetes.utils.xcom_sidecar import PodDefaults, add_xcom_sidecar
 from kubernetes import client
 
+from airflow_distributed.frameworks import get_framework
 from airflow_distributed.frameworks.horovod import SSH_PORT
 from airflow_distributed.manifests import horovod_ssh
 from airflow_distributed.manifests.container_scripts import (
@@ -165,7 +166,8 @@ class JobManifestOptions:
         dict (its name is replaced); default an emptyDir, which lives only as long as each pod, so a model
         meant to outlast the job belongs on a claim or at a URL ``model_dir``.
     :param wait_for_master: start replicas only once the replicas they connect to accept TCP (an init
-        container): workers wait for the master; a Horovod launcher waits for every worker's sshd.
+        container): workers wait for the master (Paddle's trainers in parameter-server mode, the master included,
+        for every pserver: ``Framework.first_peers``); a Horovod launcher waits for every worker's sshd.
     :param readiness_timeout_seconds: how long that wait may take before the pod fails.
     :param relay_output: run the master's command under a relay that copies the output document into the
         container's termination message, readable from the pod status even if the sidecar cannot be reached.
@@ -601,7 +603,7 @@ def _peers_to_wait_for(plan: ClusterPlan, replica: Replica, standby_hosts: tuple
     if standby_hosts:
         # Launcher model: the launcher connects to every standby replica's sshd; those connect to nothing.
         return [(host, SSH_PORT) for host in standby_hosts] if replica.command is not None else []
-    return [] if replica.is_master else [(plan.master.host, plan.master.port)]
+    return get_framework(plan.framework).first_peers(replica, plan)
 
 
 def _readiness_container(

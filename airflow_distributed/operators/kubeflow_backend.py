@@ -1,6 +1,6 @@
 """What ``DistributedTrainingOperator`` does with ``backend="kubeflow"``: plan -> Kubeflow job -> status -> XCom.
 
-The same spec is submitted as one ``TFJob``/``PyTorchJob``/``MXJob``/``MPIJob``/``XGBoostJob``
+The same spec is submitted as one ``TFJob``/``PyTorchJob``/``MXJob``/``MPIJob``/``XGBoostJob``/``PaddleJob``
 (``manifests.kubeflow``); the Kubeflow Training Operator in the cluster creates the pods and judges them, and the
 task reads its verdict from the object's ``status.conditions`` through one watch (``KubeflowJobHook``, or
 ``KubeflowJobTrigger`` when deferred).

@@ -5,11 +5,12 @@ from airflow_distributed.sensors.frameworks import (
     HorovodJobSensor,
     JaxJobSensor,
     MXNetJobSensor,
+    PaddleJobSensor,
     PytorchJobSensor,
     TensorflowJobSensor,
     TrainJobSensor,
     XGBoostJobSensor,
 )
 
-__all__ = ["DistributedJobSensor", "HorovodJobSensor", "JaxJobSensor", "MXNetJobSensor", "PytorchJobSensor",
-           "TensorflowJobSensor", "TrainJobSensor", "XGBoostJobSensor"]
+__all__ = ["DistributedJobSensor", "HorovodJobSensor", "JaxJobSensor", "MXNetJobSensor", "PaddleJobSensor",
+           "PytorchJobSensor", "TensorflowJobSensor", "TrainJobSensor", "XGBoostJobSensor"]

@@ -6,8 +6,9 @@ Two kinds of job:
   ``job_name`` and ``namespace`` to XCom) or any set of pods with the project's labels: its pods are found by the
   ``airflow-distributed/job`` label and judged by ``job_watch`` like the operator's own wait (the master's main
   container exiting 0 succeeds; any replica exiting non-zero, or failing to start for good, fails);
-- a Kubeflow ``TFJob``/``PyTorchJob``/``MXJob``/``MPIJob``/``XGBoostJob`` (``kind=``): its ``status.conditions``
-  (``kubeflow_status.job_status``), and the output document of the replica its framework's success rule names.
+- a Kubeflow ``TFJob``/``PyTorchJob``/``MXJob``/``MPIJob``/``XGBoostJob``/``PaddleJob`` (``kind=``): its
+  ``status.conditions`` (``kubeflow_status.job_status``), and the output document of the replica its framework's
+  success rule names.
 
 On success the sensor pushes ``metrics`` and ``model_path`` (and returns the operator's ``return_value``); on
 failure it raises ``AirflowFailException`` naming the replica and the reason: a job that failed is not retried,
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 
 #: Kubeflow kind -> framework (``manifests.kubeflow.KINDS``, kept here so that parsing a DAG imports no client).
 KIND_FRAMEWORK: dict[str, str] = {"TFJob": "tensorflow", "PyTorchJob": "pytorch", "MXJob": "mxnet",
-                                  "MPIJob": "horovod", "XGBoostJob": "xgboost"}
+                                  "MPIJob": "horovod", "XGBoostJob": "xgboost", "PaddleJob": "paddle"}
 #: Kubeflow Trainer v2's one kind; any framework with a Trainer runtime (TensorFlow and MXNet have none).
 TRAINJOB_KIND = "TrainJob"
 _NO_TRAINER_RUNTIME = ("tensorflow", "mxnet")
@@ -49,9 +50,9 @@ class DistributedJobSensor(BaseSensorOperator):
         e.g. ``"{{ ti.xcom_pull(task_ids='train', key='job_name') }}"``. (templated)
     :param namespace: its namespace; default: the connection's ``namespace`` extra, else ``default``. (templated)
     :param kind: ``None`` for a job of the ``kubernetes`` backend (pods with the project's labels); ``TFJob``,
-        ``PyTorchJob``, ``MXJob``, ``MPIJob`` or ``XGBoostJob`` for a Kubeflow training job; ``"kubeflow"`` for the
-        Kubeflow kind of the sensor's framework; ``"TrainJob"`` for a Kubeflow Trainer v2 TrainJob (its
-        ``Complete``/``Failed`` conditions; the output of node 0).
+        ``PyTorchJob``, ``MXJob``, ``MPIJob``, ``XGBoostJob`` or ``PaddleJob`` for a Kubeflow training job;
+        ``"kubeflow"`` for the Kubeflow kind of the sensor's framework; ``"TrainJob"`` for a Kubeflow Trainer v2
+        TrainJob (its ``Complete``/``Failed`` conditions; the output of node 0).
     :param framework: the job's framework, checked against the job's own (the per-framework sensors set it).
     :param kubernetes_conn_id: the cncf provider's Kubernetes connection.
     :param deferrable: wait in the triggerer; default: ``[operators] default_deferrable``.

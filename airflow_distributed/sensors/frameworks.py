@@ -10,6 +10,7 @@ exits 0 (CONTRACT.md); with ``kind="kubeflow"`` (or the kind by name) the job's 
 - ``MXNetJobSensor`` (``MXJob``): the Scheduler;
 - ``HorovodJobSensor`` (``MPIJob``): the Launcher;
 - ``XGBoostJobSensor`` (``XGBoostJob``): the Master;
+- ``PaddleJobSensor`` (``PaddleJob``): the Master; without one (the operator's collective mode), every worker;
 - ``JaxJobSensor``: jobs of the ``kubernetes`` backend only (a JAX job has no Kubeflow resource here).
 
 Every sensor but TensorFlow's and MXNet's also takes ``kind="TrainJob"`` (Kubeflow Trainer v2); ``TrainJobSensor``
@@ -53,6 +54,12 @@ class XGBoostJobSensor(DistributedJobSensor):
     default_framework = "xgboost"
 
 
+class PaddleJobSensor(DistributedJobSensor):
+    """Wait for a PaddlePaddle job (``PaddleJob`` with ``kind="kubeflow"``); see ``DistributedJobSensor``."""
+
+    default_framework = "paddle"
+
+
 class JaxJobSensor(DistributedJobSensor):
     """Wait for a JAX job of the ``kubernetes`` backend; see ``DistributedJobSensor``."""
 
@@ -69,5 +76,5 @@ class TrainJobSensor(DistributedJobSensor):
         super().__init__(kind=kind, **kwargs)
 
 
-__all__ = ["HorovodJobSensor", "JaxJobSensor", "MXNetJobSensor", "PytorchJobSensor", "TensorflowJobSensor",
-           "TrainJobSensor", "XGBoostJobSensor"]
+__all__ = ["HorovodJobSensor", "JaxJobSensor", "MXNetJobSensor", "PaddleJobSensor", "PytorchJobSensor",
+           "TensorflowJobSensor", "TrainJobSensor", "XGBoostJobSensor"]

@@ -89,8 +89,17 @@ def check_resources(resources: Resources, path: str) -> list[Problem]:
     return problems
 
 
+# Sections whose n_ps chooses the job's mode (Paddle: 0 is collective, >= 1 parameter-server mode), so pserver
+# settings without pservers are a mistake about the mode rather than settings for later.
+PS_MODE_SECTIONS = ("paddle",)
+
+
 def _check_cluster(section: WorkerCluster, path: str, key: str) -> list[Problem]:
     problems: list[Problem] = []
+    # (``ps`` entries with n_ps 0 are out of range below.)
+    if key in PS_MODE_SECTIONS and isinstance(section, PSCluster) and section.n_ps == 0 and section.default_ps:
+        problems.append((f"{path}.default_ps", "is set but n_ps is 0, which means collective mode (no parameter "
+                         "servers); give n_ps >= 1 for parameter-server mode, or remove it"))
     roles = [("worker", section.n_workers, section.default_worker, section.worker)]
     if isinstance(section, PSCluster):
         roles.append(("ps", section.n_ps, section.default_ps, section.ps))

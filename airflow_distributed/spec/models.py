@@ -184,7 +184,7 @@ class PytorchCluster(WorkerCluster):
 
 
 class PSCluster(WorkerCluster):
-    """Workers plus parameter servers (TensorFlow ``ps``, MXNet servers)."""
+    """Workers plus parameter servers (TensorFlow ``ps``, MXNet servers, Paddle pservers)."""
 
     n_ps: Count = 0
     default_ps: PodSettings | None = None
@@ -205,7 +205,7 @@ class Environment(PodSettings):
     replicas: WorkerCluster | None = None
     jax: WorkerCluster | None = None
     xgboost: WorkerCluster | None = None
-    paddle: WorkerCluster | None = None
+    paddle: PSCluster | None = None
 
     def sections(self) -> dict[str, WorkerCluster]:
         return {key: getattr(self, key) for key in FRAMEWORK_OF_SECTION if getattr(self, key) is not None}
@@ -223,4 +223,4 @@ class TrainingSpec(_Section):
         section = getattr(self.environment, SECTION_OF[self.framework])
         if section is not None:
             return section
-        return PSCluster() if self.framework in ("tensorflow", "mxnet") else WorkerCluster()
+        return PSCluster() if self.framework in ("tensorflow", "mxnet", "paddle") else WorkerCluster()

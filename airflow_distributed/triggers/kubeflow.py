@@ -31,7 +31,7 @@ class KubeflowJobTrigger(JobWaitTrigger):
     :param namespace: its namespace.
     :param group: API group (``kubeflow.org``).
     :param version: API version (``v1``; ``v2beta1`` for MPIJob).
-    :param plural: ``tfjobs``, ``pytorchjobs``, ``mxjobs``, ``mpijobs`` or ``xgboostjobs``.
+    :param plural: ``tfjobs``, ``pytorchjobs``, ``mxjobs``, ``mpijobs``, ``xgboostjobs`` or ``paddlejobs``.
     :param kubernetes_conn_id: the cncf provider's Kubernetes connection.
     :param watch_timeout: server-side timeout of each watch request; the watch resumes after it.
     :param execution_deadline: epoch seconds at which the task's ``execution_timeout`` ends (``timeout`` event).

@@ -32,3 +32,36 @@ worker_crash = _dag("test_worker_crash", [*slow, "--crash-at-step", "5", "--cras
 master_crash = _dag("test_master_crash", [*slow, "--crash-at-step", "5", "--crash-rank", "0"])
 timeout = _dag("test_timeout", slow, execution_timeout=timedelta(seconds=12))
 long_running = _dag("test_long_running", slow)
+
+# Paddle's parameter-server mode with stand-in replicas, so that the backend's part runs without Paddle: pservers
+# listen on POD_IP:PADDLE_PORT and never exit, as Paddle's may not; every trainer connects to every pserver of
+# PADDLE_PSERVERS_IP_PORT_LIST, and the master reports what it reached.
+PSERVER_STAND_IN = """
+import json, os, socket, time
+from airflow_distributed import tracking
+env = os.environ
+if env["TRAINING_ROLE"] == "PSERVER":
+    server = socket.create_server((env["POD_IP"], int(env["PADDLE_PORT"])))
+    while True:
+        server.accept()[0].close()
+reached = []
+for endpoint in env["PADDLE_PSERVERS_IP_PORT_LIST"].split(","):
+    host, port = endpoint.rsplit(":", 1)
+    for _ in range(300):
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+            reached.append(endpoint)
+            break
+        except OSError:
+            time.sleep(0.1)
+tracking.log_metrics(trainer_id=int(env["PADDLE_TRAINER_ID"]), trainers=int(env["PADDLE_TRAINERS_NUM"]),
+                     pservers_reached=len(reached))
+"""
+with DAG(dag_id="test_paddle_ps_stand_in", schedule=None, start_date=START, catchup=False, tags=["test"]) as ps_dag:
+    DistributedTrainingOperator(
+        task_id="train",
+        framework="paddle",
+        environment={"paddle": {"n_ps": 2, "n_workers": 1}},
+        command=["python", "-c", PSERVER_STAND_IN],
+        stop_grace_period=3.0,
+    )

@@ -12,7 +12,7 @@ import pendulum
 from airflow.sdk import DAG, task
 
 from airflow_distributed.operators import DistributedTrainingOperator
-from airflow_distributed.sensors import DistributedJobSensor, PytorchJobSensor, TensorflowJobSensor
+from airflow_distributed.sensors import DistributedJobSensor, PaddleJobSensor, PytorchJobSensor, TensorflowJobSensor
 
 IMAGE = "registry.example.com/trainer:1.0"
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
@@ -81,3 +81,4 @@ tfjob_failure = _sensor_dag("sensor_tfjob_failure", TensorflowJobSensor, kind="T
                             retry_delay=timedelta(seconds=0))
 pytorchjob_deferrable = _sensor_dag("sensor_pytorchjob_deferrable", PytorchJobSensor, kind="kubeflow",
                                     deferrable=True, watch_timeout=1)
+paddlejob = _sensor_dag("sensor_paddlejob", PaddleJobSensor, kind="kubeflow")

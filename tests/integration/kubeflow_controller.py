@@ -25,6 +25,7 @@ KINDS = {
     "mxjobs": ("v1", "MXJob", "mxReplicaSpecs"),
     "mpijobs": ("v2beta1", "MPIJob", "mpiReplicaSpecs"),
     "xgboostjobs": ("v1", "XGBoostJob", "xgbReplicaSpecs"),
+    "paddlejobs": ("v1", "PaddleJob", "paddleReplicaSpecs"),
 }
 
 

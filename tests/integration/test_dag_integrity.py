@@ -40,7 +40,7 @@ def test_airflow_lists_the_provider():
 
 
 @pytest.mark.parametrize("example, module", [("example_jax_data_parallel", "jax"), ("example_xgboost_dist", "xgboost"),
-                                             ("example_paddle_collective", "paddle")])
+                                             ("example_paddle_collective", "paddle"), ("example_paddle_ps", "paddle")])
 def test_an_example_parses_without_its_framework_installed(example: str, module: str):
     # None in sys.modules makes any import of the module fail, as on a machine without it.
     code = (f"import sys; sys.modules[{module!r}] = None\n"

@@ -12,7 +12,7 @@ import signal
 import pytest
 
 from tests.helpers import wait_until, xcom
-from tests.integration.kubeflow_controller import GROUP, KubeflowController, register_kubeflow_crds
+from tests.integration.kubeflow_controller import GROUP, KINDS, KubeflowController, register_kubeflow_crds
 from tests.integration.test_kubernetes_backend import DOCUMENT, run_dag_at
 from tests.k8s_emulator import KubeEmulator
 
@@ -46,20 +46,22 @@ def settled(emu: KubeEmulator, namespace: str, expected: tuple[list[str], list[s
 
 
 def train_and_succeed(controller: KubeflowController, document: dict = DOCUMENT) -> None:
+    """Play a job of a Master and two workers through to success, as the kind's operator reports it."""
     controller.wait_for_job()
+    kind = controller.kind
+    master = controller.job["spec"][controller.specs_key]["Master"]["template"]["spec"]["containers"][0]["name"]
     controller.create_pods()
-    controller.conditions(("Created", "PyTorchJobCreated", ""))
+    controller.conditions(("Created", f"{kind}Created", ""))
     controller.run_all()
-    controller.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""))
+    controller.conditions(("Created", f"{kind}Created", ""), ("Running", f"{kind}Running", ""))
     # The verdict comes from a watch event, not from the first LIST.
     wait_until(controller.watched, timeout=60, interval=0.02)
-    controller.log("master-0", "step 1 loss 0.5", container="pytorch")
+    controller.log("master-0", "step 1 loss 0.5", container=master)
     controller.succeed("master-0", document)
     controller.succeed("worker-0")
     controller.succeed("worker-1")
-    controller.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""),
-                          ("Succeeded", "PyTorchJobSucceeded", f"PyTorchJob {controller.name} is successfully "
-                                                               "completed."))
+    controller.conditions(("Created", f"{kind}Created", ""), ("Running", f"{kind}Running", ""),
+                          ("Succeeded", f"{kind}Succeeded", f"{kind} {controller.name} is successfully completed."))
 
 
 def test_a_master_with_metrics_and_no_model_path_hands_none_downstream(emulator):
@@ -116,36 +118,35 @@ def test_a_pytorchjob_that_succeeds_hands_the_masters_output_to_xcom_and_is_dele
         assert "waiting in the triggerer" in capfd.readouterr().out
 
 
-def test_an_xgboostjob_is_submitted_watched_and_its_masters_output_read(emulator):
-    namespace = namespace_of("kubeflow_xgboost")
+@pytest.mark.parametrize(("dag_id", "plural", "framework", "container", "port", "derived"), [
+    ("kubeflow_xgboost", "xgboostjobs", "xgboost", "xgboost", ("xgboostjob-port", 9999), "DMLC_TASK_ID"),
+    ("kubeflow_paddle", "paddlejobs", "paddle", "paddle", ("master", 36543), "PADDLE_TRAINER_ID"),
+])
+def test_a_master_and_workers_job_is_submitted_watched_and_its_masters_output_read(emulator, dag_id, plural,
+                                                                                   framework, container, port,
+                                                                                   derived):
+    namespace = namespace_of(dag_id)
     emulator.create_namespace(namespace)
-
-    def script(controller: KubeflowController) -> None:
-        controller.wait_for_job()
-        controller.create_pods()
-        controller.run_all()
-        controller.conditions(("Created", "XGBoostJobCreated", ""), ("Running", "XGBoostJobRunning", ""))
-        wait_until(controller.watched, timeout=60, interval=0.02)
-        controller.succeed("master-0", DOCUMENT)
-        controller.succeed("worker-0")
-        controller.succeed("worker-1")
-        controller.conditions(("Created", "XGBoostJobCreated", ""), ("Running", "XGBoostJobRunning", ""),
-                              ("Succeeded", "XGBoostJobSucceeded", ""))
-
-    controller = KubeflowController(emulator, namespace, "xgboostjobs").play(script)
-    run, states = run_dag_at("kubeflow_xgboost")
+    controller = KubeflowController(emulator, namespace, plural).play(train_and_succeed)
+    run, states = run_dag_at(dag_id)
     controller.check()
 
     assert states == {"train": "success"}
     result = xcom(run, "train")
-    assert (result["framework"], result["backend"], result["state"]) == ("xgboost", "kubeflow", "succeeded")
+    assert (result["framework"], result["backend"], result["state"]) == (framework, "kubeflow", "succeeded")
     assert result["metrics"] == DOCUMENT["metrics"]
-    specs = controller.job["spec"]["xgbReplicaSpecs"]
+    specs = controller.job["spec"][KINDS[plural][2]]
     assert {rtype: spec["replicas"] for rtype, spec in specs.items()} == {"Master": 1, "Worker": 2}
+    master = specs["Master"]["template"]["spec"]["containers"][0]
     worker = specs["Worker"]["template"]["spec"]["containers"][0]
-    assert worker["name"] == "xgboost" and worker["command"][:2] == ["sh", "-c"]
+    assert (master["name"], master["ports"]) == (container, [{"name": port[0], "containerPort": port[1],
+                                                               "protocol": "TCP"}])
+    # One Worker template for every worker: the variable that differs is derived in the pod.
+    assert worker["name"] == container and worker["command"][:2] == ["sh", "-c"] and derived in worker["command"][2]
     assert worker["command"][-4:] == ["python", "/opt/jobs/train.py", "--steps", "5"]
-    assert [r.method for r in emulator.requests if r.path.endswith(f"/{namespace}/xgboostjobs")].count("POST") == 1
+    assert [r.method for r in emulator.requests if r.path.endswith(f"/{namespace}/{plural}")].count("POST") == 1
+    # Deleted after success; its pods go with it (ownerReferences).
+    assert emulator.list(plural, namespace, group=GROUP, version="v1") == []
 
 
 def test_a_failed_pytorchjob_fails_the_task_naming_the_replica_and_keeps_the_job(emulator, capfd):

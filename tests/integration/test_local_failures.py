@@ -75,3 +75,15 @@ def test_sigkill_of_the_task_process_still_takes_the_replicas_down():
     proc.kill()
     proc.wait(timeout=30)
     wait_until(lambda: replica_processes("train-") == [], timeout=30)
+
+
+def test_paddle_ps_job_succeeds_when_the_master_ends_and_its_pservers_are_stopped():
+    # Pservers never exit by themselves: the master (trainer 0) decides, the backend stops the rest.
+    run, states = run_dag("test_paddle_ps_stand_in")
+
+    assert states == {"train": "success"}
+    assert xcom(run, "train", "metrics") == {"trainer_id": 0, "trainers": 2, "pservers_reached": 2}
+    job = xcom(run, "train")
+    assert sorted((r["role"], r["index"]) for r in job["replicas"]) == [
+        ("master", 0), ("pserver", 0), ("pserver", 1), ("worker", 0)]
+    assert replica_processes("train-") == []

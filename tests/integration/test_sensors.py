@@ -262,39 +262,46 @@ def test_a_framework_sensor_refuses_another_frameworks_job(emulator, capfd):
 # ---------------------------------------------------------------------------------------------- Kubeflow jobs
 
 
-@pytest.mark.parametrize(("replicas", "decides"), [
-    ({"Chief": 1, "Worker": 2}, "chief-0"),  # the Chief decides, and holds the output
-    ({"Worker": 2}, "worker-0"),  # a TFJob without a Chief: worker 0
+# framework: also the name of the main container its operator looks for.
+@pytest.mark.parametrize(("dag_id", "plural", "framework", "replicas", "decides"), [
+    # the Chief decides, and holds the output
+    ("sensor_tfjob", "tfjobs", "tensorflow", {"Chief": 1, "Worker": 2}, "chief-0"),
+    # a TFJob without a Chief: worker 0
+    ("sensor_tfjob", "tfjobs", "tensorflow", {"Worker": 2}, "worker-0"),
+    # a PaddleJob with a Master (this project's collective jobs): the Master
+    ("sensor_paddlejob", "paddlejobs", "paddle", {"Master": 1, "Worker": 2}, "master-0"),
 ])
-def test_a_tfjob_sensor_reads_the_output_of_the_replica_its_success_rule_names(emulator, replicas, decides):
-    namespace = namespace_of("sensor_tfjob")
+def test_a_kubeflow_sensor_reads_the_output_of_the_replica_its_success_rule_names(emulator, dag_id, plural,
+                                                                                  framework, replicas, decides):
+    namespace = namespace_of(dag_id)
     if emulator.get("namespaces", None, namespace) is None:
         emulator.create_namespace(namespace)
-    controller = KubeflowController(emulator, namespace, "tfjobs")
-    controller.submit(JOB, replicas, container="tensorflow")
+    controller = KubeflowController(emulator, namespace, plural)
+    kind = controller.kind
+    controller.submit(JOB, replicas, container=framework)
     pods = controller.create_pods()
     controller.run_all()
-    controller.conditions(("Created", "TFJobCreated", ""), ("Running", "TFJobRunning", ""))
+    controller.conditions(("Created", f"{kind}Created", ""), ("Running", f"{kind}Running", ""))
 
     def script(c: KubeflowController) -> None:
-        wait_until(lambda: len([r for r in emulator.requests if r.path.endswith(f"/tfjobs/{JOB}")]) >= 2,
+        wait_until(lambda: len([r for r in emulator.requests if r.path.endswith(f"/{plural}/{JOB}")]) >= 2,
                    timeout=60, interval=0.02)
         for key in pods:
             c.succeed(key, DOCUMENT if key == decides else OTHER)
-        c.conditions(("Created", "TFJobCreated", ""), ("Running", "TFJobRunning", ""),
-                     ("Succeeded", "TFJobSucceeded", f"TFJob {namespace}/{JOB} successfully completed."))
+        c.conditions(("Created", f"{kind}Created", ""), ("Running", f"{kind}Running", ""),
+                     ("Succeeded", f"{kind}Succeeded", f"{kind} {namespace}/{JOB} successfully completed."))
 
     emulator.reset_requests()
     controller.play(script)
-    run, states = run_dag_at("sensor_tfjob")
+    run, states = run_dag_at(dag_id)
     controller.check()
 
     assert states == {"wait": "success"}
     assert xcom(run, "wait", "metrics") == DOCUMENT["metrics"]
     result = xcom(run, "wait")
-    assert (result["backend"], result["framework"], result["state"]) == ("kubeflow", "tensorflow", "succeeded")
+    assert (result["backend"], result["framework"], result["state"]) == ("kubeflow", framework, "succeeded")
     assert sorted(r["name"] for r in result["replicas"]) == sorted(pods.values())
-    emulator.delete("tfjobs", namespace, JOB, group=GROUP)  # its pods go with it (ownerReferences)
+    emulator.delete(plural, namespace, JOB, group=GROUP)  # its pods go with it (ownerReferences)
     wait_until(lambda: emulator.list("pods", namespace) == [], timeout=5, interval=0.05)
 
 
@@ -361,9 +368,10 @@ def test_a_sensor_refuses_a_kind_of_another_framework():
 
 
 def test_the_xgboost_sensor_takes_the_xgboostjob_and_the_jax_sensor_has_no_kubeflow_kind():
-    from airflow_distributed.sensors import JaxJobSensor, XGBoostJobSensor
+    from airflow_distributed.sensors import JaxJobSensor, PaddleJobSensor, XGBoostJobSensor
 
     assert XGBoostJobSensor(task_id="s", job_name="j", kind="kubeflow").kind == "XGBoostJob"
+    assert PaddleJobSensor(task_id="s", job_name="j", kind="kubeflow").kind == "PaddleJob"
     assert JaxJobSensor(task_id="s", job_name="j").kind is None
     with pytest.raises(ValueError, match="jax has no Kubeflow kind; use kind=None"):
         JaxJobSensor(task_id="s", job_name="j", kind="kubeflow")

@@ -60,6 +60,27 @@ CASES = [
     EnvCase("paddle worker 1 is trainer 2", "paddle", {"paddle": {"n_workers": 2}}, "worker-1",
             {"PADDLE_TRAINER_ENDPOINTS": "127.0.0.1:31000,127.0.0.1:31001,127.0.0.1:31002",
              "PADDLE_CURRENT_ENDPOINT": "127.0.0.1:31002", "PADDLE_TRAINER_ID": "2", "PADDLE_TRAINERS_NUM": "3"}),
+    # Parameter-server mode (n_ps >= 1): plan order master, pservers, workers, so ports 31000, 31001-2, 31003-4.
+    EnvCase("paddle ps mode: master is trainer 0", "paddle", {"paddle": {"n_workers": 2, "n_ps": 2}}, "master-0",
+            {"TRAINING_ROLE": "TRAINER", "PADDLE_ROLE": "TRAINER", "PADDLE_TRAINER_ID": "0",
+             "PADDLE_PSERVERS_IP_PORT_LIST": "127.0.0.1:31001,127.0.0.1:31002",
+             "PADDLE_TRAINER_ENDPOINTS": "127.0.0.1:31000,127.0.0.1:31003,127.0.0.1:31004",
+             "PADDLE_TRAINERS_NUM": "3", "POD_IP": "127.0.0.1", "PADDLE_PORT": "31000",
+             "PADDLE_CURRENT_ENDPOINT": None}),
+    EnvCase("paddle ps mode: pserver 1 serves on its own endpoint", "paddle",
+            {"paddle": {"n_workers": 2, "n_ps": 2}}, "pserver-1",
+            {"TRAINING_ROLE": "PSERVER", "PADDLE_ROLE": "PSERVER", "PADDLE_TRAINER_ID": None,
+             "PADDLE_PSERVERS_IP_PORT_LIST": "127.0.0.1:31001,127.0.0.1:31002",
+             "PADDLE_TRAINERS_NUM": "3", "POD_IP": "127.0.0.1", "PADDLE_PORT": "31002"}),
+    EnvCase("paddle ps mode: worker 1 is trainer 2", "paddle", {"paddle": {"n_workers": 2, "n_ps": 2}}, "worker-1",
+            {"TRAINING_ROLE": "TRAINER", "PADDLE_TRAINER_ID": "2", "PADDLE_TRAINERS_NUM": "3",
+             "POD_IP": "127.0.0.1", "PADDLE_PORT": "31004"}),
+    EnvCase("paddle ps mode: master alone with one pserver", "paddle", {"paddle": {"n_ps": 1}}, "master-0",
+            {"TRAINING_ROLE": "TRAINER", "PADDLE_TRAINER_ID": "0", "PADDLE_TRAINERS_NUM": "1",
+             "PADDLE_PSERVERS_IP_PORT_LIST": "127.0.0.1:31001", "PADDLE_TRAINER_ENDPOINTS": "127.0.0.1:31000"}),
+    EnvCase("paddle collective mode has no ps variables", "paddle", {"paddle": {"n_workers": 1, "n_ps": 0}},
+            "worker-0", {"PADDLE_TRAINER_ID": "1", "TRAINING_ROLE": None, "PADDLE_PSERVERS_IP_PORT_LIST": None,
+                         "POD_IP": None, "PADDLE_PORT": None}),
     EnvCase("horovod hostfile", "horovod", {"replicas": {"n_workers": 2}}, "worker-0",
             {"OMPI_MCA_orte_default_hostfile": "/f/hostfile"}),
 ]
@@ -176,6 +197,11 @@ SECTION_CASES = [
     SectionCase("xgboost master alone", "xgboost", {}, [("master-0", "0")]),
     SectionCase("paddle inferred from its section", None, {"paddle": {"n_workers": 3}},
                 [("master-0", "0"), ("worker-0", "1"), ("worker-1", "2"), ("worker-2", "3")]),
+    SectionCase("paddle ps mode numbers trainers only", "paddle",
+                {"paddle": {"n_workers": 2, "n_ps": 1, "default_ps": {"resources": {"cpu": {"limits": 4}}},
+                            "ps_resources": [{"index": 0, "cpu": {"limits": 3}}]}},
+                [("master-0", "0"), ("pserver-0", None), ("worker-0", "1"), ("worker-1", "2")],
+                {"master-0": None, "pserver-0": 3, "worker-0": None}),
     SectionCase("paddle legacy default_worker_resources", "paddle",
                 {"paddle": {"n_workers": 1, "default_worker_resources": {"cpu": {"limits": 2}}}},
                 [("master-0", "0"), ("worker-0", "1")], {"master-0": None, "worker-0": 2}),
@@ -188,7 +214,7 @@ def test_framework_sections_load_and_number_every_process(case: SectionCase):
     spec = load_spec(case.framework, case.environment)
     plan = build_plan(spec, "job", LocalAddressing(ports=range(32000, 32010)), LAYOUT, ["x"], backend="local")
     variable = PROCESS_VARIABLE[spec.framework]
-    assert [(r.name.removeprefix("job-"), r.env[variable]) for r in plan.replicas] == case.replicas
+    assert [(r.name.removeprefix("job-"), r.env.get(variable)) for r in plan.replicas] == case.replicas
     for suffix, limit in (case.cpu_limits or {}).items():
         resources = plan.replica(f"job-{suffix}").resources
         assert (resources.cpu.limits if resources and resources.cpu else None) == limit, suffix
@@ -221,3 +247,14 @@ def test_paddle_endpoints_are_every_trainer_in_id_order_on_kubernetes():
     for replica in plan.replicas:
         assert replica.env["PADDLE_TRAINER_ENDPOINTS"].split(",") == endpoints
         assert endpoints[int(replica.env["PADDLE_TRAINER_ID"])] == replica.env["PADDLE_CURRENT_ENDPOINT"]
+
+
+def test_paddle_ps_endpoints_are_stable_dns_names_on_kubernetes():
+    plan = _plan("paddle", {"paddle": {"n_workers": 1, "n_ps": 2}}, KubernetesAddressing("ns"), backend="kubernetes")
+    pservers = "job-pserver-0.job.ns.svc:36543,job-pserver-1.job.ns.svc:36543"
+    assert {r.env["PADDLE_PSERVERS_IP_PORT_LIST"] for r in plan.replicas} == {pservers}
+    # A pserver's id is the position of POD_IP:PADDLE_PORT in the list, so its own entry must be spelt the same.
+    for replica in plan.replicas:
+        assert f"{replica.env['POD_IP']}:{replica.env['PADDLE_PORT']}" == replica.address
+    assert plan.cluster == {"master": ["job-master-0.job.ns.svc:36543"],
+                            "pserver": pservers.split(","), "worker": ["job-worker-0.job.ns.svc:36543"]}

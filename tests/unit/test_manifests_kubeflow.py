@@ -61,7 +61,7 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 SEEDS = DATA / "seeds"
 SCHEMAS = DATA / "kubeflow" / "schemas"
 SCHEMA_FILES = {"TFJob": "tfjob-v1.json", "PyTorchJob": "pytorchjob-v1.json", "MXJob": "mxjob-v1.json",
-                "MPIJob": "mpijob-v2beta1.json", "XGBoostJob": "xgboostjob-v1.json"}
+                "MPIJob": "mpijob-v2beta1.json", "XGBoostJob": "xgboostjob-v1.json", "PaddleJob": "paddlejob-v1.json"}
 
 NAMESPACE = "ml-team"
 JOB = "train-3f9a1c2b"
@@ -201,6 +201,9 @@ JOB_CASES = [
     JobCase("pytorch", "pytorch", {"pytorch": {"n_workers": 3}}, {"Master": 1, "Worker": 3}),
     JobCase("horovod", "horovod", {"replicas": {"n_workers": 2}}, {"Launcher": 1, "Worker": 2}),
     JobCase("xgboost", "xgboost", {"xgboost": {"n_workers": 3}}, {"Master": 1, "Worker": 3}),
+    JobCase("paddle", "paddle", {"paddle": {"n_workers": 3}}, {"Master": 1, "Worker": 3}),
+    JobCase("paddle, every setting, one worker", "paddle",
+            {**EVERY_SETTING, "paddle": {"n_workers": 1, "default_worker": EVERY_SETTING}}, {"Master": 1, "Worker": 1}),
     JobCase("xgboost, one worker", "xgboost", {"xgboost": {"n_workers": 1, "default_worker": EVERY_SETTING}},
             {"Master": 1, "Worker": 1}),
     JobCase("master alone", "tensorflow", None, {"Chief": 1}),
@@ -327,6 +330,7 @@ def test_the_mxjob_schema_is_training_operator_1_8s_and_has_no_managed_by():
     ("mxnet", "MXJob", "kubeflow.org/v1", "mxjobs", "mxnet", {"Scheduler", "Server", "Worker"}),
     ("horovod", "MPIJob", "kubeflow.org/v2beta1", "mpijobs", "mpi", {"Launcher", "Worker"}),
     ("xgboost", "XGBoostJob", "kubeflow.org/v1", "xgboostjobs", "xgboost", {"Master", "Worker"}),
+    ("paddle", "PaddleJob", "kubeflow.org/v1", "paddlejobs", "paddle", {"Master", "Worker"}),
 ])
 def test_each_framework_becomes_its_kubeflow_kind_with_its_role_names(framework, kind, api_version, plural,
                                                                       container, rtypes):
@@ -368,6 +372,48 @@ def test_xgboostjob_workers_derive_their_task_id_from_the_operators_rank(n_worke
         assert out == replica.env["DMLC_TASK_ID"]
 
 
+@pytest.mark.parametrize("n_workers", [2, 11])
+def test_paddlejob_workers_derive_their_trainer_id_and_endpoint_from_their_replica_index(n_workers):
+    body = _build("paddle", {"paddle": {"n_workers": n_workers}})
+    plan = _plan("paddle", {"paddle": {"n_workers": n_workers}})
+    master, worker = _env(body, "Master"), _env(body, "Worker")
+    endpoints = ",".join(f"{JOB}-{role}-{i}.{NAMESPACE}.svc:36543"
+                         for role, i in [("master", 0), *(("worker", i) for i in range(n_workers))])
+    for env in (master, worker):
+        assert (env["PADDLE_TRAINER_ENDPOINTS"], env["PADDLE_TRAINERS_NUM"]) == (endpoints, str(n_workers + 1))
+    assert (master["PADDLE_TRAINER_ID"], master["PADDLE_CURRENT_ENDPOINT"]) == (
+        "0", f"{JOB}-master-0.{NAMESPACE}.svc:36543")
+    assert "PADDLE_TRAINER_ID" not in worker and "PADDLE_CURRENT_ENDPOINT" not in worker
+    command = _container(body, "Worker")["command"]
+    assert command[-len(COMMAND):] == list(COMMAND)
+    # The pod's shell, run here: with the index the operator's label gives worker i, the plan's values for it.
+    for index in range(n_workers):
+        replica = plan.replica(f"{JOB}-worker-{index}")
+        probe = [*command[:-len(COMMAND)], "sh", "-c", 'printf "%s %s" "$PADDLE_TRAINER_ID" "$PADDLE_CURRENT_ENDPOINT"']
+        pod_env = {"AIRFLOW_DISTRIBUTED_INDEX": str(index), "PADDLE_TRAINER_ENDPOINTS": endpoints,
+                   "PATH": os.environ["PATH"]}
+        out = subprocess.run(probe, env=pod_env, check=True, capture_output=True, text=True).stdout
+        assert out == f"{replica.env['PADDLE_TRAINER_ID']} {replica.env['PADDLE_CURRENT_ENDPOINT']}"
+
+
+def test_paddle_parameter_server_mode_is_refused_naming_n_ps():
+    spec = {"paddle": {"n_workers": 2, "n_ps": 1, "default_ps": {"node_selector": {"a": "b"}},
+                       "ps": [{"index": 0, "node_selector": {"a": "c"}}]}}
+    problems = kubeflow_problems(load_spec("paddle", spec))
+    assert [path for path, _ in problems] == ["environment.paddle.n_ps"]
+    assert "a PaddleJob runs parameter servers as its Master replicas" in problems[0][1]
+    assert "use backend='kubernetes' for parameter-server mode" in problems[0][1]
+    with pytest.raises(ManifestError, match="takes Paddle's collective mode only"):
+        build_kubeflow_job(_plan("paddle", {"paddle": {"n_workers": 1, "n_ps": 1}}), _options())
+
+
+def test_the_paddlejob_schema_knows_only_master_and_worker():
+    body = _build("paddle", {"paddle": {"n_workers": 1}})
+    body["spec"]["paddleReplicaSpecs"]["PS"] = body["spec"]["paddleReplicaSpecs"]["Worker"]
+
+    assert any("'PS' is not one of ['Master', 'Worker']" in error for error in _errors(body)), _errors(body)
+
+
 def test_the_xgboostjob_schema_knows_only_master_and_worker():
     body = _build("xgboost", {"xgboost": {"n_workers": 1}})
     body["spec"]["xgbReplicaSpecs"]["Chief"] = body["spec"]["xgbReplicaSpecs"]["Worker"]
@@ -378,7 +424,7 @@ def test_the_xgboostjob_schema_knows_only_master_and_worker():
 def test_a_jax_job_has_no_kubeflow_resource():
     assert kubeflow_problems(load_spec("jax", {"jax": {"n_workers": 2}})) == [(
         "backend", "framework 'jax' has no Kubeflow resource; backend='kubeflow' takes tensorflow, pytorch, mxnet, "
-        "horovod, xgboost; use backend='kubernetes' (one pod per replica, no operator needed)")]
+        "horovod, xgboost, paddle; use backend='kubernetes' (one pod per replica, no operator needed)")]
 
 
 def test_mxjob_trains_and_mpijob_runs_ranks_on_the_launcher_over_the_operators_hostfile():
@@ -425,6 +471,7 @@ def test_the_launcher_waits_for_every_workers_sshd_unless_told_not_to():
     ("pytorch", {"pytorch": {"n_workers": 1}}, "pytorchjob-port", 23456),
     ("mxnet", {"mxnet": {"n_workers": 1}}, "mxjob-port", 9091),
     ("xgboost", {"xgboost": {"n_workers": 1}}, "xgboostjob-port", 9999),
+    ("paddle", {"paddle": {"n_workers": 1}}, "master", 36543),
 ])
 def test_the_operator_finds_the_frameworks_port_by_its_port_name(framework, environment, port_name, port):
     body = _build(framework, environment)
@@ -571,6 +618,8 @@ def test_templates_carry_the_contract_variables_and_none_the_operator_sets(case:
                 "fieldRef": {"fieldPath": f"metadata.labels['{REPLICA_INDEX_LABEL}']"}}
         if body["kind"] == "PyTorchJob":
             assert env["LOCAL_RANK"] == "0" and "PYTHONUNBUFFERED" not in env
+        elif body["kind"] == "PaddleJob":
+            assert "PYTHONUNBUFFERED" not in env  # the Paddle operator sets it
         else:
             assert env["PYTHONUNBUFFERED"] == "1"
 
@@ -584,6 +633,7 @@ def test_templates_carry_the_contract_variables_and_none_the_operator_sets(case:
     ("horovod", {"replicas": {"n_workers": 2}}, "worker",
      [f"{JOB}-worker-{i}.{JOB}.{NAMESPACE}.svc:2222" for i in range(2)]),
     ("xgboost", {"xgboost": {"n_workers": 1}}, "master", [f"{JOB}-master-0.{NAMESPACE}.svc:9999"]),
+    ("paddle", {"paddle": {"n_workers": 2}}, "worker", [f"{JOB}-worker-{i}.{NAMESPACE}.svc:36543" for i in range(2)]),
 ])
 def test_the_cluster_variable_names_the_services_the_operator_creates(framework, environment, role, hosts):
     body = _build(framework, environment)
@@ -623,6 +673,7 @@ def test_labels_name_the_task_instance_job_role_and_master():
     ("mxnet", {"mxnet": {"n_workers": 1}}),
     ("horovod", {"replicas": {"n_workers": 1}}),
     ("xgboost", {"xgboost": {"n_workers": 1}}),
+    ("paddle", {"paddle": {"n_workers": 1}}),
 ])
 def test_the_masters_output_is_relayed_to_its_termination_message(framework, environment):
     body = _build(framework, environment)
@@ -850,8 +901,12 @@ def _job(kind: str, rtypes: list[str], **spec: Any) -> dict[str, Any]:
     (_job("MXJob", ["Scheduler", "Server", "Worker"]), SuccessRule("Scheduler", 0, False, "the Scheduler succeeded")),
     (_job("MPIJob", ["Launcher", "Worker"]), SuccessRule("Launcher", 0, False, "the Launcher succeeded")),
     (_job("XGBoostJob", ["Master", "Worker"]), SuccessRule("Master", 0, False, "the Master succeeded")),
+    (_job("PaddleJob", ["Master", "Worker"]), SuccessRule("Master", 0, False, "the Master succeeded")),
+    (_job("PaddleJob", ["Worker"]),
+     SuccessRule("Worker", None, True, "every Worker succeeded (a PaddleJob without a Master)")),
 ], ids=["tfjob chief", "tfjob old master", "tfjob without chief", "tfjob all workers", "pytorchjob master",
-        "pytorchjob without master", "pytorchjob elastic", "mxjob", "mpijob", "xgboostjob"])
+        "pytorchjob without master", "pytorchjob elastic", "mxjob", "mpijob", "xgboostjob", "paddlejob master",
+        "paddlejob collective, no master"])
 def test_success_rule_per_kind(obj, rule):
     assert success_rule(obj) == rule
 
@@ -876,6 +931,8 @@ def test_success_rule_refuses_what_it_cannot_decide(obj, message):
     ("horovod", {"replicas": {"n_workers": 2}}, f"training.kubeflow.org/job-name={JOB},"
      "training.kubeflow.org/replica-type=launcher"),
     ("xgboost", {"xgboost": {"n_workers": 2}}, f"training.kubeflow.org/job-name={JOB},"
+     "training.kubeflow.org/replica-type=master,training.kubeflow.org/replica-index=0"),
+    ("paddle", {"paddle": {"n_workers": 2}}, f"training.kubeflow.org/job-name={JOB},"
      "training.kubeflow.org/replica-type=master,training.kubeflow.org/replica-index=0"),
 ])
 def test_our_master_is_the_replica_that_decides_and_its_pod_is_found_by_labels(framework, environment, selector):

@@ -160,6 +160,8 @@ JOB_CASES = [
     JobCase("horovod", "horovod", {"replicas": {"n_workers": 2}}, kinds=("Secret",)),
     JobCase("jax", "jax", {"jax": {"n_workers": 2, "default_worker": {"resources": {"cpu": {"limits": 2}}}}}),
     JobCase("paddle", "paddle", {"paddle": {"n_workers": 2}}),
+    JobCase("paddle parameter-server mode", "paddle",
+            {"paddle": {"n_workers": 2, "n_ps": 2, "default_ps": {"resources": {"cpu": {"limits": 4}}}}}),
     JobCase("xgboost", "xgboost", {"xgboost": {"n_workers": 2, "worker": [{"index": 1, "node_selector": {"a": "b"}}]}}),
     JobCase("seed 000: tensorflow master, 2 ps, 4 workers, index 2 own", None, SEED_000_TENSORFLOW),
     JobCase("seed 001: horovod launcher and 7 gpu workers", None, SEED_001_HOROVOD, kinds=("Secret",)),
@@ -480,6 +482,17 @@ def test_workers_wait_for_the_master_and_the_master_waits_for_nobody(framework, 
         assert init.image == "registry.example/trainer:1.4"
         assert init.command == wait_for_peers_command("python3", [(master.host, master.port)], 120)
         assert init.command[-2:] == ["120", f"{JOB}-{master.role}-0.{JOB}.{NAMESPACE}.svc:{master.port}"]
+
+
+def test_paddle_trainers_wait_for_every_pserver_and_pservers_wait_for_nobody():
+    # In parameter-server mode the master is trainer 0, which listens on nothing: waiting for it would never end.
+    objects = _build("paddle", {"paddle": {"n_workers": 2, "n_ps": 2}})
+    pservers = [f"{JOB}-pserver-{i}.{JOB}.{NAMESPACE}.svc:36543" for i in range(2)]
+
+    for suffix in ("master-0", "worker-0", "worker-1"):
+        assert _container(_pod(objects, suffix), READINESS_CONTAINER).command[-2:] == pservers, suffix
+    for suffix in ("pserver-0", "pserver-1"):
+        assert _pod(objects, suffix).spec.init_containers is None, suffix
 
 
 def test_horovod_launcher_waits_for_every_workers_sshd_and_workers_wait_for_nothing():

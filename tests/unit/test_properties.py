@@ -11,8 +11,9 @@ from airflow_distributed.plan import KubernetesAddressing, Layout, LocalAddressi
 from airflow_distributed.spec import SpecValidationError, load_spec
 
 LAYOUT = Layout(model_dir="/m", output_path="/o/output.json", files_dir="/f")
-PS_FRAMEWORKS = {"tensorflow": "tensorflow", "mxnet": "mxnet"}
-SECTION = {"tensorflow": "tensorflow", "mxnet": "mxnet", "pytorch": "pytorch", "horovod": "replicas"}
+PS_FRAMEWORKS = {"tensorflow": "tensorflow", "mxnet": "mxnet", "paddle": "paddle"}
+SECTION = {"tensorflow": "tensorflow", "mxnet": "mxnet", "pytorch": "pytorch", "horovod": "replicas",
+           "paddle": "paddle"}
 
 amounts = st.one_of(st.integers(0, 64), st.sampled_from(["500m", "1", "2Gi", "256Mi", "1.5"]))
 resource_amount = st.fixed_dictionaries({}, optional={"requests": st.just(1), "limits": st.integers(1, 8)})
@@ -74,6 +75,17 @@ def test_any_valid_spec_yields_a_consistent_plan(case, on_kubernetes):
         ranks = sorted(int(r.env["RANK"]) for r in plan.replicas)
         assert ranks == list(range(expected))
         assert {r.env["WORLD_SIZE"] for r in plan.replicas} == {str(expected)}
+    if framework == "paddle":
+        trainers = [r for r in plan.replicas if r.role != "pserver"]
+        assert [int(r.env["PADDLE_TRAINER_ID"]) for r in trainers] == list(range(1 + section["n_workers"]))
+        assert {r.env["PADDLE_TRAINERS_NUM"] for r in plan.replicas} == {str(len(trainers))}
+        if section.get("n_ps"):
+            # A pserver's id is where its own POD_IP:PADDLE_PORT stands in the list every replica gets.
+            pservers = plan.master.env["PADDLE_PSERVERS_IP_PORT_LIST"].split(",")
+            own = [f"{r.env['POD_IP']}:{r.env['PADDLE_PORT']}" for r in plan.replicas if r.role == "pserver"]
+            assert own == pservers
+        else:
+            assert not any("TRAINING_ROLE" in r.env for r in plan.replicas)
     if framework == "tensorflow":
         tasks = {(json.loads(r.env["TF_CONFIG"])["task"]["type"], json.loads(r.env["TF_CONFIG"])["task"]["index"])
                  for r in plan.replicas}

@@ -3,7 +3,7 @@
 Run by hand when a targeted release changes; the output (``schemas/*.json``) is committed, so the tests need
 neither the SDK nor this script. See README.md beside it for what the schemas can and cannot catch.
 
-    pip install --no-deps kubeflow-training==1.9.4          # TFJob, PyTorchJob, XGBoostJob (training-operator 1.9)
+    pip install --no-deps kubeflow-training==1.9.4    # TFJob, PyTorchJob, XGBoostJob, PaddleJob (training-operator 1.9)
     pip download --no-deps kubeflow-training==1.8.1 -d /tmp/kubeflow-training-1.8.1   # MXJob (1.8, the last with it)
     python tests/data/kubeflow/generate_schemas.py \\
         --mxjob-sdk /tmp/kubeflow-training-1.8.1/kubeflow_training-1.8.1-py3-none-any.whl
@@ -86,6 +86,7 @@ CONSTRAINTS: dict[tuple[str, str], dict[str, Any]] = {
     ("KubeflowOrgV1MXJobSpec", "jobMode"): {"enum": ["MXTrain", "MXTune"]},
     ("V2beta1MPIJobSpec", "mpiReplicaSpecs"): {"propertyNames": {"enum": ["Launcher", "Worker"]}},
     ("KubeflowOrgV1XGBoostJobSpec", "xgbReplicaSpecs"): {"propertyNames": {"enum": ["Master", "Worker"]}},
+    ("KubeflowOrgV1PaddleJobSpec", "paddleReplicaSpecs"): {"propertyNames": {"enum": ["Master", "Worker"]}},
     ("V2beta1MPIJobSpec", "mpiImplementation"): {"enum": ["OpenMPI", "Intel", "MPICH"]},
 }
 
@@ -102,6 +103,8 @@ KINDS = {
                             "sdk": "installed", "release": "mpi-operator 0.6", "kubernetes": "1.29"},
     "xgboostjob-v1.json": {"kind": "XGBoostJob", "apiVersion": "kubeflow.org/v1", "root": "KubeflowOrgV1XGBoostJob",
                            "sdk": "installed", "release": "training-operator 1.9", "kubernetes": "1.29"},
+    "paddlejob-v1.json": {"kind": "PaddleJob", "apiVersion": "kubeflow.org/v1", "root": "KubeflowOrgV1PaddleJob",
+                          "sdk": "installed", "release": "training-operator 1.9", "kubernetes": "1.29"},
 }
 
 # Run in a child process: prints {"version": ..., "models": {name: {"attributes": {json: type}, "required": [...]}}}

@@ -3,7 +3,9 @@
 ``KubeflowJobHook`` is ``DistributedTrainingHook`` (same connection, retries, error messages) with the calls a
 Kubeflow ``TFJob``/``PyTorchJob``/``MXJob``/``MPIJob``/``XGBoostJob`` needs. The operator in the cluster creates and
 judges the pods; this hook only reads its verdict (``kubeflow_status.job_status``) through one LIST and one watch of
-the object, resumed from its resourceVersion and relisted after 410 Gone (``object_watch``).
+the object, resumed from its resourceVersion and relisted after 410 Gone (``object_watch``), and, while some
+replica has not started, paced LISTs of its pods (``pending_pods``: a failed image pull, which the object's status
+never shows, fails the wait at once).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from airflow_distributed.hooks.api_retry import KubernetesJobError
 from airflow_distributed.hooks.job_watch import container_state, termination_message
 from airflow_distributed.hooks.kubernetes import _EXISTS, _MISSING, DistributedTrainingHook
 from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
+from airflow_distributed.hooks.pending_pods import PendingPods, expected_pods
 from airflow_distributed.hooks.watch_loop import WatchCalls, WatchPolicy, WatchTimings, run_watch
 from airflow_distributed.manifests.kubeflow import KINDS, KubeflowKind, KubeflowResource
 from airflow_distributed.manifests.kubeflow_status import (
@@ -216,16 +219,21 @@ class KubeflowJobHook(DistributedTrainingHook):
         watch_timeout: int | None = None,
         stopped: Callable[[], bool] | None = None,
         on_change: Callable[[JobStatus], None] | None = None,
+        image_pull_grace: float = 0.0,
     ) -> KubeflowOutcome:
-        """Until the job succeeds or fails (its conditions), is deleted, or ``stopped()`` turns true.
+        """Until the job succeeds or fails (its conditions), is deleted, or ``stopped()`` turns true; or a replica's
+        image cannot be pulled (``pending_pods``: its pods are listed while some replica has not started).
 
-        :param watch_timings: watch request timeouts and the reconnect budget (``watch_loop.WatchTimings``).
+        :param watch_timings: watch request timeouts, the reconnect budget and the pace of the pod LISTs
+            (``watch_loop.WatchTimings``).
         :param watch_timeout: ``timeoutSeconds`` of each watch request, over ``watch_timings.server_timeout``.
         :param on_change: called with the job's status whenever it changes.
+        :param image_pull_grace: seconds a replica's pull may keep failing (ErrImagePull, ImagePullBackOff).
         """
         stopped = stopped or (lambda: False)
         timings = WatchTimings.of(watch_timings, server_timeout=watch_timeout)
         watch = ObjectWatch(name)
+        pending = PendingPods(timings.pending_pods_interval, image_pull_grace, self._clock)
         what = f"watching {resource.kind} {namespace}/{name}"
         outcome: list[KubeflowOutcome] = []
         last: list[JobStatus] = []
@@ -248,7 +256,15 @@ class KubeflowJobHook(DistributedTrainingHook):
             if status.state in (SUCCEEDED, FAILED):
                 outcome.append(KubeflowOutcome(status, watch.obj))
                 return True
+            if pending.verdict is not None:
+                outcome.append(KubeflowOutcome(JobStatus(*pending.status()), watch.obj))
+                return True
             return False
+
+        def check_pods() -> None:
+            pods = self._json(self.core_v1_client.list_namespaced_pod(namespace, label_selector=pod_selector(name),
+                                                                     _preload_content=False))
+            pending.on_pods(pods.get("items") or [], expected_pods(watch.obj))
 
         args = (resource.group, resource.version, namespace, resource.plural)
         list_objects = self.custom_objects.list_namespaced_custom_object
@@ -261,6 +277,9 @@ class KubeflowJobHook(DistributedTrainingHook):
             on_list=watch.on_list,
             on_line=watch.on_line,
             done=done,
+            watch_seconds=lambda: pending.watch_seconds(timings.server_timeout),
+            check=check_pods,
+            check_due=lambda: watch.obj is not None and pending.due(),
         )
         run_watch(watch, calls, WatchPolicy(what, timings, self.retry, clock=self._clock), sleep=self._sleep,
                   log=self.job_log)

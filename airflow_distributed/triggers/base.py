@@ -69,7 +69,7 @@ class JobWaitTrigger(BaseTrigger):
         """The API client of this trigger's connection, shared with the other triggers of the process
         (``api_clients``)."""
         key = json.dumps(self.connection_identity(), sort_keys=True, default=str)
-        return shared_client(key, self.hook.get_conn)
+        return shared_client(key, lambda: self.hook.get_conn())  # the hook is built only by the opener
 
     @property
     def what(self) -> str:

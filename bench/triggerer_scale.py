@@ -219,7 +219,14 @@ if __name__ == "__main__":
     parser.add_argument("--quiet-seconds", type=float, default=60.0)
     parser.add_argument("--after-drop-seconds", type=float, default=20.0)
     parser.add_argument("--api", choices=("https", "http", "both"), default="both")
+    parser.add_argument("--ssl-read-buffer-kb", type=int, default=None,
+                        help="experiment: asyncio's read buffer of every TLS connection, in KiB (default 256), to "
+                             "show how much of the memory of 1000 open watches it is; not something the triggers set")
     args = parser.parse_args()
+    if args.ssl_read_buffer_kb is not None:
+        import asyncio.sslproto
+
+        asyncio.sslproto.SSLProtocol.max_size = args.ssl_read_buffer_kb * 1024
     with contextlib.redirect_stdout(sys.stderr):  # the triggers' logs aside: only the figures on stdout
         if args.api == "both":
             figures = measure(args.jobs, args.replicas, args.quiet_seconds, args.after_drop_seconds)

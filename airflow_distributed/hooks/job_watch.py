@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -173,6 +173,53 @@ def _image_problem(pod: Mapping[str, Any]) -> tuple[str, str | None, str] | None
         if reason in PULL_FAILURE_REASONS or reason in PERMANENT_WAITING_REASONS:
             return reason, waiting.get("message"), images.get(entry.get("name")) or entry.get("image") or "?"
     return None
+
+
+def image_failure(pods: Iterable[tuple[str, Mapping[str, Any] | None]], pull_failures: dict[str, float],
+                  grace: float, now: float) -> JobVerdict | None:
+    """The first replica whose image can never be pulled, or whose pull has failed for ``grace`` seconds or more.
+
+    The one pull-failure verdict of every backend (the ``kubernetes`` tracker's, the ``kubeflow`` wait's).
+
+    :param pods: (replica, its pod or ``None``), in the order replicas are named in a verdict.
+    :param pull_failures: when each replica's pull was first seen failing, on the caller's clock; kept up to date
+        here (a replica whose pull is no longer failing is forgotten).
+    """
+    pods = list(pods)
+    failing = {}
+    for name, pod in pods:
+        problem = None if pod is None or _started(pod) else _image_problem(pod)
+        if problem is not None:
+            failing[name] = problem
+    for name in list(pull_failures):
+        if name not in failing:
+            del pull_failures[name]
+    for name, _ in pods:
+        if name not in failing:
+            continue
+        reason, message, image = failing[name]
+        since = pull_failures.setdefault(name, now)
+        if reason in PERMANENT_WAITING_REASONS or now - since >= grace:
+            return JobVerdict(FAILURE, name, "image", None, reason, message, image=image)
+    return None
+
+
+def pod_essentials(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """What a verdict and the table read of a pod: its name, node, containers' names and images, and status.
+
+    A pod of a big job is tens of KB of JSON, most of it its spec (every replica's address in the environment);
+    a waiter holding many jobs (one triggerer, a thousand deferred jobs) keeps this instead.
+    """
+    metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    kept: dict[str, Any] = {"metadata": {"name": metadata.get("name")}, "spec": {}}
+    if spec.get("nodeName"):
+        kept["spec"]["nodeName"] = spec["nodeName"]
+    for key in ("initContainers", "containers"):
+        if spec.get(key):
+            kept["spec"][key] = [{"name": c.get("name"), "image": c.get("image")} for c in spec[key]]
+    if pod.get("status") is not None:
+        kept["status"] = pod["status"]
+    return kept
 
 
 def _waiting(pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
@@ -350,27 +397,8 @@ class JobTracker:
         return None
 
     def _image_failure(self, now: float) -> JobVerdict | None:
-        """The first replica whose image can never be pulled, or whose pull has failed for longer than the grace.
-
-        Also keeps ``pull_failures`` up to date: a replica whose pull is no longer failing is forgotten.
-        """
-        failing = {}
-        for slot in self.slots:
-            pod = self._pods.get(slot.name)
-            problem = None if pod is None or _started(pod) else _image_problem(pod)
-            if problem is not None:
-                failing[slot.name] = problem
-        for name in list(self.pull_failures):
-            if name not in failing:
-                del self.pull_failures[name]
-        for slot in self.slots:
-            if slot.name not in failing:
-                continue
-            reason, message, image = failing[slot.name]
-            since = self.pull_failures.setdefault(slot.name, now)
-            if reason in PERMANENT_WAITING_REASONS or now - since >= self.image_pull_grace:
-                return JobVerdict(FAILURE, slot.name, "image", None, reason, message, image=image)
-        return None
+        return image_failure([(slot.name, self._pods.get(slot.name)) for slot in self.slots], self.pull_failures,
+                             self.image_pull_grace, now)
 
     @property
     def startup_deadline(self) -> float:
@@ -445,18 +473,25 @@ class ResumableWatch:
 class JobWatch(ResumableWatch):
     """A job's pods: the tracker's table from a LIST and the events of one label-selector watch."""
 
-    def __init__(self, tracker: JobTracker) -> None:
+    def __init__(self, tracker: JobTracker, keep: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
+                 ) -> None:
+        """:param keep: what of each pod the tracker keeps (e.g. ``pod_essentials``); the whole pod by default."""
         super().__init__()
         self.tracker = tracker
+        self.keep = keep
 
     def on_list(self, body: Mapping[str, Any]) -> bool:
         self._list_version(body)
-        return self.tracker.reset(body.get("items") or [])
+        items = body.get("items") or []
+        return self.tracker.reset(items if self.keep is None else [self.keep(pod) for pod in items])
 
     def on_line(self, line: str | bytes) -> bool:
         """One line of the watch stream; returns whether the table changed (see ``ResumableWatch._event``)."""
         event = self._event(line)
-        return False if event is None else self.tracker.apply(*event)
+        if event is None:
+            return False
+        kind, pod = event
+        return self.tracker.apply(kind, pod if self.keep is None else self.keep(pod))
 
     def watch_seconds(self, now: float, longest: int) -> int:
         """``timeoutSeconds`` for the next watch request: never past the startup deadline (an integer >= 1)."""

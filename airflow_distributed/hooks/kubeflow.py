@@ -3,7 +3,9 @@
 ``KubeflowJobHook`` is ``DistributedTrainingHook`` (same connection, retries, error messages) with the calls a
 Kubeflow ``TFJob``/``PyTorchJob``/``MXJob``/``MPIJob``/``XGBoostJob``/``PaddleJob`` needs. The operator in the
 cluster creates and judges the pods; this hook only reads its verdict (``kubeflow_status.job_status``) through one
-LIST and one watch of the object, resumed from its resourceVersion and relisted after 410 Gone (``object_watch``).
+LIST and one watch of the object, resumed from its resourceVersion and relisted after 410 Gone (``object_watch``),
+and, while some replica has not started, paced LISTs of its pods (``pending_pods``: a failed image pull, which the
+object's status never shows, fails the wait at once).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from airflow_distributed.hooks.api_retry import KubernetesJobError
 from airflow_distributed.hooks.job_watch import container_state, termination_message
 from airflow_distributed.hooks.kubernetes import _EXISTS, _MISSING, DistributedTrainingHook
 from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
+from airflow_distributed.hooks.pending_pods import PendingPods, expected_pods
 from airflow_distributed.hooks.watch_loop import WatchCalls, WatchPolicy, WatchTimings, run_watch
 from airflow_distributed.manifests.kubeflow import KINDS, KubeflowKind, KubeflowResource
 from airflow_distributed.manifests.kubeflow_status import (
@@ -146,6 +149,9 @@ class KubeflowJobHook(DistributedTrainingHook):
     hook_name = "Distributed training (Kubeflow)"
     #: How the watch, the reattach and the triggers judge an object of the kind (a subclass's kind has its own).
     status_of: Callable[[Mapping[str, Any]], JobStatus] = staticmethod(job_status)
+    #: The label selector of a job's pods, and how many it asks for (the pull-failure check's LISTs).
+    pods_selector: Callable[[str], str] = staticmethod(pod_selector)
+    expected_pods: Callable[[Mapping[str, Any] | None], int | None] = staticmethod(expected_pods)
 
     def main_container(self, obj: Mapping[str, Any]) -> str:
         """The container whose exit and termination message count (``main_container``)."""
@@ -177,7 +183,7 @@ class KubeflowJobHook(DistributedTrainingHook):
 
     def kubeflow_pods(self, namespace: str, obj: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Every pod the Kubeflow operator made for the job."""
-        return self.list_pods(namespace, pod_selector(obj["metadata"]["name"]))
+        return self.list_pods(namespace, self.pods_selector(obj["metadata"]["name"]))
 
     def kubeflow_output(self, namespace: str, obj: Mapping[str, Any]) -> str | None:
         """The output document from the termination message of the replica whose success decides the job
@@ -241,17 +247,22 @@ class KubeflowJobHook(DistributedTrainingHook):
         stopped: Callable[[], bool] | None = None,
         on_change: Callable[[JobStatus], None] | None = None,
         on_object: Callable[[dict[str, Any]], None] | None = None,
+        image_pull_grace: float = 0.0,
     ) -> KubeflowOutcome:
-        """Until the job succeeds or fails (its conditions), is deleted, or ``stopped()`` turns true.
+        """Until the job succeeds or fails (its conditions), is deleted, or ``stopped()`` turns true; or a replica's
+        image cannot be pulled (``pending_pods``: its pods are listed while some replica has not started).
 
-        :param watch_timings: watch request timeouts and the reconnect budget (``watch_loop.WatchTimings``).
+        :param watch_timings: watch request timeouts, the reconnect budget and the pace of the pod LISTs
+            (``watch_loop.WatchTimings``).
         :param watch_timeout: ``timeoutSeconds`` of each watch request, over ``watch_timings.server_timeout``.
         :param on_change: called with the job's status whenever it changes.
         :param on_object: called with the object as seen whenever its status changes (after ``on_change``).
+        :param image_pull_grace: seconds a replica's pull may keep failing (ErrImagePull, ImagePullBackOff).
         """
         stopped = stopped or (lambda: False)
         timings = WatchTimings.of(watch_timings, server_timeout=watch_timeout)
         watch = ObjectWatch(name)
+        pending = PendingPods(timings.pending_pods_interval, image_pull_grace, self._clock)
         what = f"watching {resource.kind} {namespace}/{name}"
         outcome: list[KubeflowOutcome] = []
         last: list[JobStatus] = []
@@ -277,7 +288,15 @@ class KubeflowJobHook(DistributedTrainingHook):
             if status.state in (SUCCEEDED, FAILED):
                 outcome.append(KubeflowOutcome(status, watch.obj))
                 return True
+            if pending.verdict is not None:
+                outcome.append(KubeflowOutcome(JobStatus(*pending.status()), watch.obj))
+                return True
             return False
+
+        def check_pods() -> None:
+            pods = self._json(self.core_v1_client.list_namespaced_pod(
+                namespace, label_selector=self.pods_selector(name), _preload_content=False))
+            pending.on_pods(pods.get("items") or [], self.expected_pods(watch.obj))
 
         args = (resource.group, resource.version, namespace, resource.plural)
         list_objects = self.custom_objects.list_namespaced_custom_object
@@ -290,6 +309,9 @@ class KubeflowJobHook(DistributedTrainingHook):
             on_list=watch.on_list,
             on_line=watch.on_line,
             done=done,
+            watch_seconds=lambda: pending.watch_seconds(timings.server_timeout),
+            check=check_pods,
+            check_due=lambda: watch.obj is not None and pending.due(),
         )
         run_watch(watch, calls, WatchPolicy(what, timings, self.retry, clock=self._clock), sleep=self._sleep,
                   log=self.job_log)

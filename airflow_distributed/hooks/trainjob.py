@@ -20,6 +20,7 @@ from airflow_distributed.manifests.trainjob_status import (
     NODE,
     PLURAL,
     VERSION,
+    expected_nodes,
     node_rank,
     node_selector,
     trainjob_status,
@@ -47,16 +48,14 @@ class TrainJobHook(KubeflowJobHook):
 
     hook_name = "Distributed training (Kubeflow Trainer)"
     status_of: Callable[[Mapping[str, Any]], JobStatus] = staticmethod(trainjob_status)
+    pods_selector: Callable[[str], str] = staticmethod(node_selector)
+    expected_pods: Callable[[Mapping[str, Any] | None], int | None] = staticmethod(expected_nodes)
 
     def main_container(self, obj: Mapping[str, Any]) -> str:
         return NODE
 
     def replica_statuses(self, pods: Sequence[Mapping[str, Any]], container: str) -> tuple[ReplicaStatus, ...]:
         return node_statuses(pods, container)
-
-    def kubeflow_pods(self, namespace: str, obj: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """Every node pod of the TrainJob's JobSet."""
-        return self.list_pods(namespace, node_selector(obj["metadata"]["name"]))
 
     def kubeflow_output(self, namespace: str, obj: Mapping[str, Any]) -> str | None:
         """The output document: the termination message of node 0's ``node`` container (the newest such pod,

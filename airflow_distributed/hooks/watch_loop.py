@@ -58,6 +58,9 @@ class WatchTimings:
     :param max_reconnect_delay: the longest wait between two reconnects.
     :param jitter: fraction of each reconnect wait that is random (1.0: anywhere from 0 to the full wait), so
         that a server dropping every watch at once is not hit by all of them again at the same moment.
+    :param pending_pods_interval: seconds between two LISTs of a job's pods while some of its replicas have not
+        started, where the watched object does not tell why (a Kubeflow job's status never shows a failed image
+        pull); no such LIST is made once every replica has started.
     """
 
     server_timeout: int = WATCH_TIMEOUT
@@ -67,6 +70,7 @@ class WatchTimings:
     reconnect_delay: float = 1.0
     max_reconnect_delay: float = 30.0
     jitter: float = 1.0
+    pending_pods_interval: float = 10.0
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -78,7 +82,8 @@ class WatchTimings:
         if not isinstance(self.server_timeout, int) or isinstance(self.server_timeout, bool) or \
                 self.server_timeout < 1:
             found.append(("server_timeout", f"{self.server_timeout!r} must be an integer >= 1 (seconds)"))
-        for name in ("read_timeout_margin", "connect_timeout", "reconnect_delay", "max_reconnect_delay"):
+        for name in ("read_timeout_margin", "connect_timeout", "reconnect_delay", "max_reconnect_delay",
+                     "pending_pods_interval"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
                 found.append((name, f"{value!r} must be a number of seconds > 0"))
@@ -257,6 +262,9 @@ class WatchCalls:
     :param done: true when the wait is over (verdict, stop, deadline); asked after every list, line and watch.
     :param watch_seconds: ``timeoutSeconds`` of the next watch (``timings.server_timeout``, or less before a
         deadline).
+    :param check: a request made between two watches when ``check_due()`` says so (a paced LIST of something
+        the watched object does not show); it fails as a LIST does, and ``done`` is asked after it.
+    :param check_due: whether ``check`` is to be made before the next watch.
     """
 
     list_: Callable[[], Any]
@@ -265,17 +273,20 @@ class WatchCalls:
     on_line: Callable[[str | bytes], Any]
     done: Callable[[], bool]
     watch_seconds: Callable[[], int] | None = None
+    check: Callable[[], Any] | None = None
+    check_due: Callable[[], bool] | None = None
 
 
 class _Loop:
     """The decisions of a wait between its requests, shared by the sync and async drivers (which do the I/O).
 
-    ``next_request()`` says what to send (``LIST``, or the ``timeoutSeconds`` of a watch; ``None``: the wait is
-    over); the other methods take what came back and return how long to wait before the next request
+    ``next_request()`` says what to send (``LIST``, ``CHECK``, or the ``timeoutSeconds`` of a watch; ``None``: the
+    wait is over); the other methods take what came back and return how long to wait before the next request
     (``None``: no wait).
     """
 
     LIST = -1
+    CHECK = -2
 
     def __init__(self, watch: ResumableWatch, calls: WatchCalls | AsyncWatchCalls, policy: WatchPolicy,
                  log: TaskLog) -> None:
@@ -286,6 +297,8 @@ class _Loop:
             return None
         if self.watch.needs_list:
             return self.LIST
+        if self.calls.check is not None and self.calls.check_due is not None and self.calls.check_due():
+            return self.CHECK
         timings = self.policy.timings
         seconds = self.calls.watch_seconds() if self.calls.watch_seconds is not None else timings.server_timeout
         return max(1, min(int(seconds), timings.server_timeout))
@@ -351,6 +364,15 @@ def run_watch(watch: ResumableWatch, calls: WatchCalls, policy: WatchPolicy, *,
                 delay = loop.failed(error)
             else:
                 delay = loop.listed(body)
+        elif request == loop.CHECK:
+            assert calls.check is not None
+            try:
+                calls.check()
+            except Exception as error:
+                delay = loop.failed(error)
+            else:
+                loop.answered()
+                delay = None
         else:
             try:
                 response = calls.open_watch(watch.resource_version, request, loop.request_timeout(request))
@@ -384,6 +406,8 @@ class AsyncWatchCalls:
     on_line: Callable[[str | bytes], Any]
     done: Callable[[], bool]
     watch_seconds: Callable[[], int] | None = None
+    check: Callable[[], Awaitable[Any]] | None = None
+    check_due: Callable[[], bool] | None = None
 
 
 async def arun_watch(watch: ResumableWatch, calls: AsyncWatchCalls, policy: WatchPolicy, *,
@@ -401,6 +425,15 @@ async def arun_watch(watch: ResumableWatch, calls: AsyncWatchCalls, policy: Watc
                 delay = loop.failed(error)
             else:
                 delay = loop.listed(body)
+        elif request == loop.CHECK:
+            assert calls.check is not None
+            try:
+                await calls.check()
+            except Exception as error:
+                delay = loop.failed(error)
+            else:
+                loop.answered()
+                delay = None
         else:
             try:
                 response = await calls.open_watch(watch.resource_version, request, loop.request_timeout(request))

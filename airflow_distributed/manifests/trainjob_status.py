@@ -105,6 +105,14 @@ def node_selector(job_name: str, rank: int | None = None) -> str:
     return ",".join(parts)
 
 
+def expected_nodes(obj: Mapping[str, Any] | None) -> int | None:
+    """How many node pods a TrainJob asks for (``spec.trainer.numNodes``; ``None``: not known from ``obj``, as when
+    the runtime gives the count)."""
+    trainer = ((obj or {}).get("spec") or {}).get("trainer") or {}
+    nodes = trainer.get("numNodes")
+    return int(nodes) if isinstance(nodes, int) else None
+
+
 def node_rank(pod: Mapping[str, Any]) -> int:
     """A node pod's rank: its completion index (a label since Kubernetes 1.28, an annotation before)."""
     metadata = pod.get("metadata") or {}

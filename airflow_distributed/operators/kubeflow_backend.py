@@ -13,7 +13,8 @@ Clean-up. The Kubeflow operator applies ``runPolicy.cleanPodPolicy`` itself when
 still running are deleted, finished ones kept) unless ``clean_pod_policy="none"``. Its ``All`` is never asked
 for, since it would delete the master's pod, and its output, before the task reads it; instead this task deletes
 the job object (the pods go with it) per ``clean_pod_policy``: ``all`` always, ``running``/``none`` never; by
-default after success. A killed task deletes its job whatever the policy.
+default after success. A killed task deletes its job whatever the policy, and so does a job failed because a
+replica's image cannot be pulled (``pending_pods``): the Kubeflow operator does not see it as ended.
 
 Retries: the object's name is fixed per task instance; a create answered 409 finds an earlier try's job, which
 is reattached (running or succeeded) or replaced (failed).
@@ -90,9 +91,15 @@ def resume_kubeflow(operator: DistributedTrainingOperator, context: Context, eve
                     run_class: type[KubeflowJobRun] | None = None) -> dict[str, Any]:
     """``execute_complete``: the trigger's event -> output, clean-up and XCom, as in the synchronous path."""
     from airflow_distributed.hooks.kubeflow import DELETED
+    from airflow_distributed.hooks.pending_pods import IMAGE_PULL_FAILED
+    from airflow_distributed.manifests.kubeflow_status import JobStatus
 
     run = (run_class or KubeflowJobRun).resume(operator, context, event)
     status = event.get("status")
+    if status == "failed" and event.get("reason") == IMAGE_PULL_FAILED:
+        # The trigger's own verdict: the job's status does not show it, so it is not read back.
+        return run.finish(JobStatus("failed", IMAGE_PULL_FAILED, str(event.get("message") or "")),
+                          run.hook.get_kubeflow_job(run.namespace, run.resource, run.name))
     if status in ("succeeded", "failed"):
         obj = run.hook.get_kubeflow_job(run.namespace, run.resource, run.name)
         return run.finish(run.hook.status_of(obj) if obj is not None else DELETED, obj)
@@ -206,7 +213,7 @@ class KubeflowJobRun:
         try:
             outcome = self.hook.wait_for_kubeflow_job(
                 self.namespace, self.resource, self.name, stopped=lambda: self.stopped,
-                watch_timings=watch_timings(self.operator),
+                watch_timings=watch_timings(self.operator), image_pull_grace=self.operator.image_pull_grace,
                 on_change=lambda status: self.log.info("%s %s/%s is %s%s", self.resource.kind, self.namespace,
                                                        self.name, status.state,
                                                        f": {status.message}" if status.message else ""),
@@ -233,7 +240,8 @@ class KubeflowJobRun:
                                      version=self.resource.version, plural=self.resource.plural,
                                      kubernetes_conn_id=self.operator.kubernetes_conn_id,
                                      execution_deadline=deadline, delete_on_kill=True, started_at=self.started_at,
-                                     watch_timings=watch_timings(self.operator).as_dict())
+                                     watch_timings=watch_timings(self.operator).as_dict(),
+                                     image_pull_grace=self.operator.image_pull_grace)
         self.log.info("job %s/%s: waiting in the triggerer", self.namespace, self.name)
         self.operator.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
 
@@ -243,6 +251,7 @@ class KubeflowJobRun:
         """Output, clean-up, XCom; raises ``DistributedJobError`` unless the job succeeded."""
         from airflow_distributed.hooks.job_watch import replica_table
         from airflow_distributed.hooks.kubeflow import STOPPED, failed_replica
+        from airflow_distributed.hooks.pending_pods import IMAGE_PULL_FAILED
         from airflow_distributed.outputs import job_record, job_result
         from airflow_distributed.status import SUCCEEDED
 
@@ -262,7 +271,7 @@ class KubeflowJobRun:
             self.delete_quietly()
             raise
         statuses = self.hook.replica_statuses(pods, container)
-        deleted = self.clean_up(succeeded, exists=obj is not None)
+        deleted = self.clean_up(succeeded, exists=obj is not None, unfinished=status.reason == IMAGE_PULL_FAILED)
         if statuses:
             self.log.info("replicas of %s (final):\n%s", self.name, replica_table(statuses))
         result = job_result(job_name=self.name, framework=self.framework, backend=self.backend,
@@ -310,10 +319,11 @@ class KubeflowJobRun:
                     self.log.warning("could not read the last lines of %s: %s", name, error)
         return logs
 
-    def clean_up(self, succeeded: bool, exists: bool = True) -> bool:
-        """Delete the job object when ``clean_pod_policy`` (default: ``all`` after success) says so."""
+    def clean_up(self, succeeded: bool, exists: bool = True, unfinished: bool = False) -> bool:
+        """Delete the job object when ``clean_pod_policy`` (default: ``all`` after success) says so, or when the
+        job failed by this task's verdict while the Kubeflow operator still runs it (``unfinished``)."""
         policy = self.operator.clean_pod_policy or ("all" if succeeded else "running")
-        if policy != "all" or not exists:
+        if (policy != "all" and not unfinished) or not exists:
             return False
         self.hook.delete_kubeflow_job(self.namespace, self.resource, self.name)
         return True

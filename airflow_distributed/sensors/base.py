@@ -292,7 +292,8 @@ class DistributedJobSensor(BaseSensorOperator):
         trigger_class = TrainJobTrigger if self.kind == TRAINJOB_KIND else KubeflowJobTrigger
         return trigger_class(job_name=self.job_name, namespace=namespace, group=resource.group,
                                   version=resource.version, plural=resource.plural,
-                                  kubernetes_conn_id=self.kubernetes_conn_id, watch_timings=self.watch_timings)
+                                  kubernetes_conn_id=self.kubernetes_conn_id, watch_timings=self.watch_timings,
+                                  image_pull_grace=self.image_pull_grace)
 
     def execute_complete(self, context: Context, event: Any = None, deadline: float | None = None) -> Any:
         """The trigger fired: the job ended (read it once more, for its output or its failed replica), or it is

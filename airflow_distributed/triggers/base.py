@@ -1,6 +1,7 @@
 """What the package's triggers share: their arguments, the cncf hook, and one event around a watch.
 
-A subclass hands its constructor arguments to ``JobWaitTrigger.__init__`` (they become attributes and what
+Every trigger of one connection in a triggerer process shares one API client (``api_clients``). A subclass hands
+its constructor arguments to ``JobWaitTrigger.__init__`` (they become attributes and what
 ``serialize`` writes back), says what it waits for (``what``, used in logs and messages) and implements
 ``_wait()``, which returns the event's status fields; ``run`` turns any error into an ``error`` event, so that
 ``execute_complete`` always gets to clean up.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable
+from contextlib import AbstractAsyncContextManager
 from functools import cached_property
 from typing import Any
 
@@ -28,6 +30,7 @@ from airflow_distributed.hooks.watch_loop import (
     lines,
     seconds_until,
 )
+from airflow_distributed.triggers.api_clients import client_configuration, shared_client
 
 
 class JobWaitTrigger(BaseTrigger):
@@ -56,7 +59,17 @@ class JobWaitTrigger(BaseTrigger):
 
     @cached_property
     def hook(self) -> AsyncKubernetesHook:
-        return AsyncKubernetesHook(conn_id=self.kubernetes_conn_id)
+        return AsyncKubernetesHook(conn_id=self.kubernetes_conn_id, client_configuration=client_configuration())
+
+    def connection_identity(self) -> dict[str, Any]:
+        """The arguments that configure ``hook``: triggers with the same identity share one API client."""
+        return {"conn_id": self.kubernetes_conn_id}
+
+    def api_client(self) -> AbstractAsyncContextManager[Any]:
+        """The API client of this trigger's connection, shared with the other triggers of the process
+        (``api_clients``)."""
+        key = json.dumps(self.connection_identity(), sort_keys=True, default=str)
+        return shared_client(key, lambda: self.hook.get_conn())  # the hook is built only by the opener
 
     @property
     def what(self) -> str:

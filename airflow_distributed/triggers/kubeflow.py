@@ -1,9 +1,11 @@
 """``KubeflowJobTrigger``: wait in the triggerer for a Kubeflow training job (TFJob, PyTorchJob, MXJob, MPIJob).
 
 One LIST and one watch of the object (``fieldSelector=metadata.name=<job>``), resumed from its resourceVersion
-and relisted after 410 Gone (``object_watch``), through ``kubernetes_asyncio``. It fires one event: ``succeeded``
-or ``failed`` (with the status's reason and message, ``job_status``), ``deleted``, ``timeout`` (the task's
-``execution_timeout``) or ``error``. The operator's or sensor's ``execute_complete`` reads the output.
+and relisted after 410 Gone (``object_watch``), through ``kubernetes_asyncio``; while a replica has not started,
+its pods are listed at a pace (``pending_pods``). It fires one event: ``succeeded`` or ``failed`` (with the
+status's reason and message, ``job_status``; or reason ``ImagePullFailed`` and a replica's pull-failure verdict),
+``deleted``, ``timeout`` (the task's ``execution_timeout``) or ``error``. The operator's or sensor's
+``execute_complete`` reads the output.
 
 ``delete_on_kill``: the operator's trigger deletes the job when the user kills the deferred task (Airflow 3.3+
 ``on_kill``); a sensor's does not, since the job is not the sensor's to stop.
@@ -12,14 +14,16 @@ or ``failed`` (with the status's reason and message, ``job_status``), ``deleted`
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 
 from airflow_distributed.hooks.api_retry import acall_with_retries
 from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
+from airflow_distributed.hooks.pending_pods import PendingPods, expected_pods
 from airflow_distributed.hooks.watch_loop import AsyncWatchCalls
-from airflow_distributed.manifests.kubeflow_status import job_status
+from airflow_distributed.manifests.kubeflow_status import job_status, pod_selector
 from airflow_distributed.status import FAILED, SUCCEEDED
 from airflow_distributed.triggers.base import JobWaitTrigger
 
@@ -37,7 +41,9 @@ class KubeflowJobTrigger(JobWaitTrigger):
     :param execution_deadline: epoch seconds at which the task's ``execution_timeout`` ends (``timeout`` event).
     :param delete_on_kill: delete the job when the deferred task is killed (the operator's trigger).
     :param started_at: epoch seconds the wait began; handed back in the event.
-    :param watch_timings: ``WatchTimings.as_dict()``: watch timeouts, reconnect budget and jitter.
+    :param watch_timings: ``WatchTimings.as_dict()``: watch timeouts, reconnect budget, jitter and the pace of
+        the pod LISTs while replicas start.
+    :param image_pull_grace: seconds a replica's image pull may keep failing before the job fails (0: at once).
     """
 
     group: str
@@ -46,6 +52,10 @@ class KubeflowJobTrigger(JobWaitTrigger):
     delete_on_kill: bool
     #: How an object of the kind is judged (a subclass for another kind has its own).
     status_of = staticmethod(job_status)
+    #: The label selector of a job's pods, and how many it asks for (the pull-failure check's LISTs).
+    pods_selector: Callable[[str], str] = staticmethod(pod_selector)
+    expected_pods: Callable[[Mapping[str, Any] | None], int | None] = staticmethod(expected_pods)
+    image_pull_grace: float
 
     def __init__(
         self,
@@ -61,12 +71,14 @@ class KubeflowJobTrigger(JobWaitTrigger):
         delete_on_kill: bool = False,
         started_at: float | None = None,
         watch_timings: dict[str, Any] | None = None,
+        image_pull_grace: float = 0.0,
     ) -> None:
         super().__init__(
             job_name=job_name, namespace=namespace, group=group, version=version, plural=plural,
             kubernetes_conn_id=kubernetes_conn_id, watch_timeout=watch_timeout,
             execution_deadline=execution_deadline, delete_on_kill=delete_on_kill,
             started_at=started_at if started_at is not None else time.time(), watch_timings=watch_timings,
+            image_pull_grace=image_pull_grace,
         )
 
     @property
@@ -78,14 +90,23 @@ class KubeflowJobTrigger(JobWaitTrigger):
 
         watch = ObjectWatch(self.job_name)
         timings = self.timings
+        pending = PendingPods(timings.pending_pods_interval, self.image_pull_grace, time.monotonic)
 
         def ended() -> bool:
-            return watch.deleted or (watch.obj is not None and self.status_of(watch.obj).state in (SUCCEEDED, FAILED))
+            return watch.deleted or pending.verdict is not None or (
+                watch.obj is not None and self.status_of(watch.obj).state in (SUCCEEDED, FAILED))
 
-        async with self.hook.get_conn() as api:
+        async with self.api_client() as api:
             list_objects = async_client.CustomObjectsApi(api).list_namespaced_custom_object
+            list_pods = async_client.CoreV1Api(api).list_namespaced_pod
             args = (self.group, self.version, self.namespace, self.plural)
             selector = name_selector(self.job_name)
+
+            async def check_pods() -> None:
+                pods = await self._json(list_pods(self.namespace, label_selector=self.pods_selector(self.job_name),
+                                                  _preload_content=False))
+                pending.on_pods(pods.get("items") or [], self.expected_pods(watch.obj))
+
             calls = AsyncWatchCalls(
                 list_=lambda: self._json(list_objects(*args, field_selector=selector, _preload_content=False)),
                 open_watch=lambda version, seconds, timeout: self._answer(list_objects(
@@ -94,13 +115,19 @@ class KubeflowJobTrigger(JobWaitTrigger):
                 on_list=watch.on_list,
                 on_line=watch.on_line,
                 done=ended,
-                watch_seconds=lambda: self._until_deadline(timings.server_timeout),
+                watch_seconds=lambda: self._until_deadline(pending.watch_seconds(timings.server_timeout)),
+                check=check_pods,
+                check_due=lambda: watch.obj is not None and pending.due(),
             )
             await self._watch(watch, calls)
         if watch.obj is None and watch.deleted:
             return {"status": "deleted", "message": f"{self.what} was deleted before it finished"}
         if not ended():
             return self._timeout_event()
+        if pending.verdict is not None and not (watch.obj is not None and self.status_of(watch.obj).state in (
+                SUCCEEDED, FAILED)):
+            state, reason, message = pending.status()
+            return {"status": state, "reason": reason, "message": message, "verdict": pending.verdict.as_dict()}
         status = self.status_of(watch.obj or {})
         return {"status": status.state, "reason": status.reason, "message": status.message}
 
@@ -110,7 +137,7 @@ class KubeflowJobTrigger(JobWaitTrigger):
             return
         from kubernetes_asyncio import client as async_client
 
-        async with self.hook.get_conn() as api:
+        async with self.api_client() as api:
             custom = async_client.CustomObjectsApi(api)
 
             async def delete() -> None:

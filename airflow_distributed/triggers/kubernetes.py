@@ -26,11 +26,13 @@ from airflow_distributed.hooks.job_watch import (
     JobVerdict,
     JobWatch,
     TableReporter,
+    pod_essentials,
     replica_table,
     slots_from_json,
 )
 from airflow_distributed.hooks.watch_loop import AsyncWatchCalls
 from airflow_distributed.manifests.kubernetes import JOB_LABEL
+from airflow_distributed.triggers.api_clients import client_configuration
 from airflow_distributed.triggers.base import JobWaitTrigger
 
 
@@ -109,7 +111,13 @@ class DistributedJobTrigger(JobWaitTrigger):
             cluster_context=self.cluster_context,
             config_dict=self.config_dict,
             in_cluster=self.in_cluster,
+            client_configuration=client_configuration(),
         )
+
+    def connection_identity(self) -> dict[str, Any]:
+        return {"conn_id": self.kubernetes_conn_id, "connection_extras": self.connection_extras,
+                "cluster_context": self.cluster_context, "config_dict": self.config_dict,
+                "in_cluster": self.in_cluster}
 
     # ------------------------------------------------------------------ run
 
@@ -131,12 +139,12 @@ class DistributedJobTrigger(JobWaitTrigger):
         """The job's verdict; ``None`` once the task's execution_timeout is over."""
         tracker = JobTracker(slots_from_json(self.replicas), startup_timeout=self.startup_timeout,
                              started_at=self.started_at, image_pull_grace=self.image_pull_grace)
-        watch = JobWatch(tracker)
+        watch = JobWatch(tracker, keep=pod_essentials)
         report = TableReporter(self._log_table, time.time, TABLE_INTERVAL if len(tracker.slots) > TABLE_ROWS else 0.0)
         timings = self.timings
         from kubernetes_asyncio import client as async_client
 
-        async with self.hook.get_conn() as api:
+        async with self.api_client() as api:
             core = async_client.CoreV1Api(api)
             selector = f"{JOB_LABEL}={self.job_name}"
             calls = AsyncWatchCalls(
@@ -166,7 +174,7 @@ class DistributedJobTrigger(JobWaitTrigger):
         """Delete the job's Service; the garbage collector deletes the rest. Gone already is fine."""
         from kubernetes_asyncio import client as async_client
 
-        async with self.hook.get_conn() as api:
+        async with self.api_client() as api:
             core = async_client.CoreV1Api(api)
 
             async def delete() -> None:

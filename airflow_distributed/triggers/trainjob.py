@@ -7,7 +7,7 @@ waiting. It fires one event: ``succeeded``, ``failed``, ``deleted``, ``timeout``
 
 from __future__ import annotations
 
-from airflow_distributed.manifests.trainjob_status import trainjob_status
+from airflow_distributed.manifests.trainjob_status import expected_nodes, node_selector, trainjob_status
 from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
 
 
@@ -17,6 +17,8 @@ class TrainJobTrigger(KubeflowJobTrigger):
     (``trainer.kubeflow.org``, ``v1alpha1``, ``trainjobs``)."""
 
     status_of = staticmethod(trainjob_status)
+    pods_selector = staticmethod(node_selector)
+    expected_pods = staticmethod(expected_nodes)
 
 
 __all__ = ["TrainJobTrigger"]

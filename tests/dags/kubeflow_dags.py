@@ -53,3 +53,14 @@ failure = _dag("kubeflow_failure")
 long_running = _dag("kubeflow_long_running", execution_timeout=timedelta(minutes=5))
 xgboost = _dag("kubeflow_xgboost", framework="xgboost")
 paddle = _dag("kubeflow_paddle", framework="paddle")
+# A replica's image cannot be pulled: the job's status never says so; the wait's pod LISTs do (every 0.3 s here).
+# execution_timeout bounds a wait that would not see it (the Kubeflow backend has no startup timeout of its own).
+image_pull = _dag("kubeflow_image_pull", execution_timeout=timedelta(seconds=90),
+                  watch_timings={"pending_pods_interval": 0.3})
+image_pull_deferrable = _dag("kubeflow_image_pull_deferrable", deferrable=True, execution_timeout=timedelta(seconds=90),
+                             watch_timings={"pending_pods_interval": 0.3})
+invalid_image = _dag("kubeflow_invalid_image", deferrable=True, execution_timeout=timedelta(seconds=90),
+                     watch_timings={"pending_pods_interval": 0.3})
+image_pull_grace_over = _dag("kubeflow_image_pull_grace_over", execution_timeout=timedelta(seconds=90),
+                             image_pull_grace=1.0, watch_timings={"pending_pods_interval": 0.3})
+pending_pods = _dag("kubeflow_pending_pods", watch_timings={"pending_pods_interval": 0.2})

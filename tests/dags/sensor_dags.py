@@ -82,3 +82,6 @@ tfjob_failure = _sensor_dag("sensor_tfjob_failure", TensorflowJobSensor, kind="T
 pytorchjob_deferrable = _sensor_dag("sensor_pytorchjob_deferrable", PytorchJobSensor, kind="kubeflow",
                                     deferrable=True, watch_timeout=1)
 paddlejob = _sensor_dag("sensor_paddlejob", PaddleJobSensor, kind="kubeflow")
+pytorchjob_image_pull_deferrable = _sensor_dag("sensor_pytorchjob_image_pull_deferrable", PytorchJobSensor,
+                                               kind="kubeflow", deferrable=True,
+                                               watch_timings={"pending_pods_interval": 0.3})

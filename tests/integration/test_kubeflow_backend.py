@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 
 from tests.helpers import wait_until, xcom
 from tests.integration.kubeflow_controller import GROUP, KINDS, KubeflowController, register_kubeflow_crds
-from tests.integration.test_kubernetes_backend import DOCUMENT, run_dag_at
+from tests.integration.test_kubernetes_backend import DOCUMENT, failure_line, run_dag_at
 from tests.k8s_emulator import KubeEmulator
 
 PLURAL = "pytorchjobs"
@@ -252,3 +253,87 @@ def test_a_retry_reattaches_to_the_job_of_its_earlier_try(emulator):
         {"type": "Failed", "status": "True", "reason": "PyTorchJobFailed", "message": "x"}]}, group=GROUP)
     replaced = hook.submit_kubeflow_job(namespace, resource, body)
     assert replaced.reattached is None and replaced.obj["metadata"]["uid"] != first.obj["metadata"]["uid"]
+
+
+# ---------------------------------------------------------------------------------------------- images not pulled
+
+PULL_ERROR = 'rpc error: code = NotFound desc = failed to pull image "registry.example.com/trainer:1.0": not found'
+IMAGE = "registry.example.com/trainer:1.0"
+
+
+def pod_lists(emu: KubeEmulator, namespace: str) -> list:
+    """The task's LISTs of the job's pods (not the watch of the object, not the output's read at the end)."""
+    return [r for r in emu.requests if r.method == "GET" and r.path.endswith(f"/namespaces/{namespace}/pods")
+            and not r.is_watch and "training.kubeflow.org/job-name" in r.query.get("labelSelector", "")]
+
+
+@pytest.mark.parametrize(("dag_id", "reason"), [
+    ("kubeflow_image_pull", "ErrImagePull"),
+    ("kubeflow_image_pull_deferrable", "ErrImagePull"),
+    ("kubeflow_invalid_image", "InvalidImageName"),
+    ("kubeflow_image_pull_grace_over", "ImagePullBackOff"),
+])
+def test_a_replica_whose_image_cannot_be_pulled_fails_the_task_and_the_job_is_deleted(emulator, dag_id, reason,
+                                                                                        capfd):
+    # The PyTorchJob stays "Created" (its status never tells a failed pull); only the pods do.
+    namespace = namespace_of(dag_id)
+    emulator.create_namespace(namespace)
+    emulator.reset_requests()
+
+    def script(controller: KubeflowController) -> None:
+        controller.wait_for_job()
+        controller.create_pods()
+        controller.conditions(("Created", "PyTorchJobCreated", ""))
+        for key in ("master-0", "worker-0"):
+            emulator.run_pod(namespace, controller.pods[key])
+        emulator.pending_pod(namespace, controller.pods["worker-1"], reason=reason, message=PULL_ERROR)
+
+    controller = KubeflowController(emulator, namespace, PLURAL).play(script)
+    run, states = run_dag_at(dag_id)
+    controller.check()
+
+    assert states == {"train": "failed"}
+    line = failure_line(capfd.readouterr().out)
+    what = "is not a valid image name" if reason == "InvalidImageName" else "could not be pulled"
+    assert (f'ImagePullFailed: replica {controller.pods["worker-1"]}: image "{IMAGE}" {what} '
+            f"({reason}: {PULL_ERROR}); the job was deleted") in line
+    assert "execution_timeout" not in line and "did not start" not in line
+    assert xcom(run, "train", "job")["state"] == "failed"
+    # The Kubeflow operator would have kept the pods waiting for the image: the task deleted the job.
+    settled(emulator, namespace, ([], []))
+    assert len(pod_lists(emulator, namespace)) >= 1
+
+
+def test_the_pods_are_listed_only_while_a_replica_has_not_started(emulator):
+    namespace = namespace_of("kubeflow_pending_pods")
+    emulator.create_namespace(namespace)
+    emulator.reset_requests()
+    counts: dict[str, int] = {}
+
+    def script(controller: KubeflowController) -> None:
+        controller.wait_for_job()
+        wait_until(lambda: pod_lists(emulator, namespace), timeout=60, interval=0.02)  # before any pod exists
+        controller.create_pods()
+        controller.conditions(("Created", "PyTorchJobCreated", ""))
+        seen = len(pod_lists(emulator, namespace))
+        wait_until(lambda: len(pod_lists(emulator, namespace)) >= seen + 2, timeout=60, interval=0.02)
+        controller.run_all()
+        ran = len(pod_lists(emulator, namespace))
+        # The first LIST after every replica started is the last one.
+        wait_until(lambda: len(pod_lists(emulator, namespace)) > ran, timeout=60, interval=0.02)
+        counts["settled"] = len(pod_lists(emulator, namespace))
+        time.sleep(1.5)  # several pending_pods_interval (0.2 s)
+        counts["later"] = len(pod_lists(emulator, namespace))
+        controller.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""))
+        controller.succeed("master-0", DOCUMENT)
+        controller.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""),
+                              ("Succeeded", "PyTorchJobSucceeded", "done"))
+
+    controller = KubeflowController(emulator, namespace, PLURAL).play(script)
+    run, states = run_dag_at("kubeflow_pending_pods")
+    controller.check()
+
+    assert states == {"train": "success"}
+    assert counts["settled"] >= 4
+    assert counts["later"] == counts["settled"]
+    settled(emulator, namespace, ([], []))

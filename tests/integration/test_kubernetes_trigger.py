@@ -7,12 +7,14 @@ way a user action does, so that what deletes the job is Airflow's own call of th
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 
 import pytest
 
 from airflow_distributed.hooks.job_watch import slots_to_json
+from airflow_distributed.triggers.api_clients import open_clients
 from airflow_distributed.triggers.kubernetes import DistributedJobTrigger
 from tests.helpers import wait_until
 from tests.integration.test_kubernetes_backend import (
@@ -126,6 +128,54 @@ def test_a_replica_that_cannot_start_fails_in_the_triggerer_too(emulator, kubeco
     assert event["status"] == "failed"
     assert event["verdict"] == {"state": "failed", "replica": slots[2].name, "cause": "startup",
                                 "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient memory."}
+
+
+def test_the_triggers_of_one_connection_share_one_api_client_closed_with_the_last(emulator, kubeconfig):
+    """One triggerer, three deferred jobs of one connection: one client (one aiohttp session and SSL context),
+    three watches; the client is closed once the last trigger fired, and a new event loop opens its own."""
+    jobs = []
+    for _ in range(3):
+        namespace = f"t-{uuid.uuid4().hex[:8]}"
+        emulator.create_namespace(namespace)
+        jobs.append((namespace, *start_job(kubeconfig, namespace)))
+    measured = threading.Event()
+
+    def watching(namespace: str) -> bool:
+        return bool(lists_and_watches(emulator, namespace)[1])
+
+    def script(kubelet: Kubelet) -> None:
+        kubelet.run_all()
+        assert measured.wait(60)
+        kubelet.master_exits(0, document=DOCUMENT)
+
+    kubelets = [Kubelet(emulator, namespace).play(script) for namespace, _, _ in jobs]
+    figures: dict[str, int] = {}
+
+    async def triggerer() -> list[dict]:
+        triggers = [trigger_for(kubeconfig, ns, name, slots, startup_timeout=3600.0) for ns, slots, name in jobs]
+        tasks = [asyncio.create_task(anext(trigger.run())) for trigger in triggers]
+        try:
+            await asyncio.to_thread(wait_until, lambda: all(watching(ns) for ns, _, _ in jobs), timeout=60)
+            figures["while_watching"] = open_clients()
+        finally:
+            measured.set()
+        events = [event.payload for event in await asyncio.gather(*tasks)]
+        figures["after"] = open_clients()
+        return events
+
+    events = asyncio.run(triggerer())
+    for kubelet in kubelets:
+        kubelet.check()
+
+    assert [e["status"] for e in events] == ["succeeded"] * 3
+    assert figures == {"while_watching": 1, "after": 0}
+    # Another loop (a test, "airflow dags test"): a client of its own, not the closed one of the first loop.
+    namespace = f"t-{uuid.uuid4().hex[:8]}"
+    emulator.create_namespace(namespace)
+    slots, name = start_job(kubeconfig, namespace)
+    kubelet = Kubelet(emulator, namespace).play(lambda k: (k.run_all(), k.master_exits(0, document=DOCUMENT)))
+    assert first_event(trigger_for(kubeconfig, namespace, name, slots))["status"] == "succeeded"
+    kubelet.check()
 
 
 PULL_ERROR = 'failed to pull and unpack image "registry.example.com/trainer:bad": not found'

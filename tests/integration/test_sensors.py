@@ -354,6 +354,26 @@ def test_a_deferred_pytorchjob_sensor_watches_the_object_in_the_triggerer(emulat
     assert controller.get(JOB) is not None  # a sensor deletes nothing
 
 
+def test_a_deferred_pytorchjob_sensor_fails_on_a_failed_image_pull_and_deletes_nothing(emulator, capfd):
+    # The object stays "Created": only the pods tell it (listed while a replica has not started).
+    namespace = namespace_of("sensor_pytorchjob_image_pull_deferrable")
+    emulator.create_namespace(namespace)
+    controller = KubeflowController(emulator, namespace, "pytorchjobs")
+    controller.submit(JOB, {"Master": 1, "Worker": 1}, container="pytorch")
+    controller.create_pods()
+    controller.conditions(("Created", "PyTorchJobCreated", ""))
+    emulator.run_pod(namespace, controller.pods["master-0"])
+    emulator.pending_pod(namespace, controller.pods["worker-0"], reason="ImagePullBackOff", message=PULL_ERROR)
+
+    run, states = run_dag_at("sensor_pytorchjob_image_pull_deferrable")
+
+    assert states == {"wait": "failed"}
+    assert (f'replica {controller.pods["worker-0"]}: image "registry.example.com/trainer:1.0" could not be pulled '
+            f"(ImagePullBackOff: {PULL_ERROR})") in capfd.readouterr().out
+    assert ti_of(run).try_number == 1
+    assert controller.get(JOB) is not None and len(emulator.list("pods", namespace)) == 2  # a sensor deletes nothing
+
+
 def test_a_sensor_refuses_a_kind_of_another_framework():
     from airflow_distributed.manifests.kubeflow import KINDS
     from airflow_distributed.sensors import DistributedJobSensor, MXNetJobSensor, TensorflowJobSensor

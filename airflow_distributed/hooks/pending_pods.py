@@ -1,0 +1,85 @@
+"""Pods that have not started, looked at while a waiter watches something else (pure: pods in, verdict out).
+
+A Kubeflow job's status does not tell that a replica's image cannot be pulled: its pods stay ``Pending`` and the
+job stays ``Created``. So while the job waits for its replicas to start, its pods are LISTed every
+``WatchTimings.pending_pods_interval`` seconds and judged by the ``kubernetes`` backend's own pull-failure verdict
+(``job_watch.image_failure``): ErrImagePull/ImagePullBackOff once they have failed for ``image_pull_grace``
+seconds, InvalidImageName/ErrImageNeverPull at once. Once every replica's pod exists and has started, no more
+LISTs are made.
+
+The waiter's watch loop asks ``due()`` between watches, makes the LIST, hands its items to ``on_pods``, and cuts
+its watches to ``watch_seconds`` so that the next LIST is not late.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from airflow_distributed.hooks.job_watch import JobVerdict, _started, image_failure
+from airflow_distributed.manifests.kubeflow_status import REPLICA_SPECS_KEY
+from airflow_distributed.status import FAILED
+
+#: The reason of a Kubeflow job failed by this check (its own status never says so), and how the task tells it
+#: from a verdict of the Kubeflow operator: the job did not end by itself, so the task deletes it.
+IMAGE_PULL_FAILED = "ImagePullFailed"
+
+
+def expected_pods(obj: Mapping[str, Any] | None) -> int | None:
+    """How many pods a Kubeflow job's replica specs ask for (``None``: not known from ``obj``)."""
+    if not obj:
+        return None
+    key = REPLICA_SPECS_KEY.get(str(obj.get("kind")))
+    specs = (obj.get("spec") or {}).get(key) if key else None
+    if not isinstance(specs, Mapping):
+        return None
+    return sum(int((spec or {}).get("replicas", 1)) for spec in specs.values())
+
+
+class PendingPods:
+    """When to LIST a job's pods, and what a LIST says: a pull-failure verdict, or whether replicas still start.
+
+    :param interval: seconds between two LISTs while a replica is pending.
+    :param image_pull_grace: seconds a pull may keep failing (ErrImagePull, ImagePullBackOff) before the verdict.
+    :param clock: the caller's clock in seconds (the first LIST is due at once).
+    """
+
+    def __init__(self, interval: float, image_pull_grace: float, clock: Callable[[], float]) -> None:
+        self.interval, self.image_pull_grace, self.clock = interval, image_pull_grace, clock
+        #: when each replica's pull was first seen failing (``image_failure`` keeps it).
+        self.pull_failures: dict[str, float] = {}
+        self.next_at = clock()
+        self.pending = True
+        self.verdict: JobVerdict | None = None
+        #: LISTs made, for logs and tests.
+        self.lists = 0
+
+    def due(self) -> bool:
+        return self.pending and self.verdict is None and self.clock() >= self.next_at
+
+    def watch_seconds(self, longest: int) -> int:
+        """``timeoutSeconds`` of the next watch: it ends by the next LIST while a replica is pending."""
+        if not self.pending or self.verdict is not None:
+            return longest
+        return max(1, min(longest, math.ceil(self.next_at - self.clock())))
+
+    def on_pods(self, pods: Sequence[Mapping[str, Any]], expected: int | None) -> JobVerdict | None:
+        """A LIST's items (the job's pods, ``expected`` of them when all exist): the verdict, if the pods give one."""
+        now = self.clock()
+        self.lists += 1
+        named = sorted(((str(pod["metadata"]["name"]), pod) for pod in pods), key=lambda item: item[0])
+        self.verdict = image_failure(named, self.pull_failures, self.image_pull_grace, now)
+        self.pending = expected is None or len(named) < expected or not all(_started(pod) for _, pod in named)
+        # A failing pull is looked at again when its grace ends, not one interval later.
+        ends = [since + self.image_pull_grace for since in self.pull_failures.values()]
+        self.next_at = min([now + self.interval, *ends])
+        return self.verdict
+
+    def status(self) -> tuple[str, str, str]:
+        """The verdict as a Kubeflow ``JobStatus``'s (state, reason, message)."""
+        assert self.verdict is not None
+        return FAILED, IMAGE_PULL_FAILED, self.verdict.describe()
+
+
+__all__ = ["IMAGE_PULL_FAILED", "PendingPods", "expected_pods"]

@@ -1,0 +1,137 @@
+"""``PendingPods`` (the Kubeflow wait's paced pod LISTs) and ``pod_essentials`` (what a waiter keeps of a pod): pure."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_distributed.hooks.job_watch import (
+    ReplicaSlot,
+    image_failure,
+    pod_essentials,
+    replica_status,
+)
+from airflow_distributed.hooks.pending_pods import IMAGE_PULL_FAILED, PendingPods, expected_pods
+from airflow_distributed.manifests.kubernetes import (
+    JobManifestOptions,
+    build_job_objects,
+    layout_for_kubernetes,
+    to_dict,
+)
+from airflow_distributed.plan import KubernetesAddressing, build_plan
+from airflow_distributed.spec import load_spec
+from tests.k8s_emulator import kubelet
+
+IMAGE = "registry.example.com/trainer:1.0"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pod(name: str, waiting: str | None = None, running: bool = False, message: str = "no such tag") -> dict:
+    state = {"running": {"startedAt": "2026-01-01T00:00:00Z"}} if running else {
+        "waiting": {"reason": waiting or "ContainerCreating", "message": message}}
+    return {"metadata": {"name": name}, "spec": {"containers": [{"name": "pytorch", "image": IMAGE}]},
+            "status": {"phase": "Running" if running else "Pending",
+                       "containerStatuses": [{"name": "pytorch", "image": IMAGE, "state": state}]}}
+
+
+def job(workers: int = 2) -> dict:
+    return {"kind": "PyTorchJob", "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1},
+                                                                   "Worker": {"replicas": workers}}}}
+
+
+def test_expected_pods_count_every_replica_spec():
+    assert expected_pods(job(3)) == 4
+    assert expected_pods({"kind": "TFJob", "spec": {"tfReplicaSpecs": {"Chief": {}, "Worker": {"replicas": 2}}}}) == 3
+    assert expected_pods(None) is None and expected_pods({"kind": "Other", "spec": {}}) is None
+
+
+def test_lists_are_paced_and_stop_once_every_replica_started():
+    clock = Clock()
+    check = PendingPods(interval=10.0, image_pull_grace=0.0, clock=clock)
+    assert check.due()  # the first look at once
+    assert check.on_pods([], expected_pods(job())) is None  # no pod yet
+    assert not check.due() and check.watch_seconds(300) == 10
+    clock.now += 4
+    assert check.watch_seconds(300) == 6 and check.watch_seconds(3) == 3
+    clock.now += 6
+    assert check.due()
+    check.on_pods([pod("j-master-0", running=True), pod("j-worker-0", running=True)], 3)
+    assert check.pending  # one replica has no pod yet
+    clock.now += 10
+    check.on_pods([pod("j-master-0", running=True), pod("j-worker-0", running=True),
+                   pod("j-worker-1", running=True)], 3)
+    assert not check.pending and not check.due() and check.watch_seconds(300) == 300
+    clock.now += 1000
+    assert not check.due()
+    assert check.lists == 3
+
+
+@pytest.mark.parametrize("reason", ["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"])
+def test_a_failed_pull_is_the_verdict_at_once_without_grace(reason):
+    check = PendingPods(interval=10.0, image_pull_grace=0.0, clock=Clock())
+    verdict = check.on_pods([pod("j-master-0", running=True), pod("j-worker-1", reason, message="kubelet says")], 3)
+    assert verdict is not None and (verdict.replica, verdict.reason, verdict.image) == ("j-worker-1", reason, IMAGE)
+    state, why, message = check.status()
+    assert (state, why) == ("failed", IMAGE_PULL_FAILED)
+    assert f'replica j-worker-1: image "{IMAGE}"' in message and f"({reason}: kubelet says)" in message
+    assert not check.due()
+
+
+def test_a_failing_pull_is_looked_at_again_when_its_grace_ends_and_a_recovered_one_forgotten():
+    clock = Clock()
+    check = PendingPods(interval=10.0, image_pull_grace=3.0, clock=clock)
+    assert check.on_pods([pod("j-master-0", "ErrImagePull")], 1) is None
+    assert check.pull_failures == {"j-master-0": 100.0} and check.watch_seconds(300) == 3
+    clock.now += 2
+    assert check.on_pods([pod("j-master-0", running=True)], 1) is None  # the registry answered
+    assert check.pull_failures == {} and not check.pending
+    # A permanent reason fails at once whatever the grace; a pull failing past the grace fails.
+    assert PendingPods(10.0, 600.0, Clock()).on_pods([pod("a", "InvalidImageName")], 1) is not None
+    check = PendingPods(10.0, 3.0, clock)
+    check.on_pods([pod("a", "ImagePullBackOff")], 1)
+    clock.now += 3
+    assert check.due()
+    assert check.on_pods([pod("a", "ImagePullBackOff")], 1) is not None
+
+
+def _real_pods() -> list[dict]:
+    """The pods of a 4-replica PyTorch job as the project builds them, in every state the verdicts read."""
+    spec = load_spec("pytorch", {"pytorch": {"n_workers": 3}})
+    plan = build_plan(spec, "job-a", KubernetesAddressing("ns"), layout_for_kubernetes(), ["python", "train.py"],
+                      backend="kubernetes")
+    pods = [to_dict(p) for p in build_job_objects(plan, JobManifestOptions(namespace="ns", image=IMAGE)).pods]
+    states = [
+        ("Running", {"base": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}, False),
+        ("Pending", {"base": {"waiting": {"reason": "ErrImagePull", "message": "not found"}}}, False),
+        ("Failed", {"base": {"terminated": {"exitCode": 3, "reason": "Error", "finishedAt": "2026-01-01T00:01:00Z"}}},
+         False),
+        ("Pending", {}, True),
+    ]
+    for index, (one, (phase, containers, unschedulable)) in enumerate(zip(pods, states)):
+        one["metadata"]["uid"] = f"uid-{index}"
+        one["spec"]["nodeName"] = "node-1"
+        one["status"] = kubelet.pod_status(one, phase, now="2026-01-01T00:00:00Z", pod_ip="10.0.0.1",
+                                           host_ip="192.168.0.2", container_states=containers,
+                                           unschedulable=unschedulable, message="0/3 nodes are available")
+    return pods
+
+
+def test_pod_essentials_give_the_same_rows_and_verdicts_as_whole_pods():
+    pods = _real_pods()
+    slots = [ReplicaSlot(p["metadata"]["name"], "worker", i) for i, p in enumerate(pods)]
+    kept = [pod_essentials(p) for p in pods]
+    for slot, whole, small in zip(slots, pods, kept):
+        assert replica_status(slot, small) == replica_status(slot, whole)
+    whole_verdict = image_failure([(s.name, p) for s, p in zip(slots, pods)], {}, 0.0, 0.0)
+    assert whole_verdict is not None and whole_verdict.image == IMAGE
+    assert image_failure([(s.name, p) for s, p in zip(slots, kept)], {}, 0.0, 0.0) == whole_verdict
+    # What is left out is most of a pod: its spec (environment, volumes, probes) and metadata.
+    assert sum(len(json.dumps(p)) for p in kept) * 2 < sum(len(json.dumps(p)) for p in pods)

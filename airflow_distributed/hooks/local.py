@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from airflow_distributed.elastic import CONTINUE, RESTART, ElasticPlan, after_replica_ended, agent_restarted
 from airflow_distributed.logs import TaskLog
 from airflow_distributed.manifests.local import ProcessSpec
 from airflow_distributed.status import FAILED, RUNNING, STOPPED, SUCCEEDED, ReplicaStatus
@@ -46,17 +47,26 @@ class JobOutcome:
     tail: tuple[str, ...] = ()
     timed_out: bool = False
     stopped: bool = False
+    #: why an elastic job gave up (the replica, its restarts, what was left), when it did
+    reason: str | None = None
 
 
 class LocalReplicaProcess:
     """One running replica: its process, its output pump and the last lines it printed."""
 
-    def __init__(self, spec: ProcessSpec, cwd: str, emit: Callable[[str, str], None]) -> None:
+    def __init__(self, spec: ProcessSpec, cwd: str, emit: Callable[[str, str], None], *, restarts: int = 0,
+                 count_restarts: Callable[[str], bool] | None = None) -> None:
         self.spec = spec
+        self.cwd = cwd
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
         self.exit_code: int | None = None
         self.exited_at: float | None = None
         self.stopped = False
+        #: restarts so far: of this replica by the backend, and of its workers by an elastic agent inside it
+        self.restarts = restarts
+        #: a replica left out of an elastic job that carries on without it: its exit no longer decides anything
+        self.dropped = False
+        self._count_restarts = count_restarts
         self.process = subprocess.Popen(
             list(spec.argv),
             env=dict(spec.env),
@@ -76,6 +86,8 @@ class LocalReplicaProcess:
         for raw in iter(self.process.stdout.readline, b""):
             line = raw.decode("utf-8", "replace").rstrip("\n")
             self.tail.append(line)
+            if self._count_restarts is not None and self._count_restarts(line):
+                self.restarts += 1
             self._emit(self.spec.name, line)
         self.process.stdout.close()
         code = self.process.wait()
@@ -95,8 +107,20 @@ class LocalReplicaProcess:
 
     def status(self) -> ReplicaStatus:
         return ReplicaStatus(
-            self.spec.name, self.spec.role, self.spec.index, self.state(), self.exit_code, where=f"pid {self.pid}"
+            self.spec.name, self.spec.role, self.spec.index, self.state(), self.exit_code, where=f"pid {self.pid}",
+            restarts=self.restarts,
         )
+
+    def restarted(self) -> LocalReplicaProcess:
+        """The same replica started again (same name, address and variables), its restart counted."""
+        # What the lost process left in its process group (an agent's workers) goes first: its port is reused.
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.join_output(2.0)
+        return LocalReplicaProcess(self.spec, self.cwd, self._emit, restarts=self.restarts + 1,
+                                   count_restarts=self._count_restarts)
 
     def family(self) -> list[psutil.Process]:
         """The replica and every descendant, including ones that left its process group."""
@@ -119,9 +143,13 @@ class LocalJob:
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        elastic: ElasticPlan | None = None,
+        logger: logging.Logger | TaskLog | None = None,
     ) -> None:
         self.replicas = list(replicas)
         self._clock, self._sleep = clock, sleep
+        self.elastic = elastic
+        self._log = logger or log
 
     @property
     def master(self) -> LocalReplicaProcess:
@@ -152,14 +180,21 @@ class LocalJob:
                 on_change(current)
             last = current
             failed = sorted(
-                (r for r in self.replicas if r.exit_code not in (None, 0) and not r.stopped),
+                (r for r in self.replicas if r.exit_code not in (None, 0) and not r.stopped and not r.dropped),
                 key=lambda r: r.exited_at or 0.0,
             )
             if failed:
                 first = failed[0]
+                reason = None
+                if self.elastic is not None:
+                    decision = self._after_failure(first)
+                    if decision is None:
+                        continue
+                    reason = decision
                 self.stop()
                 first.join_output(1.0)
-                return JobOutcome(False, self.statuses(), first.spec.name, first.exit_code, tuple(first.tail))
+                return JobOutcome(False, self.statuses(), first.spec.name, first.exit_code, tuple(first.tail),
+                                  reason=reason)
             if self.master.exit_code == 0:
                 self._settle(settle)
                 self.stop()
@@ -173,6 +208,23 @@ class LocalJob:
             if on_poll:
                 on_poll(current)
             self._sleep(poll_interval)
+
+    def _after_failure(self, replica: LocalReplicaProcess) -> str | None:
+        """An elastic job's answer to a replica that ended badly: restart it or carry on (``None``), or the
+        reason the job fails."""
+        assert self.elastic is not None
+        replica.join_output(1.0)  # its agent's last lines may still count a restart
+        left = sum(1 for r in self.replicas if r is not replica and r.exit_code is None)
+        decision = after_replica_ended(self.elastic, name=replica.spec.name, is_master=replica.spec.is_master,
+                                       exit_code=replica.exit_code, restarts=replica.restarts, left=left)
+        self._log.warning("%s", decision.message)
+        if decision.action == RESTART:
+            self.replicas[self.replicas.index(replica)] = replica.restarted()
+            return None
+        if decision.action == CONTINUE:
+            replica.dropped = True
+            return None
+        return decision.message
 
     def _settle(self, settle: float) -> None:
         end = self._clock() + settle
@@ -286,17 +338,22 @@ class LocalProcessHook:
                 pass
         return removed
 
-    def start(self, specs: Sequence[ProcessSpec], *, cwd: str) -> LocalJob:
-        """Start every replica; if one cannot start, the ones already started are stopped before raising."""
+    def start(self, specs: Sequence[ProcessSpec], *, cwd: str, elastic: ElasticPlan | None = None) -> LocalJob:
+        """Start every replica; if one cannot start, the ones already started are stopped before raising.
+
+        :param elastic: the replicas run under torch's elastic agent: one that is lost is started again within the
+            budget, and the agent's restarts of its workers are counted from its log.
+        """
         started: list[LocalReplicaProcess] = []
+        count_restarts = agent_restarted if elastic is not None else None
         try:
             for spec in specs:
                 self.log.info("starting %s: %s", spec.name, _shorten(shlex.join(spec.argv)))
-                started.append(LocalReplicaProcess(spec, cwd, self._emit))
+                started.append(LocalReplicaProcess(spec, cwd, self._emit, count_restarts=count_restarts))
         except OSError as err:
             LocalJob(started).stop()
             raise RuntimeError(f"replica {spec.name} could not start {spec.argv[0]!r}: {err.strerror or err}") from err
-        return LocalJob(started, clock=self._clock, sleep=self._sleep)
+        return LocalJob(started, clock=self._clock, sleep=self._sleep, elastic=elastic, logger=self.log)
 
     def _emit(self, name: str, line: str) -> None:
         self.log.info("[%s] %s", name, line)

@@ -297,7 +297,7 @@ class DistributedTrainingOperator(BaseOperator):
         hook.write_files(layout.files_dir, plan.files)
         self.log.info("job %s: %s with %d replicas on the local backend", name, spec.framework, len(specs))
         started = time.monotonic()
-        job = self._local_job = hook.start(specs, cwd=work_dir)
+        job = self._local_job = hook.start(specs, cwd=work_dir, elastic=plan.elastic)
         live = LiveJobReport(
             job_name=name, framework=spec.framework, read_document=lambda: _read_text(output_path),
             publish=lambda record: context["ti"].xcom_push(key=LIVE_XCOM_KEY, value=record),
@@ -350,6 +350,9 @@ class DistributedTrainingOperator(BaseOperator):
         if outcome.timed_out:
             return f"job {name} timed out after {elapsed:.1f}s; every replica was stopped"
         tail = "\n".join(f"    {line}" for line in outcome.tail[-15:]) or "    (no output)"
+        if outcome.reason:
+            return (f"job {name} failed after {elapsed:.1f}s: {outcome.reason}; every other replica was stopped. "
+                    f"Its last lines:\n{tail}")
         return (
             f"job {name} failed: replica {outcome.failed_replica} exited with code {outcome.exit_code} "
             f"after {elapsed:.1f}s; every other replica was stopped. Its last lines:\n{tail}"

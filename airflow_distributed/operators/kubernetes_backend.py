@@ -38,6 +38,7 @@ from airflow_distributed.status import PENDING, RUNNING, STOPPED, ReplicaStatus
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_distributed.elastic import ElasticPlan
     from airflow_distributed.hooks.job_watch import JobTracker, JobVerdict, ReplicaSlot
     from airflow_distributed.hooks.kubernetes import DistributedTrainingHook, JobHandle
     from airflow_distributed.manifests.kubernetes import JobObjects
@@ -162,6 +163,12 @@ class KubernetesJobRun:
         self.objects: JobObjects | None = None
         self.handle: JobHandle | None = None
         self.started = time.monotonic()
+        #: an elastic job's budget: the task restarts its lost replicas (synchronous wait; see ``_after_failure``)
+        self.elastic: ElasticPlan | None = None
+        self.restarts: dict[str, int] = {}
+        #: replicas an elastic job carries on without, with their last row of the table
+        self.dropped: dict[str, ReplicaStatus] = {}
+        self.elastic_failure: str | None = None
         operator._kubernetes_run = self  # read by kill_kubernetes
 
     @property
@@ -200,6 +207,7 @@ class KubernetesJobRun:
         objects = build(None)  # a setting Kubernetes would refuse fails here, before anything is created
         run = cls(operator, context, namespace, job_name, replica_slots(plan), spec.framework, hook)
         run.build, run.objects = build, objects
+        run.elastic = plan.elastic
         return run
 
     @classmethod
@@ -251,21 +259,58 @@ class KubernetesJobRun:
         if self.operator.deferrable and self.handle.reattached != "succeeded":  # type: ignore[union-attr]
             self._defer()
         try:
-            outcome = self.hook.wait_for_job(
-                self.namespace, self.name, self.slots,
-                startup_timeout=self.operator.startup_timeout,
-                image_pull_grace=self.operator.image_pull_grace,
-                watch_timings=watch_timings(self.operator),
-                on_change=self._log_table,
-                stopped=lambda: self.stopped,
-                follow=self._followed(),
-                emit=lambda replica, line: self.log.info("[%s] %s", replica, line),
-            )
+            while True:
+                watched = tuple(slot for slot in self.slots if slot.name not in self.dropped)
+                outcome = self.hook.wait_for_job(
+                    self.namespace, self.name, watched,
+                    startup_timeout=self.operator.startup_timeout,
+                    image_pull_grace=self.operator.image_pull_grace,
+                    watch_timings=watch_timings(self.operator),
+                    on_change=self._log_table,
+                    stopped=lambda: self.stopped,
+                    follow=self._followed(),
+                    emit=lambda replica, line: self.log.info("[%s] %s", replica, line),
+                )
+                if not self._after_failure(outcome.verdict, outcome.tracker):
+                    break
         except BaseException:
             # The wait itself failed (API gone, execution_timeout): no verdict, but no pod may keep running.
             self._clean_up_quietly()
             raise
         return self.finish(outcome.verdict, outcome.tracker, dict(outcome.tails), time.monotonic() - self.started)
+
+    def _after_failure(self, verdict: JobVerdict, tracker: JobTracker) -> bool:
+        """An elastic job's answer to a replica that ended badly: recreate its pod (same name, so the same
+        address) or carry on without it, and wait again (``True``); or let the job fail (``False``)."""
+        from airflow_distributed.elastic import CONTINUE, RESTART, after_replica_ended
+
+        if self.elastic is None or verdict.succeeded or verdict.replica is None or \
+                verdict.cause not in ("exit", "pod", "deleted") or self.handle is None or self.objects is None:
+            return False
+        slot = next(s for s in self.slots if s.name == verdict.replica)
+        rows = {row.name: row for row in tracker.statuses()}
+        left = sum(1 for name, row in rows.items() if name != slot.name and row.state in (RUNNING, PENDING))
+        decision = after_replica_ended(self.elastic, name=slot.name, is_master=slot.is_master,
+                                       exit_code=verdict.exit_code if verdict.cause == "exit" else None,
+                                       restarts=self.restarts.get(slot.name, 0), left=left)
+        self.log.warning("%s", decision.message)
+        if decision.action == RESTART:
+            pod = next(p for p in self.objects.owned_by(self.handle.uid).pods if p.metadata.name == slot.name)
+            self.hook.recreate_pod(self.namespace, pod)
+            self.restarts[slot.name] = self.restarts.get(slot.name, 0) + 1
+            return True
+        if decision.action == CONTINUE:
+            self.dropped[slot.name] = rows[slot.name]
+            return True
+        self.elastic_failure = decision.message
+        return False
+
+    def _with_restarts(self, rows: Sequence[ReplicaStatus]) -> tuple[ReplicaStatus, ...]:
+        """The table's rows in plan order with the replicas carried on without, and the pods this task recreated
+        counted in ``restarts`` (a recreated pod's own ``restartCount`` starts again at 0)."""
+        by_name = {**self.dropped, **{row.name: row for row in rows}}
+        return tuple(replace(row, restarts=row.restarts + self.restarts.get(row.name, 0))
+                     for slot in self.slots if (row := by_name.get(slot.name)) is not None)
 
     def _clean_up_quietly(self, succeeded: bool = False, kill: bool = False) -> None:
         try:
@@ -295,7 +340,7 @@ class KubernetesJobRun:
     def _log_table(self, rows: Sequence[ReplicaStatus]) -> None:
         from airflow_distributed.hooks.job_watch import replica_table
 
-        self.log.info("replicas of %s:\n%s", self.name, replica_table(rows))
+        self.log.info("replicas of %s:\n%s", self.name, replica_table(self._with_restarts(rows)))
 
     def _followed(self) -> list[str]:
         """The master, and the replicas ``log_replicas`` names (``all``, roles, ``role-index`` or pod names)."""
@@ -340,7 +385,7 @@ class KubernetesJobRun:
             self._clean_up_quietly(verdict.succeeded, killed)
             raise
         stopped = self.clean_up(verdict.succeeded, kill=killed)
-        statuses = _after_cleanup(tracker.statuses(), stopped)
+        statuses = _after_cleanup(self._with_restarts(tracker.statuses()), stopped)
         self.log.info("replicas of %s (final):\n%s", self.name, replica_table(statuses))
         result = job_result(job_name=self.name, framework=self.framework, backend="kubernetes",
                             state="succeeded" if verdict.succeeded else "failed", document=document,
@@ -408,8 +453,8 @@ class KubernetesJobRun:
         job = f"job {self.namespace}/{self.name}"
         if verdict.cause == "stopped":
             return f"{job} was stopped after {elapsed:.1f}s (task killed); the job was deleted"
-        message = (f"{job} failed after {elapsed:.1f}s: {verdict.describe(self.operator.startup_timeout)}; "
-                   f"{self.cleanup_note(False)}")
+        what = self.elastic_failure or verdict.describe(self.operator.startup_timeout)
+        message = f"{job} failed after {elapsed:.1f}s: {what}; {self.cleanup_note(False)}"
         if events:
             message += "\n  events:\n" + "\n".join(f"    {line}" for line in events)
         if verdict.cause == "exit":

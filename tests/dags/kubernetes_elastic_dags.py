@@ -1,0 +1,34 @@
+"""DAGs for elastic PyTorch on the Kubernetes backend: the task recreates a lost worker pod within the budget."""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_distributed.operators import DistributedTrainingOperator
+
+IMAGE = "registry.example.com/trainer:1.0"
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+
+
+def namespace_of(dag_id: str) -> str:
+    return dag_id.replace("_", "-")
+
+
+def _dag(dag_id: str, max_restarts: int) -> DAG:
+    with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]) as dag:
+        DistributedTrainingOperator(
+            task_id="train",
+            framework="pytorch",
+            environment={"pytorch": {"n_workers": 2, "elastic": {"max_restarts": max_restarts}}},
+            command=["python", "/opt/jobs/train.py"],
+            image=IMAGE,
+            backend="kubernetes",
+            namespace=namespace_of(dag_id),
+            startup_timeout=30.0,
+        )
+    return dag
+
+
+elastic = _dag("k8s_elastic", 1)
+elastic_no_restarts = _dag("k8s_elastic_no_restarts", 0)

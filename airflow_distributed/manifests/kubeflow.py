@@ -314,6 +314,11 @@ def kubeflow_problems(spec: TrainingSpec) -> list[tuple[str, str]]:
     cluster = spec.cluster
     section = f"environment.{SECTION_OF[spec.framework]}"
     problems: list[tuple[str, str]] = []
+    if getattr(cluster, "elastic", None) is not None:
+        # The task wraps every replica in torchrun with its own rendezvous; a PyTorchJob's elasticPolicy does that
+        # in the operator instead, with other names and restart rules.
+        problems.append((f"{section}.elastic", "is not supported with backend='kubeflow'; use backend='kubernetes' "
+                         "or 'local', where the task restarts lost replicas itself"))
     role_settings: dict[str, list[PodSettings]] = {}
     for role in framework.roles:
         if role.spec_key is None or (role.spec_key == "ps" and not isinstance(cluster, PSCluster)):

@@ -20,6 +20,7 @@ job whatever the policy.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Sequence
@@ -121,12 +122,38 @@ def resume_kubernetes(operator: DistributedTrainingOperator, context: Context, e
         tail = run.tail(run.master.name, tracker) if log_available(tracker.pod(run.master.name)) else []
         for line in tail:
             run.log.info("[%s] %s", run.master.name, line)
+        if not verdict.succeeded:
+            _restart_elastic_replica(operator, context, run, verdict, tracker)  # defers again if it restarts one
         return run.finish(verdict, tracker, {run.master.name: tail}, elapsed)
     # timeout (execution_timeout reached in the triggerer) or error (the trigger could not watch): clean up, fail.
     run.clean_up(succeeded=False)
     reason = event.get("message") or status
     raise job_error(f"job {run.namespace}/{run.name} failed after {elapsed:.1f}s: {reason}; "
                      f"{run.cleanup_note(False)}")
+
+
+def _restart_elastic_replica(operator: DistributedTrainingOperator, context: Context, run: KubernetesJobRun,
+                             verdict: JobVerdict, tracker: JobTracker) -> None:
+    """After a deferral: an elastic job's lost replica is recreated as in the synchronous wait, and the task
+    defers again; a decision to fail is left on ``run`` for its failure message."""
+    from airflow_distributed.elastic import elastic_plan
+    from airflow_distributed.hooks.kubernetes import JobHandle
+    from airflow_distributed.spec import load_spec
+
+    spec = load_spec(operator.framework, operator.environment)
+    if elastic_plan(spec) is None:
+        return
+    service = run.hook.get_service(run.namespace, run.name)
+    if service is None:
+        return
+    command = [str(part) for part in [*operator.command, *(operator.args or [])]]
+    # The pods' manifests again, from the same plan (the task instance's job name and namespace).
+    rebuilt = KubernetesJobRun.start(operator, context, spec, run.name, command)
+    rebuilt.slots, rebuilt.namespace = run.slots, run.namespace
+    rebuilt.handle = JobHandle(run.namespace, run.name, service["metadata"]["uid"])
+    if rebuilt._after_failure(verdict, tracker):
+        rebuilt._defer()
+    run.elastic_failure = rebuilt.elastic_failure
 
 
 def kill_kubernetes(operator: DistributedTrainingOperator) -> None:
@@ -163,9 +190,8 @@ class KubernetesJobRun:
         self.objects: JobObjects | None = None
         self.handle: JobHandle | None = None
         self.started = time.monotonic()
-        #: an elastic job's budget: the task restarts its lost replicas (synchronous wait; see ``_after_failure``)
+        #: an elastic job's budget: the task restarts its lost replicas (see ``_after_failure``)
         self.elastic: ElasticPlan | None = None
-        self.restarts: dict[str, int] = {}
         #: replicas an elastic job carries on without, with their last row of the table
         self.dropped: dict[str, ReplicaStatus] = {}
         self.elastic_failure: str | None = None
@@ -283,21 +309,24 @@ class KubernetesJobRun:
         """An elastic job's answer to a replica that ended badly: recreate its pod (same name, so the same
         address) or carry on without it, and wait again (``True``); or let the job fail (``False``)."""
         from airflow_distributed.elastic import CONTINUE, RESTART, after_replica_ended
+        from airflow_distributed.manifests.kubernetes import RESTARTS_ANNOTATION
 
         if self.elastic is None or verdict.succeeded or verdict.replica is None or \
                 verdict.cause not in ("exit", "pod", "deleted") or self.handle is None or self.objects is None:
             return False
         slot = next(s for s in self.slots if s.name == verdict.replica)
         rows = {row.name: row for row in tracker.statuses()}
+        restarts = rows[slot.name].restarts
         left = sum(1 for name, row in rows.items() if name != slot.name and row.state in (RUNNING, PENDING))
         decision = after_replica_ended(self.elastic, name=slot.name, is_master=slot.is_master,
                                        exit_code=verdict.exit_code if verdict.cause == "exit" else None,
-                                       restarts=self.restarts.get(slot.name, 0), left=left)
+                                       restarts=restarts, left=left)
         self.log.warning("%s", decision.message)
         if decision.action == RESTART:
             pod = next(p for p in self.objects.owned_by(self.handle.uid).pods if p.metadata.name == slot.name)
+            pod = copy.deepcopy(pod)
+            pod.metadata.annotations = {**(pod.metadata.annotations or {}), RESTARTS_ANNOTATION: str(restarts + 1)}
             self.hook.recreate_pod(self.namespace, pod)
-            self.restarts[slot.name] = self.restarts.get(slot.name, 0) + 1
             return True
         if decision.action == CONTINUE:
             self.dropped[slot.name] = rows[slot.name]
@@ -305,12 +334,12 @@ class KubernetesJobRun:
         self.elastic_failure = decision.message
         return False
 
-    def _with_restarts(self, rows: Sequence[ReplicaStatus]) -> tuple[ReplicaStatus, ...]:
-        """The table's rows in plan order with the replicas carried on without, and the pods this task recreated
-        counted in ``restarts`` (a recreated pod's own ``restartCount`` starts again at 0)."""
+    def _with_dropped(self, rows: Sequence[ReplicaStatus]) -> tuple[ReplicaStatus, ...]:
+        """The table's rows in plan order, with the last rows of the replicas the job carries on without."""
+        if not self.dropped:
+            return tuple(rows)
         by_name = {**self.dropped, **{row.name: row for row in rows}}
-        return tuple(replace(row, restarts=row.restarts + self.restarts.get(row.name, 0))
-                     for slot in self.slots if (row := by_name.get(slot.name)) is not None)
+        return tuple(row for slot in self.slots if (row := by_name.get(slot.name)) is not None)
 
     def _clean_up_quietly(self, succeeded: bool = False, kill: bool = False) -> None:
         try:
@@ -326,7 +355,7 @@ class KubernetesJobRun:
         trigger = DistributedJobTrigger(
             job_name=self.name,
             namespace=self.namespace,
-            replicas=slots_to_json(self.slots),
+            replicas=slots_to_json([slot for slot in self.slots if slot.name not in self.dropped]),
             startup_timeout=self.operator.startup_timeout,
             started_at=time.time(),
             kubernetes_conn_id=self.operator.kubernetes_conn_id,
@@ -340,7 +369,7 @@ class KubernetesJobRun:
     def _log_table(self, rows: Sequence[ReplicaStatus]) -> None:
         from airflow_distributed.hooks.job_watch import replica_table
 
-        self.log.info("replicas of %s:\n%s", self.name, replica_table(self._with_restarts(rows)))
+        self.log.info("replicas of %s:\n%s", self.name, replica_table(self._with_dropped(rows)))
 
     def _followed(self) -> list[str]:
         """The master, and the replicas ``log_replicas`` names (``all``, roles, ``role-index`` or pod names)."""
@@ -385,7 +414,7 @@ class KubernetesJobRun:
             self._clean_up_quietly(verdict.succeeded, killed)
             raise
         stopped = self.clean_up(verdict.succeeded, kill=killed)
-        statuses = _after_cleanup(self._with_restarts(tracker.statuses()), stopped)
+        statuses = _after_cleanup(self._with_dropped(tracker.statuses()), stopped)
         self.log.info("replicas of %s (final):\n%s", self.name, replica_table(statuses))
         result = job_result(job_name=self.name, framework=self.framework, backend="kubernetes",
                             state="succeeded" if verdict.succeeded else "failed", document=document,

@@ -15,7 +15,7 @@ def namespace_of(dag_id: str) -> str:
     return dag_id.replace("_", "-")
 
 
-def _dag(dag_id: str, max_restarts: int) -> DAG:
+def _dag(dag_id: str, max_restarts: int, **task_kwargs) -> DAG:
     with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]) as dag:
         DistributedTrainingOperator(
             task_id="train",
@@ -26,9 +26,12 @@ def _dag(dag_id: str, max_restarts: int) -> DAG:
             backend="kubernetes",
             namespace=namespace_of(dag_id),
             startup_timeout=30.0,
+            **task_kwargs,
         )
     return dag
 
 
 elastic = _dag("k8s_elastic", 1)
 elastic_no_restarts = _dag("k8s_elastic_no_restarts", 0)
+# The trigger reports the lost worker; the resumed task recreates its pod and defers again.
+elastic_deferrable = _dag("k8s_elastic_deferrable", 1, deferrable=True)

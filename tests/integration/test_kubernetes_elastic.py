@@ -20,8 +20,9 @@ from tests.integration.test_kubernetes_backend import (
 pytestmark = [pytest.mark.usefixtures("airflow_db", "kubernetes_connection")]
 
 
-def test_a_killed_worker_pod_is_recreated_once_and_the_job_succeeds(emulator, capfd):
-    namespace = namespace_of("k8s_elastic")
+@pytest.mark.parametrize("dag_id", ["k8s_elastic", "k8s_elastic_deferrable"])
+def test_a_killed_worker_pod_is_recreated_once_and_the_job_succeeds(emulator, dag_id, capfd):
+    namespace = namespace_of(dag_id)
     emulator.create_namespace(namespace)
     recreated: dict[str, dict] = {}
 
@@ -43,14 +44,15 @@ def test_a_killed_worker_pod_is_recreated_once_and_the_job_succeeds(emulator, ca
         kubelet.master_exits(0, document=DOCUMENT)
 
     kubelet = Kubelet(emulator, namespace).play(script)
-    run, states = run_dag_at("k8s_elastic")
+    run, states = run_dag_at(dag_id)
     kubelet.check(30)
 
     assert states == {"train": "success"}
     job = xcom(run, "train", "job_name")
     worker = f"{job}-worker-0"
-    # Same name and spec (so the same <pod>.<job> address and subdomain), a new pod.
+    # Same name and spec (so the same <pod>.<job> address and subdomain), a new pod that counts its restart.
     assert recreated["metadata"]["name"] == worker and recreated["spec"]["subdomain"] == job
+    assert recreated["metadata"]["annotations"]["airflow-distributed/restarts"] == "1"
     assert recreated["spec"]["hostname"] == kubelet.seen[worker]["spec"]["hostname"]
     assert recreated["spec"]["containers"][0]["command"] == kubelet.seen[worker]["spec"]["containers"][0]["command"]
     requests = task_requests(emulator, namespace)
@@ -62,6 +64,8 @@ def test_a_killed_worker_pod_is_recreated_once_and_the_job_succeeds(emulator, ca
     assert record["restarts"] == 1
     out = capfd.readouterr().out
     assert f"replica {worker} was killed (exit code 137): restarting it (1 of max_restarts=1)" in out
+    if dag_id == "k8s_elastic_deferrable":
+        assert out.count("waiting in the triggerer") == 2
     settled(emulator, namespace, NOTHING)
 
 

@@ -171,6 +171,16 @@ def test_message_lists_every_problem_on_its_own_line():
     assert "  environment.pytorch.worker[0].index: 5 is out of range (n_workers is 2; valid: 0..1)" in lines
 
 
+def test_an_elastic_job_is_refused_on_the_kubeflow_backend_when_the_dag_is_parsed():
+    from airflow_distributed.operators import DistributedTrainingOperator
+
+    with pytest.raises(SpecValidationError) as err:
+        DistributedTrainingOperator(task_id="t", framework="pytorch", command=["python", "t.py"], image="i:1",
+                                    backend="kubeflow", environment={"pytorch": {"n_workers": 1, "elastic": {}}})
+    assert ("environment.pytorch.elastic", "is not supported with backend='kubeflow'; use backend='kubernetes' or "
+            "'local', where the task restarts lost replicas itself") in err.value.problems
+
+
 def test_operator_env_names_are_checked_when_the_dag_is_parsed():
     from airflow_distributed.operators import DistributedTrainingOperator
 

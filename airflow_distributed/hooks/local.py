@@ -66,6 +66,10 @@ class LocalReplicaProcess:
         self.restarts = restarts
         #: a replica left out of an elastic job that carries on without it: its exit no longer decides anything
         self.dropped = False
+        #: its descendants as last seen alive (``remember_family``): torchrun starts its workers in sessions of
+        #: their own, so when the agent is killed they are orphans that neither its process group nor its
+        #: process tree reaches any more
+        self.known_family: list[psutil.Process] = []
         self._count_restarts = count_restarts
         self.process = subprocess.Popen(
             list(spec.argv),
@@ -80,6 +84,10 @@ class LocalReplicaProcess:
         self._emit = emit
         self._pump = threading.Thread(target=self._read, name=f"log-{spec.name}", daemon=True)
         self._pump.start()
+        # The exit is watched apart from the output: a child that outlives the replica (an elastic agent's worker,
+        # in a session of its own) keeps the pipe open, and the replica's end must not wait for it.
+        self._reaper = threading.Thread(target=self._wait, name=f"exit-{spec.name}", daemon=True)
+        self._reaper.start()
 
     def _read(self) -> None:
         assert self.process.stdout is not None
@@ -90,7 +98,11 @@ class LocalReplicaProcess:
                 self.restarts += 1
             self._emit(self.spec.name, line)
         self.process.stdout.close()
+
+    def _wait(self) -> None:
         code = self.process.wait()
+        # Its last lines first (briefly: a surviving child may hold the pipe), so the exit is seen with them.
+        self._pump.join(1.0)
         self.exited_at = time.monotonic()
         self.exit_code = code
 
@@ -111,13 +123,23 @@ class LocalReplicaProcess:
             restarts=self.restarts,
         )
 
+    def remember_family(self) -> None:
+        # Kept when none are seen: between two worker groups, or once the replica is gone and its children with it
+        # from its tree (they may live on as orphans, which is the point).
+        descendants = self.family()[1:] if self.exit_code is None else []
+        if descendants:
+            self.known_family = descendants
+
     def restarted(self) -> LocalReplicaProcess:
         """The same replica started again (same name, address and variables), its restart counted."""
-        # What the lost process left in its process group (an agent's workers) goes first: its port is reused.
+        # What the lost process left behind (an agent's workers) goes first: its port is reused, and an orphaned
+        # worker would go on training with the others.
         try:
             os.killpg(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        _signal((), self.known_family, signal.SIGKILL)
+        psutil.wait_procs(self.known_family, timeout=5.0)
         self.join_output(2.0)
         return LocalReplicaProcess(self.spec, self.cwd, self._emit, restarts=self.restarts + 1,
                                    count_restarts=self._count_restarts)
@@ -132,6 +154,7 @@ class LocalReplicaProcess:
 
     def join_output(self, timeout: float) -> None:
         self._pump.join(timeout)
+        self._reaper.join(timeout)
 
 
 class LocalJob:
@@ -205,6 +228,9 @@ class LocalJob:
             if deadline is not None and self._clock() >= deadline:
                 self.stop()
                 return JobOutcome(False, self.statuses(), timed_out=True)
+            if self.elastic is not None:
+                for replica in self.replicas:
+                    replica.remember_family()
             if on_poll:
                 on_poll(current)
             self._sleep(poll_interval)
@@ -236,7 +262,7 @@ class LocalJob:
         running = [r for r in self.replicas if r.exit_code is None]
         for replica in running:
             replica.stopped = True
-        family = [p for r in self.replicas for p in r.family()]
+        family = [p for r in self.replicas for p in (r.family() or r.known_family)]
         _signal(running, family, signal.SIGTERM)
         gone_by = time.monotonic() + grace
         _, alive = psutil.wait_procs(family, timeout=grace)

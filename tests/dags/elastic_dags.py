@@ -33,5 +33,6 @@ def _dag(dag_id: str, elastic: dict | None) -> DAG:
 
 
 elastic = _dag("test_elastic_restart", {"max_restarts": 1, "rdzv_timeout": 60})
+agent_lost = _dag("test_elastic_agent_lost", {"max_restarts": 1, "rdzv_timeout": 60})
 no_restarts = _dag("test_elastic_no_restarts", {"max_restarts": 0, "rdzv_timeout": 60})
 reference = _dag("test_elastic_reference", None)

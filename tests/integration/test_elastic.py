@@ -33,24 +33,39 @@ def _training_process(role: str, index: int) -> psutil.Process | None:
     return None
 
 
-class WorkerKiller(threading.Thread):
-    """SIGKILLs worker-0's training process once the job has saved the checkpoint of ``KILL_AFTER_STEP``."""
+def _agent_process(role: str, index: int) -> psutil.Process | None:
+    """The replica process itself: torch's elastic agent."""
+    for proc in replica_processes():
+        try:
+            env, cmdline = proc.environ(), proc.cmdline()
+        except psutil.Error:
+            continue
+        if (env.get("AIRFLOW_DISTRIBUTED_ROLE"), env.get("AIRFLOW_DISTRIBUTED_INDEX")) == (role, str(index)) and \
+                "torch.distributed.run" in cmdline:
+            return proc
+    return None
 
-    def __init__(self, airflow_home: str, dag_id: str) -> None:
+
+class WorkerKiller(threading.Thread):
+    """SIGKILLs worker-0's training process (or, with ``agent``, the replica itself: its elastic agent) once the
+    job has saved the checkpoint of ``KILL_AFTER_STEP``."""
+
+    def __init__(self, airflow_home: str, dag_id: str, agent: bool = False) -> None:
         super().__init__(daemon=True)
         self.pattern = os.path.join(airflow_home, "distributed", "checkpoints", dag_id, "*",
                                     f"checkpoint-{KILL_AFTER_STEP:012d}.pkl")
+        self.find = _agent_process if agent else _training_process
         self.killed: int | None = None
 
     def run(self) -> None:
         wait_until(lambda: glob.glob(self.pattern), timeout=240, interval=0.05)
-        victim = wait_until(lambda: _training_process("worker", 0), timeout=30)
+        victim = wait_until(lambda: self.find("worker", 0), timeout=30)
         victim.send_signal(signal.SIGKILL)
         self.killed = victim.pid
 
 
-def _run_with_kill(airflow_home, dag_id: str):
-    killer = WorkerKiller(str(airflow_home), dag_id)
+def _run_with_kill(airflow_home, dag_id: str, agent: bool = False):
+    killer = WorkerKiller(str(airflow_home), dag_id, agent)
     killer.start()
     run, states = run_dag(dag_id)
     killer.join(5)
@@ -86,6 +101,9 @@ def test_a_killed_worker_is_restarted_and_training_resumes_from_the_checkpoint(a
                 for r in record["replicas"]}
     assert restarts["worker-0"] == 1 and record["restarts"] == sum(restarts.values()) >= 1
     assert re.search(r"-worker-0 +worker +0 +succeeded +pid \d+ +1 +0", out)
+    # The restarted master went on with the history of the one it replaced.
+    history = [point["step"] for point in record["history"]]
+    assert history[0] == EVERY and history[-1] == STEPS
     assert replica_processes(record["job_name"]) == []
 
 
@@ -100,3 +118,21 @@ def test_without_restarts_left_the_same_kill_fails_the_task_naming_the_replica(a
     job = xcom(run, "train", "job")
     assert job["state"] == "failed" and job["restarts"] == 0
     assert replica_processes(job["job_name"]) == []
+
+
+def test_a_killed_replica_is_started_again_by_the_task_and_training_resumes(airflow_home, reference_metrics, capfd):
+    run, states = _run_with_kill(airflow_home, "test_elastic_agent_lost", agent=True)
+    out = capfd.readouterr().out
+
+    assert states == {"train": "success"}
+    # The agent itself died: the task started the replica again (same name and port); its orphaned training
+    # process was killed with it, so the others' collectives failed and the group formed again with the new agent.
+    assert re.search(r"replica \S+-worker-0 was killed by signal 9: restarting it \(1 of max_restarts=1\)", out)
+    resumed = [int(step) for step in re.findall(r"resuming from the checkpoint of step (\d+)", out)]
+    assert resumed and KILL_AFTER_STEP <= resumed[-1] < STEPS
+    metrics = xcom(run, "train", "metrics")
+    assert metrics["parameters_identical"] is True and metrics["steps"] == STEPS
+    assert metrics["final_loss"] == pytest.approx(reference_metrics["final_loss"], rel=1e-4)
+    record = xcom(run, "train", "job")
+    assert next(r for r in record["replicas"] if r["name"].endswith("-worker-0"))["restarts"] >= 1
+    assert replica_processes(record["job_name"]) == []

@@ -1,6 +1,10 @@
-"""DAGs for elastic PyTorch on the Kubernetes backend: the task recreates a lost worker pod within the budget."""
+"""DAGs for fault tolerance on the Kubernetes backend: the task recreates a lost worker pod of an elastic job within
+the budget; a retried job finds the checkpoints of the failed try."""
 
 from __future__ import annotations
+
+import os
+from datetime import timedelta
 
 import pendulum
 from airflow.sdk import DAG
@@ -35,3 +39,7 @@ elastic = _dag("k8s_elastic", 1)
 elastic_no_restarts = _dag("k8s_elastic_no_restarts", 0)
 # The trigger reports the lost worker; the resumed task recreates its pod and defers again.
 elastic_deferrable = _dag("k8s_elastic_deferrable", 1, deferrable=True)
+
+# Retried once; the checkpoints live where the test (playing the pods) can reach them, the same for both tries.
+checkpoint_retry = _dag("k8s_checkpoint_retry", 0, retries=1, retry_delay=timedelta(seconds=0),
+                        checkpoint_dir=os.path.join(os.environ.get("AIRFLOW_HOME", "/tmp"), "k8s-checkpoints"))

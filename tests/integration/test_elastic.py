@@ -20,28 +20,15 @@ pytestmark = [pytest.mark.usefixtures("airflow_db"), pytest.mark.slow]
 KILL_AFTER_STEP = 100
 
 
-def _training_process(role: str, index: int) -> psutil.Process | None:
-    """The training process of one replica: the child its elastic agent started, not the agent itself."""
+def _replica_process(role: str, index: int, *, agent: bool) -> psutil.Process | None:
+    """One replica's elastic agent (the replica process itself), or the training process the agent started."""
     for proc in replica_processes():
         try:
             env, cmdline = proc.environ(), proc.cmdline()
         except psutil.Error:
             continue
-        if (env.get("AIRFLOW_DISTRIBUTED_ROLE"), env.get("AIRFLOW_DISTRIBUTED_INDEX")) == (role, str(index)) and \
-                "torch.distributed.run" not in cmdline and env.get("TORCHELASTIC_RUN_ID"):
-            return proc
-    return None
-
-
-def _agent_process(role: str, index: int) -> psutil.Process | None:
-    """The replica process itself: torch's elastic agent."""
-    for proc in replica_processes():
-        try:
-            env, cmdline = proc.environ(), proc.cmdline()
-        except psutil.Error:
-            continue
-        if (env.get("AIRFLOW_DISTRIBUTED_ROLE"), env.get("AIRFLOW_DISTRIBUTED_INDEX")) == (role, str(index)) and \
-                "torch.distributed.run" in cmdline:
+        mine = (env.get("AIRFLOW_DISTRIBUTED_ROLE"), env.get("AIRFLOW_DISTRIBUTED_INDEX")) == (role, str(index))
+        if mine and ("torch.distributed.run" in cmdline) == agent and (agent or env.get("TORCHELASTIC_RUN_ID")):
             return proc
     return None
 
@@ -54,12 +41,12 @@ class WorkerKiller(threading.Thread):
         super().__init__(daemon=True)
         self.pattern = os.path.join(airflow_home, "distributed", "checkpoints", dag_id, "*",
                                     f"checkpoint-{KILL_AFTER_STEP:012d}.pkl")
-        self.find = _agent_process if agent else _training_process
+        self.agent = agent
         self.killed: int | None = None
 
     def run(self) -> None:
         wait_until(lambda: glob.glob(self.pattern), timeout=240, interval=0.05)
-        victim = wait_until(lambda: self.find("worker", 0), timeout=30)
+        victim = wait_until(lambda: _replica_process("worker", 0, agent=self.agent), timeout=30)
         victim.send_signal(signal.SIGKILL)
         self.killed = victim.pid
 

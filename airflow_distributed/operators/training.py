@@ -53,7 +53,9 @@ class DistributedTrainingOperator(BaseOperator):
         be omitted when ``environment`` has exactly one framework section or is a polyaxonfile with a
         ``framework``. (templated: no)
     :param environment: the Polyaxon ``environment`` section: a dict, YAML text, a path to a YAML/JSON file or a whole
-        polyaxonfile. ``None`` runs the master alone. (templated)
+        polyaxonfile. ``None`` runs the master alone. ``pytorch.elastic`` (``min_workers``, ``max_workers``,
+        ``max_restarts``, ``rdzv_timeout``) runs the replicas under torch's elastic agent and restarts lost ones
+        (local and kubernetes backends; see ``docs/frameworks.md``). (templated)
     :param command: the command every replica runs, as an argv list (no shell). A leading ``python`` means the
         interpreter given by ``python`` on the local backend. (templated)
     :param args: extra arguments appended to ``command``. (templated)

@@ -101,9 +101,10 @@ class LocalReplicaProcess:
 
     def _wait(self) -> None:
         code = self.process.wait()
+        exited_at = time.monotonic()  # which replica ended first decides what the failure names
         # Its last lines first (briefly: a surviving child may hold the pipe), so the exit is seen with them.
         self._pump.join(1.0)
-        self.exited_at = time.monotonic()
+        self.exited_at = exited_at
         self.exit_code = code
 
     @property

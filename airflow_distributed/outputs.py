@@ -66,9 +66,12 @@ def job_result(
         "metrics": dict(document.get("metrics") or {}),
         "model_path": document.get("model_path"),
         "replicas": [
-            {"name": r.name, "role": r.role, "index": r.index, "state": r.state, "exit_code": r.exit_code}
+            {"name": r.name, "role": r.role, "index": r.index, "state": r.state, "exit_code": r.exit_code,
+             "restarts": r.restarts}
             for r in replicas
         ],
+        # replicas started again and worker groups restarted by an elastic agent, over the whole job
+        "restarts": sum(r.restarts for r in replicas),
     }
     if namespace is not None:
         result["namespace"] = namespace

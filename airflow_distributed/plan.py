@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Protocol
 
+from airflow_distributed.elastic import ElasticPlan, elastic_plan
 from airflow_distributed.frameworks import Framework, get_framework
 from airflow_distributed.naming import replica_name
 from airflow_distributed.spec.models import PodSettings, PSCluster, Resources, TrainingSpec
@@ -89,6 +90,8 @@ class ClusterPlan:
     files: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     #: the Airflow try the job runs in (1 for the first)
     try_number: int = 1
+    #: replicas run under an elastic agent and are restarted within this budget (``environment.pytorch.elastic``)
+    elastic: ElasticPlan | None = None
 
     @property
     def master(self) -> Replica:
@@ -139,7 +142,8 @@ def build_plan(
         name = replica_name(job_name, role, index)
         host, port = addressing.endpoint(ordinal, job_name, name, framework.default_port)
         replicas.append(Replica(role, index, name, host, port, ordinal == 0, settings))
-    plan = ClusterPlan(job_name, framework.name, backend, tuple(replicas), layout, try_number=try_number)
+    plan = ClusterPlan(job_name, framework.name, backend, tuple(replicas), layout, try_number=try_number,
+                       elastic=elastic_plan(spec))
     job_files = dict(framework.files(plan, backend))
     clash = sorted(set(job_files) & set(files or {}))
     if clash:

@@ -406,8 +406,23 @@ def _output_path() -> str | None:
 def _document_for(path: str) -> dict[str, Any]:
     if _state["path"] != path or _state["document"] is None:
         _state["path"] = path
-        _state["document"] = _empty_document()
+        _state["document"] = _continued_document(path) or _empty_document()
     return _state["document"]
+
+
+def _continued_document(path: str) -> dict[str, Any] | None:
+    """Under torch's elastic agent, the document a process of the same try wrote before its worker group was
+    restarted, so that the history goes on; the backends remove it before each try, so it is never a past try's."""
+    if not os.environ.get("TORCHELASTIC_RUN_ID"):
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            document = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(document, dict) or not isinstance(document.get("history"), list):
+        return None
+    return {**_empty_document(), **document}
 
 
 def _write(path: str, document: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import crash_latency
+import elastic_restart
 import import_time
 import kubernetes_submit
 import kubernetes_wait
@@ -19,6 +20,7 @@ if __name__ == "__main__":
     results = {
         "import_time": import_time.measure(),
         "crash_latency": crash_latency.measure(),
+        "elastic_restart": elastic_restart.measure(),
         "local_vs_torchrun": local_vs_torchrun.measure(),
         "kubernetes_submit": kubernetes_submit.measure(),
         "kubernetes_wait": kubernetes_wait.measure(),

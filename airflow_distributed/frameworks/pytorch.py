@@ -1,8 +1,18 @@
-"""PyTorch: a master (rank 0) and workers, rendezvous through ``MASTER_ADDR``/``MASTER_PORT`` (``env://``)."""
+"""PyTorch: a master (rank 0) and workers, rendezvous through ``MASTER_ADDR``/``MASTER_PORT`` (``env://``).
+
+Elastic (``environment.pytorch.elastic``): every replica runs the command under torch's elastic agent
+(``python -m torch.distributed.run``) with a c10d rendezvous hosted by the master's agent at the master's address,
+so that a worker process that dies is restarted by its agent and the group forms again without failing the job.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from airflow_distributed.frameworks.base import Framework, Role, master_rank_env
+
+# A command that already starts the agent is configured through the PET_* variables and not wrapped again.
+_AGENT_COMMANDS = ("torchrun", "torch.distributed.run")
 
 
 class PyTorch(Framework):
@@ -12,7 +22,7 @@ class PyTorch(Framework):
 
     def replica_env(self, replica, plan, backend):
         env = master_rank_env(replica, plan)
-        return {
+        env = {
             **env,
             "LOCAL_RANK": "0",
             # The same values under torchrun's names, for jobs that run torchrun in each replica.
@@ -22,3 +32,43 @@ class PyTorch(Framework):
             "PET_NODE_RANK": env["RANK"],
             "PET_NPROC_PER_NODE": "1",
         }
+        elastic = plan.elastic
+        if elastic is None:
+            return env
+        return {
+            **env,
+            # torchrun reads its options from these when they are not on its command line (Kubeflow's names too).
+            "PET_NNODES": elastic.nnodes,
+            "PET_RDZV_BACKEND": "c10d",
+            "PET_RDZV_ENDPOINT": plan.master.address,
+            "PET_RDZV_ID": plan.job_name,
+            "PET_MAX_RESTARTS": str(elastic.max_restarts),
+            # The agent reports a restart of its workers at INFO only; the backends count restarts from that line.
+            "LOGLEVEL": "INFO",
+            # A fresh store per rendezvous round, hosted by rank 0's worker. The store the agents share by default
+            # outlives rounds and its keys are prefixed by each agent's own restart count, which differs once one
+            # agent restarted after a failure and the others only re-formed the group: the workers then read the
+            # dead worker's address from the previous round and fail to connect.
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        }
+
+    def replica_command(self, replica, plan, command: Sequence[str], files_dir):
+        elastic = plan.elastic
+        if elastic is None or any(part.endswith(_AGENT_COMMANDS) for part in command[:3]):
+            return tuple(command)
+        # Every replica's address resolves to this machine on the local backend, so torchrun cannot tell which
+        # agent hosts the rendezvous by its hostname: it is said outright (the master's).
+        rdzv_conf = f"is_host={str(replica.is_master).lower()},join_timeout={elastic.rdzv_timeout}"
+        return (
+            "python", "-m", "torch.distributed.run",
+            "--nnodes", elastic.nnodes,
+            "--nproc-per-node", "1",
+            "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", plan.master.address,
+            "--rdzv-id", plan.job_name,
+            "--rdzv-conf", rdzv_conf,
+            "--max-restarts", str(elastic.max_restarts),
+            # The command is run as given (an interpreter and a script, or any program), not as a script path.
+            "--no-python",
+            *command,
+        )

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER, READINESS_CONTAINER
+from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER, READINESS_CONTAINER, RESTARTS_ANNOTATION
 from airflow_distributed.status import FAILED, PENDING, RUNNING, STOPPED, SUCCEEDED, ReplicaStatus, render_table
 
 SUCCESS, FAILURE = "succeeded", "failed"
@@ -248,13 +248,19 @@ def _exit(pod: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
     return None
 
 
+def recreated(pod: Mapping[str, Any]) -> int:
+    """How often the task recreated this replica's pod (an elastic job's lost replica), from its annotation."""
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(RESTARTS_ANNOTATION, "0")
+    return int(value) if str(value).isdigit() else 0
+
+
 def replica_status(slot: ReplicaSlot, pod: Mapping[str, Any] | None, *, deleted: bool = False) -> ReplicaStatus:
     """A slot's row of the table, from its pod (``None``: not created yet)."""
     if pod is None:
         return ReplicaStatus(slot.name, slot.role, slot.index, STOPPED if deleted else PENDING)
     where = (pod.get("spec") or {}).get("nodeName") or ""
     entry = container_status(pod, MAIN_CONTAINER) or {}
-    restarts = int(entry.get("restartCount") or 0)
+    restarts = int(entry.get("restartCount") or 0) + recreated(pod)
     exited = _exit(pod)
     if exited is not None:
         _, fields = exited

@@ -356,6 +356,29 @@ class DistributedTrainingHook(KubernetesHook):
                 raise failed.exception()  # type: ignore[misc]
         return sum(future.result() for future in futures)
 
+    def recreate_pod(self, namespace: str, pod: client.V1Pod, *, timeout: float = 120.0) -> None:
+        """Delete a replica's pod and create it again under the same name, so that its address (the headless
+        Service's ``<pod>.<job>``) stays the same: the task restarts a lost replica of an elastic job this way."""
+        name = pod.metadata.name
+        result = self._call(f"deleting pod {namespace}/{name}", self.core_v1_client.delete_namespaced_pod, name,
+                            namespace, grace_period_seconds=0, missing_ok=True, _preload_content=False)
+        if result is not _MISSING:
+            self._done(result)
+        deadline, pause = self._clock() + timeout, 0.1
+        # The name is taken until the old pod is gone: creating earlier would answer 409 AlreadyExists.
+        while True:
+            found = self._call(f"reading pod {namespace}/{name}", self.core_v1_client.read_namespaced_pod, name,
+                               namespace, missing_ok=True, _preload_content=False)
+            if found is _MISSING:
+                break
+            self._done(found)
+            if self._clock() > deadline:
+                raise KubernetesJobError(f"restarting pod {namespace}/{name}: still there after {timeout:g}s")
+            self._sleep(pause)
+            pause = min(pause * 2, 5.0)
+        self._create_one(f"creating pod {namespace}/{name}", self.core_v1_client.create_namespaced_pod, namespace,
+                         pod)
+
     # ------------------------------------------------------------------ waiting
 
     def wait_for_job(

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from airflow_distributed.elastic import CONTINUE, RESTART, ElasticPlan, after_replica_ended, agent_restarted
 from airflow_distributed.logs import TaskLog
 from airflow_distributed.manifests.local import ProcessSpec
 from airflow_distributed.status import FAILED, RUNNING, STOPPED, SUCCEEDED, ReplicaStatus
@@ -46,17 +47,30 @@ class JobOutcome:
     tail: tuple[str, ...] = ()
     timed_out: bool = False
     stopped: bool = False
+    #: why an elastic job gave up (the replica, its restarts, what was left), when it did
+    reason: str | None = None
 
 
 class LocalReplicaProcess:
     """One running replica: its process, its output pump and the last lines it printed."""
 
-    def __init__(self, spec: ProcessSpec, cwd: str, emit: Callable[[str, str], None]) -> None:
+    def __init__(self, spec: ProcessSpec, cwd: str, emit: Callable[[str, str], None], *, restarts: int = 0,
+                 count_restarts: Callable[[str], bool] | None = None) -> None:
         self.spec = spec
+        self.cwd = cwd
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
         self.exit_code: int | None = None
         self.exited_at: float | None = None
         self.stopped = False
+        #: restarts so far: of this replica by the backend, and of its workers by an elastic agent inside it
+        self.restarts = restarts
+        #: a replica left out of an elastic job that carries on without it: its exit no longer decides anything
+        self.dropped = False
+        #: its descendants as last seen alive (``remember_family``): torchrun starts its workers in sessions of
+        #: their own, so when the agent is killed they are orphans that neither its process group nor its
+        #: process tree reaches any more
+        self.known_family: list[psutil.Process] = []
+        self._count_restarts = count_restarts
         self.process = subprocess.Popen(
             list(spec.argv),
             env=dict(spec.env),
@@ -70,16 +84,27 @@ class LocalReplicaProcess:
         self._emit = emit
         self._pump = threading.Thread(target=self._read, name=f"log-{spec.name}", daemon=True)
         self._pump.start()
+        # The exit is watched apart from the output: a child that outlives the replica (an elastic agent's worker,
+        # in a session of its own) keeps the pipe open, and the replica's end must not wait for it.
+        self._reaper = threading.Thread(target=self._wait, name=f"exit-{spec.name}", daemon=True)
+        self._reaper.start()
 
     def _read(self) -> None:
         assert self.process.stdout is not None
         for raw in iter(self.process.stdout.readline, b""):
             line = raw.decode("utf-8", "replace").rstrip("\n")
             self.tail.append(line)
+            if self._count_restarts is not None and self._count_restarts(line):
+                self.restarts += 1
             self._emit(self.spec.name, line)
         self.process.stdout.close()
+
+    def _wait(self) -> None:
         code = self.process.wait()
-        self.exited_at = time.monotonic()
+        exited_at = time.monotonic()  # which replica ended first decides what the failure names
+        # Its last lines first (briefly: a surviving child may hold the pipe), so the exit is seen with them.
+        self._pump.join(1.0)
+        self.exited_at = exited_at
         self.exit_code = code
 
     @property
@@ -95,8 +120,30 @@ class LocalReplicaProcess:
 
     def status(self) -> ReplicaStatus:
         return ReplicaStatus(
-            self.spec.name, self.spec.role, self.spec.index, self.state(), self.exit_code, where=f"pid {self.pid}"
+            self.spec.name, self.spec.role, self.spec.index, self.state(), self.exit_code, where=f"pid {self.pid}",
+            restarts=self.restarts,
         )
+
+    def remember_family(self) -> None:
+        # Kept when none are seen: between two worker groups, or once the replica is gone and its children with it
+        # from its tree (they may live on as orphans, which is the point).
+        descendants = self.family()[1:] if self.exit_code is None else []
+        if descendants:
+            self.known_family = descendants
+
+    def restarted(self) -> LocalReplicaProcess:
+        """The same replica started again (same name, address and variables), its restart counted."""
+        # What the lost process left behind (an agent's workers) goes first: its port is reused, and an orphaned
+        # worker would go on training with the others.
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        _signal((), self.known_family, signal.SIGKILL)
+        psutil.wait_procs(self.known_family, timeout=5.0)
+        self.join_output(2.0)
+        return LocalReplicaProcess(self.spec, self.cwd, self._emit, restarts=self.restarts + 1,
+                                   count_restarts=self._count_restarts)
 
     def family(self) -> list[psutil.Process]:
         """The replica and every descendant, including ones that left its process group."""
@@ -108,6 +155,7 @@ class LocalReplicaProcess:
 
     def join_output(self, timeout: float) -> None:
         self._pump.join(timeout)
+        self._reaper.join(timeout)
 
 
 class LocalJob:
@@ -119,9 +167,13 @@ class LocalJob:
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        elastic: ElasticPlan | None = None,
+        logger: logging.Logger | TaskLog | None = None,
     ) -> None:
         self.replicas = list(replicas)
         self._clock, self._sleep = clock, sleep
+        self.elastic = elastic
+        self._log = logger or log
 
     @property
     def master(self) -> LocalReplicaProcess:
@@ -152,14 +204,21 @@ class LocalJob:
                 on_change(current)
             last = current
             failed = sorted(
-                (r for r in self.replicas if r.exit_code not in (None, 0) and not r.stopped),
+                (r for r in self.replicas if r.exit_code not in (None, 0) and not r.stopped and not r.dropped),
                 key=lambda r: r.exited_at or 0.0,
             )
             if failed:
                 first = failed[0]
+                reason = None
+                if self.elastic is not None:
+                    decision = self._after_failure(first)
+                    if decision is None:
+                        continue
+                    reason = decision
                 self.stop()
                 first.join_output(1.0)
-                return JobOutcome(False, self.statuses(), first.spec.name, first.exit_code, tuple(first.tail))
+                return JobOutcome(False, self.statuses(), first.spec.name, first.exit_code, tuple(first.tail),
+                                  reason=reason)
             if self.master.exit_code == 0:
                 self._settle(settle)
                 self.stop()
@@ -170,9 +229,29 @@ class LocalJob:
             if deadline is not None and self._clock() >= deadline:
                 self.stop()
                 return JobOutcome(False, self.statuses(), timed_out=True)
+            if self.elastic is not None:
+                for replica in self.replicas:
+                    replica.remember_family()
             if on_poll:
                 on_poll(current)
             self._sleep(poll_interval)
+
+    def _after_failure(self, replica: LocalReplicaProcess) -> str | None:
+        """An elastic job's answer to a replica that ended badly: restart it or carry on (``None``), or the
+        reason the job fails."""
+        assert self.elastic is not None
+        replica.join_output(1.0)  # its agent's last lines may still count a restart
+        left = sum(1 for r in self.replicas if r is not replica and r.exit_code is None)
+        decision = after_replica_ended(self.elastic, name=replica.spec.name, is_master=replica.spec.is_master,
+                                       exit_code=replica.exit_code, restarts=replica.restarts, left=left)
+        self._log.warning("%s", decision.message)
+        if decision.action == RESTART:
+            self.replicas[self.replicas.index(replica)] = replica.restarted()
+            return None
+        if decision.action == CONTINUE:
+            replica.dropped = True
+            return None
+        return decision.message
 
     def _settle(self, settle: float) -> None:
         end = self._clock() + settle
@@ -184,7 +263,7 @@ class LocalJob:
         running = [r for r in self.replicas if r.exit_code is None]
         for replica in running:
             replica.stopped = True
-        family = [p for r in self.replicas for p in r.family()]
+        family = [p for r in self.replicas for p in (r.family() or r.known_family)]
         _signal(running, family, signal.SIGTERM)
         gone_by = time.monotonic() + grace
         _, alive = psutil.wait_procs(family, timeout=grace)
@@ -286,17 +365,22 @@ class LocalProcessHook:
                 pass
         return removed
 
-    def start(self, specs: Sequence[ProcessSpec], *, cwd: str) -> LocalJob:
-        """Start every replica; if one cannot start, the ones already started are stopped before raising."""
+    def start(self, specs: Sequence[ProcessSpec], *, cwd: str, elastic: ElasticPlan | None = None) -> LocalJob:
+        """Start every replica; if one cannot start, the ones already started are stopped before raising.
+
+        :param elastic: the replicas run under torch's elastic agent: one that is lost is started again within the
+            budget, and the agent's restarts of its workers are counted from its log.
+        """
         started: list[LocalReplicaProcess] = []
+        count_restarts = agent_restarted if elastic is not None else None
         try:
             for spec in specs:
                 self.log.info("starting %s: %s", spec.name, _shorten(shlex.join(spec.argv)))
-                started.append(LocalReplicaProcess(spec, cwd, self._emit))
+                started.append(LocalReplicaProcess(spec, cwd, self._emit, count_restarts=count_restarts))
         except OSError as err:
             LocalJob(started).stop()
             raise RuntimeError(f"replica {spec.name} could not start {spec.argv[0]!r}: {err.strerror or err}") from err
-        return LocalJob(started, clock=self._clock, sleep=self._sleep)
+        return LocalJob(started, clock=self._clock, sleep=self._sleep, elastic=elastic, logger=self.log)
 
     def _emit(self, name: str, line: str) -> None:
         self.log.info("[%s] %s", name, line)

@@ -342,6 +342,11 @@ def kubeflow_problems(spec: TrainingSpec) -> list[tuple[str, str]]:
     problems: list[tuple[str, str]] = []
     if spec.framework == "paddle" and isinstance(cluster, PSCluster) and cluster.n_ps:
         problems.append((f"{section}.n_ps", PADDLE_PS_REFUSED))
+    if getattr(cluster, "elastic", None) is not None:
+        # The task wraps every replica in torchrun with its own rendezvous; a PyTorchJob's elasticPolicy does that
+        # in the operator instead, with other names and restart rules.
+        problems.append((f"{section}.elastic", "is not supported with backend='kubeflow'; use backend='kubernetes' "
+                         "or 'local', where the task restarts lost replicas itself"))
     role_settings: dict[str, list[PodSettings]] = {}
     for role in framework.roles:
         if role.spec_key is None or (role.spec_key == "ps" and not isinstance(cluster, PSCluster)):

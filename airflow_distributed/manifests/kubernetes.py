@@ -86,6 +86,9 @@ INDEX_LABEL = LABEL_PREFIX + "index"
 MASTER_LABEL = LABEL_PREFIX + "master"
 # Kubernetes has no TTL for bare pods: the hook's clean-up reads this from the Service.
 TTL_ANNOTATION = LABEL_PREFIX + "ttl-seconds-after-finished"
+# How often the task recreated this replica's pod (elastic jobs): kept on the pod, so a deferred or reattached
+# task, the job view and a sensor all count the same restarts.
+RESTARTS_ANNOTATION = LABEL_PREFIX + "restarts"
 
 # The readiness step only waits; it must not change what the pod reserves (init containers count as a maximum).
 READINESS_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}}

@@ -126,6 +126,10 @@ def trainjob_problems(spec: TrainingSpec, runtime: str | None = None) -> list[tu
     problems: list[tuple[str, str]] = []
     one_template = ("but a TrainJob runs every node from one pod template; give every node the master's settings "
                     "(environment.*), or use backend='kubernetes'")
+    if getattr(cluster, "elastic", None) is not None:
+        # Trainer v2 has no elastic mode: its torch runtime runs a fixed numNodes, and the controller restarts nothing.
+        problems.append((f"{section}.elastic", "is not supported with backend='trainjob' (Kubeflow Trainer v2 has no "
+                         "elastic mode); use backend='kubernetes' or 'local', where the task restarts lost replicas"))
     default = cluster.default_worker
     if default is not None and cluster.n_workers and default != master:
         problems.append((f"{section}.default_worker", f"has its own {', '.join(_differing(default, master))}, "

@@ -20,6 +20,7 @@ job whatever the policy.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Sequence
@@ -38,6 +39,7 @@ from airflow_distributed.status import PENDING, RUNNING, STOPPED, ReplicaStatus
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_distributed.elastic import ElasticPlan
     from airflow_distributed.hooks.job_watch import JobTracker, JobVerdict, ReplicaSlot
     from airflow_distributed.hooks.kubernetes import DistributedTrainingHook, JobHandle
     from airflow_distributed.manifests.kubernetes import JobObjects
@@ -120,12 +122,38 @@ def resume_kubernetes(operator: DistributedTrainingOperator, context: Context, e
         tail = run.tail(run.master.name, tracker) if log_available(tracker.pod(run.master.name)) else []
         for line in tail:
             run.log.info("[%s] %s", run.master.name, line)
+        if not verdict.succeeded:
+            _restart_elastic_replica(operator, context, run, verdict, tracker)  # defers again if it restarts one
         return run.finish(verdict, tracker, {run.master.name: tail}, elapsed)
     # timeout (execution_timeout reached in the triggerer) or error (the trigger could not watch): clean up, fail.
     run.clean_up(succeeded=False)
     reason = event.get("message") or status
     raise job_error(f"job {run.namespace}/{run.name} failed after {elapsed:.1f}s: {reason}; "
                      f"{run.cleanup_note(False)}")
+
+
+def _restart_elastic_replica(operator: DistributedTrainingOperator, context: Context, run: KubernetesJobRun,
+                             verdict: JobVerdict, tracker: JobTracker) -> None:
+    """After a deferral: an elastic job's lost replica is recreated as in the synchronous wait, and the task
+    defers again; a decision to fail is left on ``run`` for its failure message."""
+    from airflow_distributed.elastic import elastic_plan
+    from airflow_distributed.hooks.kubernetes import JobHandle
+    from airflow_distributed.spec import load_spec
+
+    spec = load_spec(operator.framework, operator.environment)
+    if elastic_plan(spec) is None:
+        return
+    service = run.hook.get_service(run.namespace, run.name)
+    if service is None:
+        return
+    command = [str(part) for part in [*operator.command, *(operator.args or [])]]
+    # The pods' manifests again, from the same plan (the task instance's job name and namespace).
+    rebuilt = KubernetesJobRun.start(operator, context, spec, run.name, command)
+    rebuilt.slots, rebuilt.namespace = run.slots, run.namespace
+    rebuilt.handle = JobHandle(run.namespace, run.name, service["metadata"]["uid"])
+    if rebuilt._after_failure(verdict, tracker):
+        rebuilt._defer()
+    run.elastic_failure = rebuilt.elastic_failure
 
 
 def kill_kubernetes(operator: DistributedTrainingOperator) -> None:
@@ -162,6 +190,11 @@ class KubernetesJobRun:
         self.objects: JobObjects | None = None
         self.handle: JobHandle | None = None
         self.started = time.monotonic()
+        #: an elastic job's budget: the task restarts its lost replicas (see ``_after_failure``)
+        self.elastic: ElasticPlan | None = None
+        #: replicas an elastic job carries on without, with their last row of the table
+        self.dropped: dict[str, ReplicaStatus] = {}
+        self.elastic_failure: str | None = None
         operator._kubernetes_run = self  # read by kill_kubernetes
 
     @property
@@ -200,6 +233,7 @@ class KubernetesJobRun:
         objects = build(None)  # a setting Kubernetes would refuse fails here, before anything is created
         run = cls(operator, context, namespace, job_name, replica_slots(plan), spec.framework, hook)
         run.build, run.objects = build, objects
+        run.elastic = plan.elastic
         return run
 
     @classmethod
@@ -251,21 +285,61 @@ class KubernetesJobRun:
         if self.operator.deferrable and self.handle.reattached != "succeeded":  # type: ignore[union-attr]
             self._defer()
         try:
-            outcome = self.hook.wait_for_job(
-                self.namespace, self.name, self.slots,
-                startup_timeout=self.operator.startup_timeout,
-                image_pull_grace=self.operator.image_pull_grace,
-                watch_timings=watch_timings(self.operator),
-                on_change=self._log_table,
-                stopped=lambda: self.stopped,
-                follow=self._followed(),
-                emit=lambda replica, line: self.log.info("[%s] %s", replica, line),
-            )
+            while True:
+                watched = tuple(slot for slot in self.slots if slot.name not in self.dropped)
+                outcome = self.hook.wait_for_job(
+                    self.namespace, self.name, watched,
+                    startup_timeout=self.operator.startup_timeout,
+                    image_pull_grace=self.operator.image_pull_grace,
+                    watch_timings=watch_timings(self.operator),
+                    on_change=self._log_table,
+                    stopped=lambda: self.stopped,
+                    follow=self._followed(),
+                    emit=lambda replica, line: self.log.info("[%s] %s", replica, line),
+                )
+                if not self._after_failure(outcome.verdict, outcome.tracker):
+                    break
         except BaseException:
             # The wait itself failed (API gone, execution_timeout): no verdict, but no pod may keep running.
             self._clean_up_quietly()
             raise
         return self.finish(outcome.verdict, outcome.tracker, dict(outcome.tails), time.monotonic() - self.started)
+
+    def _after_failure(self, verdict: JobVerdict, tracker: JobTracker) -> bool:
+        """An elastic job's answer to a replica that ended badly: recreate its pod (same name, so the same
+        address) or carry on without it, and wait again (``True``); or let the job fail (``False``)."""
+        from airflow_distributed.elastic import CONTINUE, RESTART, after_replica_ended
+        from airflow_distributed.manifests.kubernetes import RESTARTS_ANNOTATION
+
+        if self.elastic is None or verdict.succeeded or verdict.replica is None or \
+                verdict.cause not in ("exit", "pod", "deleted") or self.handle is None or self.objects is None:
+            return False
+        slot = next(s for s in self.slots if s.name == verdict.replica)
+        rows = {row.name: row for row in tracker.statuses()}
+        restarts = rows[slot.name].restarts
+        left = sum(1 for name, row in rows.items() if name != slot.name and row.state in (RUNNING, PENDING))
+        decision = after_replica_ended(self.elastic, name=slot.name, is_master=slot.is_master,
+                                       exit_code=verdict.exit_code if verdict.cause == "exit" else None,
+                                       restarts=restarts, left=left)
+        self.log.warning("%s", decision.message)
+        if decision.action == RESTART:
+            pod = next(p for p in self.objects.owned_by(self.handle.uid).pods if p.metadata.name == slot.name)
+            pod = copy.deepcopy(pod)
+            pod.metadata.annotations = {**(pod.metadata.annotations or {}), RESTARTS_ANNOTATION: str(restarts + 1)}
+            self.hook.recreate_pod(self.namespace, pod)
+            return True
+        if decision.action == CONTINUE:
+            self.dropped[slot.name] = rows[slot.name]
+            return True
+        self.elastic_failure = decision.message
+        return False
+
+    def _with_dropped(self, rows: Sequence[ReplicaStatus]) -> tuple[ReplicaStatus, ...]:
+        """The table's rows in plan order, with the last rows of the replicas the job carries on without."""
+        if not self.dropped:
+            return tuple(rows)
+        by_name = {**self.dropped, **{row.name: row for row in rows}}
+        return tuple(row for slot in self.slots if (row := by_name.get(slot.name)) is not None)
 
     def _clean_up_quietly(self, succeeded: bool = False, kill: bool = False) -> None:
         try:
@@ -281,7 +355,7 @@ class KubernetesJobRun:
         trigger = DistributedJobTrigger(
             job_name=self.name,
             namespace=self.namespace,
-            replicas=slots_to_json(self.slots),
+            replicas=slots_to_json([slot for slot in self.slots if slot.name not in self.dropped]),
             startup_timeout=self.operator.startup_timeout,
             started_at=time.time(),
             kubernetes_conn_id=self.operator.kubernetes_conn_id,
@@ -295,7 +369,7 @@ class KubernetesJobRun:
     def _log_table(self, rows: Sequence[ReplicaStatus]) -> None:
         from airflow_distributed.hooks.job_watch import replica_table
 
-        self.log.info("replicas of %s:\n%s", self.name, replica_table(rows))
+        self.log.info("replicas of %s:\n%s", self.name, replica_table(self._with_dropped(rows)))
 
     def _followed(self) -> list[str]:
         """The master, and the replicas ``log_replicas`` names (``all``, roles, ``role-index`` or pod names)."""
@@ -340,7 +414,7 @@ class KubernetesJobRun:
             self._clean_up_quietly(verdict.succeeded, killed)
             raise
         stopped = self.clean_up(verdict.succeeded, kill=killed)
-        statuses = _after_cleanup(tracker.statuses(), stopped)
+        statuses = _after_cleanup(self._with_dropped(tracker.statuses()), stopped)
         self.log.info("replicas of %s (final):\n%s", self.name, replica_table(statuses))
         result = job_result(job_name=self.name, framework=self.framework, backend="kubernetes",
                             state="succeeded" if verdict.succeeded else "failed", document=document,
@@ -408,8 +482,8 @@ class KubernetesJobRun:
         job = f"job {self.namespace}/{self.name}"
         if verdict.cause == "stopped":
             return f"{job} was stopped after {elapsed:.1f}s (task killed); the job was deleted"
-        message = (f"{job} failed after {elapsed:.1f}s: {verdict.describe(self.operator.startup_timeout)}; "
-                   f"{self.cleanup_note(False)}")
+        what = self.elastic_failure or verdict.describe(self.operator.startup_timeout)
+        message = f"{job} failed after {elapsed:.1f}s: {what}; {self.cleanup_note(False)}"
         if events:
             message += "\n  events:\n" + "\n".join(f"    {line}" for line in events)
         if verdict.cause == "exit":

@@ -53,7 +53,9 @@ class DistributedTrainingOperator(BaseOperator):
         be omitted when ``environment`` has exactly one framework section or is a polyaxonfile with a
         ``framework``. (templated: no)
     :param environment: the Polyaxon ``environment`` section: a dict, YAML text, a path to a YAML/JSON file or a whole
-        polyaxonfile. ``None`` runs the master alone. (templated)
+        polyaxonfile. ``None`` runs the master alone. ``pytorch.elastic`` (``min_workers``, ``max_workers``,
+        ``max_restarts``, ``rdzv_timeout``) runs the replicas under torch's elastic agent and restarts lost ones
+        (local and kubernetes backends; see ``docs/frameworks.md``). (templated)
     :param command: the command every replica runs, as an argv list (no shell). A leading ``python`` means the
         interpreter given by ``python`` on the local backend. (templated)
     :param args: extra arguments appended to ``command``. (templated)
@@ -323,7 +325,7 @@ class DistributedTrainingOperator(BaseOperator):
         hook.write_files(layout.files_dir, plan.files)
         self.log.info("job %s: %s with %d replicas on the local backend", name, spec.framework, len(specs))
         started = time.monotonic()
-        job = self._local_job = hook.start(specs, cwd=work_dir)
+        job = self._local_job = hook.start(specs, cwd=work_dir, elastic=plan.elastic)
         live = LiveJobReport(
             job_name=name, framework=spec.framework, read_document=lambda: _read_text(output_path),
             publish=lambda record: context["ti"].xcom_push(key=LIVE_XCOM_KEY, value=record),
@@ -376,6 +378,9 @@ class DistributedTrainingOperator(BaseOperator):
         if outcome.timed_out:
             return f"job {name} timed out after {elapsed:.1f}s; every replica was stopped"
         tail = "\n".join(f"    {line}" for line in outcome.tail[-15:]) or "    (no output)"
+        if outcome.reason:
+            return (f"job {name} failed after {elapsed:.1f}s: {outcome.reason}; every other replica was stopped. "
+                    f"Its last lines:\n{tail}")
         return (
             f"job {name} failed: replica {outcome.failed_replica} exited with code {outcome.exit_code} "
             f"after {elapsed:.1f}s; every other replica was stopped. Its last lines:\n{tail}"

@@ -186,7 +186,7 @@ def live_record(
         "history": [],
         "replicas": [
             {"name": s.name, "role": s.role, "index": s.index, "state": s.state, "exit_code": s.exit_code,
-             "where": s.where, "reason": s.reason}
+             "where": s.where, "reason": s.reason, "restarts": s.restarts}
             for *_, s in rows
         ],
         "logs": logs,

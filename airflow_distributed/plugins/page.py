@@ -119,13 +119,15 @@ def _replicas(replicas: Sequence[Mapping[str, Any]]) -> str:
         f"<td class=num>{_text(r.get('index'))}</td>"
         f"<td class=\"state s-{_text(r.get('state'))}\">{_text(r.get('state'))}</td>"
         f"<td class=num>{'&ndash;' if r.get('exit_code') is None else _text(r.get('exit_code'))}</td>"
+        # Records written before restarts were counted have none: a replica that was never restarted.
+        f"<td class=num>{_text(r.get('restarts') or 0)}</td>"
         "</tr>"
         for r in replicas
         if isinstance(r, Mapping)
     )
     return (
         '<table class="replicas"><thead><tr><th>Replica</th><th>Role</th><th>Index</th><th>State</th>'
-        f"<th>Exit code</th></tr></thead><tbody>{rows}</tbody></table>"
+        f"<th>Exit code</th><th>Restarts</th></tr></thead><tbody>{rows}</tbody></table>"
     )
 
 
@@ -195,6 +197,8 @@ def job_page(
         _text(f"{record['backend']} backend") if record.get("backend") else "",
         _text(format_duration(record.get("duration_seconds"))),
         _where(ref),
+        _text(f"{record['restarts']} restart{'s' if record['restarts'] != 1 else ''}")
+        if isinstance(record.get("restarts"), int) and record["restarts"] > 0 else "",
         _text("final record" if source == "recorded" else f"{source} state"),
     ]
     model_path = record.get("model_path")

@@ -10,6 +10,7 @@ from airflow_distributed.spec.models import (
     IndexedReplica,
     PodSettings,
     PSCluster,
+    PytorchCluster,
     Resources,
     WorkerCluster,
 )
@@ -107,6 +108,23 @@ def _check_cluster(section: WorkerCluster, path: str, key: str) -> list[Problem]
         if default is not None:
             problems += check_pod_settings(default, f"{path}.default_{role}")
         problems += _check_overrides(overrides, count, f"{path}.{role}", f"n_{'workers' if role == 'worker' else role}")
+    if isinstance(section, PytorchCluster) and section.elastic is not None:
+        problems += _check_elastic(section, f"{path}.elastic")
+    return problems
+
+
+def _check_elastic(section: PytorchCluster, path: str) -> list[Problem]:
+    """Counts are replicas (nodes), the master included: never more than the job has, min <= max."""
+    assert section.elastic is not None
+    replicas = 1 + section.n_workers
+    low, high = section.elastic.min_workers, section.elastic.max_workers
+    problems: list[Problem] = []
+    for key, value in (("min_workers", low), ("max_workers", high)):
+        if value is not None and value > replicas:
+            problems.append((f"{path}.{key}", f"{value} is more than the job's {replicas} replicas (the master and "
+                             f"n_workers={section.n_workers}); allowed: 1..{replicas}"))
+    if low is not None and high is not None and low > high:
+        problems.append((f"{path}.min_workers", f"{low} is more than max_workers ({high}); min_workers <= max_workers"))
     return problems
 
 

@@ -177,10 +177,26 @@ class WorkerCluster(_Section):
         return _fold_legacy_resources(data, "worker")
 
 
+class ElasticPolicy(_Section):
+    """``environment.pytorch.elastic``: replicas run under torch's elastic agent (torchrun, c10d rendezvous).
+
+    Counts are replicas (nodes), the master included; ``None`` means every replica of the job.
+    """
+
+    min_workers: Annotated[StrictInt, Field(ge=1)] | None = None
+    max_workers: Annotated[StrictInt, Field(ge=1)] | None = None
+    #: restarts of each replica's worker group (by its agent) or of the replica itself (by the backend)
+    max_restarts: Annotated[StrictInt, Field(ge=0, le=100)] = 3
+    #: seconds the agents wait for the rendezvous to complete (torchrun's ``join_timeout``)
+    rdzv_timeout: Annotated[StrictInt, Field(ge=1, le=86400)] = 900
+
+
 class PytorchCluster(WorkerCluster):
-    """PyTorch's workers, and how many processes each node runs (``backend="trainjob"``: ``numProcPerNode``)."""
+    """PyTorch's workers, optionally elastic, and how many processes each node runs (``backend="trainjob"``:
+    ``numProcPerNode``)."""
 
     n_proc_per_node: Count | None = None
+    elastic: ElasticPolicy | None = None
 
 
 class PSCluster(WorkerCluster):

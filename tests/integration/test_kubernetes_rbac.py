@@ -77,6 +77,9 @@ def test_the_role_allows_every_request_of_whole_jobs_and_holds_nothing_unused(tm
         outcome = hook.wait_for_job(NAMESPACE, name, slots, startup_timeout=30)
         assert outcome.verdict.cause == "exit"
         hook.read_log_tail(NAMESPACE, slots[1].name)
+        # Were it elastic, the lost worker's pod would be deleted and created again under the same name.
+        uid = emu.get("services", NAMESPACE, name)["metadata"]["uid"]
+        hook.recreate_pod(NAMESPACE, next(p for p in build(uid).pods if p.metadata.name == slots[1].name))
         hook.delete_unfinished_pods(NAMESPACE, name)
 
         # The retry replaces the failed job; a replica that cannot start; its events.

@@ -152,7 +152,7 @@ def assert_job_view(driver, job: dict) -> None:
     wait(driver, ec.presence_of_element_located((By.CSS_SELECTOR, "table.replicas")))
     rows = driver.find_elements(By.CSS_SELECTOR, "table.replicas tbody tr")
     cells = [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")] for row in rows]
-    assert cells == [[r["name"], r["role"], str(r["index"]), r["state"], str(r["exit_code"])]
+    assert cells == [[r["name"], r["role"], str(r["index"]), r["state"], str(r["exit_code"]), str(r["restarts"])]
                      for r in job["replicas"]]
     metric_rows = driver.find_elements(By.CSS_SELECTOR, "table.metrics tr")
     metrics = {row.find_element(By.TAG_NAME, "th").text for row in metric_rows}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 
@@ -88,3 +89,21 @@ def test_outside_a_job_or_with_a_url_nothing_is_saved(monkeypatch, master):
 def test_bad_arguments_are_refused(master, step, keep):
     with pytest.raises(ValueError, match=r"step|keep"):
         tracking.save_checkpoint("w", step, keep=keep)
+
+
+def test_a_restarted_elastic_worker_group_carries_on_the_masters_history(tmp_path, monkeypatch):
+    output = tmp_path / "output.json"
+    monkeypatch.setenv("AIRFLOW_DISTRIBUTED_OUTPUT", str(output))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setattr(tracking, "_state", {"path": None, "document": None})
+    tracking.log_metrics(step=10, loss=0.5)
+    # A new process of the same try (the agent restarted the group): the state of the old one is gone.
+    monkeypatch.setattr(tracking, "_state", {"path": None, "document": None})
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-1")
+    tracking.log_metrics(step=20, loss=0.25)
+    assert [point["step"] for point in json.loads(output.read_text())["history"]] == [10, 20]
+    # Outside the agent a new process starts a new document, as before.
+    monkeypatch.setattr(tracking, "_state", {"path": None, "document": None})
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID")
+    tracking.log_metrics(step=30, loss=0.125)
+    assert [point["step"] for point in json.loads(output.read_text())["history"]] == [30]

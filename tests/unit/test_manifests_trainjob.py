@@ -232,6 +232,8 @@ def test_node_0_is_found_by_jobsets_labels():
     ("mxnet", {}, "backend", "MXNet has no Kubeflow Trainer v2 runtime"),
     ("xgboost", {}, "backend", "'xgboost' is not mapped onto a Trainer v2 runtime yet"),
     ("pytorch", {"config_map_refs": ["settings"]}, "environment.config_map_refs", "has no envFrom"),
+    ("pytorch", {"pytorch": {"n_workers": 2, "elastic": {"min_workers": 2}}}, "environment.pytorch.elastic",
+     "Kubeflow Trainer v2 has no elastic mode"),
     ("pytorch", {"security_context": {"runAsUser": 1, "privileged": True}}, "environment.security_context",
      "privileged apply to a container"),
     ("pytorch", {"pytorch": {"n_workers": 2, "worker": [{"index": 0, "labels": {"a": "b"}}]}},

@@ -128,6 +128,21 @@ CASES = [
     BadCase("missing spec file", "/nonexistent/spec.yaml", expected=[("environment", "cannot read")]),
     BadCase("override index missing", {"pytorch": {"n_workers": 2, "worker": [{"resources": {}}]}},
             expected=[("environment.pytorch.worker[0].index", "is required")]),
+    BadCase("elastic min over max", {"pytorch": {"n_workers": 3, "elastic": {"min_workers": 3, "max_workers": 2}}},
+            expected=[("environment.pytorch.elastic.min_workers", "3 is more than max_workers (2)")]),
+    BadCase("elastic max over the replicas", {"pytorch": {"n_workers": 2, "elastic": {"max_workers": 4}}},
+            expected=[("environment.pytorch.elastic.max_workers", "4 is more than the job's 3 replicas (the master "
+                       "and n_workers=2); allowed: 1..3")]),
+    BadCase("elastic negative restarts", {"pytorch": {"n_workers": 1, "elastic": {"max_restarts": -1}}},
+            expected=[("environment.pytorch.elastic.max_restarts", "-1 is out of range (must be >= 0)")]),
+    BadCase("elastic zero workers", {"pytorch": {"n_workers": 1, "elastic": {"min_workers": 0}}},
+            expected=[("environment.pytorch.elastic.min_workers", "0 is out of range (must be >= 1)")]),
+    BadCase("elastic timeout as a string", {"pytorch": {"elastic": {"rdzv_timeout": "10m"}}},
+            expected=[("environment.pytorch.elastic.rdzv_timeout", "expected an integer, got str '10m'")]),
+    BadCase("elastic misspelt", {"pytorch": {"elastic": {"max_restart": 2}}},
+            expected=[("environment.pytorch.elastic.max_restart", "did you mean 'max_restarts'?")]),
+    BadCase("elastic for jax", {"jax": {"n_workers": 1, "elastic": {}}},
+            expected=[("environment.jax.elastic", "unknown key 'elastic'")]),
     BadCase(
         "every problem at once",
         {"tensorflow": {"n_worker": 2, "n_workers": 4, "worker": [{"index": 9}]},
@@ -167,6 +182,16 @@ def test_message_lists_every_problem_on_its_own_line():
     assert lines[0] == "invalid distributed training spec: 2 problems"
     assert "  environment.resourcs: unknown key 'resourcs'; did you mean 'resources'?" in lines
     assert "  environment.pytorch.worker[0].index: 5 is out of range (n_workers is 2; valid: 0..1)" in lines
+
+
+def test_an_elastic_job_is_refused_on_the_kubeflow_backend_when_the_dag_is_parsed():
+    from airflow_distributed.operators import DistributedTrainingOperator
+
+    with pytest.raises(SpecValidationError) as err:
+        DistributedTrainingOperator(task_id="t", framework="pytorch", command=["python", "t.py"], image="i:1",
+                                    backend="kubeflow", environment={"pytorch": {"n_workers": 1, "elastic": {}}})
+    assert ("environment.pytorch.elastic", "is not supported with backend='kubeflow'; use backend='kubernetes' or "
+            "'local', where the task restarts lost replicas itself") in err.value.problems
 
 
 def test_operator_env_names_are_checked_when_the_dag_is_parsed():

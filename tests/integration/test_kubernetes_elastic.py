@@ -1,0 +1,169 @@
+"""Fault tolerance on the Kubernetes backend (API emulator, the test playing the kubelet).
+
+Elastic PyTorch: the task is the controller, so a worker pod that is lost (its agent killed, exit 137) is recreated
+under the same name, hence the same address behind the headless Service, within ``max_restarts``; without restarts
+left the task fails naming it. Retries: the pods of a retried job find the checkpoints the failed try saved."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.dags.kubernetes_dags import namespace_of
+from tests.helpers import wait_until, xcom
+from tests.integration.test_kubernetes_backend import (
+    DOCUMENT,
+    NOTHING,
+    Kubelet,
+    run_dag_at,
+    settled,
+    task_requests,
+)
+
+pytestmark = [pytest.mark.usefixtures("airflow_db", "kubernetes_connection")]
+
+
+@pytest.mark.parametrize("dag_id", ["k8s_elastic", "k8s_elastic_deferrable"])
+def test_a_killed_worker_pod_is_recreated_once_and_the_job_succeeds(emulator, dag_id, capfd):
+    namespace = namespace_of(dag_id)
+    emulator.create_namespace(namespace)
+    recreated: dict[str, dict] = {}
+
+    def script(kubelet: Kubelet) -> None:
+        kubelet.run_all()
+        wait_until(lambda: any(r.is_watch for r in task_requests(emulator, namespace)), timeout=60)
+        worker = kubelet.pod("worker-0")
+        first_uid = kubelet.seen[worker]["metadata"]["uid"]
+        kubelet.log(worker, "step 40", "Killed")
+        kubelet.fail(worker, 137)
+        # The task deletes the pod and creates it again under the same name: a new uid, Pending until run.
+        pod = wait_until(lambda: (p := emulator.get("pods", namespace, worker)) is not None
+                         and p["metadata"]["uid"] != first_uid and p, timeout=30)
+        recreated.update(pod)
+        emulator.run_pod(namespace, worker)
+        kubelet.log(kubelet.master, "resuming from the checkpoint of step 40 (try 1)")
+        wait_until(lambda: (emulator.get("pods", namespace, worker) or {}).get("status", {}).get("phase")
+                   == "Running", timeout=10)
+        kubelet.master_exits(0, document=DOCUMENT)
+
+    kubelet = Kubelet(emulator, namespace).play(script)
+    run, states = run_dag_at(dag_id)
+    kubelet.check(30)
+
+    assert states == {"train": "success"}
+    job = xcom(run, "train", "job_name")
+    worker = f"{job}-worker-0"
+    # Same name and spec (so the same <pod>.<job> address and subdomain), a new pod that counts its restart.
+    assert recreated["metadata"]["name"] == worker and recreated["spec"]["subdomain"] == job
+    assert recreated["metadata"]["annotations"]["airflow-distributed/restarts"] == "1"
+    assert recreated["spec"]["hostname"] == kubelet.seen[worker]["spec"]["hostname"]
+    assert recreated["spec"]["containers"][0]["command"] == kubelet.seen[worker]["spec"]["containers"][0]["command"]
+    requests = task_requests(emulator, namespace)
+    assert [r.method for r in requests if r.path.endswith("/pods")].count("POST") == 4
+    assert [r.method for r in requests if r.path.endswith(f"/pods/{worker}")].count("DELETE") == 1
+    record = xcom(run, "train", "job")
+    assert {r["name"]: r["restarts"] for r in record["replicas"]} == {
+        f"{job}-master-0": 0, worker: 1, f"{job}-worker-1": 0}
+    assert record["restarts"] == 1
+    out = capfd.readouterr().out
+    assert f"replica {worker} was killed (exit code 137): restarting it (1 of max_restarts=1)" in out
+    if dag_id == "k8s_elastic_deferrable":
+        assert out.count("waiting in the triggerer") == 2
+    settled(emulator, namespace, NOTHING)
+
+
+def test_without_restarts_left_the_lost_worker_fails_the_task_naming_it(emulator, capfd):
+    namespace = namespace_of("k8s_elastic_no_restarts")
+    emulator.create_namespace(namespace)
+
+    def script(kubelet: Kubelet) -> None:
+        kubelet.run_all()
+        wait_until(lambda: any(r.is_watch for r in task_requests(emulator, namespace)), timeout=60)
+        kubelet.fail(kubelet.pod("worker-0"), 137)
+
+    kubelet = Kubelet(emulator, namespace).play(script)
+    run, states = run_dag_at("k8s_elastic_no_restarts")
+    kubelet.check()
+
+    assert states == {"train": "failed"}
+    worker = kubelet.pod("worker-0")
+    out = capfd.readouterr().out
+    assert ("failed after" in out and f"replica {worker} was killed (exit code 137) after 0 restarts of "
+            f"max_restarts=0: 2 replicas left, below min_workers=3") in out
+    record = xcom(run, "train", "job")
+    assert record["restarts"] == 0
+    assert [r.method for r in task_requests(emulator, namespace) if r.path.endswith("/pods")].count("POST") == 3
+
+
+def _pod_env(pod: dict) -> dict[str, str]:
+    return {item["name"]: item["value"] for item in pod["spec"]["containers"][0].get("env") or [] if "value" in item}
+
+
+def _as_the_pod(pod: dict, code: str) -> str:
+    """Run ``code`` (using ``airflow_distributed.tracking``) with the variables of ``pod``'s main container, as the
+    training script in it would; returns what it prints."""
+    env = {**os.environ, **_pod_env(pod)}
+    return subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True,
+                          cwd=ROOT).stdout.strip()
+
+
+def test_a_retried_job_resumes_from_the_checkpoint_of_the_failed_try(emulator, airflow_home, capfd):
+    namespace = namespace_of("k8s_checkpoint_retry")
+    emulator.create_namespace(namespace)
+    seen: dict[str, str] = {}
+
+    def pods_of_try(kubelet: Kubelet, exclude: set[str]) -> dict[str, dict]:
+        def fresh():
+            pods = [p for p in emulator.list("pods", namespace, label_selector="airflow-distributed/job")
+                    if p["metadata"]["uid"] not in exclude]
+            return pods if len(pods) == 3 else None
+        found = wait_until(fresh, timeout=60, interval=0.05)
+        return {f"{p['metadata']['labels']['airflow-distributed/role']}-"
+                f"{p['metadata']['labels']['airflow-distributed/index']}": p for p in found}
+
+    def script(kubelet: Kubelet) -> None:
+        first = pods_of_try(kubelet, set())
+        for pod in first.values():
+            emulator.run_pod(namespace, pod["metadata"]["name"])
+        # Try 1: the master saves checkpoints at steps 10..40 (keep 3), then a worker crashes at step 45.
+        seen["try 1"] = _as_the_pod(first["master-0"], textwrap.dedent("""
+            from airflow_distributed import tracking
+            for step in (10, 20, 30, 40):
+                tracking.save_checkpoint({"w": step}, step)
+            print(tracking.get_try_number())
+        """))
+        emulator.fail_pod(namespace, first["worker-0"]["metadata"]["name"], exit_code=3)
+        # Try 2: new pods of the same job; the master finds try 1's newest checkpoint and trains from there.
+        second = pods_of_try(kubelet, {p["metadata"]["uid"] for p in first.values()})
+        for pod in second.values():
+            emulator.run_pod(namespace, pod["metadata"]["name"])
+        seen["try 2"] = _as_the_pod(second["master-0"], textwrap.dedent("""
+            from airflow_distributed import tracking
+            step, state = tracking.latest_checkpoint()
+            print(tracking.get_try_number(), step, state["w"])
+        """))
+        try_number, step, _ = seen["try 2"].split()
+        wait_until(lambda: any(r.is_watch for r in task_requests(emulator, namespace)), timeout=30)
+        kubelet.emu.set_pod_phase(namespace, second["master-0"]["metadata"]["name"], "Running", container_states={
+            "base": {"terminated": {"exitCode": 0, "reason": "Completed", "message": json.dumps(
+                {"metrics": {"resumed_from_step": int(step), "try": int(try_number)}})}}})
+
+    kubelet = Kubelet(emulator, namespace).play(script)
+    run, states = run_dag_at("k8s_checkpoint_retry")
+    kubelet.check(30)
+
+    assert states == {"train": "success"}
+    assert seen == {"try 1": "1", "try 2": "2 40 40"}
+    assert xcom(run, "train", "metrics") == {"resumed_from_step": 40, "try": 2}
+    out = capfd.readouterr().out
+    assert "exited with code 3" in out  # try 1's failure, then the retry
+    # The same directory for both tries, outside the pods (here: the test's AIRFLOW_HOME), holding try 1's files.
+    folder = os.path.join(airflow_home, "k8s-checkpoints")
+    assert sorted(os.listdir(folder)) == [f"checkpoint-{step:012d}.pkl" for step in (20, 30, 40)]
+    settled(emulator, namespace, NOTHING)

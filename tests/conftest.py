@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE_DAGS = ROOT / "airflow_distributed" / "example_dags"
+EXAMPLE_DAGS = ROOT / "example_dags"
 TEST_DAGS = ROOT / "tests" / "dags"
 
 _HOME = Path(tempfile.mkdtemp(prefix="airflow-distributed-tests-"))

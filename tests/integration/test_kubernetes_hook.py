@@ -13,46 +13,24 @@ import uuid
 import pytest
 from kubernetes import client
 
-from airflow_distributed.hooks.api_retry import KubernetesJobError, RetryPolicy
-from airflow_distributed.hooks.job_watch import replica_slots
+from airflow_distributed.hooks.api_retry import KubernetesJobError
 from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
 from airflow_distributed.hooks.pod_logs import PodLogFollower
-from airflow_distributed.manifests.horovod_ssh import generate_ssh_key_pair
-from airflow_distributed.manifests.kubernetes import (
-    JobManifestOptions,
-    TaskInstanceRef,
-    build_job_objects,
-    layout_for_kubernetes,
-    to_dict,
-)
-from airflow_distributed.naming import job_name
-from airflow_distributed.plan import KubernetesAddressing, build_plan
-from airflow_distributed.spec import load_spec
+from airflow_distributed.manifests.kubernetes import to_dict
 from tests.helpers import wait_until
-from tests.integration.test_kubernetes_backend import (
+from tests.k8s_emulator import KubeEmulator
+from tests.kubernetes_helpers import (
     DOCUMENT,
     NOTHING,
     Kubelet,
+    lists_and_watches,
+    make_job,
+    new_hook,
     objects,
     settled,
     task_requests,
     train_and_succeed,
 )
-from tests.k8s_emulator import KubeEmulator
-
-FAST = RetryPolicy(attempts=5, initial_delay=0.01, max_delay=0.05, jitter=0.0)
-
-
-def make_job(namespace: str, environment: dict | None = None, framework: str = "pytorch", **options):
-    """``(build, slots, name)`` of a job as the operator makes it (``build(owner_uid) -> JobObjects``)."""
-    name = job_name("hook_tests", "train", uuid.uuid4().hex)
-    spec = load_spec(framework, environment if environment is not None else {"pytorch": {"n_workers": 2}})
-    plan = build_plan(spec, name, KubernetesAddressing(namespace), layout_for_kubernetes(), ["python", "train.py"],
-                      backend="kubernetes")
-    settings = JobManifestOptions(namespace=namespace, image="registry.example.com/trainer:1.0",
-                                  task_instance=TaskInstanceRef("hook_tests", "train", name), **options)
-    key = generate_ssh_key_pair() if any(r.command is None for r in plan.replicas) else None
-    return (lambda uid: build_job_objects(plan, settings, owner_uid=uid, ssh_key=key)), replica_slots(plan), name
 
 
 @pytest.fixture
@@ -67,12 +45,6 @@ def sleeps() -> list[float]:
     return []
 
 
-def new_hook(kubeconfig: str, sleep=None, **kwargs) -> DistributedTrainingHook:
-    return DistributedTrainingHook(kubernetes_conn_id=None, config_file=kubeconfig,
-                                   client_configuration=client.Configuration(), retry=FAST,
-                                   sleep=sleep or (lambda seconds: None), **kwargs)
-
-
 @pytest.fixture
 def hook(kubeconfig, sleeps) -> DistributedTrainingHook:
     return new_hook(kubeconfig, sleeps.append)
@@ -80,11 +52,6 @@ def hook(kubeconfig, sleeps) -> DistributedTrainingHook:
 
 def pod_posts(emu: KubeEmulator, namespace: str) -> int:
     return sum(1 for r in emu.requests if r.method == "POST" and r.path == f"/api/v1/namespaces/{namespace}/pods")
-
-
-def lists_and_watches(emu: KubeEmulator, namespace: str) -> tuple[list, list]:
-    reads = [r for r in task_requests(emu, namespace) if r.method == "GET" and r.path.endswith("/pods")]
-    return [r for r in reads if not r.is_watch], [r for r in reads if r.is_watch]
 
 
 # ---------------------------------------------------------------------------------------------- waiting

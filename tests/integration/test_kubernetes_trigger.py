@@ -15,16 +15,20 @@ import pytest
 from airflow_distributed.hooks.job_watch import slots_to_json
 from airflow_distributed.triggers.kubernetes import DistributedJobTrigger
 from tests.helpers import wait_until
-from tests.integration.test_kubernetes_backend import (
+from tests.k8s_emulator import KubeEmulator
+from tests.kubernetes_helpers import (
     DOCUMENT,
     NOTHING,
     Kubelet,
+    first_event,
+    lists_and_watches,
+    make_job,
+    new_hook,
     objects,
     settled,
     task_requests,
+    trigger_for,
 )
-from tests.integration.test_kubernetes_hook import lists_and_watches, make_job, new_hook
-from tests.k8s_emulator import KubeEmulator
 
 
 @pytest.fixture
@@ -32,20 +36,6 @@ def ns(emulator) -> str:
     name = f"t-{uuid.uuid4().hex[:8]}"
     emulator.create_namespace(name)
     return name
-
-
-def trigger_for(config: str, namespace: str, name: str, slots, **kwargs) -> DistributedJobTrigger:
-    kwargs.setdefault("startup_timeout", 30.0)
-    return DistributedJobTrigger(job_name=name, namespace=namespace, replicas=slots_to_json(slots),
-                                 started_at=time.time(), kubernetes_conn_id=None,
-                                 connection_extras={"kube_config_path": config}, **kwargs)
-
-
-def first_event(trigger: DistributedJobTrigger) -> dict:
-    async def run():
-        return await anext(trigger.run())
-
-    return asyncio.run(run()).payload
 
 
 def start_job(config: str, namespace: str, environment: dict | None = None):

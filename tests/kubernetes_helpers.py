@@ -35,6 +35,8 @@ from tests.helpers import wait_until
 from tests.k8s_emulator import KubeEmulator
 
 JOB_LABEL = "airflow-distributed/job"
+#: ``path_regex`` of a namespace's pod collection, for ``KubeEmulator.wait_for_requests``: the job's list and watches.
+PODS = "/api/v1/namespaces/{}/pods$"
 DOCUMENT = {
     "metrics": {"loss": 0.125, "accuracy": 0.97},
     "model_path": "s3://models/nightly/run-42",

@@ -22,6 +22,7 @@ from tests.k8s_emulator import KubeEmulator
 from tests.kubernetes_helpers import (
     DOCUMENT,
     NOTHING,
+    PODS,
     Kubelet,
     lists_and_watches,
     make_job,
@@ -64,7 +65,7 @@ def test_one_list_then_one_watch_resumed_from_its_resource_version(emulator, hoo
 
     def script(kubelet: Kubelet) -> None:
         kubelet.run_all()
-        time.sleep(2.5)  # past two 1 s watch timeouts
+        kubelet.emu.wait_for_requests("watch", 3, PODS.format(ns))  # the 1 s watch has timed out and resumed twice
         kubelet.master_exits(0, document=DOCUMENT)
 
     kubelet = Kubelet(emulator, ns).play(script)
@@ -94,10 +95,10 @@ def test_an_expired_watch_is_relisted_and_the_job_still_seen_through(kubeconfig,
 
         def script(kubelet: Kubelet) -> None:
             kubelet.run_all()
-            time.sleep(0.2)
+            emu.wait_for_requests("watch", 1, PODS.format("gone"))  # listed, now watching from that version
             emu.create("configmaps", "default", {"metadata": {"name": "elsewhere"}})  # history moves on
             emu.compact()  # and is forgotten: resuming from the watch's last version is 410 Gone
-            time.sleep(1.8)
+            emu.wait_for_requests("list", 2, PODS.format("gone"))  # the relist that answers it
             kubelet.master_exits(0, document=DOCUMENT)
 
         kubelet = Kubelet(emu, "gone").play(script)
@@ -121,7 +122,7 @@ def test_a_replica_pending_past_startup_timeout_fails_on_the_hooks_clock(emulato
         # Unschedulable waits for startup_timeout (a failed image pull would fail at once).
         kubelet.emu.pending_pod(ns, kubelet.pod("worker-0"), reason="Unschedulable",
                                 message="0/3 nodes are available: 3 Insufficient memory.")
-        time.sleep(0.3)
+        kubelet.emu.wait_for_requests("watch", 1, PODS.format(ns))  # the hook's clock started, it is watching
         now[0] += 601  # ten minutes pass on the hook's clock, none on the test's
 
     kubelet = Kubelet(emulator, ns).play(script)
@@ -287,7 +288,8 @@ def test_a_followed_log_reconnects_after_a_quiet_spell_without_repeating_lines(e
     follower = PodLogFollower(hook, ns, master, lambda pod, line: seen.append(line), finished=ended,
                               read_timeout=0.4).start()
     wait_until(lambda: len(seen) == 3, timeout=10)
-    time.sleep(1.0)  # quiet: the follow times out and reconnects with sinceTime (whole seconds: a1-a3 again)
+    # Quiet until the follow times out and reconnects with sinceTime (whole seconds: a1-a3 again).
+    emulator.wait_for_requests("get", 2, rf"/pods/{master}/log$")
     emulator.append_log(ns, master, "b1\nb2", container="base")
     wait_until(lambda: len(seen) == 5, timeout=10)
     Kubelet(emulator, ns, pods=1).play(lambda k: k.master_exits(0)).check()

@@ -19,6 +19,7 @@ from tests.k8s_emulator import KubeEmulator
 from tests.kubernetes_helpers import (
     DOCUMENT,
     NOTHING,
+    PODS,
     Kubelet,
     first_event,
     lists_and_watches,
@@ -54,7 +55,7 @@ def test_the_trigger_reports_the_verdict_from_one_resumed_watch(emulator, kubeco
 
     def script(kubelet: Kubelet) -> None:
         kubelet.run_all()
-        time.sleep(1.5)  # past a 1 s watch timeout
+        kubelet.emu.wait_for_requests("watch", 2, PODS.format(ns))  # the 1 s watch has timed out and resumed
         if outcome == "succeeded":
             kubelet.master_exits(0, document=DOCUMENT)
         else:
@@ -85,10 +86,10 @@ def test_an_expired_watch_in_the_triggerer_is_relisted(tmp_path):
 
         def script(kubelet: Kubelet) -> None:
             kubelet.run_all()
-            time.sleep(0.2)
+            emu.wait_for_requests("watch", 1, PODS.format("gone"))  # listed, now watching from that version
             emu.create("configmaps", "default", {"metadata": {"name": "elsewhere"}})
             emu.compact()
-            time.sleep(1.8)
+            emu.wait_for_requests("list", 2, PODS.format("gone"))  # the relist after 410 Gone
             kubelet.master_exits(0, document=DOCUMENT)
 
         kubelet = Kubelet(emu, "gone").play(script)

@@ -33,11 +33,6 @@ def emulator():
 
 
 @pytest.fixture(scope="module")
-def kubeconfig(emulator, tmp_path_factory) -> str:
-    return emulator.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
-
-
-@pytest.fixture(scope="module")
 def api_client(kubeconfig):
     api = config.new_client_from_config(config_file=kubeconfig)
     yield api

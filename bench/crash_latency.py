@@ -11,14 +11,16 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import psutil
 
-from airflow_distributed.example_dags import TRAINING_DIR
 from airflow_distributed.hooks.local import LocalProcessHook
 from airflow_distributed.manifests.local import process_specs
 from airflow_distributed.plan import Layout, LocalAddressing, build_plan
 from airflow_distributed.spec import load_spec
+
+TRAINING_DIR = Path(__file__).resolve().parents[1] / "example_dags" / "training"
 
 
 def one_crash() -> dict:

@@ -24,14 +24,16 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import psutil
 
-from airflow_distributed.example_dags import TRAINING_DIR
 from airflow_distributed.hooks.local import LocalProcessHook
 from airflow_distributed.manifests.local import process_specs
 from airflow_distributed.plan import Layout, LocalAddressing, build_plan
 from airflow_distributed.spec import load_spec
+
+TRAINING_DIR = Path(__file__).resolve().parents[1] / "example_dags" / "training"
 
 STEPS, EVERY, KILL_AFTER = 300, 10, 100
 _RESUMED = re.compile(r"resuming from the checkpoint of step (\d+)")

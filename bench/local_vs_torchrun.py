@@ -19,12 +19,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "airflow_distributed" / "example_dags" / "training" / "pytorch_ddp.py"
+SCRIPT = ROOT / "example_dags" / "training" / "pytorch_ddp.py"
 
 
 def _airflow_env(home: Path) -> None:
     os.environ["AIRFLOW_HOME"] = str(home)
-    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "airflow_distributed" / "example_dags")
+    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "example_dags")
     os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
     subprocess.run([str(Path(sys.executable).with_name("airflow")), "db", "migrate"], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -23,7 +23,7 @@ def main() -> int:
     args = parser.parse_args()
 
     os.environ["AIRFLOW_HOME"] = str(HOME)
-    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "airflow_distributed" / "example_dags")
+    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "example_dags")
     os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
     HOME.mkdir(exist_ok=True)
     airflow = Path(sys.executable).with_name("airflow")

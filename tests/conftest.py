@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE_DAGS = ROOT / "airflow_distributed" / "example_dags"
+EXAMPLE_DAGS = ROOT / "example_dags"
 TEST_DAGS = ROOT / "tests" / "dags"
 
 _HOME = Path(tempfile.mkdtemp(prefix="airflow-distributed-tests-"))
@@ -50,3 +50,9 @@ def airflow_db(airflow_home: Path) -> Path:
     airflow = Path(sys.executable).with_name("airflow")
     subprocess.run([str(airflow), "db", "migrate"], check=True, capture_output=True, env=os.environ.copy())
     return airflow_home
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(emulator, tmp_path_factory) -> str:
+    """A kubeconfig for the module's ``emulator`` (the integration conftest's, or a module's own)."""
+    return emulator.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")

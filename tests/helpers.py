@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
+
+if TYPE_CHECKING:
+    import pendulum
 
 
 def replica_processes(job_prefix: str = "") -> list[psutil.Process]:
@@ -74,3 +77,15 @@ def assert_master_and_two_workers_exchanged(run, framework: str, lines: Callable
     metrics = xcom(run, "train", "metrics")
     assert metrics == result["metrics"] and metrics["world_size"] == 3
     return metrics
+
+
+def run_dag_at(dag_id: str, when: pendulum.DateTime | None = None):
+    """``dag.test()`` of a DAG of the DAGs folder; with ``when``, the same run id (hence job name) each time."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag()
+    assert not bag.import_errors, bag.import_errors
+    dag = bag.get_dag(dag_id)
+    # A manual run's id comes from run_after: both are fixed for the same task instance again.
+    run = dag.test(logical_date=when, run_after=when) if when is not None else dag.test()
+    return run, {ti.task_id: ti.state for ti in run.get_task_instances()}

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pendulum
 from airflow.sdk import DAG, Asset, task
 
-from airflow_distributed.example_dags import TRAINING_DIR
 from airflow_distributed.operators import DistributedTrainingOperator
+
+TRAINING_DIR = Path(__file__).resolve().parents[2] / "example_dags" / "training"
 
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 MODEL = Asset("s3://models/test_asset_train/train")

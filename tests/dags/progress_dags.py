@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pendulum
 from airflow.sdk import DAG
 
-from airflow_distributed.example_dags import TRAINING_DIR
 from airflow_distributed.operators import DistributedTrainingOperator
+
+TRAINING_DIR = Path(__file__).resolve().parents[2] / "example_dags" / "training"
 
 STEPS = 240
 

@@ -20,11 +20,6 @@ def emulator():
 
 
 @pytest.fixture(scope="module")
-def kubeconfig(emulator, tmp_path_factory) -> str:
-    return emulator.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
-
-
-@pytest.fixture(scope="module")
 def kubernetes_connection(kubeconfig):
     """``kubernetes_default`` pointing at the emulator, as an Airflow connection in the environment."""
     value = json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig}})

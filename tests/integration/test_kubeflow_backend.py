@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from tests.helpers import wait_until, xcom
+from tests.helpers import run_dag_at, wait_until, xcom
 from tests.integration.kubeflow_controller import GROUP, KINDS, KubeflowController, register_kubeflow_crds
-from tests.integration.test_kubernetes_backend import DOCUMENT, failure_line, run_dag_at
 from tests.k8s_emulator import KubeEmulator
+from tests.kubernetes_helpers import DOCUMENT, failure_line
 
 PLURAL = "pytorchjobs"
 

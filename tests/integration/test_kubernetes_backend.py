@@ -4,7 +4,7 @@ Every request crosses HTTP through the real ``kubernetes`` / ``kubernetes_asynci
 provider's hooks, with the ``kubernetes_default`` connection given as an environment variable. After each run
 the test checks what is left in the emulator: the clean-up policy, not luck, decides it.
 
-``Kubelet`` is shared with the other ``test_kubernetes_*`` modules; the emulator fixtures are the conftest's.
+``Kubelet`` and the other shared helpers are in ``tests.kubernetes_helpers``; the emulator fixtures are the conftest's.
 """
 
 from __future__ import annotations
@@ -15,10 +15,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
-import traceback
-from collections.abc import Callable
 from typing import Any
 
 import pendulum
@@ -26,147 +23,18 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.dags.kubernetes_dags import SHORT_STARTUP, namespace_of
-from tests.helpers import wait_until, xcom
-from tests.k8s_emulator import KubeEmulator
-
-JOB_LABEL = "airflow-distributed/job"
-DOCUMENT = {
-    "metrics": {"loss": 0.125, "accuracy": 0.97},
-    "model_path": "s3://models/nightly/run-42",
-    "history": [{"step": 1, "loss": 0.5}, {"step": 2, "loss": 0.25}, {"step": 3, "loss": 0.125}],
-}
-
-
-# ---------------------------------------------------------------------------------------------- kubelet
-
-
-class Kubelet:
-    """Plays the kubelet for the pods of one namespace: runs them, writes logs, ends containers.
-
-    ``play(script)`` runs ``script(self)`` in a thread once ``pods`` pods exist; a failing script is
-    reported by ``check()`` instead of being lost in its thread.
-    """
-
-    def __init__(self, emu: KubeEmulator, namespace: str, pods: int = 3) -> None:
-        self.emu, self.namespace, self.count = emu, namespace, pods
-        self.errors: list[str] = []
-        self.seen: dict[str, dict] = {}
-        self._thread: threading.Thread | None = None
-
-    # -- discovery
-    def wait_for_pods(self, timeout: float = 60.0) -> dict[str, str]:
-        """``{"master-0": pod, "worker-0": pod, ...}`` once every pod exists."""
-        def ready():
-            pods = self.emu.list("pods", self.namespace, label_selector=JOB_LABEL)
-            return pods if len(pods) >= self.count else None
-
-        for pod in wait_until(ready, timeout=timeout, interval=0.02):
-            self.seen[pod["metadata"]["name"]] = pod
-        return self.names()
-
-    def names(self) -> dict[str, str]:
-        names = {}
-        for name, pod in self.seen.items():
-            labels = pod["metadata"]["labels"]
-            names[f"{labels['airflow-distributed/role']}-{labels['airflow-distributed/index']}"] = name
-        return names
-
-    @property
-    def master(self) -> str:
-        return next(n for n, p in self.seen.items() if p["metadata"]["labels"]["airflow-distributed/master"] == "true")
-
-    def pod(self, key: str) -> str:
-        return self.names()[key]
-
-    # -- kubelet acts
-    def run_all(self, *, except_: tuple[str, ...] = ()) -> None:
-        for key, name in self.names().items():
-            if key not in except_:
-                self.emu.run_pod(self.namespace, name)
-
-    def log(self, pod: str, *lines: str) -> None:
-        self.emu.append_log(self.namespace, pod, "\n".join(lines), container="base")
-
-    def master_exits(self, code: int = 0, reason: str = "Completed", document: dict | None = None) -> None:
-        """The master's ``base`` container ends; its XCom sidecar keeps the pod Running, as on a cluster."""
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        terminated = {"exitCode": code, "reason": reason, "startedAt": now, "finishedAt": now}
-        if document is not None:
-            terminated["message"] = json.dumps(document)
-        self.emu.set_pod_phase(self.namespace, self.master, "Running",
-                               container_states={"base": {"terminated": terminated}})
-
-    def fail(self, pod: str, code: int, reason: str = "Error") -> None:
-        self.emu.fail_pod(self.namespace, pod, exit_code=code, reason=reason)
-
-    # -- running a script
-    def play(self, script: Callable[[Kubelet], None]) -> Kubelet:
-        def body():
-            try:
-                self.wait_for_pods()
-                script(self)
-            except Exception:
-                self.errors.append(traceback.format_exc())
-
-        self._thread = threading.Thread(target=body, name="kubelet", daemon=True)
-        self._thread.start()
-        return self
-
-    def check(self, timeout: float = 10.0) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
-        assert not self.errors, "\n".join(self.errors)
-
-
-def train_and_succeed(kubelet: Kubelet, document: dict = DOCUMENT, steps: int = 3, pause: float = 0.05) -> None:
-    kubelet.run_all()
-    for step in range(1, steps + 1):
-        kubelet.log(kubelet.master, f"step {step} loss {0.5 ** step:.3f}")
-        time.sleep(pause)
-    kubelet.master_exits(0, document=document)
-
-
-# ---------------------------------------------------------------------------------------------- helpers
-
-
-def objects(emu: KubeEmulator, namespace: str) -> dict[str, list[str]]:
-    """Names of what is left in a namespace, per kind (the ``default`` service account aside)."""
-    left = {}
-    for plural in ("services", "pods", "configmaps", "secrets"):
-        left[plural] = sorted(o["metadata"]["name"] for o in emu.list(plural, namespace))
-    return left
-
-
-def settled(emu: KubeEmulator, namespace: str, expected: dict[str, list[str]], timeout: float = 5.0) -> None:
-    """What is left equals ``expected`` (the garbage collector takes ~50 ms after an owner goes)."""
-    try:
-        wait_until(lambda: objects(emu, namespace) == expected, timeout=timeout, interval=0.05)
-    except AssertionError:
-        assert objects(emu, namespace) == expected
-
-
-NOTHING = {"services": [], "pods": [], "configmaps": [], "secrets": []}
-
-
-def run_dag_at(dag_id: str, when: pendulum.DateTime | None = None):
-    """``dag.test()`` of a DAG of the DAGs folder; with ``when``, the same run id (hence job name) each time."""
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag()
-    assert not bag.import_errors, bag.import_errors
-    dag = bag.get_dag(dag_id)
-    # A manual run's id comes from run_after: both are fixed for the same task instance again.
-    run = dag.test(logical_date=when, run_after=when) if when is not None else dag.test()
-    return run, {ti.task_id: ti.state for ti in run.get_task_instances()}
-
-
-def failure_line(output: str) -> str:
-    return next(line for line in output.splitlines() if "DistributedJobError" in line or " failed after " in line)
-
-
-def task_requests(emu: KubeEmulator, namespace: str) -> list[Any]:
-    return [r for r in emu.requests if f"/namespaces/{namespace}/" in r.path]
-
+from tests.helpers import run_dag_at, wait_until, xcom
+from tests.kubernetes_helpers import (
+    DOCUMENT,
+    JOB_LABEL,
+    NOTHING,
+    Kubelet,
+    failure_line,
+    objects,
+    settled,
+    task_requests,
+    train_and_succeed,
+)
 
 pytestmark = [pytest.mark.usefixtures("airflow_db", "kubernetes_connection")]
 

@@ -16,12 +16,11 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.dags.kubernetes_dags import namespace_of
-from tests.helpers import wait_until, xcom
-from tests.integration.test_kubernetes_backend import (
+from tests.helpers import run_dag_at, wait_until, xcom
+from tests.kubernetes_helpers import (
     DOCUMENT,
     NOTHING,
     Kubelet,
-    run_dag_at,
     settled,
     task_requests,
 )

@@ -13,46 +13,25 @@ import uuid
 import pytest
 from kubernetes import client
 
-from airflow_distributed.hooks.api_retry import KubernetesJobError, RetryPolicy
-from airflow_distributed.hooks.job_watch import replica_slots
+from airflow_distributed.hooks.api_retry import KubernetesJobError
 from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
 from airflow_distributed.hooks.pod_logs import PodLogFollower
-from airflow_distributed.manifests.horovod_ssh import generate_ssh_key_pair
-from airflow_distributed.manifests.kubernetes import (
-    JobManifestOptions,
-    TaskInstanceRef,
-    build_job_objects,
-    layout_for_kubernetes,
-    to_dict,
-)
-from airflow_distributed.naming import job_name
-from airflow_distributed.plan import KubernetesAddressing, build_plan
-from airflow_distributed.spec import load_spec
+from airflow_distributed.manifests.kubernetes import to_dict
 from tests.helpers import wait_until
-from tests.integration.test_kubernetes_backend import (
+from tests.k8s_emulator import KubeEmulator
+from tests.kubernetes_helpers import (
     DOCUMENT,
     NOTHING,
+    PODS,
     Kubelet,
+    lists_and_watches,
+    make_job,
+    new_hook,
     objects,
     settled,
     task_requests,
     train_and_succeed,
 )
-from tests.k8s_emulator import KubeEmulator
-
-FAST = RetryPolicy(attempts=5, initial_delay=0.01, max_delay=0.05, jitter=0.0)
-
-
-def make_job(namespace: str, environment: dict | None = None, framework: str = "pytorch", **options):
-    """``(build, slots, name)`` of a job as the operator makes it (``build(owner_uid) -> JobObjects``)."""
-    name = job_name("hook_tests", "train", uuid.uuid4().hex)
-    spec = load_spec(framework, environment if environment is not None else {"pytorch": {"n_workers": 2}})
-    plan = build_plan(spec, name, KubernetesAddressing(namespace), layout_for_kubernetes(), ["python", "train.py"],
-                      backend="kubernetes")
-    settings = JobManifestOptions(namespace=namespace, image="registry.example.com/trainer:1.0",
-                                  task_instance=TaskInstanceRef("hook_tests", "train", name), **options)
-    key = generate_ssh_key_pair() if any(r.command is None for r in plan.replicas) else None
-    return (lambda uid: build_job_objects(plan, settings, owner_uid=uid, ssh_key=key)), replica_slots(plan), name
 
 
 @pytest.fixture
@@ -67,12 +46,6 @@ def sleeps() -> list[float]:
     return []
 
 
-def new_hook(kubeconfig: str, sleep=None, **kwargs) -> DistributedTrainingHook:
-    return DistributedTrainingHook(kubernetes_conn_id=None, config_file=kubeconfig,
-                                   client_configuration=client.Configuration(), retry=FAST,
-                                   sleep=sleep or (lambda seconds: None), **kwargs)
-
-
 @pytest.fixture
 def hook(kubeconfig, sleeps) -> DistributedTrainingHook:
     return new_hook(kubeconfig, sleeps.append)
@@ -80,11 +53,6 @@ def hook(kubeconfig, sleeps) -> DistributedTrainingHook:
 
 def pod_posts(emu: KubeEmulator, namespace: str) -> int:
     return sum(1 for r in emu.requests if r.method == "POST" and r.path == f"/api/v1/namespaces/{namespace}/pods")
-
-
-def lists_and_watches(emu: KubeEmulator, namespace: str) -> tuple[list, list]:
-    reads = [r for r in task_requests(emu, namespace) if r.method == "GET" and r.path.endswith("/pods")]
-    return [r for r in reads if not r.is_watch], [r for r in reads if r.is_watch]
 
 
 # ---------------------------------------------------------------------------------------------- waiting
@@ -97,7 +65,7 @@ def test_one_list_then_one_watch_resumed_from_its_resource_version(emulator, hoo
 
     def script(kubelet: Kubelet) -> None:
         kubelet.run_all()
-        time.sleep(2.5)  # past two 1 s watch timeouts
+        kubelet.emu.wait_for_requests("watch", 3, PODS.format(ns))  # the 1 s watch has timed out and resumed twice
         kubelet.master_exits(0, document=DOCUMENT)
 
     kubelet = Kubelet(emulator, ns).play(script)
@@ -127,10 +95,10 @@ def test_an_expired_watch_is_relisted_and_the_job_still_seen_through(kubeconfig,
 
         def script(kubelet: Kubelet) -> None:
             kubelet.run_all()
-            time.sleep(0.2)
+            emu.wait_for_requests("watch", 1, PODS.format("gone"))  # listed, now watching from that version
             emu.create("configmaps", "default", {"metadata": {"name": "elsewhere"}})  # history moves on
             emu.compact()  # and is forgotten: resuming from the watch's last version is 410 Gone
-            time.sleep(1.8)
+            emu.wait_for_requests("list", 2, PODS.format("gone"))  # the relist that answers it
             kubelet.master_exits(0, document=DOCUMENT)
 
         kubelet = Kubelet(emu, "gone").play(script)
@@ -154,7 +122,7 @@ def test_a_replica_pending_past_startup_timeout_fails_on_the_hooks_clock(emulato
         # Unschedulable waits for startup_timeout (a failed image pull would fail at once).
         kubelet.emu.pending_pod(ns, kubelet.pod("worker-0"), reason="Unschedulable",
                                 message="0/3 nodes are available: 3 Insufficient memory.")
-        time.sleep(0.3)
+        kubelet.emu.wait_for_requests("watch", 1, PODS.format(ns))  # the hook's clock started, it is watching
         now[0] += 601  # ten minutes pass on the hook's clock, none on the test's
 
     kubelet = Kubelet(emulator, ns).play(script)
@@ -320,7 +288,8 @@ def test_a_followed_log_reconnects_after_a_quiet_spell_without_repeating_lines(e
     follower = PodLogFollower(hook, ns, master, lambda pod, line: seen.append(line), finished=ended,
                               read_timeout=0.4).start()
     wait_until(lambda: len(seen) == 3, timeout=10)
-    time.sleep(1.0)  # quiet: the follow times out and reconnects with sinceTime (whole seconds: a1-a3 again)
+    # Quiet until the follow times out and reconnects with sinceTime (whole seconds: a1-a3 again).
+    emulator.wait_for_requests("get", 2, rf"/pods/{master}/log$")
     emulator.append_log(ns, master, "b1\nb2", container="base")
     wait_until(lambda: len(seen) == 5, timeout=10)
     Kubelet(emulator, ns, pods=1).play(lambda k: k.master_exits(0)).check()

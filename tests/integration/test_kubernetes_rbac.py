@@ -10,10 +10,8 @@ import re
 import yaml
 
 from tests.conftest import ROOT
-from tests.integration.test_kubernetes_backend import Kubelet, settled, train_and_succeed
-from tests.integration.test_kubernetes_hook import make_job, new_hook
-from tests.integration.test_kubernetes_trigger import trigger_for
 from tests.k8s_emulator import KubeEmulator, RecordedRequest
+from tests.kubernetes_helpers import Kubelet, make_job, new_hook, settled, train_and_succeed, trigger_for
 
 ROLE_FILE = ROOT / "docs" / "rbac.yaml"
 NAMESPACE = "ml"

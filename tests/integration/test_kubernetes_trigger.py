@@ -17,16 +17,21 @@ from airflow_distributed.hooks.job_watch import slots_to_json
 from airflow_distributed.triggers.api_clients import open_clients
 from airflow_distributed.triggers.kubernetes import DistributedJobTrigger
 from tests.helpers import wait_until
-from tests.integration.test_kubernetes_backend import (
+from tests.k8s_emulator import KubeEmulator
+from tests.kubernetes_helpers import (
     DOCUMENT,
     NOTHING,
+    PODS,
     Kubelet,
+    first_event,
+    lists_and_watches,
+    make_job,
+    new_hook,
     objects,
     settled,
     task_requests,
+    trigger_for,
 )
-from tests.integration.test_kubernetes_hook import lists_and_watches, make_job, new_hook
-from tests.k8s_emulator import KubeEmulator
 
 
 @pytest.fixture
@@ -34,20 +39,6 @@ def ns(emulator) -> str:
     name = f"t-{uuid.uuid4().hex[:8]}"
     emulator.create_namespace(name)
     return name
-
-
-def trigger_for(config: str, namespace: str, name: str, slots, **kwargs) -> DistributedJobTrigger:
-    kwargs.setdefault("startup_timeout", 30.0)
-    return DistributedJobTrigger(job_name=name, namespace=namespace, replicas=slots_to_json(slots),
-                                 started_at=time.time(), kubernetes_conn_id=None,
-                                 connection_extras={"kube_config_path": config}, **kwargs)
-
-
-def first_event(trigger: DistributedJobTrigger) -> dict:
-    async def run():
-        return await anext(trigger.run())
-
-    return asyncio.run(run()).payload
 
 
 def start_job(config: str, namespace: str, environment: dict | None = None):
@@ -66,7 +57,7 @@ def test_the_trigger_reports_the_verdict_from_one_resumed_watch(emulator, kubeco
 
     def script(kubelet: Kubelet) -> None:
         kubelet.run_all()
-        time.sleep(1.5)  # past a 1 s watch timeout
+        kubelet.emu.wait_for_requests("watch", 2, PODS.format(ns))  # the 1 s watch has timed out and resumed
         if outcome == "succeeded":
             kubelet.master_exits(0, document=DOCUMENT)
         else:
@@ -97,10 +88,10 @@ def test_an_expired_watch_in_the_triggerer_is_relisted(tmp_path):
 
         def script(kubelet: Kubelet) -> None:
             kubelet.run_all()
-            time.sleep(0.2)
+            emu.wait_for_requests("watch", 1, PODS.format("gone"))  # listed, now watching from that version
             emu.create("configmaps", "default", {"metadata": {"name": "elsewhere"}})
             emu.compact()
-            time.sleep(1.8)
+            emu.wait_for_requests("list", 2, PODS.format("gone"))  # the relist after 410 Gone
             kubelet.master_exits(0, document=DOCUMENT)
 
         kubelet = Kubelet(emu, "gone").play(script)

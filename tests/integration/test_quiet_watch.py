@@ -16,12 +16,10 @@ import json
 import pytest
 
 from tests.dags.quiet_dags import JOB, namespace_of
-from tests.helpers import wait_until, xcom
+from tests.helpers import run_dag_at, wait_until, xcom
 from tests.integration.kubeflow_controller import GROUP, KubeflowController, register_kubeflow_crds
-from tests.integration.test_kubernetes_backend import DOCUMENT, NOTHING, Kubelet, run_dag_at, settled
-from tests.integration.test_kubernetes_hook import make_job, new_hook
-from tests.integration.test_kubernetes_trigger import first_event, trigger_for
 from tests.k8s_emulator import KubeEmulator
+from tests.kubernetes_helpers import DOCUMENT, NOTHING, Kubelet, first_event, make_job, new_hook, settled, trigger_for
 
 QUIET_PERIODS = 10
 

@@ -15,10 +15,10 @@ import traceback
 import pytest
 
 from tests.dags.sensor_dags import JOB, namespace_of
-from tests.helpers import wait_until, xcom
+from tests.helpers import run_dag_at, wait_until, xcom
 from tests.integration.kubeflow_controller import GROUP, KubeflowController, register_kubeflow_crds
-from tests.integration.test_kubernetes_backend import DOCUMENT, Kubelet, run_dag_at
 from tests.k8s_emulator import KubeEmulator
+from tests.kubernetes_helpers import DOCUMENT, Kubelet
 
 OTHER = {"metrics": {"loss": 9.0}, "model_path": "s3://models/not-this-one"}
 

@@ -120,8 +120,8 @@ def test_on_kubernetes_the_function_ships_in_the_jobs_configmap_and_its_script_r
 
     from tests.conftest import ROOT
     from tests.dags.kubernetes_dags import namespace_of
-    from tests.helpers import wait_until
-    from tests.integration.test_kubernetes_backend import NOTHING, Kubelet, run_dag_at, settled, task_requests
+    from tests.helpers import run_dag_at, wait_until
+    from tests.kubernetes_helpers import NOTHING, Kubelet, settled, task_requests
 
     namespace = namespace_of("k8s_task_distributed")
     emulator.create_namespace(namespace)

@@ -14,8 +14,7 @@ import signal
 import jsonschema
 import pytest
 
-from tests.helpers import wait_until, xcom
-from tests.integration.test_kubernetes_backend import DOCUMENT, run_dag_at
+from tests.helpers import run_dag_at, wait_until, xcom
 from tests.integration.trainjob_controller import (
     GROUP,
     PLURAL,
@@ -25,6 +24,7 @@ from tests.integration.trainjob_controller import (
     trainjob_schema,
 )
 from tests.k8s_emulator import KubeEmulator
+from tests.kubernetes_helpers import DOCUMENT
 
 
 def namespace_of(dag_id: str) -> str:

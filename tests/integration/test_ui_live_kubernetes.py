@@ -8,7 +8,7 @@ import pytest
 
 from airflow_distributed.manifests.kubernetes import to_dict
 from airflow_distributed.plugins.job_state import _list_pods, live_record
-from tests.integration.test_kubernetes_hook import make_job
+from tests.kubernetes_helpers import make_job
 
 pytestmark = pytest.mark.usefixtures("kubernetes_connection")
 

@@ -700,6 +700,8 @@ class KubeEmulator:
         self.errors: list[str] = []
         self._requests: list[RecordedRequest] = []
         self._requests_lock = threading.Lock()
+        # Notified as each request is recorded: a test waits on what a client did instead of sleeping.
+        self._request_recorded = threading.Condition(self._requests_lock)
         self._faults: list[_FaultRule] = []
         self._fault_retry_after = 0
         self._server: _HttpServer | None = None
@@ -1041,13 +1043,30 @@ class KubeEmulator:
                 counts[verb] = counts.get(verb, 0) + 1
         return counts
 
+    def wait_for_requests(self, verb: str, count: int = 1, path_regex: str = ".*", timeout: float = 30.0) -> int:
+        """Block until ``count`` requests of a Kubernetes ``verb`` (as ``request_counts`` names them) to paths matching
+        ``path_regex`` have arrived since the last ``reset_requests()``; returns how many. A request counts when it is
+        received, before it is answered. ``TimeoutError`` after ``timeout`` seconds, so a client that never calls
+        fails the test instead of hanging it."""
+        pattern = re.compile(path_regex)
+
+        def seen() -> int:
+            return sum(1 for r in self._requests if pattern.search(r.path) and request_verb(r) == verb)
+
+        with self._request_recorded:
+            if not self._request_recorded.wait_for(lambda: seen() >= count, timeout):
+                raise TimeoutError(f"{count} {verb} request(s) to {path_regex!r} expected within {timeout} s, "
+                                   f"{seen()} seen")
+            return seen()
+
     def compact(self) -> None:
         """Forget watch history: resuming from an older resourceVersion now gets 410 Gone."""
         self.cluster.store.compact()
 
     def _record(self, request: RecordedRequest) -> None:
-        with self._requests_lock:
+        with self._request_recorded:
             self._requests.append(request)
+            self._request_recorded.notify_all()
 
     @property
     def requests(self) -> list[RecordedRequest]:

@@ -492,6 +492,24 @@ def test_requests_are_counted_by_verb(v1, ns, emulator):
         "create": 1, "get": 1, "patch": 1, "update": 1, "list": 1, "watch": 1, "delete": 1, "deletecollection": 1}
 
 
+def test_waiting_for_requests_returns_when_a_client_makes_them_and_times_out_otherwise(v1, ns, emulator):
+    emulator.reset_requests()
+    counted: list[int] = []
+    path = rf"/namespaces/{ns}/configmaps$"
+    waiter = threading.Thread(target=lambda: counted.append(emulator.wait_for_requests("list", 2, path)), daemon=True)
+    waiter.start()
+    v1.list_namespaced_config_map(ns)
+    v1.list_namespaced_secret(ns)  # another path: does not count
+    assert not counted
+    v1.list_namespaced_config_map(ns)
+    waiter.join(10)
+
+    assert counted == [2]
+    assert emulator.wait_for_requests("list", 1, rf"/{ns}/secrets$") == 1  # already there: at once
+    with pytest.raises(TimeoutError, match=r"1 watch request\(s\) .* 0 seen"):
+        emulator.wait_for_requests("watch", 1, rf"/{ns}/", timeout=0.2)
+
+
 def wait_until_true(predicate, timeout: float = 10.0) -> None:
     end = time.monotonic() + timeout
     while not predicate():

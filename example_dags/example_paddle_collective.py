@@ -9,15 +9,18 @@ points them at it. Override it with ``AIRFLOW_DISTRIBUTED_PADDLE_PYTHON``.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pendulum
 from airflow.sdk import DAG, task
 
-from airflow_distributed.example_dags import TRAINING_DIR
 from airflow_distributed.operators import DistributedTrainingOperator
 
+# The training scripts sit beside the DAG; resolve() follows the link when the DAGs folder holds one.
+TRAINING_DIR = Path(__file__).resolve().parent / "training"
+
 PADDLE_PYTHON = os.environ.get(
-    "AIRFLOW_DISTRIBUTED_PADDLE_PYTHON", str(TRAINING_DIR.parents[2] / ".venvs" / "paddle" / "bin" / "python")
+    "AIRFLOW_DISTRIBUTED_PADDLE_PYTHON", str(TRAINING_DIR.parents[1] / ".venvs" / "paddle" / "bin" / "python")
 )
 
 with DAG(

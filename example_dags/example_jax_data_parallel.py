@@ -9,12 +9,15 @@ extra (``pip install airflow-distributed[jax]``); without it the DAG still parse
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pendulum
 from airflow.sdk import DAG, task
 
-from airflow_distributed.example_dags import TRAINING_DIR
 from airflow_distributed.operators import DistributedTrainingOperator
+
+# The training scripts sit beside the DAG; resolve() follows the link when the DAGs folder holds one.
+TRAINING_DIR = Path(__file__).resolve().parent / "training"
 
 with DAG(
     dag_id="example_jax_data_parallel",

@@ -16,8 +16,10 @@ import pendulum
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG, task
 
-from airflow_distributed.example_dags import TRAINING_DIR
 from airflow_distributed.operators import DistributedTrainingOperator
+
+# The training scripts sit beside the DAG; resolve() follows the link when the DAGs folder holds one.
+TRAINING_DIR = Path(__file__).resolve().parent / "training"
 
 
 def _root() -> Path:

@@ -7,15 +7,18 @@ MXNet 1.9.1 needs numpy<1.24, so its replicas run in their own virtualenv (``mak
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pendulum
 from airflow.sdk import DAG, task
 
-from airflow_distributed.example_dags import TRAINING_DIR
 from airflow_distributed.operators import DistributedTrainingOperator
 
+# The training scripts sit beside the DAG; resolve() follows the link when the DAGs folder holds one.
+TRAINING_DIR = Path(__file__).resolve().parent / "training"
+
 MXNET_PYTHON = os.environ.get(
-    "AIRFLOW_DISTRIBUTED_MXNET_PYTHON", str(TRAINING_DIR.parents[2] / ".venvs" / "mxnet" / "bin" / "python")
+    "AIRFLOW_DISTRIBUTED_MXNET_PYTHON", str(TRAINING_DIR.parents[1] / ".venvs" / "mxnet" / "bin" / "python")
 )
 
 with DAG(

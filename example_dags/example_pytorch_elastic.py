@@ -9,11 +9,14 @@ fewer than ``min_workers`` replicas left the task fails and says so.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pendulum
 from airflow.sdk import DAG
 
-from airflow_distributed.example_dags import TRAINING_DIR
 from airflow_distributed.operators import DistributedTrainingOperator
+
+TRAINING_DIR = Path(__file__).resolve().parent / "training"
 
 with DAG(
     dag_id="example_pytorch_elastic",

@@ -1,0 +1,208 @@
+"""Helpers shared by the tests that run against the Kubernetes API emulator.
+
+``Kubelet`` plays the kubelet for a job's pods; ``make_job``/``new_hook`` build a job and a hook the way the
+operator does; ``trigger_for``/``first_event`` run the deferrable trigger; the rest read what the emulator holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client
+
+from airflow_distributed.hooks.api_retry import RetryPolicy
+from airflow_distributed.hooks.job_watch import replica_slots, slots_to_json
+from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
+from airflow_distributed.manifests.horovod_ssh import generate_ssh_key_pair
+from airflow_distributed.manifests.kubernetes import (
+    JobManifestOptions,
+    TaskInstanceRef,
+    build_job_objects,
+    layout_for_kubernetes,
+)
+from airflow_distributed.naming import job_name
+from airflow_distributed.plan import KubernetesAddressing, build_plan
+from airflow_distributed.spec import load_spec
+from airflow_distributed.triggers.kubernetes import DistributedJobTrigger
+from tests.helpers import wait_until
+from tests.k8s_emulator import KubeEmulator
+
+JOB_LABEL = "airflow-distributed/job"
+#: ``path_regex`` of a namespace's pod collection, for ``KubeEmulator.wait_for_requests``: the job's list and watches.
+PODS = "/api/v1/namespaces/{}/pods$"
+DOCUMENT = {
+    "metrics": {"loss": 0.125, "accuracy": 0.97},
+    "model_path": "s3://models/nightly/run-42",
+    "history": [{"step": 1, "loss": 0.5}, {"step": 2, "loss": 0.25}, {"step": 3, "loss": 0.125}],
+}
+
+
+# ---------------------------------------------------------------------------------------------- kubelet
+
+
+class Kubelet:
+    """Plays the kubelet for the pods of one namespace: runs them, writes logs, ends containers.
+
+    ``play(script)`` runs ``script(self)`` in a thread once ``pods`` pods exist; a failing script is
+    reported by ``check()`` instead of being lost in its thread.
+    """
+
+    def __init__(self, emu: KubeEmulator, namespace: str, pods: int = 3) -> None:
+        self.emu, self.namespace, self.count = emu, namespace, pods
+        self.errors: list[str] = []
+        self.seen: dict[str, dict] = {}
+        self._thread: threading.Thread | None = None
+
+    # -- discovery
+    def wait_for_pods(self, timeout: float = 60.0) -> dict[str, str]:
+        """``{"master-0": pod, "worker-0": pod, ...}`` once every pod exists."""
+        def ready():
+            pods = self.emu.list("pods", self.namespace, label_selector=JOB_LABEL)
+            return pods if len(pods) >= self.count else None
+
+        for pod in wait_until(ready, timeout=timeout, interval=0.02):
+            self.seen[pod["metadata"]["name"]] = pod
+        return self.names()
+
+    def names(self) -> dict[str, str]:
+        names = {}
+        for name, pod in self.seen.items():
+            labels = pod["metadata"]["labels"]
+            names[f"{labels['airflow-distributed/role']}-{labels['airflow-distributed/index']}"] = name
+        return names
+
+    @property
+    def master(self) -> str:
+        return next(n for n, p in self.seen.items() if p["metadata"]["labels"]["airflow-distributed/master"] == "true")
+
+    def pod(self, key: str) -> str:
+        return self.names()[key]
+
+    # -- kubelet acts
+    def run_all(self, *, except_: tuple[str, ...] = ()) -> None:
+        for key, name in self.names().items():
+            if key not in except_:
+                self.emu.run_pod(self.namespace, name)
+
+    def log(self, pod: str, *lines: str) -> None:
+        self.emu.append_log(self.namespace, pod, "\n".join(lines), container="base")
+
+    def master_exits(self, code: int = 0, reason: str = "Completed", document: dict | None = None) -> None:
+        """The master's ``base`` container ends; its XCom sidecar keeps the pod Running, as on a cluster."""
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        terminated = {"exitCode": code, "reason": reason, "startedAt": now, "finishedAt": now}
+        if document is not None:
+            terminated["message"] = json.dumps(document)
+        self.emu.set_pod_phase(self.namespace, self.master, "Running",
+                               container_states={"base": {"terminated": terminated}})
+
+    def fail(self, pod: str, code: int, reason: str = "Error") -> None:
+        self.emu.fail_pod(self.namespace, pod, exit_code=code, reason=reason)
+
+    # -- running a script
+    def play(self, script: Callable[[Kubelet], None]) -> Kubelet:
+        def body():
+            try:
+                self.wait_for_pods()
+                script(self)
+            except Exception:
+                self.errors.append(traceback.format_exc())
+
+        self._thread = threading.Thread(target=body, name="kubelet", daemon=True)
+        self._thread.start()
+        return self
+
+    def check(self, timeout: float = 10.0) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+        assert not self.errors, "\n".join(self.errors)
+
+
+def train_and_succeed(kubelet: Kubelet, document: dict = DOCUMENT, steps: int = 3, pause: float = 0.05) -> None:
+    kubelet.run_all()
+    for step in range(1, steps + 1):
+        kubelet.log(kubelet.master, f"step {step} loss {0.5 ** step:.3f}")
+        time.sleep(pause)
+    kubelet.master_exits(0, document=document)
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def objects(emu: KubeEmulator, namespace: str) -> dict[str, list[str]]:
+    """Names of what is left in a namespace, per kind (the ``default`` service account aside)."""
+    left = {}
+    for plural in ("services", "pods", "configmaps", "secrets"):
+        left[plural] = sorted(o["metadata"]["name"] for o in emu.list(plural, namespace))
+    return left
+
+
+def settled(emu: KubeEmulator, namespace: str, expected: dict[str, list[str]], timeout: float = 5.0) -> None:
+    """What is left equals ``expected`` (the garbage collector takes ~50 ms after an owner goes)."""
+    try:
+        wait_until(lambda: objects(emu, namespace) == expected, timeout=timeout, interval=0.05)
+    except AssertionError:
+        assert objects(emu, namespace) == expected
+
+
+def failure_line(output: str) -> str:
+    """The line of a task's output that tells why the job failed."""
+    return next(line for line in output.splitlines() if "DistributedJobError" in line or " failed after " in line)
+
+
+NOTHING = {"services": [], "pods": [], "configmaps": [], "secrets": []}
+
+
+def task_requests(emu: KubeEmulator, namespace: str) -> list[Any]:
+    return [r for r in emu.requests if f"/namespaces/{namespace}/" in r.path]
+
+
+def lists_and_watches(emu: KubeEmulator, namespace: str) -> tuple[list, list]:
+    reads = [r for r in task_requests(emu, namespace) if r.method == "GET" and r.path.endswith("/pods")]
+    return [r for r in reads if not r.is_watch], [r for r in reads if r.is_watch]
+
+# ---------------------------------------------------------------------------------------------- hook
+
+
+FAST = RetryPolicy(attempts=5, initial_delay=0.01, max_delay=0.05, jitter=0.0)
+
+
+def make_job(namespace: str, environment: dict | None = None, framework: str = "pytorch", **options):
+    """``(build, slots, name)`` of a job as the operator makes it (``build(owner_uid) -> JobObjects``)."""
+    name = job_name("hook_tests", "train", uuid.uuid4().hex)
+    spec = load_spec(framework, environment if environment is not None else {"pytorch": {"n_workers": 2}})
+    plan = build_plan(spec, name, KubernetesAddressing(namespace), layout_for_kubernetes(), ["python", "train.py"],
+                      backend="kubernetes")
+    settings = JobManifestOptions(namespace=namespace, image="registry.example.com/trainer:1.0",
+                                  task_instance=TaskInstanceRef("hook_tests", "train", name), **options)
+    key = generate_ssh_key_pair() if any(r.command is None for r in plan.replicas) else None
+    return (lambda uid: build_job_objects(plan, settings, owner_uid=uid, ssh_key=key)), replica_slots(plan), name
+
+
+def new_hook(kubeconfig: str, sleep=None, **kwargs) -> DistributedTrainingHook:
+    return DistributedTrainingHook(kubernetes_conn_id=None, config_file=kubeconfig,
+                                   client_configuration=client.Configuration(), retry=FAST,
+                                   sleep=sleep or (lambda seconds: None), **kwargs)
+
+# ---------------------------------------------------------------------------------------------- trigger
+
+
+def trigger_for(config: str, namespace: str, name: str, slots, **kwargs) -> DistributedJobTrigger:
+    kwargs.setdefault("startup_timeout", 30.0)
+    return DistributedJobTrigger(job_name=name, namespace=namespace, replicas=slots_to_json(slots),
+                                 started_at=time.time(), kubernetes_conn_id=None,
+                                 connection_extras={"kube_config_path": config}, **kwargs)
+
+
+def first_event(trigger: DistributedJobTrigger) -> dict:
+    async def run():
+        return await anext(trigger.run())
+
+    return asyncio.run(run()).payload

@@ -15,9 +15,11 @@ A TrainJob names a training runtime (``runtimeRef``: a ``ClusterTrainingRuntime`
 
 Targeted release: Kubeflow Trainer 2.3 (``kubeflow-trainer-api`` 2.3.x). Frameworks and their default runtime:
 pytorch -> ``torch-distributed``, jax -> ``jax-distributed`` (its runtime sets ``JAX_COORDINATOR_ADDRESS``, node 0
-on port 29500, ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID``). TensorFlow and MXNet have no Trainer v2 runtime and are
-refused (``trainjob_problems``), as are the frameworks whose runtimes this module does not map yet (Horovod on an
-MPI runtime, XGBoost, Paddle).
+on port 29500, ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID``), xgboost -> ``xgboost-distributed`` (its runtime sets
+``DMLC_TRACKER_URI``/``DMLC_TRACKER_PORT``, node 0 on port 29500, an unpadded ``DMLC_TASK_ID`` and a
+``DMLC_NUM_WORKER`` of nodes x GPUs per node; the prologue puts the project's contract on top, see ``node_program``).
+TensorFlow and MXNet have no Trainer v2 runtime and are refused (``trainjob_problems``), as are the frameworks whose
+runtimes this module does not map yet (Horovod on an MPI runtime, Paddle).
 
 One template per node. A spec is refused when one replica would need settings of its own: an indexed worker entry,
 or ``default_worker`` settings other than the master's (a spec with no ``default_worker`` runs every node with the
@@ -27,8 +29,9 @@ TrainJob has no place for ``envFrom`` in 2.3.
 Variables that differ between nodes are set when the container starts, from the Job controller's
 ``JOB_COMPLETION_INDEX`` and the runtime's ``PET_*`` (``node_program``): ``AIRFLOW_DISTRIBUTED_ROLE``/``INDEX``
 (node 0 is ``master`` 0, node i is ``worker`` i-1), ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT``
-(for scripts started with ``python``; ``torchrun`` sets its own), and ``AIRFLOW_DISTRIBUTED_OUTPUT`` on node 0
-only. Node 0's command runs under the output relay, so its termination message holds the output document.
+(for scripts started with ``python``; ``torchrun`` sets its own), XGBoost's ``DMLC_TASK_ID``/``DMLC_NUM_WORKER``,
+and ``AIRFLOW_DISTRIBUTED_OUTPUT`` on node 0 only. Node 0's command runs under the output relay, so its termination
+message holds the output document.
 """
 
 from __future__ import annotations
@@ -47,18 +50,20 @@ if TYPE_CHECKING:
 RuntimeKind = Literal["ClusterTrainingRuntime", "TrainingRuntime"]
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 #: framework -> the built-in runtime its TrainJobs reference when ``runtime`` is not given.
-DEFAULT_RUNTIMES: dict[str, str] = {"pytorch": "torch-distributed", "jax": "jax-distributed"}
+DEFAULT_RUNTIMES: dict[str, str] = {"pytorch": "torch-distributed", "jax": "jax-distributed",
+                                    "xgboost": "xgboost-distributed"}
 #: The ``manager`` of this project's runtime patch (the key other managers, e.g. Kueue, keep theirs apart by).
 PATCH_MANAGER = "airflow-distributed.apache.org/operator"
 #: Trainer's default port of the trainer nodes (``constants.ContainerTrainerPort``).
 NODE_PORT = 29500
 OUTPUT_VOLUME = "output"
-# The runtimes compute these per node (the torch runtime's webhook refuses a TrainJob that sets its own).
+# The runtimes compute these per node (the torch and xgboost runtimes' webhooks refuse a TrainJob that sets its own).
 RUNTIME_ENV = frozenset({"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT",
-                         "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_ADDRESS"})
+                         "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_ADDRESS",
+                         "DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID", "DMLC_NUM_WORKER"})
 # Set per node by node_program, from the completion index.
 NODE_ENV = frozenset({"AIRFLOW_DISTRIBUTED_ROLE", "AIRFLOW_DISTRIBUTED_INDEX", "RANK", "WORLD_SIZE", "MASTER_ADDR",
-                      "MASTER_PORT"})
+                      "MASTER_PORT", "DMLC_TASK_ID", "DMLC_NUM_WORKER"})
 
 _NO_RUNTIME = {
     "tensorflow": "TensorFlow has no Kubeflow Trainer v2 runtime",
@@ -246,8 +251,32 @@ def node_program(plan: ClusterPlan, pods: JobManifestOptions) -> list[str]:
             'export RANK="$rank" WORLD_SIZE="${PET_NNODES:-1}" MASTER_ADDR="${PET_MASTER_ADDR:-localhost}" '
             f'MASTER_PORT="${{PET_MASTER_PORT:-{NODE_PORT}}}"; '
         )
+    elif plan.framework == "xgboost":
+        prologue += _xgboost_prologue(plan)
     prologue += 'exec "$@"'
     return ["sh", "-c", prologue, "sh", *command]
+
+
+def _xgboost_prologue(plan: ClusterPlan) -> str:
+    """The project's XGBoost contract over the ``xgboost-distributed`` runtime's variables.
+
+    The runtime's tracker address (node 0, port 29500) is the one the plan gives the master, so it is kept. Its
+    ``DMLC_TASK_ID`` is the bare completion index, which the tracker (``sortby="task"``) orders as a string (task 10
+    before task 2), and its ``DMLC_NUM_WORKER`` counts one worker per GPU; the contract runs one process per node,
+    so both are replaced: the index zero-padded to the width of the largest rank, and the number of nodes.
+    """
+    from airflow_distributed.frameworks.xgboost import task_id
+
+    world = len(plan.replicas)
+    width = len(task_id(world - 1, world))
+    tracker = plan.master.host
+    return (
+        f'DMLC_TRACKER_URI="${{DMLC_TRACKER_URI:-{tracker}}}"; '
+        f'DMLC_TRACKER_PORT="${{DMLC_TRACKER_PORT:-{NODE_PORT}}}"; '
+        f'export DMLC_TRACKER_URI DMLC_TRACKER_PORT DMLC_NUM_WORKER={world} '
+        f'DMLC_TASK_ID="$(printf %0{width}d "$rank")" RANK="$rank" WORLD_SIZE={world} '
+        'MASTER_ADDR="$DMLC_TRACKER_URI" MASTER_PORT="$DMLC_TRACKER_PORT"; '
+    )
 
 
 def _trainer_env(plan: ClusterPlan) -> list[dict[str, Any]]:

@@ -29,12 +29,13 @@ def namespace_of(dag_id: str) -> str:
     return dag_id.replace("_", "-")
 
 
+XGBOOST_ENVIRONMENT = {"resources": {"cpu": {"requests": 1}}, "xgboost": {"n_workers": 2}}
+
+
 def _dag(dag_id: str, *, report: bool = False, **task_kwargs) -> DAG:
     with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "trainjob"]) as dag:
         train = DistributedTrainingOperator(
             task_id="train",
-            framework="pytorch",
-            environment=ENVIRONMENT,
             command=["python", "/opt/jobs/train.py"],
             args=["--steps", "{{ params.steps }}"],
             params={"steps": 5},
@@ -42,7 +43,7 @@ def _dag(dag_id: str, *, report: bool = False, **task_kwargs) -> DAG:
             backend="trainjob",
             namespace=namespace_of(dag_id),
             watch_timings={"server_timeout": 30},
-            **task_kwargs,
+            **{"framework": "pytorch", "environment": ENVIRONMENT, **task_kwargs},
         )
         if report:
 
@@ -56,6 +57,7 @@ def _dag(dag_id: str, *, report: bool = False, **task_kwargs) -> DAG:
 
 success = _dag("trainjob_success", report=True)
 deferrable = _dag("trainjob_deferrable", report=True, deferrable=True)
+xgboost = _dag("trainjob_xgboost", report=True, framework="xgboost", environment=XGBOOST_ENVIRONMENT)
 failure = _dag("trainjob_failure")
 suspended = _dag("trainjob_suspended")
 long_running = _dag("trainjob_long_running", execution_timeout=timedelta(minutes=5))

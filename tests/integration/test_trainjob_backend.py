@@ -133,6 +133,35 @@ def test_a_trainjob_that_completes_hands_node_0s_output_to_xcom_and_is_deleted(e
     assert len(watches) == 1 and watches[0].query["fieldSelector"] == f"metadata.name={job}"
 
 
+def test_an_xgboost_trainjob_references_the_xgboost_runtime_and_hands_node_0s_output_to_xcom(emulator):
+    namespace = namespace_of("trainjob_xgboost")
+    emulator.create_namespace(namespace)
+    controller = TrainerController(emulator, namespace).play(train_and_complete)
+    run, states = run_dag_at("trainjob_xgboost")
+    controller.check()
+
+    assert states == {"train": "success", "report_metrics": "success"}
+    result = xcom(run, "train")
+    assert (result["framework"], result["backend"], result["state"]) == ("xgboost", "trainjob", "succeeded")
+    job = result["job_name"]
+    assert [(r["name"], r["role"], r["index"], r["state"]) for r in result["replicas"]] == [
+        (f"{job}-node-0-0-x0k2p", "master", 0, "succeeded"),
+        (f"{job}-node-0-1-x1k2p", "worker", 0, "succeeded"),
+        (f"{job}-node-0-2-x2k2p", "worker", 1, "succeeded"),
+    ]
+    assert xcom(run, "report_metrics") == {"loss": 0.125, "model_path": DOCUMENT["model_path"]}
+    submitted = controller.job
+    jsonschema.Draft7Validator(trainjob_schema()).validate(submitted)
+    assert submitted["spec"]["runtimeRef"] == {"apiGroup": GROUP, "kind": "ClusterTrainingRuntime",
+                                               "name": "xgboost-distributed"}
+    trainer = submitted["spec"]["trainer"]
+    assert trainer["numNodes"] == 3 and "numProcPerNode" not in trainer
+    # The runtime reserves DMLC_*: the node prologue sets the contract's values when the node starts.
+    assert not [e["name"] for e in trainer["env"] if e["name"].startswith("DMLC_")]
+    assert "DMLC_TASK_ID" in trainer["command"][2]
+    settled(emulator, namespace, ([], []))
+
+
 def test_a_node_that_fails_fails_the_task_naming_it_and_keeps_the_trainjob(emulator, capfd):
     namespace = namespace_of("trainjob_failure")
     emulator.create_namespace(namespace)

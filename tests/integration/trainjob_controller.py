@@ -115,14 +115,7 @@ class TrainerController:
         owner = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": name, "uid": job["metadata"]["uid"],
                  "controller": True, "blockOwnerDeletion": True}
         for rank in range(nodes):
-            runtime_env = [
-                {"name": "PET_NNODES", "value": str(nodes)},
-                {"name": "PET_NPROC_PER_NODE", "value": str(trainer.get("numProcPerNode") or 1)},
-                {"name": "PET_NODE_RANK", "value": str(rank)},
-                {"name": "PET_MASTER_ADDR", "value": f"{name}-node-0-0.{name}"},
-                {"name": "PET_MASTER_PORT", "value": "29500"},
-                {"name": "JOB_COMPLETION_INDEX", "value": str(rank)},
-            ]
+            runtime_env = [*self.runtime_env(job, rank, nodes), {"name": "JOB_COMPLETION_INDEX", "value": str(rank)}]
             container = {"name": "node", "image": trainer["image"], "command": trainer["command"],
                          "env": [*(trainer.get("env") or []), *runtime_env],
                          "ports": [{"containerPort": 29500}]}
@@ -146,6 +139,23 @@ class TrainerController:
             self.emu.create("pods", self.namespace, pod)
             self.pods[rank] = pod_name
         return self.pods
+
+    @staticmethod
+    def runtime_env(job: dict, rank: int, nodes: int) -> list[dict[str, str]]:
+        """What the referenced runtime's plugin gives node ``rank``: torch-distributed's ``PET_*``, or
+        xgboost-distributed's ``DMLC_*`` (the bare completion index as the task id; one worker per GPU)."""
+        name, trainer = job["metadata"]["name"], job["spec"].get("trainer") or {}
+        if job["spec"]["runtimeRef"]["name"] == "xgboost-distributed":
+            gpus = int(((trainer.get("resourcesPerNode") or {}).get("limits") or {}).get("nvidia.com/gpu", 1))
+            return [{"name": "DMLC_TRACKER_URI", "value": f"{name}-node-0-0.{name}"},
+                    {"name": "DMLC_TRACKER_PORT", "value": "29500"},
+                    {"name": "DMLC_TASK_ID", "value": str(rank)},
+                    {"name": "DMLC_NUM_WORKER", "value": str(nodes * gpus)}]
+        return [{"name": "PET_NNODES", "value": str(nodes)},
+                {"name": "PET_NPROC_PER_NODE", "value": str(trainer.get("numProcPerNode") or 1)},
+                {"name": "PET_NODE_RANK", "value": str(rank)},
+                {"name": "PET_MASTER_ADDR", "value": f"{name}-node-0-0.{name}"},
+                {"name": "PET_MASTER_PORT", "value": "29500"}]
 
     def run_all(self) -> None:
         for name in self.pods.values():

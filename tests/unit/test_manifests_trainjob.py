@@ -173,6 +173,43 @@ def test_each_node_finds_its_role_index_and_rank_when_it_starts(rank, expected):
     assert json.loads(out) == expected
 
 
+def test_an_xgboost_job_references_the_xgboost_runtime_and_leaves_its_reserved_variables_to_it():
+    body = build({"xgboost": {"n_workers": 2}}, framework="xgboost")
+    assert body["spec"]["runtimeRef"]["name"] == "xgboost-distributed" and body["spec"]["trainer"]["numNodes"] == 3
+    assert "numProcPerNode" not in body["spec"]["trainer"]
+    env = {item["name"]: item["value"] for item in body["spec"]["trainer"]["env"]}
+    # The runtime's webhook forbids these four in spec.trainer.env.
+    assert not [name for name in env if name.startswith("DMLC_")]
+    assert env["AIRFLOW_DISTRIBUTED_FRAMEWORK"] == "xgboost"
+
+
+XGBOOST_VARIABLES = ["AIRFLOW_DISTRIBUTED_ROLE", "AIRFLOW_DISTRIBUTED_INDEX", "DMLC_TRACKER_URI", "DMLC_TRACKER_PORT",
+                     "DMLC_TASK_ID", "DMLC_NUM_WORKER", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"]
+TRACKER = "train-1a2b-node-0-0.train-1a2b"
+
+
+@pytest.mark.parametrize(("rank", "expected"), [
+    (0, ["master", "0", TRACKER, "29500", "00", "11", "0", "11", TRACKER, "29500"]),
+    (2, ["worker", "1", TRACKER, "29500", "02", "11", "2", "11", TRACKER, "29500"]),
+    (10, ["worker", "9", TRACKER, "29500", "10", "11", "10", "11", TRACKER, "29500"]),
+])
+def test_each_xgboost_node_gets_the_projects_contract_over_the_runtimes_variables(rank, expected):
+    """The prologue run by a real sh, with the variables the xgboost-distributed runtime gives node ``rank`` of 11
+    with 2 GPUs each: its bare task id and its worker count of nodes x GPUs give way to the contract's."""
+    environment = {"xgboost": {"n_workers": 10}}
+    spec = load_spec("xgboost", environment)
+    show = f"import json, os; print(json.dumps([os.environ.get(k) for k in {XGBOOST_VARIABLES!r}]))"
+    plan = build_plan(spec, "train-1a2b", TrainJobAddressing(NAMESPACE), layout_for_kubernetes(None,
+                      job_name="train-1a2b"), [sys.executable, "-c", show], backend="trainjob")
+    argv = node_program(plan, JobManifestOptions(namespace=NAMESPACE, image="trainer:1", relay_output=False))
+    body_env = {item["name"]: item["value"]
+                for item in build(environment, framework="xgboost")["spec"]["trainer"]["env"]}
+    env = {**body_env, "PATH": "/usr/bin:/bin", "JOB_COMPLETION_INDEX": str(rank), "DMLC_TRACKER_URI": TRACKER,
+           "DMLC_TRACKER_PORT": "29500", "DMLC_TASK_ID": str(rank), "DMLC_NUM_WORKER": "22"}
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == expected
+
+
 def status_of(status: dict) -> JobStatus:
     jsonschema.Draft7Validator(SCHEMA).validate({"status": status})
     return trainjob_status({"status": status})
@@ -230,7 +267,7 @@ def test_node_0_is_found_by_jobsets_labels():
 @pytest.mark.parametrize(("framework", "environment", "path", "message"), [
     ("tensorflow", {"tensorflow": {"n_workers": 1}}, "backend", "TensorFlow has no Kubeflow Trainer v2 runtime"),
     ("mxnet", {}, "backend", "MXNet has no Kubeflow Trainer v2 runtime"),
-    ("xgboost", {}, "backend", "'xgboost' is not mapped onto a Trainer v2 runtime yet"),
+    ("horovod", {}, "backend", "'horovod' is not mapped onto a Trainer v2 runtime yet"),
     ("pytorch", {"config_map_refs": ["settings"]}, "environment.config_map_refs", "has no envFrom"),
     ("pytorch", {"pytorch": {"n_workers": 2, "elastic": {"min_workers": 2}}}, "environment.pytorch.elastic",
      "Kubeflow Trainer v2 has no elastic mode"),

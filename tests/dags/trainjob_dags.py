@@ -30,6 +30,10 @@ def namespace_of(dag_id: str) -> str:
 
 
 XGBOOST_ENVIRONMENT = {"resources": {"cpu": {"requests": 1}}, "xgboost": {"n_workers": 2}}
+HOROVOD_ENVIRONMENT = {"resources": {"cpu": {"requests": 1}, "gpu": {"requests": 2, "limits": 2}},
+                       "replicas": {"n_workers": 2}}
+#: The cluster's MPI runtime for Horovod (the test controller plays it; tests/integration/trainjob_controller.py).
+HOROVOD_RUNTIME = "horovod-mpi"
 
 
 def _dag(dag_id: str, *, report: bool = False, **task_kwargs) -> DAG:
@@ -58,6 +62,8 @@ def _dag(dag_id: str, *, report: bool = False, **task_kwargs) -> DAG:
 success = _dag("trainjob_success", report=True)
 deferrable = _dag("trainjob_deferrable", report=True, deferrable=True)
 xgboost = _dag("trainjob_xgboost", report=True, framework="xgboost", environment=XGBOOST_ENVIRONMENT)
+horovod = _dag("trainjob_horovod", report=True, framework="horovod", environment=HOROVOD_ENVIRONMENT,
+               runtime=HOROVOD_RUNTIME)
 failure = _dag("trainjob_failure")
 suspended = _dag("trainjob_suspended")
 long_running = _dag("trainjob_long_running", execution_timeout=timedelta(minutes=5))

@@ -18,6 +18,8 @@ from tests.helpers import wait_until, xcom
 from tests.integration.test_kubernetes_backend import DOCUMENT, run_dag_at
 from tests.integration.trainjob_controller import (
     GROUP,
+    MPI_NODE_IMAGE,
+    MPI_RUNTIME,
     PLURAL,
     VERSION,
     TrainerController,
@@ -159,6 +161,53 @@ def test_an_xgboost_trainjob_references_the_xgboost_runtime_and_hands_node_0s_ou
     # The runtime reserves DMLC_*: the node prologue sets the contract's values when the node starts.
     assert not [e["name"] for e in trainer["env"] if e["name"].startswith("DMLC_")]
     assert "DMLC_TASK_ID" in trainer["command"][2]
+    settled(emulator, namespace, ([], []))
+
+
+def test_a_horovod_trainjob_runs_its_launcher_on_the_mpi_runtime_and_hands_its_output_to_xcom(emulator):
+    namespace = namespace_of("trainjob_horovod")
+    emulator.create_namespace(namespace)
+    seen: dict = {}
+
+    def script(controller: TrainerController) -> None:
+        start_nodes(controller)
+        seen["pods"] = {o["metadata"]["name"]: o for o in emulator.list("pods", namespace)}
+        # Only the launcher ends (JobSet's success policy targets it); the nodes' sshd runs until the job is gone.
+        controller.succeed(0, DOCUMENT)
+        controller.condition("Complete", "True", "AllJobsCompleted", "jobset completed successfully")
+
+    controller = TrainerController(emulator, namespace).play(script)
+    run, states = run_dag_at("trainjob_horovod")
+    controller.check()
+
+    assert states == {"train": "success", "report_metrics": "success"}
+    result = xcom(run, "train")
+    assert (result["framework"], result["backend"], result["state"]) == ("horovod", "trainjob", "succeeded")
+    job = result["job_name"]
+    assert [(r["name"], r["role"], r["index"], r["state"]) for r in result["replicas"]] == [
+        (f"{job}-launcher-0-0-x0m7q", "launcher", 0, "succeeded"),
+        (f"{job}-node-0-0-x1m7q", "worker", 0, "running"),
+        (f"{job}-node-0-1-x2m7q", "worker", 1, "running"),
+    ]
+    assert xcom(run, "report_metrics") == {"loss": 0.125, "model_path": DOCUMENT["model_path"]}
+    submitted = controller.job
+    jsonschema.Draft7Validator(trainjob_schema()).validate(submitted)
+    assert submitted["spec"]["runtimeRef"] == {"apiGroup": GROUP, "kind": "ClusterTrainingRuntime",
+                                               "name": MPI_RUNTIME}
+    trainer = submitted["spec"]["trainer"]
+    # runLauncherAsNode: the launcher is node 0, so 3 nodes are the launcher and 2 node pods; 2 GPUs -> 2 slots.
+    assert (trainer["numNodes"], trainer["numProcPerNode"]) == (3, 2)
+    assert trainer["command"][-9:] == ["horovodrun", "-np", "6", "--hostfile", "/etc/mpi/hostfile", "python",
+                                       "/opt/jobs/train.py", "--steps", "5"]
+    assert not [e["name"] for e in trainer["env"] if e["name"].startswith("OMPI_MCA_")]  # reserved by the plugin
+    patched = submitted["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    assert [p["name"] for p in patched] == ["launcher", "node"]
+    # The hostfile horovodrun reads lists every pod with the slots its -np counts.
+    assert controller.hostfile == (f"{job}-launcher-0-0.{job} slots=2\n{job}-node-0-0.{job} slots=2\n"
+                                   f"{job}-node-0-1.{job} slots=2\n")
+    launcher = seen["pods"][f"{job}-launcher-0-0-x0m7q"]["spec"]
+    assert {m["mountPath"] for m in launcher["containers"][0]["volumeMounts"]} >= {"/etc/mpi", "/airflow/xcom"}
+    assert seen["pods"][f"{job}-node-0-0-x1m7q"]["spec"]["containers"][0]["image"] == MPI_NODE_IMAGE
     settled(emulator, namespace, ([], []))
 
 

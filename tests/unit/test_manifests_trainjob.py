@@ -15,6 +15,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from airflow_distributed.hooks.trainjob import node_statuses
 from airflow_distributed.manifests.kubeflow_status import JobStatus
 from airflow_distributed.manifests.kubernetes import (
     JOB_LABEL,
@@ -260,14 +261,61 @@ def test_no_status_yet_is_pending_and_has_no_progress():
 
 def test_node_0_is_found_by_jobsets_labels():
     assert node_selector("train-1a2b", rank=0) == ("jobset.sigs.k8s.io/jobset-name=train-1a2b,"
-                                                   "jobset.sigs.k8s.io/replicatedjob-name=node,"
+                                                   "jobset.sigs.k8s.io/replicatedjob-name in (launcher,node),"
                                                    "batch.kubernetes.io/job-completion-index=0")
+
+
+def pod(replicated: str, index: int) -> dict:
+    return {"metadata": {"name": f"j-{replicated}-0-{index}", "labels": {
+        "jobset.sigs.k8s.io/replicatedjob-name": replicated, "batch.kubernetes.io/job-completion-index": str(index)}}}
+
+
+def test_nodes_are_numbered_from_the_launcher_on_an_mpi_runtime_and_from_node_0_elsewhere():
+    torch = [pod("node", 0), pod("node", 1), pod("node", 2)]
+    mpi = [pod("launcher", 0), pod("node", 0), pod("node", 1)]
+    assert [(r.role, r.index) for r in node_statuses(torch)] == [("master", 0), ("worker", 0), ("worker", 1)]
+    assert [(r.role, r.index) for r in node_statuses(mpi)] == [("launcher", 0), ("worker", 0), ("worker", 1)]
+
+
+def test_a_horovod_job_runs_its_launcher_on_the_named_mpi_runtime():
+    environment = {"resources": {"gpu": {"requests": 4, "limits": 4}}, "replicas": {"n_workers": 3},
+                   "node_selector": {"pool": "a100"}}
+    assert trainjob_problems(load_spec("horovod", environment), "horovod-mpi") == []
+    body = build(environment, framework="horovod", runtime="horovod-mpi")
+    trainer = body["spec"]["trainer"]
+    assert body["spec"]["runtimeRef"]["name"] == "horovod-mpi"
+    assert (trainer["numNodes"], trainer["numProcPerNode"]) == (4, 4)  # the launcher is node 0; 4 GPUs, 4 slots
+    assert trainer["command"][-7:] == ["horovodrun", "-np", "16", "--hostfile", "/etc/mpi/hostfile", "python",
+                                       "train.py"]
+    # The MPI plugin sets these four and its webhook refuses a TrainJob that sets them.
+    assert not [e["name"] for e in trainer["env"] if e["name"].startswith("OMPI_MCA_")]
+    replicated = body["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    assert [job["name"] for job in replicated] == ["launcher", "node"]
+    assert [job["template"]["spec"]["template"]["spec"]["nodeSelector"] for job in replicated] == [{"pool": "a100"}] * 2
+
+
+def test_the_launcher_starts_horovodrun_as_the_launcher_with_the_output_path(tmp_path):
+    """The launcher's prologue run by a real sh, with a horovodrun on PATH that shows what it was given."""
+    (tmp_path / "horovodrun").write_text('#!/bin/sh\necho "$AIRFLOW_DISTRIBUTED_ROLE $AIRFLOW_DISTRIBUTED_INDEX '
+                                         '${AIRFLOW_DISTRIBUTED_OUTPUT:-none} $*"\n')
+    (tmp_path / "horovodrun").chmod(0o755)
+    spec = load_spec("horovod", {"replicas": {"n_workers": 2}})
+    plan = build_plan(spec, "train-1a2b", TrainJobAddressing(NAMESPACE), layout_for_kubernetes(None,
+                      job_name="train-1a2b"), ["python", "train.py"], backend="trainjob")
+    argv = node_program(plan, JobManifestOptions(namespace=NAMESPACE, image="trainer:1", relay_output=False))
+    body_env = {item["name"]: item["value"] for item in build({"replicas": {"n_workers": 2}}, framework="horovod",
+                                                               runtime="horovod-mpi")["spec"]["trainer"]["env"]}
+    env = {**body_env, "PATH": f"{tmp_path}:/usr/bin:/bin", "JOB_COMPLETION_INDEX": "0"}
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["launcher", "0", "/airflow/xcom/return.json", "-np", "3", "--hostfile",
+                           "/etc/mpi/hostfile", "python", "train.py"]
 
 
 @pytest.mark.parametrize(("framework", "environment", "path", "message"), [
     ("tensorflow", {"tensorflow": {"n_workers": 1}}, "backend", "TensorFlow has no Kubeflow Trainer v2 runtime"),
     ("mxnet", {}, "backend", "MXNet has no Kubeflow Trainer v2 runtime"),
-    ("horovod", {}, "backend", "'horovod' is not mapped onto a Trainer v2 runtime yet"),
+    ("paddle", {}, "backend", "'paddle' is not mapped onto a Trainer v2 runtime yet"),
+    ("horovod", {"replicas": {"n_workers": 1}}, "runtime", "which Kubeflow Trainer 2.3 does not ship: give runtime="),
     ("pytorch", {"config_map_refs": ["settings"]}, "environment.config_map_refs", "has no envFrom"),
     ("pytorch", {"pytorch": {"n_workers": 2, "elastic": {"min_workers": 2}}}, "environment.pytorch.elastic",
      "Kubeflow Trainer v2 has no elastic mode"),

@@ -138,8 +138,8 @@ def trainjob_problems(spec: TrainingSpec, runtime: str | None = None) -> list[tu
     if framework in MPI_FRAMEWORKS and not runtime:
         return [("runtime", f"backend='trainjob' runs framework '{framework}' on the cluster's MPI runtime, which "
                  "Kubeflow Trainer 2.3 does not ship: give runtime= the name of a ClusterTrainingRuntime (or "
-                 "TrainingRuntime) with mlPolicy.mpi (OpenMPI, runLauncherAsNode: true) and an image with sshd, "
-                 "OpenMPI and Horovod (docs/trainjob.md)")]
+                 "TrainingRuntime) with mlPolicy.mpi (OpenMPI, runLauncherAsNode: true) whose image runs sshd and has "
+                 "Horovod (docs/trainjob.md)")]
     if framework not in DEFAULT_RUNTIMES and framework not in MPI_FRAMEWORKS:
         return [("backend", f"backend='trainjob' takes framework {', '.join([*DEFAULT_RUNTIMES, *MPI_FRAMEWORKS])} "
                  f"(runtime {', '.join(DEFAULT_RUNTIMES.values())}, or the cluster's MPI runtime); '{framework}' "

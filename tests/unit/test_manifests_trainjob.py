@@ -360,3 +360,31 @@ def test_the_committed_schema_is_the_one_the_installed_typed_models_give():
     generator = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(generator)
     assert generator.trainjob_schema() == SCHEMA
+
+
+def test_the_horovod_runtime_of_the_docs_is_valid_for_the_typed_models_strict_schema():
+    """The docs' ClusterTrainingRuntime, checked with the schema derived from the typed models as the TrainJob's is
+    (unknown fields refused), so that the example a cluster copies is one Trainer 2.3 takes."""
+    import importlib.util
+    import re
+
+    import yaml
+    from kubeflow_trainer_api.models import TrainerV1alpha1ClusterTrainingRuntime
+
+    path = Path(__file__).resolve().parent.parent / "data" / "trainjob" / "generate_schema.py"
+    module_spec = importlib.util.spec_from_file_location("generate_trainjob_schema", path)
+    assert module_spec is not None and module_spec.loader is not None
+    generator = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(generator)
+    raw = TrainerV1alpha1ClusterTrainingRuntime.model_json_schema(by_alias=True)
+    schema = generator._inline({k: v for k, v in raw.items() if k != "$defs"}, raw.get("$defs", {}))
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "trainjob.md").read_text()
+    blocks = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", docs, re.S)]
+    runtime = next(b for b in blocks if b.get("kind") == "ClusterTrainingRuntime")
+    jsonschema.Draft7Validator(schema).validate(runtime)
+    mpi = runtime["spec"]["mlPolicy"]["mpi"]
+    assert (mpi["mpiImplementation"], mpi["runLauncherAsNode"]) == ("OpenMPI", True)
+    assert [job["name"] for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]] == ["node", "launcher"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft7Validator(schema).validate({**runtime, "spec": {**runtime["spec"], "mpiPolicy": {}}})

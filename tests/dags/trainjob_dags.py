@@ -64,6 +64,8 @@ deferrable = _dag("trainjob_deferrable", report=True, deferrable=True)
 xgboost = _dag("trainjob_xgboost", report=True, framework="xgboost", environment=XGBOOST_ENVIRONMENT)
 horovod = _dag("trainjob_horovod", report=True, framework="horovod", environment=HOROVOD_ENVIRONMENT,
                runtime=HOROVOD_RUNTIME)
+horovod_failure = _dag("trainjob_horovod_failure", framework="horovod", environment=HOROVOD_ENVIRONMENT,
+                       runtime=HOROVOD_RUNTIME, clean_pod_policy="all")
 failure = _dag("trainjob_failure")
 suspended = _dag("trainjob_suspended")
 long_running = _dag("trainjob_long_running", execution_timeout=timedelta(minutes=5))

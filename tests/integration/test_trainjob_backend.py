@@ -211,23 +211,43 @@ def test_a_horovod_trainjob_runs_its_launcher_on_the_mpi_runtime_and_hands_its_o
     settled(emulator, namespace, ([], []))
 
 
-def test_a_node_that_fails_fails_the_task_naming_it_and_keeps_the_trainjob(emulator, capfd):
-    namespace = namespace_of("trainjob_failure")
+def run_failing(emulator: KubeEmulator, capfd, dag_id: str, rank: int, code: int, lines: tuple[str, ...], job: str):
+    """Run ``dag_id`` while node ``rank`` fails with ``code`` after logging ``lines``; the TrainJob then fails
+    with the JobSet's reason for replicated job ``job``, and so does the task. Returns the run, the failed pod's
+    name and the task's output."""
+    namespace = namespace_of(dag_id)
     emulator.create_namespace(namespace)
 
     def script(controller: TrainerController) -> None:
         start_nodes(controller)
-        controller.log(2, "Traceback (most recent call last):", "RuntimeError: gloo connection reset")
-        controller.fail(2, 3)
-        controller.condition("Failed", "True", "FailedJobs", "jobset failed due to: 1 failed job(s) in node")
+        controller.log(rank, *lines)
+        controller.fail(rank, code)
+        controller.condition("Failed", "True", "FailedJobs", f"jobset failed due to: 1 failed job(s) in {job}")
 
     controller = TrainerController(emulator, namespace).play(script)
-    run, states = run_dag_at("trainjob_failure")
+    run, states = run_dag_at(dag_id)
     controller.check()
-
     assert states == {"train": "failed"}
-    node = controller.pods[2]
-    out = capfd.readouterr().out
+    return run, controller.pods[rank], capfd.readouterr().out
+
+
+def test_a_failed_horovod_launcher_fails_the_task_naming_it_and_nothing_is_left(emulator, capfd):
+    namespace = namespace_of("trainjob_horovod_failure")
+    run, launcher, out = run_failing(emulator, capfd, "trainjob_horovod_failure", 0, 1, (
+        "[1]<stderr>:RuntimeError: Horovod has been shut down", "horovodrun: rank 1 failed"), "launcher")
+    assert f"replica {launcher} exited with code 1" in out and "horovodrun: rank 1 failed" in out
+    record = xcom(run, "train", "job")
+    assert {r["name"]: (r["role"], r["index"], r["state"]) for r in record["replicas"]}[launcher] == (
+        "launcher", 0, "failed")
+    # clean_pod_policy="all": the TrainJob goes, and its launcher, sshd nodes, hostfile and keys with it.
+    settled(emulator, namespace, ([], []))
+    assert emulator.list("configmaps", namespace) == [] and emulator.list("secrets", namespace) == []
+
+
+def test_a_node_that_fails_fails_the_task_naming_it_and_keeps_the_trainjob(emulator, capfd):
+    namespace = namespace_of("trainjob_failure")
+    run, node, out = run_failing(emulator, capfd, "trainjob_failure", 2, 3, (
+        "Traceback (most recent call last):", "RuntimeError: gloo connection reset"), "node")
     assert "failed after" in out and "FailedJobs: jobset failed due to: 1 failed job(s) in node" in out
     assert f"replica {node} exited with code 3" in out
     assert "RuntimeError: gloo connection reset" in out  # the failed node's last lines
@@ -237,7 +257,7 @@ def test_a_node_that_fails_fails_the_task_naming_it_and_keeps_the_trainjob(emula
         "worker", 1, "failed", 3)
     assert xcom(run, "train", "metrics") is None
     # Default after a failure: the TrainJob and its node pods stay for a look until the next try.
-    assert left(emulator, namespace)[0] == [controller.name]
+    assert left(emulator, namespace)[0] == [record["job_name"]]
 
 
 def test_a_suspended_trainjob_is_waited_for_until_it_is_resumed_and_completes(emulator, capfd):

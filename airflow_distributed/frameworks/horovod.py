@@ -2,16 +2,31 @@
 
 Workers run nothing of their own: the backend keeps them on standby (sshd on Kubernetes, an idle
 process locally) while the launcher's ``horovodrun`` starts one rank per slot across the hostfile.
+
+On ``backend="trainjob"`` the Trainer controller's MPI plugin writes the hostfile (``TRAINER_HOSTFILE``), sets
+``OMPI_MCA_orte_default_hostfile`` and mounts the SSH keys, so this framework ships neither; horovodrun is given no
+controller flag and no SSH port there, since the runtime's image decides both (its MPI, its ssh client's config).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 from airflow_distributed.frameworks.base import Framework, Role
 
+if TYPE_CHECKING:
+    from airflow_distributed.plan import Replica
+
 HOSTFILE = "hostfile"
 SSH_PORT = 22
+#: Where Kubeflow Trainer's MPI plugin mounts the hostfile on the launcher (``constants.MPIHostfileDir``/``Name``).
+TRAINER_HOSTFILE = "/etc/mpi/hostfile"
+
+
+def slots(replica: Replica) -> int:
+    """The ranks a replica runs: one per GPU it requests, else one."""
+    return max(replica.resources.device_count("gpu"), 1) if replica.resources else 1
 
 
 class Horovod(Framework):
@@ -20,9 +35,13 @@ class Horovod(Framework):
     default_port = 2222
 
     def replica_env(self, replica, plan, backend):
+        if backend == "trainjob":  # the controller sets it (a reserved name in spec.trainer.env)
+            return {}
         return {"OMPI_MCA_orte_default_hostfile": plan.file_path(HOSTFILE)}
 
     def files(self, plan, backend):
+        if backend == "trainjob":
+            return {}
         return {HOSTFILE: "".join(f"{host} slots={slots}\n" for host, slots in self.hosts(plan, backend).items())}
 
     def hosts(self, plan, backend) -> OrderedDict[str, int]:
@@ -30,14 +49,16 @@ class Horovod(Framework):
         hosts: OrderedDict[str, int] = OrderedDict()
         for replica in plan.replicas:
             host = "localhost" if backend == "local" else replica.host
-            slots = max(replica.resources.device_count("gpu"), 1) if replica.resources else 1
-            hosts[host] = hosts.get(host, 0) + slots
+            # A TrainJob runs every node from the master's pod template (numProcPerNode slots each).
+            hosts[host] = hosts.get(host, 0) + slots(plan.master if backend == "trainjob" else replica)
         return hosts
 
     def replica_command(self, replica, plan, command, files_dir):
         if not replica.is_master:
             return None
         total = sum(self.hosts(plan, plan.backend).values())
+        if plan.backend == "trainjob":
+            return ("horovodrun", "-np", str(total), "--hostfile", TRAINER_HOSTFILE, *command)
         launcher = ["horovodrun", "--gloo", "-np", str(total), "--hostfile", plan.file_path(HOSTFILE)]
         if plan.backend != "local":
             launcher += ["-p", str(SSH_PORT)]

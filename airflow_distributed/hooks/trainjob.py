@@ -21,6 +21,7 @@ from airflow_distributed.manifests.trainjob_status import (
     PLURAL,
     VERSION,
     expected_nodes,
+    is_launcher,
     node_rank,
     node_selector,
     trainjob_status,
@@ -31,15 +32,22 @@ from airflow_distributed.status import ReplicaStatus
 TRAINJOB = KubeflowResource(GROUP, VERSION, PLURAL, KIND)
 
 
-def node_replica(pod: Mapping[str, Any]) -> tuple[str, int]:
-    """A node pod's (role, index): node 0 is the master, node i worker i-1 (Polyaxon's roles)."""
+def node_replica(pod: Mapping[str, Any], mpi: bool = False) -> tuple[str, int]:
+    """A node pod's (role, index), Polyaxon's roles: node 0 is the master, node i worker i-1; on an MPI runtime
+    (``mpi``) the launcher pod is the launcher and ``node`` pod i is worker i."""
+    if is_launcher(pod):
+        return ("launcher", 0)
     rank = node_rank(pod)
+    if mpi:
+        return ("worker", rank)
     return ("master", 0) if rank == 0 else ("worker", rank - 1)
 
 
 def node_statuses(pods: Sequence[Mapping[str, Any]], container: str = NODE) -> tuple[ReplicaStatus, ...]:
-    """The table's rows for a TrainJob's node pods."""
-    return replica_statuses_of_pods(pods, container, node_replica)
+    """The table's rows for a TrainJob's node pods. A launcher among them makes it an MPI job (before JobSet
+    creates the launcher, once the nodes are ready, the nodes are numbered as on the other runtimes)."""
+    mpi = any(is_launcher(pod) for pod in pods)
+    return replica_statuses_of_pods(pods, container, lambda pod: node_replica(pod, mpi))
 
 
 class TrainJobHook(KubeflowJobHook):
@@ -58,10 +66,11 @@ class TrainJobHook(KubeflowJobHook):
         return node_statuses(pods, container)
 
     def kubeflow_output(self, namespace: str, obj: Mapping[str, Any]) -> str | None:
-        """The output document: the termination message of node 0's ``node`` container (the newest such pod,
-        should the Job controller have replaced one)."""
+        """The output document: the termination message of node 0's ``node`` container (an MPI runtime's launcher;
+        the newest such pod, should the Job controller have replaced one)."""
         pods = self.list_pods(namespace, node_selector(obj["metadata"]["name"], rank=0))
-        for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True):
+        newest_first = sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True)
+        for pod in sorted(newest_first, key=lambda p: not is_launcher(p)):
             text = termination_message(pod, NODE)
             if text:
                 return text

@@ -15,9 +15,19 @@ A TrainJob names a training runtime (``runtimeRef``: a ``ClusterTrainingRuntime`
 
 Targeted release: Kubeflow Trainer 2.3 (``kubeflow-trainer-api`` 2.3.x). Frameworks and their default runtime:
 pytorch -> ``torch-distributed``, jax -> ``jax-distributed`` (its runtime sets ``JAX_COORDINATOR_ADDRESS``, node 0
-on port 29500, ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID``). TensorFlow and MXNet have no Trainer v2 runtime and are
-refused (``trainjob_problems``), as are the frameworks whose runtimes this module does not map yet (Horovod on an
-MPI runtime, XGBoost, Paddle).
+on port 29500, ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID``), xgboost -> ``xgboost-distributed`` (its runtime sets
+``DMLC_TRACKER_URI``/``DMLC_TRACKER_PORT``, node 0 on port 29500, an unpadded ``DMLC_TASK_ID`` and a
+``DMLC_NUM_WORKER`` of nodes x GPUs per node; the prologue puts the project's contract on top, see ``node_program``).
+TensorFlow and MXNet have no Trainer v2 runtime and are refused (``trainjob_problems``), as is Paddle (not mapped).
+
+Horovod runs on the cluster's MPI runtime, named with ``runtime=`` (Trainer 2.3 ships no plain MPI runtime: its
+built-in ``mlPolicy.mpi`` runtimes, ``deepspeed-distributed`` and ``mlx-distributed``, are for those frameworks'
+images). The runtime must be OpenMPI with ``runLauncherAsNode: true``: its ``launcher`` replicated job (one pod, the
+Polyaxon launcher, node 0) runs ``trainer.command``, i.e. ``horovodrun`` over the controller's hostfile
+(``/etc/mpi/hostfile``: the launcher and every ``node`` pod, ``slots`` = ``numProcPerNode``); its ``node``
+replicated job (``numNodes`` - 1 pods, workers 0..n-1) runs the runtime's own command and image (sshd). So
+``numNodes`` = 1 + n_workers and ``numProcPerNode`` = the slots the other backends give a replica (its GPUs, else
+1); the runtime patch goes to both replicated jobs.
 
 One template per node. A spec is refused when one replica would need settings of its own: an indexed worker entry,
 or ``default_worker`` settings other than the master's (a spec with no ``default_worker`` runs every node with the
@@ -27,8 +37,9 @@ TrainJob has no place for ``envFrom`` in 2.3.
 Variables that differ between nodes are set when the container starts, from the Job controller's
 ``JOB_COMPLETION_INDEX`` and the runtime's ``PET_*`` (``node_program``): ``AIRFLOW_DISTRIBUTED_ROLE``/``INDEX``
 (node 0 is ``master`` 0, node i is ``worker`` i-1), ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT``
-(for scripts started with ``python``; ``torchrun`` sets its own), and ``AIRFLOW_DISTRIBUTED_OUTPUT`` on node 0
-only. Node 0's command runs under the output relay, so its termination message holds the output document.
+(for scripts started with ``python``; ``torchrun`` sets its own), XGBoost's ``DMLC_TASK_ID``/``DMLC_NUM_WORKER``,
+and ``AIRFLOW_DISTRIBUTED_OUTPUT`` on node 0 only. Node 0's command runs under the output relay, so its termination
+message holds the output document.
 """
 
 from __future__ import annotations
@@ -47,18 +58,27 @@ if TYPE_CHECKING:
 RuntimeKind = Literal["ClusterTrainingRuntime", "TrainingRuntime"]
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 #: framework -> the built-in runtime its TrainJobs reference when ``runtime`` is not given.
-DEFAULT_RUNTIMES: dict[str, str] = {"pytorch": "torch-distributed", "jax": "jax-distributed"}
+DEFAULT_RUNTIMES: dict[str, str] = {"pytorch": "torch-distributed", "jax": "jax-distributed",
+                                    "xgboost": "xgboost-distributed"}
+#: Frameworks that run on an MPI runtime (``mlPolicy.mpi``), which Trainer does not ship for them: ``runtime`` is
+#: required.
+MPI_FRAMEWORKS = frozenset({"horovod"})
+#: The replicated job of an MPI runtime whose pod runs ``trainer.command`` (Trainer's ``constants.Launcher``).
+LAUNCHER = "launcher"
 #: The ``manager`` of this project's runtime patch (the key other managers, e.g. Kueue, keep theirs apart by).
 PATCH_MANAGER = "airflow-distributed.apache.org/operator"
 #: Trainer's default port of the trainer nodes (``constants.ContainerTrainerPort``).
 NODE_PORT = 29500
 OUTPUT_VOLUME = "output"
-# The runtimes compute these per node (the torch runtime's webhook refuses a TrainJob that sets its own).
+# The runtimes compute these per node (the torch and xgboost runtimes' webhooks refuse a TrainJob that sets its own).
 RUNTIME_ENV = frozenset({"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT",
-                         "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_ADDRESS"})
+                         "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_ADDRESS",
+                         "DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID", "DMLC_NUM_WORKER",
+                         "OMPI_MCA_orte_default_hostfile", "OMPI_MCA_plm_rsh_args", "OMPI_MCA_orte_keep_fqdn_hostnames",
+                         "OMPI_MCA_orte_set_default_slots"})
 # Set per node by node_program, from the completion index.
 NODE_ENV = frozenset({"AIRFLOW_DISTRIBUTED_ROLE", "AIRFLOW_DISTRIBUTED_INDEX", "RANK", "WORLD_SIZE", "MASTER_ADDR",
-                      "MASTER_PORT"})
+                      "MASTER_PORT", "DMLC_TASK_ID", "DMLC_NUM_WORKER"})
 
 _NO_RUNTIME = {
     "tensorflow": "TensorFlow has no Kubeflow Trainer v2 runtime",
@@ -115,10 +135,15 @@ def trainjob_problems(spec: TrainingSpec, runtime: str | None = None) -> list[tu
         return [("backend", f"backend='trainjob' cannot run framework '{framework}': {_NO_RUNTIME[framework]}; "
                  "use backend='kubernetes' (one pod per replica) or backend='kubeflow' (a TFJob/MXJob of the "
                  "Training Operator v1)")]
-    if framework not in DEFAULT_RUNTIMES:
-        return [("backend", f"backend='trainjob' takes framework {', '.join(DEFAULT_RUNTIMES)} (runtime "
-                 f"{', '.join(DEFAULT_RUNTIMES.values())}); '{framework}' is not mapped onto a Trainer v2 runtime "
-                 "yet: use backend='kubernetes' or backend='kubeflow'")]
+    if framework in MPI_FRAMEWORKS and not runtime:
+        return [("runtime", f"backend='trainjob' runs framework '{framework}' on the cluster's MPI runtime, which "
+                 "Kubeflow Trainer 2.3 does not ship: give runtime= the name of a ClusterTrainingRuntime (or "
+                 "TrainingRuntime) with mlPolicy.mpi (OpenMPI, runLauncherAsNode: true) whose image runs sshd and has "
+                 "Horovod (docs/trainjob.md)")]
+    if framework not in DEFAULT_RUNTIMES and framework not in MPI_FRAMEWORKS:
+        return [("backend", f"backend='trainjob' takes framework {', '.join([*DEFAULT_RUNTIMES, *MPI_FRAMEWORKS])} "
+                 f"(runtime {', '.join(DEFAULT_RUNTIMES.values())}, or the cluster's MPI runtime); '{framework}' "
+                 "is not mapped onto a Trainer v2 runtime yet: use backend='kubernetes' or backend='kubeflow'")]
     section = f"environment.{SECTION_OF[framework]}"
     env = spec.environment
     master = PodSettings.model_validate({key: getattr(env, key) for key in PodSettings.model_fields})
@@ -204,7 +229,7 @@ def build_trainjob(plan: ClusterPlan, options: TrainJobOptions) -> dict[str, Any
         command=node_program(plan, pods),
         env=[tm.IoK8sApiCoreV1EnvVar.from_dict(item) for item in _trainer_env(plan)] or None,
         numNodes=len(plan.replicas),
-        numProcPerNode=options.n_proc_per_node,
+        numProcPerNode=_proc_per_node(plan, options),
         resourcesPerNode=_resources(master.settings, pods),
     )
     spec = tm.TrainerV1alpha1TrainJobSpec(
@@ -223,6 +248,20 @@ def build_trainjob(plan: ClusterPlan, options: TrainJobOptions) -> dict[str, Any
     return job.to_dict()
 
 
+def _proc_per_node(plan: ClusterPlan, options: TrainJobOptions) -> int | None:
+    if plan.framework in MPI_FRAMEWORKS:
+        # The hostfile's slots, which horovodrun's -np counts on: the slots every other backend gives a replica.
+        from airflow_distributed.frameworks.horovod import slots
+
+        return slots(plan.master)
+    return options.n_proc_per_node
+
+
+def replicated_jobs(framework: str) -> tuple[str, ...]:
+    """The replicated jobs of the runtime whose pods run a framework's replicas (and get the runtime patch)."""
+    return (LAUNCHER, NODE) if framework in MPI_FRAMEWORKS else (NODE,)
+
+
 def node_program(plan: ClusterPlan, pods: JobManifestOptions) -> list[str]:
     """The ``node`` container's argv: a POSIX shell prologue that sets what differs between nodes, then the
     command, under the output relay (which copies the document only where node 0 wrote one)."""
@@ -234,7 +273,7 @@ def node_program(plan: ClusterPlan, pods: JobManifestOptions) -> list[str]:
     # Node 0 is the Polyaxon master; node i > 0 is worker i-1.
     prologue = (
         'rank="${JOB_COMPLETION_INDEX:-${PET_NODE_RANK:-0}}"; '
-        'if [ "$rank" = 0 ]; then AIRFLOW_DISTRIBUTED_ROLE=master; AIRFLOW_DISTRIBUTED_INDEX=0; '
+        f'if [ "$rank" = 0 ]; then AIRFLOW_DISTRIBUTED_ROLE={plan.master.role}; AIRFLOW_DISTRIBUTED_INDEX=0; '
         'else AIRFLOW_DISTRIBUTED_ROLE=worker; AIRFLOW_DISTRIBUTED_INDEX=$((rank - 1)); '
         'unset AIRFLOW_DISTRIBUTED_OUTPUT; fi; '
         'export AIRFLOW_DISTRIBUTED_ROLE AIRFLOW_DISTRIBUTED_INDEX; '
@@ -246,8 +285,32 @@ def node_program(plan: ClusterPlan, pods: JobManifestOptions) -> list[str]:
             'export RANK="$rank" WORLD_SIZE="${PET_NNODES:-1}" MASTER_ADDR="${PET_MASTER_ADDR:-localhost}" '
             f'MASTER_PORT="${{PET_MASTER_PORT:-{NODE_PORT}}}"; '
         )
+    elif plan.framework == "xgboost":
+        prologue += _xgboost_prologue(plan)
     prologue += 'exec "$@"'
     return ["sh", "-c", prologue, "sh", *command]
+
+
+def _xgboost_prologue(plan: ClusterPlan) -> str:
+    """The project's XGBoost contract over the ``xgboost-distributed`` runtime's variables.
+
+    The runtime's tracker address (node 0, port 29500) is the one the plan gives the master, so it is kept. Its
+    ``DMLC_TASK_ID`` is the bare completion index, which the tracker (``sortby="task"``) orders as a string (task 10
+    before task 2), and its ``DMLC_NUM_WORKER`` counts one worker per GPU; the contract runs one process per node,
+    so both are replaced: the index zero-padded to the width of the largest rank, and the number of nodes.
+    """
+    from airflow_distributed.frameworks.xgboost import task_id
+
+    world = len(plan.replicas)
+    width = len(task_id(world - 1, world))
+    tracker = plan.master.host
+    return (
+        f'DMLC_TRACKER_URI="${{DMLC_TRACKER_URI:-{tracker}}}"; '
+        f'DMLC_TRACKER_PORT="${{DMLC_TRACKER_PORT:-{NODE_PORT}}}"; '
+        f'export DMLC_TRACKER_URI DMLC_TRACKER_PORT DMLC_NUM_WORKER={world} '
+        f'DMLC_TASK_ID="$(printf %0{width}d "$rank")" RANK="$rank" WORLD_SIZE={world} '
+        'MASTER_ADDR="$DMLC_TRACKER_URI" MASTER_PORT="$DMLC_TRACKER_PORT"; '
+    )
 
 
 def _trainer_env(plan: ClusterPlan) -> list[dict[str, Any]]:
@@ -318,12 +381,12 @@ def _runtime_patch(plan: ClusterPlan, options: TrainJobOptions, own_labels: Mapp
         trainingRuntimeSpec=tm.TrainerV1alpha1TrainingRuntimeSpecPatch(
             template=tm.TrainerV1alpha1JobSetTemplatePatch(
                 spec=tm.TrainerV1alpha1JobSetSpecPatch(replicatedJobs=[tm.TrainerV1alpha1ReplicatedJobPatch(
-                    name=NODE,
+                    name=name,
                     template=tm.TrainerV1alpha1JobTemplatePatch(
                         spec=tm.TrainerV1alpha1JobSpecPatch(template=tm.TrainerV1alpha1PodTemplatePatch(
                             metadata=metadata, spec=pod_spec)),
                     ),
-                )]),
+                ) for name in replicated_jobs(plan.framework)]),
             ),
         ),
     )
@@ -331,6 +394,8 @@ def _runtime_patch(plan: ClusterPlan, options: TrainJobOptions, own_labels: Mapp
 
 __all__ = [
     "DEFAULT_RUNTIMES",
+    "LAUNCHER",
+    "MPI_FRAMEWORKS",
     "NODE_PORT",
     "PATCH_MANAGER",
     "RUNTIME_KINDS",
@@ -339,5 +404,6 @@ __all__ = [
     "build_trainjob",
     "default_runtime",
     "node_program",
+    "replicated_jobs",
     "trainjob_problems",
 ]

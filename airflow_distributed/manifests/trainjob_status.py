@@ -11,7 +11,9 @@ JobSet's ``Completed``/``Failed`` (``Failed`` also with reasons ``DeadlineExceed
 percentage, estimated remaining seconds, metrics as strings.
 
 The nodes are the pods of the JobSet's replicated job ``node``: one indexed Job, the pod of completion index 0
-being node rank 0, the Polyaxon master, whose termination message holds the output document.
+being node rank 0, the Polyaxon master, whose termination message holds the output document. On an MPI runtime
+(``runLauncherAsNode``) the replicated job ``launcher`` is node 0 (the Polyaxon launcher, with the output) and the
+``node`` pod of completion index i is worker i.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ PLURAL = "trainjobs"
 KIND = "TrainJob"
 #: The replicated job of the trainer nodes, and the name of their training container (Trainer's ``constants.Node``).
 NODE = "node"
+#: An MPI runtime's replicated job whose one pod runs the training command (Trainer's ``constants.Launcher``).
+LAUNCHER = "launcher"
 # Labels JobSet and the Job controller put on the pods of a TrainJob's JobSet (named like the TrainJob).
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
@@ -98,8 +102,9 @@ def trainjob_status(obj: Mapping[str, Any]) -> JobStatus:
 
 
 def node_selector(job_name: str, rank: int | None = None) -> str:
-    """A label selector for the TrainJob's node pods, or the one of node ``rank``."""
-    parts = [f"{JOBSET_NAME_LABEL}={job_name}", f"{REPLICATED_JOB_LABEL}={NODE}"]
+    """A label selector for the TrainJob's node pods (an MPI runtime's launcher included), or those of completion
+    index ``rank``."""
+    parts = [f"{JOBSET_NAME_LABEL}={job_name}", f"{REPLICATED_JOB_LABEL} in ({LAUNCHER},{NODE})"]
     if rank is not None:
         parts.append(f"{COMPLETION_INDEX_LABEL}={rank}")
     return ",".join(parts)
@@ -123,6 +128,11 @@ def node_rank(pod: Mapping[str, Any]) -> int:
     return 0
 
 
+def is_launcher(pod: Mapping[str, Any]) -> bool:
+    """The pod is an MPI runtime's launcher."""
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(REPLICATED_JOB_LABEL) == LAUNCHER
+
+
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -140,11 +150,13 @@ __all__ = [
     "GROUP",
     "JOBSET_NAME_LABEL",
     "KIND",
+    "LAUNCHER",
     "NODE",
     "PLURAL",
     "REPLICATED_JOB_LABEL",
     "VERSION",
     "TrainerProgress",
+    "is_launcher",
     "node_rank",
     "node_selector",
     "trainer_progress",

@@ -80,9 +80,11 @@ class DistributedTrainingOperator(BaseOperator):
         ``outlets`` gets the same ``extra``.
     :param backend: ``local`` (subprocesses on the worker, no cluster), ``kubernetes``, ``kubeflow`` (one
         TFJob/PyTorchJob/MXJob/MPIJob for a cluster that runs the Kubeflow Training Operator) or ``trainjob`` (one
-        Kubeflow Trainer v2 ``TrainJob`` referencing a training runtime; PyTorch and JAX; needs the ``trainjob`` extra).
+        Kubeflow Trainer v2 ``TrainJob`` referencing a training runtime; PyTorch, JAX, XGBoost, Horovod; needs the
+        ``trainjob`` extra).
     :param runtime: ``backend="trainjob"``: the training runtime the TrainJob references; default the framework's
-        (``torch-distributed`` for PyTorch, ``jax-distributed`` for JAX). (templated)
+        (``torch-distributed`` for PyTorch, ``jax-distributed`` for JAX, ``xgboost-distributed`` for
+        XGBoost; required for Horovod: the cluster's MPI runtime). (templated)
     :param runtime_kind: ``backend="trainjob"``: ``ClusterTrainingRuntime`` (default) or ``TrainingRuntime`` (a
         runtime in the job's namespace).
     :param wait_for_completion: wait for the job to finish (the local backend always waits).

@@ -29,12 +29,17 @@ def namespace_of(dag_id: str) -> str:
     return dag_id.replace("_", "-")
 
 
+XGBOOST_ENVIRONMENT = {"resources": {"cpu": {"requests": 1}}, "xgboost": {"n_workers": 2}}
+HOROVOD_ENVIRONMENT = {"resources": {"cpu": {"requests": 1}, "gpu": {"requests": 2, "limits": 2}},
+                       "replicas": {"n_workers": 2}}
+#: The cluster's MPI runtime for Horovod (the test controller plays it; tests/integration/trainjob_controller.py).
+HOROVOD_RUNTIME = "horovod-mpi"
+
+
 def _dag(dag_id: str, *, report: bool = False, **task_kwargs) -> DAG:
     with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "trainjob"]) as dag:
         train = DistributedTrainingOperator(
             task_id="train",
-            framework="pytorch",
-            environment=ENVIRONMENT,
             command=["python", "/opt/jobs/train.py"],
             args=["--steps", "{{ params.steps }}"],
             params={"steps": 5},
@@ -42,7 +47,7 @@ def _dag(dag_id: str, *, report: bool = False, **task_kwargs) -> DAG:
             backend="trainjob",
             namespace=namespace_of(dag_id),
             watch_timings={"server_timeout": 30},
-            **task_kwargs,
+            **{"framework": "pytorch", "environment": ENVIRONMENT, **task_kwargs},
         )
         if report:
 
@@ -56,6 +61,11 @@ def _dag(dag_id: str, *, report: bool = False, **task_kwargs) -> DAG:
 
 success = _dag("trainjob_success", report=True)
 deferrable = _dag("trainjob_deferrable", report=True, deferrable=True)
+xgboost = _dag("trainjob_xgboost", report=True, framework="xgboost", environment=XGBOOST_ENVIRONMENT)
+horovod = _dag("trainjob_horovod", report=True, framework="horovod", environment=HOROVOD_ENVIRONMENT,
+               runtime=HOROVOD_RUNTIME)
+horovod_failure = _dag("trainjob_horovod_failure", framework="horovod", environment=HOROVOD_ENVIRONMENT,
+                       runtime=HOROVOD_RUNTIME, clean_pod_policy="all")
 failure = _dag("trainjob_failure")
 suspended = _dag("trainjob_suspended")
 long_running = _dag("trainjob_long_running", execution_timeout=timedelta(minutes=5))

@@ -17,6 +17,8 @@ import pytest
 from tests.helpers import run_dag_at, wait_until, xcom
 from tests.integration.trainjob_controller import (
     GROUP,
+    MPI_NODE_IMAGE,
+    MPI_RUNTIME,
     PLURAL,
     VERSION,
     TrainerController,
@@ -133,23 +135,119 @@ def test_a_trainjob_that_completes_hands_node_0s_output_to_xcom_and_is_deleted(e
     assert len(watches) == 1 and watches[0].query["fieldSelector"] == f"metadata.name={job}"
 
 
-def test_a_node_that_fails_fails_the_task_naming_it_and_keeps_the_trainjob(emulator, capfd):
-    namespace = namespace_of("trainjob_failure")
+def test_an_xgboost_trainjob_references_the_xgboost_runtime_and_hands_node_0s_output_to_xcom(emulator):
+    namespace = namespace_of("trainjob_xgboost")
+    emulator.create_namespace(namespace)
+    controller = TrainerController(emulator, namespace).play(train_and_complete)
+    run, states = run_dag_at("trainjob_xgboost")
+    controller.check()
+
+    assert states == {"train": "success", "report_metrics": "success"}
+    result = xcom(run, "train")
+    assert (result["framework"], result["backend"], result["state"]) == ("xgboost", "trainjob", "succeeded")
+    job = result["job_name"]
+    assert [(r["name"], r["role"], r["index"], r["state"]) for r in result["replicas"]] == [
+        (f"{job}-node-0-0-x0k2p", "master", 0, "succeeded"),
+        (f"{job}-node-0-1-x1k2p", "worker", 0, "succeeded"),
+        (f"{job}-node-0-2-x2k2p", "worker", 1, "succeeded"),
+    ]
+    assert xcom(run, "report_metrics") == {"loss": 0.125, "model_path": DOCUMENT["model_path"]}
+    submitted = controller.job
+    jsonschema.Draft7Validator(trainjob_schema()).validate(submitted)
+    assert submitted["spec"]["runtimeRef"] == {"apiGroup": GROUP, "kind": "ClusterTrainingRuntime",
+                                               "name": "xgboost-distributed"}
+    trainer = submitted["spec"]["trainer"]
+    assert trainer["numNodes"] == 3 and "numProcPerNode" not in trainer
+    # The runtime reserves DMLC_*: the node prologue sets the contract's values when the node starts.
+    assert not [e["name"] for e in trainer["env"] if e["name"].startswith("DMLC_")]
+    assert "DMLC_TASK_ID" in trainer["command"][2]
+    settled(emulator, namespace, ([], []))
+
+
+def test_a_horovod_trainjob_runs_its_launcher_on_the_mpi_runtime_and_hands_its_output_to_xcom(emulator):
+    namespace = namespace_of("trainjob_horovod")
+    emulator.create_namespace(namespace)
+    seen: dict = {}
+
+    def script(controller: TrainerController) -> None:
+        start_nodes(controller)
+        seen["pods"] = {o["metadata"]["name"]: o for o in emulator.list("pods", namespace)}
+        # Only the launcher ends (JobSet's success policy targets it); the nodes' sshd runs until the job is gone.
+        controller.succeed(0, DOCUMENT)
+        controller.condition("Complete", "True", "AllJobsCompleted", "jobset completed successfully")
+
+    controller = TrainerController(emulator, namespace).play(script)
+    run, states = run_dag_at("trainjob_horovod")
+    controller.check()
+
+    assert states == {"train": "success", "report_metrics": "success"}
+    result = xcom(run, "train")
+    assert (result["framework"], result["backend"], result["state"]) == ("horovod", "trainjob", "succeeded")
+    job = result["job_name"]
+    assert [(r["name"], r["role"], r["index"], r["state"]) for r in result["replicas"]] == [
+        (f"{job}-launcher-0-0-x0m7q", "launcher", 0, "succeeded"),
+        (f"{job}-node-0-0-x1m7q", "worker", 0, "running"),
+        (f"{job}-node-0-1-x2m7q", "worker", 1, "running"),
+    ]
+    assert xcom(run, "report_metrics") == {"loss": 0.125, "model_path": DOCUMENT["model_path"]}
+    submitted = controller.job
+    jsonschema.Draft7Validator(trainjob_schema()).validate(submitted)
+    assert submitted["spec"]["runtimeRef"] == {"apiGroup": GROUP, "kind": "ClusterTrainingRuntime",
+                                               "name": MPI_RUNTIME}
+    trainer = submitted["spec"]["trainer"]
+    # runLauncherAsNode: the launcher is node 0, so 3 nodes are the launcher and 2 node pods; 2 GPUs -> 2 slots.
+    assert (trainer["numNodes"], trainer["numProcPerNode"]) == (3, 2)
+    assert trainer["command"][-9:] == ["horovodrun", "-np", "6", "--hostfile", "/etc/mpi/hostfile", "python",
+                                       "/opt/jobs/train.py", "--steps", "5"]
+    assert not [e["name"] for e in trainer["env"] if e["name"].startswith("OMPI_MCA_")]  # reserved by the plugin
+    patched = submitted["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    assert [p["name"] for p in patched] == ["launcher", "node"]
+    # The hostfile horovodrun reads lists every pod with the slots its -np counts.
+    assert controller.hostfile == (f"{job}-launcher-0-0.{job} slots=2\n{job}-node-0-0.{job} slots=2\n"
+                                   f"{job}-node-0-1.{job} slots=2\n")
+    launcher = seen["pods"][f"{job}-launcher-0-0-x0m7q"]["spec"]
+    assert {m["mountPath"] for m in launcher["containers"][0]["volumeMounts"]} >= {"/etc/mpi", "/airflow/xcom"}
+    assert seen["pods"][f"{job}-node-0-0-x1m7q"]["spec"]["containers"][0]["image"] == MPI_NODE_IMAGE
+    settled(emulator, namespace, ([], []))
+
+
+def run_failing(emulator: KubeEmulator, capfd, dag_id: str, rank: int, code: int, lines: tuple[str, ...], job: str):
+    """Run ``dag_id`` while node ``rank`` fails with ``code`` after logging ``lines``; the TrainJob then fails
+    with the JobSet's reason for replicated job ``job``, and so does the task. Returns the run, the failed pod's
+    name and the task's output."""
+    namespace = namespace_of(dag_id)
     emulator.create_namespace(namespace)
 
     def script(controller: TrainerController) -> None:
         start_nodes(controller)
-        controller.log(2, "Traceback (most recent call last):", "RuntimeError: gloo connection reset")
-        controller.fail(2, 3)
-        controller.condition("Failed", "True", "FailedJobs", "jobset failed due to: 1 failed job(s) in node")
+        controller.log(rank, *lines)
+        controller.fail(rank, code)
+        controller.condition("Failed", "True", "FailedJobs", f"jobset failed due to: 1 failed job(s) in {job}")
 
     controller = TrainerController(emulator, namespace).play(script)
-    run, states = run_dag_at("trainjob_failure")
+    run, states = run_dag_at(dag_id)
     controller.check()
-
     assert states == {"train": "failed"}
-    node = controller.pods[2]
-    out = capfd.readouterr().out
+    return run, controller.pods[rank], capfd.readouterr().out
+
+
+def test_a_failed_horovod_launcher_fails_the_task_naming_it_and_nothing_is_left(emulator, capfd):
+    namespace = namespace_of("trainjob_horovod_failure")
+    run, launcher, out = run_failing(emulator, capfd, "trainjob_horovod_failure", 0, 1, (
+        "[1]<stderr>:RuntimeError: Horovod has been shut down", "horovodrun: rank 1 failed"), "launcher")
+    assert f"replica {launcher} exited with code 1" in out and "horovodrun: rank 1 failed" in out
+    record = xcom(run, "train", "job")
+    assert {r["name"]: (r["role"], r["index"], r["state"]) for r in record["replicas"]}[launcher] == (
+        "launcher", 0, "failed")
+    # clean_pod_policy="all": the TrainJob goes, and its launcher, sshd nodes, hostfile and keys with it.
+    settled(emulator, namespace, ([], []))
+    assert emulator.list("configmaps", namespace) == [] and emulator.list("secrets", namespace) == []
+
+
+def test_a_node_that_fails_fails_the_task_naming_it_and_keeps_the_trainjob(emulator, capfd):
+    namespace = namespace_of("trainjob_failure")
+    run, node, out = run_failing(emulator, capfd, "trainjob_failure", 2, 3, (
+        "Traceback (most recent call last):", "RuntimeError: gloo connection reset"), "node")
     assert "failed after" in out and "FailedJobs: jobset failed due to: 1 failed job(s) in node" in out
     assert f"replica {node} exited with code 3" in out
     assert "RuntimeError: gloo connection reset" in out  # the failed node's last lines
@@ -159,7 +257,7 @@ def test_a_node_that_fails_fails_the_task_naming_it_and_keeps_the_trainjob(emula
         "worker", 1, "failed", 3)
     assert xcom(run, "train", "metrics") is None
     # Default after a failure: the TrainJob and its node pods stay for a look until the next try.
-    assert left(emulator, namespace)[0] == [controller.name]
+    assert left(emulator, namespace)[0] == [record["job_name"]]
 
 
 def test_a_suspended_trainjob_is_waited_for_until_it_is_resumed_and_completes(emulator, capfd):

@@ -5,6 +5,11 @@ What the task can see of them: the TrainJob CRD served with its strict schema (d
 template, on top of a ``torch-distributed`` runtime), with JobSet's and the Job controller's labels, the runtime's
 ``PET_*`` variables and ``JOB_COMPLETION_INDEX``, and an ownerReference to the TrainJob (so deleting it deletes
 them); ``status`` (conditions, ``jobsStatus``, ``trainerStatus``) written through the status subresource.
+
+On ``MPI_RUNTIME`` (a cluster's Horovod runtime: ``mlPolicy.mpi``, OpenMPI, ``runLauncherAsNode``) it plays
+Trainer's MPI plugin: the hostfile ConfigMap and SSH key Secret, one ``launcher`` pod running ``trainer.command``
+with the hostfile at ``/etc/mpi/hostfile`` and the ``OMPI_MCA_*`` variables, and ``numNodes`` - 1 ``node`` pods
+running the runtime's sshd.
 """
 
 from __future__ import annotations
@@ -20,6 +25,10 @@ from tests.integration.kubeflow_controller import KubeflowController
 from tests.k8s_emulator import KubeEmulator
 
 GROUP, VERSION, PLURAL, KIND = "trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"
+#: The cluster's Horovod runtime in the tests, and what it runs on its ``node`` pods.
+MPI_RUNTIME = "horovod-mpi"
+MPI_NODE_IMAGE = "registry.example.com/horovod-runtime:1.0"
+SSH_AUTH_PATH = "/home/mpiuser/.ssh"
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "data" / "trainjob" / "trainjob-v1alpha1.json"
 
 
@@ -47,6 +56,7 @@ class TrainerController:
         self._jobs: list[dict[str, Any]] = []
         self._progress: dict[str, Any] = {}
         self._thread: threading.Thread | None = None
+        self.hostfile = ""
 
     def jobs(self) -> list[dict]:
         return self.emu.list(PLURAL, self.namespace, group=GROUP, version=VERSION)
@@ -104,6 +114,8 @@ class TrainerController:
         """One pod per node, as JobSet's indexed Job makes them: ``{rank: pod name}``."""
         job = self.job = self.get() or self.job
         assert job is not None
+        if job["spec"]["runtimeRef"]["name"] == MPI_RUNTIME:
+            return self.create_mpi_pods(job)
         spec, name = job["spec"], self.name
         trainer = spec.get("trainer") or {}
         patch = spec["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
@@ -115,14 +127,7 @@ class TrainerController:
         owner = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": name, "uid": job["metadata"]["uid"],
                  "controller": True, "blockOwnerDeletion": True}
         for rank in range(nodes):
-            runtime_env = [
-                {"name": "PET_NNODES", "value": str(nodes)},
-                {"name": "PET_NPROC_PER_NODE", "value": str(trainer.get("numProcPerNode") or 1)},
-                {"name": "PET_NODE_RANK", "value": str(rank)},
-                {"name": "PET_MASTER_ADDR", "value": f"{name}-node-0-0.{name}"},
-                {"name": "PET_MASTER_PORT", "value": "29500"},
-                {"name": "JOB_COMPLETION_INDEX", "value": str(rank)},
-            ]
+            runtime_env = [*self.runtime_env(job, rank, nodes), {"name": "JOB_COMPLETION_INDEX", "value": str(rank)}]
             container = {"name": "node", "image": trainer["image"], "command": trainer["command"],
                          "env": [*(trainer.get("env") or []), *runtime_env],
                          "ports": [{"containerPort": 29500}]}
@@ -146,6 +151,85 @@ class TrainerController:
             self.emu.create("pods", self.namespace, pod)
             self.pods[rank] = pod_name
         return self.pods
+
+    def create_mpi_pods(self, job: dict) -> dict[int, str]:
+        """The MPI plugin's objects and JobSet's pods: rank 0 is the launcher, rank i the ``node`` pod of
+        completion index i - 1."""
+        spec, name, uid = job["spec"], self.name, job["metadata"]["uid"]
+        trainer = spec.get("trainer") or {}
+        nodes, slots = int(trainer.get("numNodes") or 1), int(trainer.get("numProcPerNode") or 1)
+        patches = {p["name"]: p["template"]["spec"]["template"]
+                   for p in spec["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]}
+        owner = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": name, "uid": uid, "controller": True,
+                 "blockOwnerDeletion": True}
+        endpoints = [f"{name}-launcher-0-0.{name}", *(f"{name}-node-0-{i}.{name}" for i in range(nodes - 1))]
+        self.hostfile = "".join(f"{host} slots={slots}\n" for host in endpoints)
+        self.emu.create("configmaps", self.namespace, {
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": f"{name}-mpi-hostfile", "ownerReferences": [owner]},
+            "data": {"hostfile": self.hostfile}})
+        self.emu.create("secrets", self.namespace, {
+            "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/ssh-auth", "immutable": True,
+            "metadata": {"name": f"{name}-mpi-ssh-auth", "ownerReferences": [owner]},
+            "stringData": {"ssh-privatekey": "test key", "ssh-publickey": "ecdsa-sha2-nistp521 test"}})
+        ssh = {"name": "mpi-ssh-auth", "secret": {"secretName": f"{name}-mpi-ssh-auth", "defaultMode": 0o400}}
+        hostfile = {"name": "mpi-hostfile", "configMap": {"name": f"{name}-mpi-hostfile",
+                                                          "items": [{"key": "hostfile", "path": "hostfile"}]}}
+        ompi = [{"name": "OMPI_MCA_orte_default_hostfile", "value": "/etc/mpi/hostfile"},
+                {"name": "OMPI_MCA_orte_keep_fqdn_hostnames", "value": "true"},
+                {"name": "OMPI_MCA_orte_set_default_slots", "value": str(slots)},
+                {"name": "OMPI_MCA_plm_rsh_args", "value": "-o ConnectionAttempts=10"}]
+        members = [("launcher", 0, trainer["image"], {"command": trainer["command"]}, ompi, [hostfile])]
+        members += [("node", i, MPI_NODE_IMAGE, {"command": ["/usr/sbin/sshd"], "args": ["-De"]}, [], [])
+                    for i in range(nodes - 1)]
+        for rank, (replicated, index, image, argv, extra_env, extra_volumes) in enumerate(members):
+            template = patches[replicated]
+            pod_spec = dict(template.get("spec") or {})
+            container_patch = next(iter(pod_spec.pop("containers", None) or []), {})
+            mounts = [*(container_patch.get("volumeMounts") or []), {"name": "mpi-ssh-auth",
+                                                                      "mountPath": SSH_AUTH_PATH}]
+            if extra_volumes:
+                mounts.append({"name": "mpi-hostfile", "mountPath": "/etc/mpi"})
+            container = {"name": "node", "image": image, **argv,
+                         "env": [*(trainer.get("env") or []), *extra_env,
+                                 {"name": "JOB_COMPLETION_INDEX", "value": str(index)}],
+                         "volumeMounts": mounts}
+            if trainer.get("resourcesPerNode"):
+                container["resources"] = trainer["resourcesPerNode"]
+            labels = {**(template.get("metadata") or {}).get("labels", {}),
+                      "jobset.sigs.k8s.io/jobset-name": name,
+                      "jobset.sigs.k8s.io/replicatedjob-name": replicated,
+                      "jobset.sigs.k8s.io/job-index": "0",
+                      "batch.kubernetes.io/job-completion-index": str(index)}
+            if replicated == "launcher":
+                labels["trainer.kubeflow.org/trainjob-ancestor-step"] = "trainer"
+            pod_name = f"{name}-{replicated}-0-{index}-x{rank}m7q"
+            pod = {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": pod_name, "labels": labels, "ownerReferences": [owner],
+                                "annotations": (template.get("metadata") or {}).get("annotations") or {}},
+                   "spec": {**pod_spec, "containers": [container], "restartPolicy": "Never",
+                            "volumes": [*(pod_spec.get("volumes") or []), ssh, *extra_volumes],
+                            "hostname": f"{name}-{replicated}-0-{index}", "subdomain": name}}
+            self.emu.create("pods", self.namespace, pod)
+            self.pods[rank] = pod_name
+        return self.pods
+
+    @staticmethod
+    def runtime_env(job: dict, rank: int, nodes: int) -> list[dict[str, str]]:
+        """What the referenced runtime's plugin gives node ``rank``: torch-distributed's ``PET_*``, or
+        xgboost-distributed's ``DMLC_*`` (the bare completion index as the task id; one worker per GPU)."""
+        name, trainer = job["metadata"]["name"], job["spec"].get("trainer") or {}
+        if job["spec"]["runtimeRef"]["name"] == "xgboost-distributed":
+            gpus = int(((trainer.get("resourcesPerNode") or {}).get("limits") or {}).get("nvidia.com/gpu", 1))
+            return [{"name": "DMLC_TRACKER_URI", "value": f"{name}-node-0-0.{name}"},
+                    {"name": "DMLC_TRACKER_PORT", "value": "29500"},
+                    {"name": "DMLC_TASK_ID", "value": str(rank)},
+                    {"name": "DMLC_NUM_WORKER", "value": str(nodes * gpus)}]
+        return [{"name": "PET_NNODES", "value": str(nodes)},
+                {"name": "PET_NPROC_PER_NODE", "value": str(trainer.get("numProcPerNode") or 1)},
+                {"name": "PET_NODE_RANK", "value": str(rank)},
+                {"name": "PET_MASTER_ADDR", "value": f"{name}-node-0-0.{name}"},
+                {"name": "PET_MASTER_PORT", "value": "29500"}]
 
     def run_all(self) -> None:
         for name in self.pods.values():

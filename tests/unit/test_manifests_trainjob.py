@@ -15,6 +15,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from airflow_distributed.hooks.trainjob import node_statuses
 from airflow_distributed.manifests.kubeflow_status import JobStatus
 from airflow_distributed.manifests.kubernetes import (
     JOB_LABEL,
@@ -173,6 +174,43 @@ def test_each_node_finds_its_role_index_and_rank_when_it_starts(rank, expected):
     assert json.loads(out) == expected
 
 
+def test_an_xgboost_job_references_the_xgboost_runtime_and_leaves_its_reserved_variables_to_it():
+    body = build({"xgboost": {"n_workers": 2}}, framework="xgboost")
+    assert body["spec"]["runtimeRef"]["name"] == "xgboost-distributed" and body["spec"]["trainer"]["numNodes"] == 3
+    assert "numProcPerNode" not in body["spec"]["trainer"]
+    env = {item["name"]: item["value"] for item in body["spec"]["trainer"]["env"]}
+    # The runtime's webhook forbids these four in spec.trainer.env.
+    assert not [name for name in env if name.startswith("DMLC_")]
+    assert env["AIRFLOW_DISTRIBUTED_FRAMEWORK"] == "xgboost"
+
+
+XGBOOST_VARIABLES = ["AIRFLOW_DISTRIBUTED_ROLE", "AIRFLOW_DISTRIBUTED_INDEX", "DMLC_TRACKER_URI", "DMLC_TRACKER_PORT",
+                     "DMLC_TASK_ID", "DMLC_NUM_WORKER", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"]
+TRACKER = "train-1a2b-node-0-0.train-1a2b"
+
+
+@pytest.mark.parametrize(("rank", "expected"), [
+    (0, ["master", "0", TRACKER, "29500", "00", "11", "0", "11", TRACKER, "29500"]),
+    (2, ["worker", "1", TRACKER, "29500", "02", "11", "2", "11", TRACKER, "29500"]),
+    (10, ["worker", "9", TRACKER, "29500", "10", "11", "10", "11", TRACKER, "29500"]),
+])
+def test_each_xgboost_node_gets_the_projects_contract_over_the_runtimes_variables(rank, expected):
+    """The prologue run by a real sh, with the variables the xgboost-distributed runtime gives node ``rank`` of 11
+    with 2 GPUs each: its bare task id and its worker count of nodes x GPUs give way to the contract's."""
+    environment = {"xgboost": {"n_workers": 10}}
+    spec = load_spec("xgboost", environment)
+    show = f"import json, os; print(json.dumps([os.environ.get(k) for k in {XGBOOST_VARIABLES!r}]))"
+    plan = build_plan(spec, "train-1a2b", TrainJobAddressing(NAMESPACE), layout_for_kubernetes(None,
+                      job_name="train-1a2b"), [sys.executable, "-c", show], backend="trainjob")
+    argv = node_program(plan, JobManifestOptions(namespace=NAMESPACE, image="trainer:1", relay_output=False))
+    body_env = {item["name"]: item["value"]
+                for item in build(environment, framework="xgboost")["spec"]["trainer"]["env"]}
+    env = {**body_env, "PATH": "/usr/bin:/bin", "JOB_COMPLETION_INDEX": str(rank), "DMLC_TRACKER_URI": TRACKER,
+           "DMLC_TRACKER_PORT": "29500", "DMLC_TASK_ID": str(rank), "DMLC_NUM_WORKER": "22"}
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == expected
+
+
 def status_of(status: dict) -> JobStatus:
     jsonschema.Draft7Validator(SCHEMA).validate({"status": status})
     return trainjob_status({"status": status})
@@ -223,14 +261,61 @@ def test_no_status_yet_is_pending_and_has_no_progress():
 
 def test_node_0_is_found_by_jobsets_labels():
     assert node_selector("train-1a2b", rank=0) == ("jobset.sigs.k8s.io/jobset-name=train-1a2b,"
-                                                   "jobset.sigs.k8s.io/replicatedjob-name=node,"
+                                                   "jobset.sigs.k8s.io/replicatedjob-name in (launcher,node),"
                                                    "batch.kubernetes.io/job-completion-index=0")
+
+
+def pod(replicated: str, index: int) -> dict:
+    return {"metadata": {"name": f"j-{replicated}-0-{index}", "labels": {
+        "jobset.sigs.k8s.io/replicatedjob-name": replicated, "batch.kubernetes.io/job-completion-index": str(index)}}}
+
+
+def test_nodes_are_numbered_from_the_launcher_on_an_mpi_runtime_and_from_node_0_elsewhere():
+    torch = [pod("node", 0), pod("node", 1), pod("node", 2)]
+    mpi = [pod("launcher", 0), pod("node", 0), pod("node", 1)]
+    assert [(r.role, r.index) for r in node_statuses(torch)] == [("master", 0), ("worker", 0), ("worker", 1)]
+    assert [(r.role, r.index) for r in node_statuses(mpi)] == [("launcher", 0), ("worker", 0), ("worker", 1)]
+
+
+def test_a_horovod_job_runs_its_launcher_on_the_named_mpi_runtime():
+    environment = {"resources": {"gpu": {"requests": 4, "limits": 4}}, "replicas": {"n_workers": 3},
+                   "node_selector": {"pool": "a100"}}
+    assert trainjob_problems(load_spec("horovod", environment), "horovod-mpi") == []
+    body = build(environment, framework="horovod", runtime="horovod-mpi")
+    trainer = body["spec"]["trainer"]
+    assert body["spec"]["runtimeRef"]["name"] == "horovod-mpi"
+    assert (trainer["numNodes"], trainer["numProcPerNode"]) == (4, 4)  # the launcher is node 0; 4 GPUs, 4 slots
+    assert trainer["command"][-7:] == ["horovodrun", "-np", "16", "--hostfile", "/etc/mpi/hostfile", "python",
+                                       "train.py"]
+    # The MPI plugin sets these four and its webhook refuses a TrainJob that sets them.
+    assert not [e["name"] for e in trainer["env"] if e["name"].startswith("OMPI_MCA_")]
+    replicated = body["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    assert [job["name"] for job in replicated] == ["launcher", "node"]
+    assert [job["template"]["spec"]["template"]["spec"]["nodeSelector"] for job in replicated] == [{"pool": "a100"}] * 2
+
+
+def test_the_launcher_starts_horovodrun_as_the_launcher_with_the_output_path(tmp_path):
+    """The launcher's prologue run by a real sh, with a horovodrun on PATH that shows what it was given."""
+    (tmp_path / "horovodrun").write_text('#!/bin/sh\necho "$AIRFLOW_DISTRIBUTED_ROLE $AIRFLOW_DISTRIBUTED_INDEX '
+                                         '${AIRFLOW_DISTRIBUTED_OUTPUT:-none} $*"\n')
+    (tmp_path / "horovodrun").chmod(0o755)
+    spec = load_spec("horovod", {"replicas": {"n_workers": 2}})
+    plan = build_plan(spec, "train-1a2b", TrainJobAddressing(NAMESPACE), layout_for_kubernetes(None,
+                      job_name="train-1a2b"), ["python", "train.py"], backend="trainjob")
+    argv = node_program(plan, JobManifestOptions(namespace=NAMESPACE, image="trainer:1", relay_output=False))
+    body_env = {item["name"]: item["value"] for item in build({"replicas": {"n_workers": 2}}, framework="horovod",
+                                                               runtime="horovod-mpi")["spec"]["trainer"]["env"]}
+    env = {**body_env, "PATH": f"{tmp_path}:/usr/bin:/bin", "JOB_COMPLETION_INDEX": "0"}
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["launcher", "0", "/airflow/xcom/return.json", "-np", "3", "--hostfile",
+                           "/etc/mpi/hostfile", "python", "train.py"]
 
 
 @pytest.mark.parametrize(("framework", "environment", "path", "message"), [
     ("tensorflow", {"tensorflow": {"n_workers": 1}}, "backend", "TensorFlow has no Kubeflow Trainer v2 runtime"),
     ("mxnet", {}, "backend", "MXNet has no Kubeflow Trainer v2 runtime"),
-    ("xgboost", {}, "backend", "'xgboost' is not mapped onto a Trainer v2 runtime yet"),
+    ("paddle", {}, "backend", "'paddle' is not mapped onto a Trainer v2 runtime yet"),
+    ("horovod", {"replicas": {"n_workers": 1}}, "runtime", "which Kubeflow Trainer 2.3 does not ship: give runtime="),
     ("pytorch", {"config_map_refs": ["settings"]}, "environment.config_map_refs", "has no envFrom"),
     ("pytorch", {"pytorch": {"n_workers": 2, "elastic": {"min_workers": 2}}}, "environment.pytorch.elastic",
      "Kubeflow Trainer v2 has no elastic mode"),
@@ -275,3 +360,31 @@ def test_the_committed_schema_is_the_one_the_installed_typed_models_give():
     generator = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(generator)
     assert generator.trainjob_schema() == SCHEMA
+
+
+def test_the_horovod_runtime_of_the_docs_is_valid_for_the_typed_models_strict_schema():
+    """The docs' ClusterTrainingRuntime, checked with the schema derived from the typed models as the TrainJob's is
+    (unknown fields refused), so that the example a cluster copies is one Trainer 2.3 takes."""
+    import importlib.util
+    import re
+
+    import yaml
+    from kubeflow_trainer_api.models import TrainerV1alpha1ClusterTrainingRuntime
+
+    path = Path(__file__).resolve().parent.parent / "data" / "trainjob" / "generate_schema.py"
+    module_spec = importlib.util.spec_from_file_location("generate_trainjob_schema", path)
+    assert module_spec is not None and module_spec.loader is not None
+    generator = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(generator)
+    raw = TrainerV1alpha1ClusterTrainingRuntime.model_json_schema(by_alias=True)
+    schema = generator._inline({k: v for k, v in raw.items() if k != "$defs"}, raw.get("$defs", {}))
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "trainjob.md").read_text()
+    blocks = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", docs, re.S)]
+    runtime = next(b for b in blocks if b.get("kind") == "ClusterTrainingRuntime")
+    jsonschema.Draft7Validator(schema).validate(runtime)
+    mpi = runtime["spec"]["mlPolicy"]["mpi"]
+    assert (mpi["mpiImplementation"], mpi["runLauncherAsNode"]) == ("OpenMPI", True)
+    assert [job["name"] for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]] == ["node", "launcher"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft7Validator(schema).validate({**runtime, "spec": {**runtime["spec"], "mpiPolicy": {}}})

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 #: The XCom key the operator writes its job record under, success or failure.
 JOB_XCOM_KEY = "job"
-#: The XCom key of a running local job's record (``operators.local_live``).
+#: The XCom key of a running local job's record (``backends.local_live``).
 LIVE_XCOM_KEY = "job_live"
 
 

@@ -27,6 +27,9 @@ from airflow.providers.common.compat.sdk import conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout, AirflowSkipException
 
+from airflow_distributed.backends.kubeflow import KubeflowJobRun
+from airflow_distributed.backends.trainjob import TrainJobRun
+
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
@@ -127,20 +130,17 @@ class DistributedJobSensor(BaseSensorOperator):
 
     # ------------------------------------------------------------------ poke
 
+    def _run_class(self) -> type[KubeflowJobRun]:
+        """The backend's run of this kind of job (``kubeflow`` or ``trainjob``): the sensor finds and reads the job
+        with the same hook, resource and trigger as the operator that started it."""
+        return TrainJobRun if self.kind == TRAINJOB_KIND else KubeflowJobRun
+
     def hook(self) -> KubeflowJobHook:
-        from airflow_distributed.hooks.kubeflow import KubeflowJobHook
-
-        if self.kind == TRAINJOB_KIND:
-            from airflow_distributed.hooks.trainjob import TrainJobHook
-
-            return TrainJobHook(kubernetes_conn_id=self.kubernetes_conn_id, logger=self.log)
-        return KubeflowJobHook(kubernetes_conn_id=self.kubernetes_conn_id, logger=self.log)
+        return self._run_class().hook_class()(kubernetes_conn_id=self.kubernetes_conn_id, logger=self.log)
 
     def _resource(self) -> Any:
         if self.kind == TRAINJOB_KIND:
-            from airflow_distributed.hooks.trainjob import TRAINJOB
-
-            return TRAINJOB
+            return TrainJobRun.resource_of(self.framework or "")
         from airflow_distributed.hooks.kubeflow import resource_of_kind
 
         return resource_of_kind(str(self.kind))
@@ -283,14 +283,10 @@ class DistributedJobSensor(BaseSensorOperator):
                                 kubernetes_conn_id=self.kubernetes_conn_id, watch_timings=self.watch_timings)
 
     def _kubeflow_trigger(self, hook: KubeflowJobHook, namespace: str) -> Any:
-        from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
-        from airflow_distributed.triggers.trainjob import TrainJobTrigger
-
         resource = self._resource()
         if hook.get_kubeflow_job(namespace, resource, self.job_name) is None:
             return None
-        trigger_class = TrainJobTrigger if self.kind == TRAINJOB_KIND else KubeflowJobTrigger
-        return trigger_class(job_name=self.job_name, namespace=namespace, group=resource.group,
+        return self._run_class().trigger_class()(job_name=self.job_name, namespace=namespace, group=resource.group,
                                   version=resource.version, plural=resource.plural,
                                   kubernetes_conn_id=self.kubernetes_conn_id, watch_timings=self.watch_timings,
                                   image_pull_grace=self.image_pull_grace)

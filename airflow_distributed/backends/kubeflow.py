@@ -254,9 +254,9 @@ class KubeflowJobRun:
 
     def finish(self, status: JobStatus, obj: dict[str, Any] | None) -> dict[str, Any]:
         """Output, clean-up, XCom; raises ``DistributedJobError`` unless the job succeeded."""
-        from airflow_distributed.hooks.job_watch import replica_table
         from airflow_distributed.hooks.kubeflow import STOPPED, failed_replica
         from airflow_distributed.hooks.pending_pods import IMAGE_PULL_FAILED
+        from airflow_distributed.jobstate.job_watch import replica_table
         from airflow_distributed.outputs import job_record, job_result
         from airflow_distributed.status import SUCCEEDED
 

@@ -43,8 +43,8 @@ if TYPE_CHECKING:
 
     from airflow_distributed.backends.base import BackendSettings, TaskCalls
     from airflow_distributed.elastic import ElasticPlan
-    from airflow_distributed.hooks.job_watch import JobTracker, JobVerdict, ReplicaSlot
     from airflow_distributed.hooks.kubernetes import DistributedTrainingHook, JobHandle
+    from airflow_distributed.jobstate.job_watch import JobTracker, JobVerdict, ReplicaSlot
     from airflow_distributed.manifests.kubernetes import JobObjects
     from airflow_distributed.spec import TrainingSpec
 
@@ -115,7 +115,7 @@ def run_kubernetes(task: TaskCalls, settings: BackendSettings, context: Context,
 def resume_kubernetes(task: TaskCalls, settings: BackendSettings, context: Context, event: dict[str, Any],
                       on_start: Callable[[KubernetesJobRun], None] = _ignore) -> dict[str, Any]:
     """``execute_complete``: the trigger's verdict -> output, logs, clean-up and XCom, as in the synchronous path."""
-    from airflow_distributed.hooks.job_watch import JobVerdict, log_available
+    from airflow_distributed.jobstate.job_watch import JobVerdict, log_available
 
     run = KubernetesJobRun.resume(task, settings, context, event)
     on_start(run)
@@ -219,8 +219,8 @@ class KubernetesJobRun:
     @classmethod
     def start(cls, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, job_name: str,
               command: Sequence[str]) -> KubernetesJobRun:
-        from airflow_distributed.hooks.job_watch import replica_slots
         from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
+        from airflow_distributed.jobstate.job_watch import replica_slots
         from airflow_distributed.manifests.horovod_ssh import generate_ssh_key_pair
         from airflow_distributed.manifests.kubernetes import build_job_objects, layout_for_kubernetes
         from airflow_distributed.plan import KubernetesAddressing, build_plan
@@ -249,8 +249,8 @@ class KubernetesJobRun:
     @classmethod
     def resume(cls, task: TaskCalls, settings: BackendSettings, context: Context,
                event: dict[str, Any]) -> KubernetesJobRun:
-        from airflow_distributed.hooks.job_watch import slots_from_json
         from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
+        from airflow_distributed.jobstate.job_watch import slots_from_json
         from airflow_distributed.spec import load_spec
 
         hook = DistributedTrainingHook(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
@@ -320,7 +320,7 @@ class KubernetesJobRun:
         """An elastic job's answer to a replica that ended badly: recreate its pod (same name, so the same
         address) or carry on without it, and wait again (``True``); or let the job fail (``False``)."""
         from airflow_distributed.elastic import CONTINUE, RESTART, after_replica_ended
-        from airflow_distributed.manifests.kubernetes import RESTARTS_ANNOTATION
+        from airflow_distributed.manifests.pod_names import RESTARTS_ANNOTATION
 
         if self.elastic is None or verdict.succeeded or verdict.replica is None or \
                 verdict.cause not in ("exit", "pod", "deleted") or self.handle is None or self.objects is None:
@@ -359,7 +359,7 @@ class KubernetesJobRun:
             self.log.error("could not clean up job %s/%s: %s", self.namespace, self.name, error)
 
     def _defer(self) -> None:
-        from airflow_distributed.hooks.job_watch import slots_to_json
+        from airflow_distributed.jobstate.job_watch import slots_to_json
         from airflow_distributed.triggers.kubernetes import DistributedJobTrigger
 
         deadline, timeout = deferral_deadline(self.settings, self.context)
@@ -378,7 +378,7 @@ class KubernetesJobRun:
         self.task.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
 
     def _log_table(self, rows: Sequence[ReplicaStatus]) -> None:
-        from airflow_distributed.hooks.job_watch import replica_table
+        from airflow_distributed.jobstate.job_watch import replica_table
 
         self.log.info("replicas of %s:\n%s", self.name, replica_table(self._with_dropped(rows)))
 
@@ -413,7 +413,7 @@ class KubernetesJobRun:
     def finish(self, verdict: JobVerdict, tracker: JobTracker, logs: dict[str, list[str]],
                elapsed: float) -> dict[str, Any]:
         """Output, logs, clean-up, XCom; raises ``DistributedJobError`` unless the job succeeded."""
-        from airflow_distributed.hooks.job_watch import replica_table
+        from airflow_distributed.jobstate.job_watch import replica_table
         from airflow_distributed.outputs import job_record, job_result
 
         ti = self.context["ti"]
@@ -441,7 +441,7 @@ class KubernetesJobRun:
 
         ``logs`` gets the tails read here.
         """
-        from airflow_distributed.hooks.job_watch import log_available
+        from airflow_distributed.jobstate.job_watch import log_available
 
         document = self._document(tracker, verdict.succeeded) if not killed else _empty_document()
         failure_tail: list[str] = []

@@ -163,7 +163,7 @@ def live_record(
     announced: Mapping[str, Any], pods_and_logs: tuple[list[dict[str, Any]], dict[str, list[str]]]
 ) -> dict[str, Any]:
     """A job record in the shape of the ``job`` XCom, from the pods' current states (pure)."""
-    from airflow_distributed.hooks.job_watch import ReplicaSlot, replica_status
+    from airflow_distributed.jobstate.job_watch import ReplicaSlot, replica_status
 
     pods, logs = pods_and_logs
     rows = []

@@ -33,8 +33,8 @@ from airflow_distributed.backends.trainjob import TrainJobRun
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_distributed.hooks.job_watch import JobTracker, ReplicaSlot
     from airflow_distributed.hooks.kubeflow import KubeflowJobHook
+    from airflow_distributed.jobstate.job_watch import JobTracker, ReplicaSlot
 
 #: Kubeflow kind -> framework (``manifests.kubeflow.KINDS``, kept here so that parsing a DAG imports no client).
 KIND_FRAMEWORK: dict[str, str] = {"TFJob": "tensorflow", "PyTorchJob": "pytorch", "MXJob": "mxnet",
@@ -155,7 +155,7 @@ class DistributedJobSensor(BaseSensorOperator):
         return self._poke_kubeflow(hook, self._namespace(hook), context)
 
     def _poke_pods(self, hook: KubeflowJobHook, namespace: str, context: Context) -> bool | PokeReturnValue:
-        from airflow_distributed.hooks.job_watch import replica_table
+        from airflow_distributed.jobstate.job_watch import replica_table
 
         tracker = self._tracker(hook, namespace)
         if tracker is None:
@@ -174,7 +174,7 @@ class DistributedJobSensor(BaseSensorOperator):
         return self._succeed(context, text, framework, "kubernetes", namespace, tracker.statuses())
 
     def _tracker(self, hook: KubeflowJobHook, namespace: str) -> JobTracker | None:
-        from airflow_distributed.hooks.job_watch import JobTracker
+        from airflow_distributed.jobstate.job_watch import JobTracker
 
         pods = hook.list_job_pods(namespace, self.job_name).get("items") or []
         slots = slots_of_pods(pods)
@@ -250,7 +250,7 @@ class DistributedJobSensor(BaseSensorOperator):
         """One poke; unless the job ended, defer until it changes (or, before it exists, for ``poke_interval``)."""
         from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
 
-        from airflow_distributed.hooks.job_watch import slots_to_json
+        from airflow_distributed.jobstate.job_watch import slots_to_json
 
         done = self.poke(context)
         if done:
@@ -298,7 +298,7 @@ class DistributedJobSensor(BaseSensorOperator):
         if isinstance(event, Mapping) and "status" in event:
             status = event["status"]
             if status == "failed" and event.get("verdict"):
-                from airflow_distributed.hooks.job_watch import JobVerdict
+                from airflow_distributed.jobstate.job_watch import JobVerdict
 
                 verdict = JobVerdict.from_dict(event["verdict"])
                 raise AirflowFailException(f"job {event.get('namespace')}/{self.job_name} failed: "
@@ -329,7 +329,7 @@ def _checked_timings(owner: str, timings: Mapping[str, Any] | None, watch_timeou
 
 def slots_of_pods(pods: Sequence[Mapping[str, Any]]) -> tuple[ReplicaSlot, ...]:
     """The replicas of a job of the ``kubernetes`` backend, from its pods' labels, the master first."""
-    from airflow_distributed.hooks.job_watch import ReplicaSlot
+    from airflow_distributed.jobstate.job_watch import ReplicaSlot
     from airflow_distributed.manifests.kubernetes import INDEX_LABEL, MASTER_LABEL, ROLE_LABEL
 
     slots = []
@@ -347,7 +347,7 @@ def slots_of_pods(pods: Sequence[Mapping[str, Any]]) -> tuple[ReplicaSlot, ...]:
 
 def pod_start_times(pods: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """``status.startTime`` of each pod that has one, as epoch seconds (the kubelet starts pulling then)."""
-    from airflow_distributed.hooks.job_watch import parse_timestamp_ns
+    from airflow_distributed.jobstate.job_watch import parse_timestamp_ns
 
     return {pod["metadata"]["name"]: parse_timestamp_ns(pod["status"]["startTime"]) / 10**9
             for pod in pods if (pod.get("status") or {}).get("startTime")}

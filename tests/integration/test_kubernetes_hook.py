@@ -14,9 +14,9 @@ import pytest
 from kubernetes import client
 
 from airflow_distributed.hooks.api_retry import KubernetesJobError, RetryPolicy
-from airflow_distributed.hooks.job_watch import replica_slots
 from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
 from airflow_distributed.hooks.pod_logs import PodLogFollower
+from airflow_distributed.jobstate.job_watch import replica_slots
 from airflow_distributed.manifests.horovod_ssh import generate_ssh_key_pair
 from airflow_distributed.manifests.kubernetes import (
     JobManifestOptions,

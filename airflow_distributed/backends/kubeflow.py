@@ -36,6 +36,11 @@ from airflow_distributed.backends.job_run import (
     watch_timings,
 )
 from airflow_distributed.backends.kubernetes import check_kubernetes_arguments, manifest_options
+from airflow_distributed.jobstate.job_watch import replica_table
+from airflow_distributed.outputs import job_record, job_result, parse_output_document
+from airflow_distributed.plan import build_plan
+from airflow_distributed.spec import load_spec
+from airflow_distributed.status import SUCCEEDED
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -178,7 +183,6 @@ class KubeflowJobRun:
         from airflow_distributed.hooks.kubeflow import KubeflowJobHook
         from airflow_distributed.manifests.kubeflow import KubeflowAddressing, KubeflowJobOptions, build_kubeflow_job
         from airflow_distributed.manifests.kubernetes import layout_for_kubernetes
-        from airflow_distributed.plan import build_plan
 
         require_image(settings, "kubeflow")
         hook = KubeflowJobHook(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
@@ -197,8 +201,6 @@ class KubeflowJobRun:
     @classmethod
     def resume(cls, task: TaskCalls, settings: BackendSettings, context: Context,
                event: dict[str, Any]) -> KubeflowJobRun:
-        from airflow_distributed.spec import load_spec
-
         hook = cls.hook_class()(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
         framework = load_spec(settings.framework, settings.environment).framework
         return cls(task, settings, context, hook, event["namespace"], event["job_name"], framework,
@@ -256,9 +258,6 @@ class KubeflowJobRun:
         """Output, clean-up, XCom; raises ``DistributedJobError`` unless the job succeeded."""
         from airflow_distributed.hooks.kubeflow import STOPPED, failed_replica
         from airflow_distributed.hooks.pending_pods import IMAGE_PULL_FAILED
-        from airflow_distributed.jobstate.job_watch import replica_table
-        from airflow_distributed.outputs import job_record, job_result
-        from airflow_distributed.status import SUCCEEDED
 
         elapsed = self.elapsed()
         if status == STOPPED:
@@ -298,8 +297,6 @@ class KubeflowJobRun:
         return push_success(self.context, self.log, result, document, self.namespace, self.name, elapsed)
 
     def _document(self, obj: dict[str, Any] | None, succeeded: bool) -> dict[str, Any]:
-        from airflow_distributed.outputs import parse_output_document
-
         if obj is None:
             return parse_output_document(None)
         try:

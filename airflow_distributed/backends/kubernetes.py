@@ -36,6 +36,19 @@ from airflow_distributed.backends.job_run import (
     require_image,
     watch_timings,
 )
+from airflow_distributed.elastic import CONTINUE, RESTART, after_replica_ended, elastic_plan
+from airflow_distributed.jobstate.job_watch import (
+    JobVerdict,
+    log_available,
+    replica_slots,
+    replica_table,
+    slots_from_json,
+    slots_to_json,
+)
+from airflow_distributed.manifests.pod_names import RESTARTS_ANNOTATION
+from airflow_distributed.outputs import job_record, job_result, parse_output_document
+from airflow_distributed.plan import KubernetesAddressing, build_plan
+from airflow_distributed.spec import load_spec
 from airflow_distributed.status import PENDING, RUNNING, STOPPED, ReplicaStatus
 
 if TYPE_CHECKING:
@@ -115,8 +128,6 @@ def run_kubernetes(task: TaskCalls, settings: BackendSettings, context: Context,
 def resume_kubernetes(task: TaskCalls, settings: BackendSettings, context: Context, event: dict[str, Any],
                       on_start: Callable[[KubernetesJobRun], None] = _ignore) -> dict[str, Any]:
     """``execute_complete``: the trigger's verdict -> output, logs, clean-up and XCom, as in the synchronous path."""
-    from airflow_distributed.jobstate.job_watch import JobVerdict, log_available
-
     run = KubernetesJobRun.resume(task, settings, context, event)
     on_start(run)
     status = event.get("status")
@@ -147,9 +158,7 @@ def _restart_elastic_replica(task: TaskCalls, settings: BackendSettings, context
                              on_start: Callable[[KubernetesJobRun], None]) -> None:
     """After a deferral: an elastic job's lost replica is recreated as in the synchronous wait, and the task
     defers again; a decision to fail is left on ``run`` for its failure message."""
-    from airflow_distributed.elastic import elastic_plan
     from airflow_distributed.hooks.kubernetes import JobHandle
-    from airflow_distributed.spec import load_spec
 
     spec = load_spec(settings.framework, settings.environment)
     if elastic_plan(spec) is None:
@@ -220,10 +229,8 @@ class KubernetesJobRun:
     def start(cls, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, job_name: str,
               command: Sequence[str]) -> KubernetesJobRun:
         from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
-        from airflow_distributed.jobstate.job_watch import replica_slots
         from airflow_distributed.manifests.horovod_ssh import generate_ssh_key_pair
         from airflow_distributed.manifests.kubernetes import build_job_objects, layout_for_kubernetes
-        from airflow_distributed.plan import KubernetesAddressing, build_plan
 
         require_image(settings, "kubernetes")
         hook = DistributedTrainingHook(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
@@ -250,8 +257,6 @@ class KubernetesJobRun:
     def resume(cls, task: TaskCalls, settings: BackendSettings, context: Context,
                event: dict[str, Any]) -> KubernetesJobRun:
         from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
-        from airflow_distributed.jobstate.job_watch import slots_from_json
-        from airflow_distributed.spec import load_spec
 
         hook = DistributedTrainingHook(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
         framework = load_spec(settings.framework, settings.environment).framework
@@ -319,9 +324,6 @@ class KubernetesJobRun:
     def _after_failure(self, verdict: JobVerdict, tracker: JobTracker) -> bool:
         """An elastic job's answer to a replica that ended badly: recreate its pod (same name, so the same
         address) or carry on without it, and wait again (``True``); or let the job fail (``False``)."""
-        from airflow_distributed.elastic import CONTINUE, RESTART, after_replica_ended
-        from airflow_distributed.manifests.pod_names import RESTARTS_ANNOTATION
-
         if self.elastic is None or verdict.succeeded or verdict.replica is None or \
                 verdict.cause not in ("exit", "pod", "deleted") or self.handle is None or self.objects is None:
             return False
@@ -359,7 +361,6 @@ class KubernetesJobRun:
             self.log.error("could not clean up job %s/%s: %s", self.namespace, self.name, error)
 
     def _defer(self) -> None:
-        from airflow_distributed.jobstate.job_watch import slots_to_json
         from airflow_distributed.triggers.kubernetes import DistributedJobTrigger
 
         deadline, timeout = deferral_deadline(self.settings, self.context)
@@ -378,8 +379,6 @@ class KubernetesJobRun:
         self.task.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
 
     def _log_table(self, rows: Sequence[ReplicaStatus]) -> None:
-        from airflow_distributed.jobstate.job_watch import replica_table
-
         self.log.info("replicas of %s:\n%s", self.name, replica_table(self._with_dropped(rows)))
 
     def _followed(self) -> list[str]:
@@ -413,9 +412,6 @@ class KubernetesJobRun:
     def finish(self, verdict: JobVerdict, tracker: JobTracker, logs: dict[str, list[str]],
                elapsed: float) -> dict[str, Any]:
         """Output, logs, clean-up, XCom; raises ``DistributedJobError`` unless the job succeeded."""
-        from airflow_distributed.jobstate.job_watch import replica_table
-        from airflow_distributed.outputs import job_record, job_result
-
         ti = self.context["ti"]
         killed = verdict.cause == "stopped"
         try:
@@ -441,8 +437,6 @@ class KubernetesJobRun:
 
         ``logs`` gets the tails read here.
         """
-        from airflow_distributed.jobstate.job_watch import log_available
-
         document = self._document(tracker, verdict.succeeded) if not killed else _empty_document()
         failure_tail: list[str] = []
         events: list[str] = []
@@ -457,8 +451,6 @@ class KubernetesJobRun:
         return document, failure_tail, events
 
     def _document(self, tracker: JobTracker, succeeded: bool) -> dict[str, Any]:
-        from airflow_distributed.outputs import parse_output_document
-
         master = tracker.pod(self.master.name)
         text = self.hook.read_output(self.namespace, master) if master is not None else None
         try:
@@ -598,7 +590,5 @@ def _after_cleanup(rows: Sequence[ReplicaStatus], deleted: bool) -> tuple[Replic
 
 
 def _empty_document() -> dict[str, Any]:
-    from airflow_distributed.outputs import parse_output_document
-
     return parse_output_document(None)
 

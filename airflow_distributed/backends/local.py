@@ -14,6 +14,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_distributed.backends.base import BackendSettings, DistributedJobError, TaskCalls, one_process_per_replica
+from airflow_distributed.backends.local_live import LIVE_XCOM_KEY, LiveJobReport
+from airflow_distributed.outputs import job_record, job_result, parse_output_document
+from airflow_distributed.plan import Layout, LocalAddressing, build_plan, replica_count
+from airflow_distributed.status import render_table
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -52,12 +56,8 @@ class LocalBackend:
 
     def run(self, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, name: str,
             command: Sequence[str]) -> dict[str, Any]:
-        from airflow_distributed.backends.local_live import LIVE_XCOM_KEY, LiveJobReport
         from airflow_distributed.hooks.local import LocalProcessHook
         from airflow_distributed.manifests.local import process_specs, resolve_python
-        from airflow_distributed.outputs import job_record, job_result, parse_output_document
-        from airflow_distributed.plan import Layout, LocalAddressing, build_plan, replica_count
-        from airflow_distributed.status import render_table
 
         log = self._log = task.log
         self._stop_grace_period = settings.stop_grace_period

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow_distributed.backends.job_run import require_image
 from airflow_distributed.backends.kubeflow import KubeflowBackend, KubeflowJobRun
 from airflow_distributed.backends.kubernetes import check_kubernetes_arguments, manifest_options
+from airflow_distributed.backends.local_live import LIVE_XCOM_KEY
+from airflow_distributed.plan import build_plan
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -87,7 +89,6 @@ class TrainJobRun(KubeflowJobRun):
             build_trainjob,
             trainjob_problems,
         )
-        from airflow_distributed.plan import build_plan
 
         require_image(settings, "trainjob")
         # A templated spec is checked here, once rendered, before anything is created.
@@ -110,8 +111,6 @@ class TrainJobRun(KubeflowJobRun):
     def observed(self, obj: dict[str, Any]) -> None:
         """Publish the running TrainJob for the job view (``job_live``): its state, and the progress and metrics
         the controller reports in ``status.trainerStatus``; best effort, the wait goes on whatever happens."""
-        from airflow_distributed.backends.local_live import LIVE_XCOM_KEY
-
         try:
             self.context["ti"].xcom_push(key=LIVE_XCOM_KEY, value=live_record(self, obj))
         except Exception as error:

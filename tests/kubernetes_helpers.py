@@ -18,8 +18,8 @@ from typing import Any
 from kubernetes import client
 
 from airflow_distributed.hooks.api_retry import RetryPolicy
-from airflow_distributed.hooks.job_watch import replica_slots, slots_to_json
 from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
+from airflow_distributed.jobstate.job_watch import replica_slots, slots_to_json
 from airflow_distributed.manifests.horovod_ssh import generate_ssh_key_pair
 from airflow_distributed.manifests.kubernetes import (
     JobManifestOptions,

@@ -17,11 +17,11 @@ from typing import Any
 from kubernetes import client
 
 from airflow_distributed.hooks.api_retry import KubernetesJobError
-from airflow_distributed.hooks.job_watch import container_state, termination_message
 from airflow_distributed.hooks.kubernetes import _EXISTS, _MISSING, DistributedTrainingHook
 from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
 from airflow_distributed.hooks.pending_pods import PendingPods, expected_pods
 from airflow_distributed.hooks.watch_loop import WatchCalls, WatchPolicy, WatchTimings, run_watch
+from airflow_distributed.jobstate.job_watch import container_state, termination_message
 from airflow_distributed.manifests.kubeflow import KINDS, KubeflowKind, KubeflowResource
 from airflow_distributed.manifests.kubeflow_status import (
     REPLICA_INDEX_LABEL,

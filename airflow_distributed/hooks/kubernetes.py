@@ -37,7 +37,9 @@ from airflow_distributed.hooks.api_retry import (
     job_error,
     short_error,
 )
-from airflow_distributed.hooks.job_watch import (
+from airflow_distributed.hooks.pod_logs import LogFollowers
+from airflow_distributed.hooks.watch_loop import WATCH_TIMEOUT, WatchCalls, WatchPolicy, WatchTimings, run_watch
+from airflow_distributed.jobstate.job_watch import (
     FAILURE,
     TABLE_INTERVAL,
     TABLE_ROWS,
@@ -50,8 +52,6 @@ from airflow_distributed.hooks.job_watch import (
     strip_timestamps,
     termination_message,
 )
-from airflow_distributed.hooks.pod_logs import LogFollowers
-from airflow_distributed.hooks.watch_loop import WATCH_TIMEOUT, WatchCalls, WatchPolicy, WatchTimings, run_watch
 from airflow_distributed.logs import TaskLog
 from airflow_distributed.manifests.kubernetes import (
     JOB_LABEL,

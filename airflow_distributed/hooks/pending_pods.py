@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from airflow_distributed.hooks.job_watch import JobVerdict, _started, image_failure
+from airflow_distributed.jobstate.job_watch import JobVerdict, _started, image_failure
 from airflow_distributed.manifests.kubeflow_status import REPLICA_SPECS_KEY
 from airflow_distributed.status import FAILED
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from kubernetes.watch.watch import iter_resp_lines
 
 from airflow_distributed.hooks.api_retry import api_status, is_transient, short_error
-from airflow_distributed.hooks.job_watch import JobTracker, LogCursor, container_state, log_available
+from airflow_distributed.jobstate.job_watch import JobTracker, LogCursor, container_state, log_available
 from airflow_distributed.logs import TaskLog
 from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from airflow_distributed.hooks.job_watch import termination_message
 from airflow_distributed.hooks.kubeflow import KubeflowJobHook, replica_statuses_of_pods
+from airflow_distributed.jobstate.job_watch import termination_message
 from airflow_distributed.manifests.kubeflow import KubeflowResource
 from airflow_distributed.manifests.kubeflow_status import JobStatus
 from airflow_distributed.manifests.trainjob_status import (

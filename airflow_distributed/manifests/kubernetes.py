@@ -59,6 +59,15 @@ from airflow_distributed.manifests.kubernetes_resources import (
     split_security_context,
     tolerations,
 )
+from airflow_distributed.manifests.pod_names import (
+    INDEX_LABEL,
+    JOB_LABEL,
+    LABEL_PREFIX,
+    MAIN_CONTAINER,
+    MASTER_LABEL,
+    READINESS_CONTAINER,
+    ROLE_LABEL,
+)
 from airflow_distributed.naming import label_value
 from airflow_distributed.plan import ClusterPlan, Layout, Replica
 
@@ -68,9 +77,6 @@ FILES_DIR = "/airflow-distributed/files"
 # Where the cncf provider's XCom sidecar reads a pod's result (ARCHITECTURE.md, "Outputs").
 OUTPUT_PATH = posixpath.join(PodDefaults.XCOM_MOUNT_PATH, "return.json")
 
-# The KubernetesPodOperator's name for the main container, so the provider's PodManager helpers work unchanged.
-MAIN_CONTAINER = "base"
-READINESS_CONTAINER = "wait-for-peers"
 SIDECAR_CONTAINER = PodDefaults.SIDECAR_CONTAINER_NAME
 MODEL_VOLUME = "model-dir"
 FILES_VOLUME = "files"
@@ -79,16 +85,8 @@ CLUSTER_VARIABLE = "AIRFLOW_DISTRIBUTED_CLUSTER"
 CLUSTER_KEY = "cluster.json"
 TRAINING_PORT_NAME = "training"
 
-LABEL_PREFIX = "airflow-distributed/"
-JOB_LABEL = LABEL_PREFIX + "job"
-ROLE_LABEL = LABEL_PREFIX + "role"
-INDEX_LABEL = LABEL_PREFIX + "index"
-MASTER_LABEL = LABEL_PREFIX + "master"
 # Kubernetes has no TTL for bare pods: the hook's clean-up reads this from the Service.
 TTL_ANNOTATION = LABEL_PREFIX + "ttl-seconds-after-finished"
-# How often the task recreated this replica's pod (elastic jobs): kept on the pod, so a deferred or reattached
-# task, the job view and a sensor all count the same restarts.
-RESTARTS_ANNOTATION = LABEL_PREFIX + "restarts"
 
 # The readiness step only waits; it must not change what the pod reserves (init containers count as a maximum).
 READINESS_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}}

@@ -2,42 +2,33 @@
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow.providers.common.compat.sdk import conf
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException
 
+from airflow_distributed.backends.base import Backend as JobBackend
+from airflow_distributed.backends.base import (
+    BackendSettings,
+    DistributedJobError,
+    TaskCalls,
+    has_template,
+    spec_at_parse_time,
+)
+from airflow_distributed.backends.registry import REGISTRY, backend_named
 from airflow_distributed.links import JobLinks, operator_links
+from airflow_distributed.naming import job_name
 from airflow_distributed.spec import SpecValidationError, TrainingSpec, load_spec
 from airflow_distributed.spec.kubernetes_rules import env_name_problems
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_distributed.hooks.local import LocalJob
-
+#: The ``backend=`` names, for type checkers; a test holds it equal to ``BACKENDS``.
 Backend = Literal["local", "kubernetes", "kubeflow", "trainjob"]
-BACKENDS = ("local", "kubernetes", "kubeflow", "trainjob")
-
-
-class DistributedJobError(AirflowException):
-    """The job ran and failed: a replica exited non-zero, or it timed out."""
-
-
-def _has_template(value: Any) -> bool:
-    if isinstance(value, str):
-        return "{{" in value or "{%" in value
-    if isinstance(value, Mapping):
-        return any(_has_template(k) or _has_template(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return any(_has_template(v) for v in value)
-    return False
+#: The ``backend=`` names: the registry's (``backends.registry``), the only list of them.
+BACKENDS = tuple(REGISTRY)
 
 
 class DistributedTrainingOperator(BaseOperator):
@@ -205,55 +196,41 @@ class DistributedTrainingOperator(BaseOperator):
         self.watch_timings = dict(watch_timings) if watch_timings is not None else None
         self.runtime = runtime
         self.runtime_kind = runtime_kind
-        self._local_job: LocalJob | None = None
+        # Picked once: the backend object keeps the state of the job it runs (for on_kill).
+        self._backend: JobBackend | None = backend_named(backend)
         self.model_asset = model_asset
         self._job_result: dict[str, Any] | None = None
         self._check_arguments()
         if model_asset is not None:
             self.outlets = [*self.outlets, self._model_outlet()]
         # Validate at parse time unless the spec is still a template (then: after rendering, before anything starts).
-        if not _has_template(environment) and not _has_template(framework):
+        if not has_template(environment) and not has_template(framework):
             self.spec: TrainingSpec | None = load_spec(framework, environment)
         else:
             self.spec = None
 
     def _check_arguments(self) -> None:
         problems = []
-        if self.backend not in BACKENDS:
+        if self._backend is None:
             problems.append(("backend", f"{self.backend!r} is not supported; allowed: {', '.join(BACKENDS)}"))
         if isinstance(self.command, str) or not self.command:
             problems.append(("command", "must be a non-empty list of arguments, e.g. ['python', 'train.py']"))
-        if isinstance(self.env, Mapping) and not _has_template(list(self.env)):
+        if isinstance(self.env, Mapping) and not has_template(list(self.env)):
             problems.extend(env_name_problems(self.env, "env"))
         grace = self.image_pull_grace
         if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not 0 <= grace < float("inf"):
             problems.append(("image_pull_grace", f"{grace!r} is not allowed: seconds, a number >= 0 (0: fail at the "
                              "first failed pull)"))
-        if self.backend == "local" and not self.wait_for_completion:
-            problems.append(("wait_for_completion", "the local backend's replicas are children of the task, "
-                             "so it always waits; use backend='kubernetes' to start a job and return"))
         if self.watch_timings is not None:
-            from airflow_distributed.hooks.watch_loop import WatchTimings
+            from airflow_distributed.hooks.watch_loop import WatchTimings  # not the Kubernetes client at parse time
 
             try:
                 WatchTimings.of(self.watch_timings)
             except ValueError as error:
                 problems.append(("watch_timings", str(error)))
-        if self.backend == "kubernetes":
-            from airflow_distributed.operators.kubernetes_backend import check_kubernetes_arguments
-
-            problems.extend(check_kubernetes_arguments(self))
-        if self.backend == "kubeflow":
-            from airflow_distributed.operators.kubeflow_backend import check_kubeflow_arguments
-
-            problems.extend(check_kubeflow_arguments(self))
-        if self.backend == "trainjob":
-            from airflow_distributed.operators.trainjob_backend import check_trainjob_arguments
-
-            problems.extend(check_trainjob_arguments(self))
-        elif self._n_proc_per_node() not in (None, 1):
-            problems.append(("environment.pytorch.n_proc_per_node", "is read by backend='trainjob' only (the "
-                             "TrainJob's numProcPerNode); the other backends run one process per replica"))
+        if self._backend is not None:
+            spec = spec_at_parse_time(self.framework, self.environment)
+            problems.extend(self._backend.check(BackendSettings.of(self), spec))
         if self.model_asset is not None:
             from airflow_distributed.assets import template_problems
 
@@ -261,146 +238,34 @@ class DistributedTrainingOperator(BaseOperator):
         if problems:
             raise SpecValidationError(problems, source=f"task {self.task_id}")
 
-    def _n_proc_per_node(self) -> Any:
-        if isinstance(self.environment, Mapping) and isinstance(self.environment.get("pytorch"), Mapping):
-            return self.environment["pytorch"].get("n_proc_per_node")
-        return None
-
     # ----------------------------------------------------------------- run
+    def _task_calls(self) -> TaskCalls:
+        return TaskCalls(log=self.log, defer=self.defer, replica_program=self._replica_program)
+
+    def _chosen_backend(self) -> JobBackend:
+        if self._backend is None:  # refused when the DAG was parsed; kept for a type checker
+            raise SpecValidationError([("backend", f"{self.backend!r} is not supported")],
+                                      source=f"task {self.task_id}")
+        return self._backend
+
     def execute(self, context: Context) -> dict[str, Any]:
-        spec = load_spec(self.framework, self.environment)
+        settings = BackendSettings.of(self)  # rendered by now
+        spec = load_spec(settings.framework, settings.environment)
         ti = context["ti"]
-        from airflow_distributed.naming import job_name
-
         name = job_name(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
-        command = [str(part) for part in [*self.command, *(self.args or [])]]
-        if self.backend == "kubernetes":
-            from airflow_distributed.operators.kubernetes_backend import run_kubernetes
-
-            return self._succeeded(context, run_kubernetes(self, context, spec, name, command))
-        if self.backend == "kubeflow":
-            from airflow_distributed.operators.kubeflow_backend import run_kubeflow
-
-            return self._succeeded(context, run_kubeflow(self, context, spec, name, command))
-        if self.backend == "trainjob":
-            from airflow_distributed.operators.trainjob_backend import run_trainjob
-
-            return self._succeeded(context, run_trainjob(self, context, spec, name, command))
-        return self._succeeded(context, self._run_local(spec, name, command, context))
-
-    def _local_dirs(self, name: str) -> tuple[str, str, str]:
-        home = os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")
-        work_dir = os.path.join(home, "distributed", "jobs", self.dag_id, name)
-        model_dir = self.model_dir or os.path.join(home, "distributed", "models", self.dag_id, name)
-        checkpoint_dir = self.checkpoint_dir or os.path.join(home, "distributed", "checkpoints", self.dag_id, name)
-        return work_dir, model_dir, checkpoint_dir
-
-    def _run_local(self, spec: TrainingSpec, name: str, command: list[str], context: Context) -> dict[str, Any]:
-        from airflow_distributed.hooks.local import LocalProcessHook
-        from airflow_distributed.manifests.local import process_specs, resolve_python
-        from airflow_distributed.operators.local_live import LIVE_XCOM_KEY, LiveJobReport
-        from airflow_distributed.outputs import job_record, job_result, parse_output_document
-        from airflow_distributed.plan import Layout, LocalAddressing, build_plan, replica_count
-        from airflow_distributed.status import render_table
-
-        hook = LocalProcessHook(logger=self.log)
-        work_dir, model_dir, checkpoint_dir = self._local_dirs(name)
-        output_path = os.path.join(work_dir, "output.json")
-        os.makedirs(model_dir, exist_ok=True)
-        os.makedirs(work_dir, exist_ok=True)
-        if os.path.exists(output_path):
-            os.remove(output_path)  # a retry must not report the previous try's metrics
-        layout = Layout(model_dir=model_dir, output_path=output_path, files_dir=os.path.join(work_dir, "files"),
-                        checkpoint_dir=checkpoint_dir)
-        interpreter = self.python or sys.executable
-        addressing = LocalAddressing(ports=hook.free_ports(replica_count(spec)))
-        command, files = self._replica_program(command, layout.files_dir)
-        plan = build_plan(spec, name, addressing, layout, resolve_python(command, interpreter), backend="local",
-                          env=self.env, try_number=context["ti"].try_number, files=files)
-        specs = process_specs(
-            plan,
-            interpreter=interpreter,
-            gpus=hook.visible_gpus(),
-            cpu_count=os.cpu_count() or 1,
-            base_env=os.environ,
-        )
-        hook.write_files(layout.files_dir, plan.files)
-        self.log.info("job %s: %s with %d replicas on the local backend", name, spec.framework, len(specs))
-        started = time.monotonic()
-        job = self._local_job = hook.start(specs, cwd=work_dir, elastic=plan.elastic)
-        live = LiveJobReport(
-            job_name=name, framework=spec.framework, read_document=lambda: _read_text(output_path),
-            publish=lambda record: context["ti"].xcom_push(key=LIVE_XCOM_KEY, value=record),
-            logs=lambda: {replica.spec.name: list(replica.tail) for replica in job.replicas}, log=self.log,
-        )
-        try:
-            outcome = job.wait(
-                poll_interval=self.poll_interval,
-                settle=self.settle_period,
-                on_change=lambda rows: self.log.info("replicas of %s:\n%s", name, render_table(rows)),
-                on_poll=live,
-            )
-        finally:
-            job.stop(self.stop_grace_period)
-            self._local_job = None
-        elapsed = time.monotonic() - started
-        self.log.info("replicas of %s (final):\n%s", name, render_table(outcome.replicas))
-        # Read on failure too: metrics logged before a crash help whoever looks at the failed run.
-        document = parse_output_document(_read_text(output_path))
-        result = job_result(
-            job_name=name, framework=spec.framework, backend="local",
-            state="succeeded" if outcome.succeeded else "failed", document=document, replicas=outcome.replicas,
-        )
-        logs = {replica.spec.name: list(replica.tail) for replica in job.replicas}
-        context["ti"].xcom_push(key="job", value=job_record(result, document, logs, elapsed))
-        if not outcome.succeeded:
-            raise DistributedJobError(self._failure_message(name, outcome, elapsed))
-        if not self.keep_checkpoints:
-            removed = hook.remove_checkpoints(checkpoint_dir)
-            if removed:
-                self.log.info("job %s succeeded: removed its %d checkpoint files (keep_checkpoints=False)",
-                              name, removed)
-        if document["metrics"] == {} and document["model_path"] is None:
-            self.log.warning("the master wrote no output document at %s: no metrics or model path", output_path)
-        self.log.info(
-            "job %s succeeded in %.1fs; metrics: %s; model path: %s",
-            name, elapsed, json.dumps(result["metrics"]), result["model_path"],
-        )
-        return result
+        command = [str(part) for part in [*settings.command, *(settings.args or [])]]
+        result = self._chosen_backend().run(self._task_calls(), settings, context, spec, name, command)
+        return self._succeeded(context, result)
 
     def _replica_program(self, command: list[str], files_dir: str) -> tuple[list[str], dict[str, str]]:
         """What every replica runs and the files it needs besides the framework's, given the job's files
         directory; a subclass that ships code (``@task.distributed``) changes both."""
         return command, {}
 
-    @staticmethod
-    def _failure_message(name: str, outcome: Any, elapsed: float) -> str:
-        if outcome.stopped:
-            return f"job {name} was stopped after {elapsed:.1f}s (task killed); no replica is left running"
-        if outcome.timed_out:
-            return f"job {name} timed out after {elapsed:.1f}s; every replica was stopped"
-        tail = "\n".join(f"    {line}" for line in outcome.tail[-15:]) or "    (no output)"
-        if outcome.reason:
-            return (f"job {name} failed after {elapsed:.1f}s: {outcome.reason}; every other replica was stopped. "
-                    f"Its last lines:\n{tail}")
-        return (
-            f"job {name} failed: replica {outcome.failed_replica} exited with code {outcome.exit_code} "
-            f"after {elapsed:.1f}s; every other replica was stopped. Its last lines:\n{tail}"
-        )
-
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
-        """Resumes a deferred Kubernetes job with the trigger's event: output, logs, clean-up, XCom."""
-        if self.backend == "kubeflow":
-            from airflow_distributed.operators.kubeflow_backend import resume_kubeflow
-
-            return self._succeeded(context, resume_kubeflow(self, context, event))
-        if self.backend == "trainjob":
-            from airflow_distributed.operators.trainjob_backend import resume_trainjob
-
-            return self._succeeded(context, resume_trainjob(self, context, event))
-        from airflow_distributed.operators.kubernetes_backend import resume_kubernetes
-
-        return self._succeeded(context, resume_kubernetes(self, context, event))
+        """Resumes a deferred job with the trigger's event: output, logs, clean-up, XCom."""
+        result = self._chosen_backend().resume(self._task_calls(), BackendSettings.of(self), context, event)
+        return self._succeeded(context, result)
 
     # ----------------------------------------------------------------- the model as an asset, lineage
     def _model_outlet(self) -> Any:
@@ -447,30 +312,8 @@ class DistributedTrainingOperator(BaseOperator):
         return job_lineage(load_spec(self.framework, self.environment), self.backend, None, "failed")
 
     def on_kill(self) -> None:
-        if self.backend == "kubeflow":
-            from airflow_distributed.operators.kubeflow_backend import kill_kubeflow
-
-            kill_kubeflow(self)
-            return
-        if self.backend == "trainjob":
-            from airflow_distributed.operators.trainjob_backend import kill_trainjob
-
-            kill_trainjob(self)
-            return
-        if self.backend == "kubernetes":
-            from airflow_distributed.operators.kubernetes_backend import kill_kubernetes
-
-            kill_kubernetes(self)
-            return
-        job = self._local_job
-        if job is not None:
-            self.log.info("task killed: stopping every replica")
-            job.stop(self.stop_grace_period)
+        if self._backend is not None:
+            self._backend.kill()
 
 
-def _read_text(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
+__all__ = ["BACKENDS", "Backend", "DistributedJobError", "DistributedTrainingOperator"]

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 #: The XCom key the operator writes its job record under, success or failure.
 JOB_XCOM_KEY = "job"
-#: The XCom key of a running local job's record (``operators.local_live``).
+#: The XCom key of a running local job's record (``backends.local_live``).
 LIVE_XCOM_KEY = "job_live"
 
 
@@ -163,7 +163,7 @@ def live_record(
     announced: Mapping[str, Any], pods_and_logs: tuple[list[dict[str, Any]], dict[str, list[str]]]
 ) -> dict[str, Any]:
     """A job record in the shape of the ``job`` XCom, from the pods' current states (pure)."""
-    from airflow_distributed.hooks.job_watch import ReplicaSlot, replica_status
+    from airflow_distributed.jobstate.job_watch import ReplicaSlot, replica_status
 
     pods, logs = pods_and_logs
     rows = []

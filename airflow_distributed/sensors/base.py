@@ -27,11 +27,24 @@ from airflow.providers.common.compat.sdk import conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout, AirflowSkipException
 
+from airflow_distributed.backends.kubeflow import KubeflowJobRun
+from airflow_distributed.backends.trainjob import TrainJobRun
+from airflow_distributed.jobstate.job_watch import (
+    JobTracker,
+    JobVerdict,
+    ReplicaSlot,
+    parse_timestamp_ns,
+    replica_table,
+    slots_to_json,
+)
+from airflow_distributed.outputs import job_result, parse_output_document
+from airflow_distributed.status import FAILED, SUCCEEDED
+
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_distributed.hooks.job_watch import JobTracker, ReplicaSlot
     from airflow_distributed.hooks.kubeflow import KubeflowJobHook
+    from airflow_distributed.jobstate.job_watch import JobTracker, ReplicaSlot
 
 #: Kubeflow kind -> framework (``manifests.kubeflow.KINDS``, kept here so that parsing a DAG imports no client).
 KIND_FRAMEWORK: dict[str, str] = {"TFJob": "tensorflow", "PyTorchJob": "pytorch", "MXJob": "mxnet",
@@ -127,20 +140,17 @@ class DistributedJobSensor(BaseSensorOperator):
 
     # ------------------------------------------------------------------ poke
 
+    def _run_class(self) -> type[KubeflowJobRun]:
+        """The backend's run of this kind of job (``kubeflow`` or ``trainjob``): the sensor finds and reads the job
+        with the same hook, resource and trigger as the operator that started it."""
+        return TrainJobRun if self.kind == TRAINJOB_KIND else KubeflowJobRun
+
     def hook(self) -> KubeflowJobHook:
-        from airflow_distributed.hooks.kubeflow import KubeflowJobHook
-
-        if self.kind == TRAINJOB_KIND:
-            from airflow_distributed.hooks.trainjob import TrainJobHook
-
-            return TrainJobHook(kubernetes_conn_id=self.kubernetes_conn_id, logger=self.log)
-        return KubeflowJobHook(kubernetes_conn_id=self.kubernetes_conn_id, logger=self.log)
+        return self._run_class().hook_class()(kubernetes_conn_id=self.kubernetes_conn_id, logger=self.log)
 
     def _resource(self) -> Any:
         if self.kind == TRAINJOB_KIND:
-            from airflow_distributed.hooks.trainjob import TRAINJOB
-
-            return TRAINJOB
+            return TrainJobRun.resource_of(self.framework or "")
         from airflow_distributed.hooks.kubeflow import resource_of_kind
 
         return resource_of_kind(str(self.kind))
@@ -155,8 +165,6 @@ class DistributedJobSensor(BaseSensorOperator):
         return self._poke_kubeflow(hook, self._namespace(hook), context)
 
     def _poke_pods(self, hook: KubeflowJobHook, namespace: str, context: Context) -> bool | PokeReturnValue:
-        from airflow_distributed.hooks.job_watch import replica_table
-
         tracker = self._tracker(hook, namespace)
         if tracker is None:
             self.log.info("job %s/%s has no pods (yet)", namespace, self.job_name)
@@ -174,8 +182,6 @@ class DistributedJobSensor(BaseSensorOperator):
         return self._succeed(context, text, framework, "kubernetes", namespace, tracker.statuses())
 
     def _tracker(self, hook: KubeflowJobHook, namespace: str) -> JobTracker | None:
-        from airflow_distributed.hooks.job_watch import JobTracker
-
         pods = hook.list_job_pods(namespace, self.job_name).get("items") or []
         slots = slots_of_pods(pods)
         if not slots:
@@ -191,7 +197,6 @@ class DistributedJobSensor(BaseSensorOperator):
     def _poke_kubeflow(self, hook: KubeflowJobHook, namespace: str, context: Context) -> bool | PokeReturnValue:
         from airflow_distributed.hooks.kubeflow import failed_replica
         from airflow_distributed.manifests.kubeflow_status import success_rule
-        from airflow_distributed.status import FAILED, SUCCEEDED
 
         what = f"{self.kind} {namespace}/{self.job_name}"
         obj = hook.get_kubeflow_job(namespace, self._resource(), self.job_name)
@@ -220,8 +225,6 @@ class DistributedJobSensor(BaseSensorOperator):
 
     def _succeed(self, context: Context, text: str | None, framework: str, backend: str, namespace: str,
                  statuses: Sequence[Any]) -> PokeReturnValue:
-        from airflow_distributed.outputs import job_result, parse_output_document
-
         try:
             document = parse_output_document(text)
         except ValueError as error:
@@ -249,8 +252,6 @@ class DistributedJobSensor(BaseSensorOperator):
     def _check_or_defer(self, context: Context, deadline: float) -> Any:
         """One poke; unless the job ended, defer until it changes (or, before it exists, for ``poke_interval``)."""
         from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
-
-        from airflow_distributed.hooks.job_watch import slots_to_json
 
         done = self.poke(context)
         if done:
@@ -283,14 +284,10 @@ class DistributedJobSensor(BaseSensorOperator):
                                 kubernetes_conn_id=self.kubernetes_conn_id, watch_timings=self.watch_timings)
 
     def _kubeflow_trigger(self, hook: KubeflowJobHook, namespace: str) -> Any:
-        from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
-        from airflow_distributed.triggers.trainjob import TrainJobTrigger
-
         resource = self._resource()
         if hook.get_kubeflow_job(namespace, resource, self.job_name) is None:
             return None
-        trigger_class = TrainJobTrigger if self.kind == TRAINJOB_KIND else KubeflowJobTrigger
-        return trigger_class(job_name=self.job_name, namespace=namespace, group=resource.group,
+        return self._run_class().trigger_class()(job_name=self.job_name, namespace=namespace, group=resource.group,
                                   version=resource.version, plural=resource.plural,
                                   kubernetes_conn_id=self.kubernetes_conn_id, watch_timings=self.watch_timings,
                                   image_pull_grace=self.image_pull_grace)
@@ -302,8 +299,6 @@ class DistributedJobSensor(BaseSensorOperator):
         if isinstance(event, Mapping) and "status" in event:
             status = event["status"]
             if status == "failed" and event.get("verdict"):
-                from airflow_distributed.hooks.job_watch import JobVerdict
-
                 verdict = JobVerdict.from_dict(event["verdict"])
                 raise AirflowFailException(f"job {event.get('namespace')}/{self.job_name} failed: "
                                            f"{verdict.describe()}")
@@ -333,7 +328,6 @@ def _checked_timings(owner: str, timings: Mapping[str, Any] | None, watch_timeou
 
 def slots_of_pods(pods: Sequence[Mapping[str, Any]]) -> tuple[ReplicaSlot, ...]:
     """The replicas of a job of the ``kubernetes`` backend, from its pods' labels, the master first."""
-    from airflow_distributed.hooks.job_watch import ReplicaSlot
     from airflow_distributed.manifests.kubernetes import INDEX_LABEL, MASTER_LABEL, ROLE_LABEL
 
     slots = []
@@ -351,8 +345,6 @@ def slots_of_pods(pods: Sequence[Mapping[str, Any]]) -> tuple[ReplicaSlot, ...]:
 
 def pod_start_times(pods: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """``status.startTime`` of each pod that has one, as epoch seconds (the kubelet starts pulling then)."""
-    from airflow_distributed.hooks.job_watch import parse_timestamp_ns
-
     return {pod["metadata"]["name"]: parse_timestamp_ns(pod["status"]["startTime"]) / 10**9
             for pod in pods if (pod.get("status") or {}).get("startTime")}
 

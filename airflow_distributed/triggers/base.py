@@ -20,7 +20,6 @@ from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHo
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_distributed.hooks.api_retry import KubernetesJobError, RetryPolicy, short_error
-from airflow_distributed.hooks.job_watch import ResumableWatch
 from airflow_distributed.hooks.watch_loop import (
     WATCH_TIMEOUT,
     AsyncWatchCalls,
@@ -30,6 +29,7 @@ from airflow_distributed.hooks.watch_loop import (
     lines,
     seconds_until,
 )
+from airflow_distributed.jobstate.job_watch import ResumableWatch
 from airflow_distributed.triggers.api_clients import client_configuration, shared_client
 
 

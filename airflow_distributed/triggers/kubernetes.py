@@ -19,7 +19,8 @@ from typing import Any
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 
 from airflow_distributed.hooks.api_retry import acall_with_retries
-from airflow_distributed.hooks.job_watch import (
+from airflow_distributed.hooks.watch_loop import AsyncWatchCalls
+from airflow_distributed.jobstate.job_watch import (
     TABLE_INTERVAL,
     TABLE_ROWS,
     JobTracker,
@@ -30,7 +31,6 @@ from airflow_distributed.hooks.job_watch import (
     replica_table,
     slots_from_json,
 )
-from airflow_distributed.hooks.watch_loop import AsyncWatchCalls
 from airflow_distributed.manifests.kubernetes import JOB_LABEL
 from airflow_distributed.triggers.api_clients import client_configuration
 from airflow_distributed.triggers.base import JobWaitTrigger

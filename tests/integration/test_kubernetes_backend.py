@@ -372,14 +372,15 @@ class TaskInstance:
 
 @pytest.mark.parametrize("found", ["running", "succeeded"])
 def test_a_retry_reconnects_through_the_task_state_store(emulator, found, capfd):
-    from airflow_distributed.naming import job_name
-    from airflow_distributed.operators import DistributedTrainingOperator
-    from airflow_distributed.operators.kubernetes_backend import (
+    from airflow_distributed.backends.base import BackendSettings
+    from airflow_distributed.backends.kubernetes import (
         STATE_KEY,
         KubernetesJobRun,
         _ResumableKubernetesJob,
         run_kubernetes,
     )
+    from airflow_distributed.naming import job_name
+    from airflow_distributed.operators import DistributedTrainingOperator
     from airflow_distributed.spec import load_spec
 
     namespace = f"state-store-{found}"
@@ -388,11 +389,12 @@ def test_a_retry_reconnects_through_the_task_state_store(emulator, found, capfd)
         "n_workers": 2}}, command=["python", "train.py"], image="trainer:1", backend="kubernetes",
         namespace=namespace, startup_timeout=30)
     spec = load_spec("pytorch", operator.environment)
+    task, settings = operator._task_calls(), BackendSettings.of(operator)
     store, first = StateStore(), TaskInstance(try_number=1)
     name = job_name(first.dag_id, first.task_id, first.run_id)
     # What a first try leaves when its worker dies after submitting: the job, and its identity in the store.
     submitted = _ResumableKubernetesJob(KubernetesJobRun.start(
-        operator, {"ti": first}, spec, name, ["python", "train.py"])).submit_job({"ti": first})
+        task, settings, {"ti": first}, spec, name, ["python", "train.py"])).submit_job({"ti": first})
     store.set(STATE_KEY, submitted)
     kubelet = Kubelet(emulator, namespace)
     if found == "succeeded":
@@ -402,7 +404,8 @@ def test_a_retry_reconnects_through_the_task_state_store(emulator, found, capfd)
     emulator.reset_requests()
 
     second = TaskInstance(try_number=2)
-    result = run_kubernetes(operator, {"ti": second, "task_state_store": store}, spec, name, ["python", "train.py"])
+    result = run_kubernetes(task, settings, {"ti": second, "task_state_store": store}, spec, name,
+                            ["python", "train.py"])
     kubelet.check()
 
     # Airflow pushes each key of the result as an XCom (multiple_outputs); the job record is pushed here.

@@ -11,7 +11,7 @@ import pytest
 from kubernetes.client import ApiException
 
 from airflow_distributed.hooks.api_retry import RetryPolicy, short_error
-from airflow_distributed.hooks.job_watch import (
+from airflow_distributed.jobstate.job_watch import (
     JobTracker,
     JobVerdict,
     JobWatch,
@@ -307,7 +307,7 @@ def test_api_errors_read_as_one_short_line():
 
 def test_a_rescheduled_sensor_counts_a_failing_pull_from_the_pods_start():
     # A reschedule-mode poke is a new sensor: what it knows of a failing pull is the pod's status.startTime.
-    from airflow_distributed.hooks.job_watch import parse_timestamp_ns
+    from airflow_distributed.jobstate.job_watch import parse_timestamp_ns
     from airflow_distributed.sensors.base import pod_start_times
 
     failing = pod("j-worker-0", "Pending", waiting("ErrImagePull", PULL_FAILED))

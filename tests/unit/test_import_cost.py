@@ -19,3 +19,13 @@ def test_operator_import_pulls_in_no_framework_or_kubernetes_client():
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert json.loads(out.strip().splitlines()[-1]) == []
+
+
+def test_pure_job_state_loads_no_kubernetes_client():
+    code = (
+        "import sys, json\n"
+        "import airflow_distributed.jobstate.job_watch\n"
+        f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert json.loads(out.strip().splitlines()[-1]) == []

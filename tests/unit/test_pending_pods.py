@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from airflow_distributed.hooks.job_watch import (
+from airflow_distributed.hooks.pending_pods import IMAGE_PULL_FAILED, PendingPods, expected_pods
+from airflow_distributed.jobstate.job_watch import (
     ReplicaSlot,
     image_failure,
     pod_essentials,
     replica_status,
 )
-from airflow_distributed.hooks.pending_pods import IMAGE_PULL_FAILED, PendingPods, expected_pods
 from airflow_distributed.manifests.kubernetes import (
     JobManifestOptions,
     build_job_objects,

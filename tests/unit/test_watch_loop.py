@@ -7,8 +7,8 @@ import urllib3.exceptions
 from kubernetes.client import ApiException
 
 from airflow_distributed.hooks.api_retry import KubernetesJobError, RetryPolicy
-from airflow_distributed.hooks.job_watch import WatchError, WatchGone
 from airflow_distributed.hooks.watch_loop import Step, WatchPolicy, WatchTimings
+from airflow_distributed.jobstate.job_watch import WatchError, WatchGone
 
 
 class Clock:

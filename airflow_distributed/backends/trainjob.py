@@ -17,63 +17,41 @@ it whatever the policy.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_distributed.operators.job_run import require_image, spec_at_parse_time
-from airflow_distributed.operators.kubeflow_backend import KubeflowJobRun, kill_kubeflow, resume_kubeflow, run_kubeflow
+from airflow_distributed.backends.job_run import require_image
+from airflow_distributed.backends.kubeflow import KubeflowBackend, KubeflowJobRun
+from airflow_distributed.backends.kubernetes import check_kubernetes_arguments, manifest_options
+from airflow_distributed.backends.local_live import LIVE_XCOM_KEY
+from airflow_distributed.plan import build_plan
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_distributed.backends.base import BackendSettings, TaskCalls
     from airflow_distributed.hooks.trainjob import TrainJobHook
     from airflow_distributed.manifests.kubeflow import KubeflowResource
-    from airflow_distributed.operators.training import DistributedTrainingOperator
     from airflow_distributed.spec import TrainingSpec
     from airflow_distributed.triggers.trainjob import TrainJobTrigger
 
 
-def check_trainjob_arguments(operator: DistributedTrainingOperator) -> list[tuple[str, str]]:
+def check_trainjob_arguments(settings: BackendSettings, spec: TrainingSpec | None) -> list[tuple[str, str]]:
     """Problems with the operator's arguments for ``backend="trainjob"``, as ``(path, message)``, found when the
     DAG is parsed: the framework has a Trainer v2 runtime, one pod template serves every node, and the options
     a TrainJob cannot carry are not set. Light: the typed models are imported only when a job is built."""
     from airflow_distributed.manifests.trainjob import RUNTIME_KINDS, trainjob_problems
-    from airflow_distributed.operators.kubernetes_backend import check_kubernetes_arguments
 
-    problems = check_kubernetes_arguments(operator)
-    runtime_kind = getattr(operator, "runtime_kind", "ClusterTrainingRuntime")
+    problems = check_kubernetes_arguments(settings)
+    runtime_kind = settings.runtime_kind
     if runtime_kind not in RUNTIME_KINDS:
         problems.append(("runtime_kind", f"{runtime_kind!r} is not supported; allowed: {', '.join(RUNTIME_KINDS)}"))
     for argument, why in (("gang_scheduling", "the training runtime's podGroupPolicy decides gang scheduling"),
                           ("scheduler_name", "the training runtime's pod template names the scheduler")):
-        if getattr(operator, argument, None) is not None:
+        if getattr(settings, argument) is not None:
             problems.append((argument, f"not taken by backend='trainjob': {why}"))
-    spec = spec_at_parse_time(operator)
     if spec is None:
         return problems
-    return problems + trainjob_problems(spec, getattr(operator, "runtime", None))
-
-
-# ---------------------------------------------------------------------------------------------- entry points
-
-
-def run_trainjob(operator: DistributedTrainingOperator, context: Context, spec: TrainingSpec, job_name: str,
-                 command: Sequence[str]) -> dict[str, Any]:
-    """``execute`` for ``backend="trainjob"``: submit (or reattach) the TrainJob, then wait here or deferred.
-
-    :returns: the ``return_value`` XCom, each key of it an XCom too; ``job`` is pushed here (also on failure).
-    :raises DistributedJobError: the TrainJob failed, was deleted, or the task was killed.
-    """
-    return run_kubeflow(operator, context, spec, job_name, command, run_class=TrainJobRun)
-
-
-def resume_trainjob(operator: DistributedTrainingOperator, context: Context, event: dict[str, Any]) -> dict[str, Any]:
-    """``execute_complete``: the trigger's event -> output, clean-up and XCom, as in the synchronous path."""
-    return resume_kubeflow(operator, context, event, run_class=TrainJobRun)
-
-
-def kill_trainjob(operator: DistributedTrainingOperator) -> None:
-    """``on_kill``: stop waiting and delete the TrainJob (its JobSet and node pods go with it)."""
-    kill_kubeflow(operator)
+    return problems + trainjob_problems(spec, settings.runtime)
 
 
 # ---------------------------------------------------------------------------------------------- one job
@@ -101,7 +79,7 @@ class TrainJobRun(KubeflowJobRun):
         return TrainJobHook
 
     @classmethod
-    def start(cls, operator: DistributedTrainingOperator, context: Context, spec: TrainingSpec, job_name: str,
+    def start(cls, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, job_name: str,
               command: Sequence[str]) -> TrainJobRun:
         from airflow_distributed.manifests.kubernetes import layout_for_kubernetes
         from airflow_distributed.manifests.kubernetes_resources import ManifestError
@@ -111,32 +89,28 @@ class TrainJobRun(KubeflowJobRun):
             build_trainjob,
             trainjob_problems,
         )
-        from airflow_distributed.operators.kubernetes_backend import _manifest_options
-        from airflow_distributed.plan import build_plan
 
-        require_image(operator, "trainjob")
+        require_image(settings, "trainjob")
         # A templated spec is checked here, once rendered, before anything is created.
-        problems = trainjob_problems(spec, operator.runtime)
+        problems = trainjob_problems(spec, settings.runtime)
         if problems:
             raise ManifestError("; ".join(f"{path}: {message}" for path, message in problems))
-        hook = cls.hook_class()(kubernetes_conn_id=operator.kubernetes_conn_id, logger=operator.log)
-        namespace = operator.namespace or hook.default_namespace()
-        layout = layout_for_kubernetes(operator.model_dir, job_name=job_name, checkpoint_dir=operator.checkpoint_dir)
-        command, files = operator._replica_program(list(command), layout.files_dir)
+        hook = cls.hook_class()(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
+        namespace = settings.namespace or hook.default_namespace()
+        layout = layout_for_kubernetes(settings.model_dir, job_name=job_name, checkpoint_dir=settings.checkpoint_dir)
+        command, files = task.replica_program(list(command), layout.files_dir)
         plan = build_plan(spec, job_name, TrainJobAddressing(namespace), layout, command, backend="trainjob",
-                          env=operator.env, try_number=context["ti"].try_number, files=files)
-        options = TrainJobOptions(_manifest_options(operator, context, namespace), runtime=operator.runtime,
-                                  runtime_kind=operator.runtime_kind,
+                          env=settings.env, try_number=context["ti"].try_number, files=files)
+        options = TrainJobOptions(manifest_options(settings, context, namespace), runtime=settings.runtime,
+                                  runtime_kind=settings.runtime_kind,
                                   n_proc_per_node=getattr(spec.cluster, "n_proc_per_node", None))
-        run = cls(operator, context, hook, namespace, job_name, spec.framework)
+        run = cls(task, settings, context, hook, namespace, job_name, spec.framework)
         run.body = build_trainjob(plan, options)
         return run
 
     def observed(self, obj: dict[str, Any]) -> None:
         """Publish the running TrainJob for the job view (``job_live``): its state, and the progress and metrics
         the controller reports in ``status.trainerStatus``; best effort, the wait goes on whatever happens."""
-        from airflow_distributed.operators.local_live import LIVE_XCOM_KEY
-
         try:
             self.context["ti"].xcom_push(key=LIVE_XCOM_KEY, value=live_record(self, obj))
         except Exception as error:
@@ -170,4 +144,14 @@ def live_record(run: TrainJobRun, obj: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-__all__ = ["TrainJobRun", "check_trainjob_arguments", "kill_trainjob", "live_record", "resume_trainjob", "run_trainjob"]
+class TrainJobBackend(KubeflowBackend):
+    """``backend="trainjob"``: one Kubeflow Trainer v2 ``TrainJob``; the Kubeflow backend's steps, its own run."""
+
+    name: ClassVar[str] = "trainjob"
+    run_class: ClassVar[type[KubeflowJobRun]] = TrainJobRun
+
+    def check(self, settings: BackendSettings, spec: TrainingSpec | None) -> list[tuple[str, str]]:
+        return check_trainjob_arguments(settings, spec)
+
+
+__all__ = ["TrainJobBackend", "TrainJobRun", "check_trainjob_arguments", "live_record"]

@@ -5,9 +5,10 @@ The same spec is submitted as one ``TFJob``/``PyTorchJob``/``MXJob``/``MPIJob``/
 task reads its verdict from the object's ``status.conditions`` through one watch (``KubeflowJobHook``, or
 ``KubeflowJobTrigger`` when deferred).
 
-Entry points, called from the operator: ``check_kubeflow_arguments`` (when the DAG is parsed: what the spec asks
-that one pod template per role cannot express), ``run_kubeflow`` (``execute``), ``resume_kubeflow``
-(``execute_complete``) and ``kill_kubeflow`` (``on_kill``).
+Entry points, called by ``KubeflowBackend`` (the ``Backend`` of ``backend="kubeflow"``):
+``check_kubeflow_arguments`` (when the DAG is parsed: what the spec asks that one pod template per role cannot
+express), ``run_kubeflow`` (``execute``), ``resume_kubeflow`` (``execute_complete``) and ``kill_kubeflow``
+(``on_kill``).
 
 Clean-up. The Kubeflow operator applies ``runPolicy.cleanPodPolicy`` itself when the job ends: ``Running`` (pods
 still running are deleted, finished ones kept) unless ``clean_pod_policy="none"``. Its ``All`` is never asked
@@ -23,41 +24,44 @@ is reattached (running or succeeded) or replaced (failed).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from airflow_distributed.operators.job_run import (
+from airflow_distributed.backends.base import one_process_per_replica
+from airflow_distributed.backends.job_run import (
     deferral_deadline,
     job_error,
     push_success,
     require_image,
-    spec_at_parse_time,
     watch_timings,
 )
+from airflow_distributed.backends.kubernetes import check_kubernetes_arguments, manifest_options
+from airflow_distributed.jobstate.job_watch import replica_table
+from airflow_distributed.outputs import job_record, job_result, parse_output_document
+from airflow_distributed.plan import build_plan
+from airflow_distributed.spec import load_spec
+from airflow_distributed.status import SUCCEEDED
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_distributed.backends.base import BackendSettings, TaskCalls
     from airflow_distributed.hooks.kubeflow import KubeflowHandle, KubeflowJobHook
     from airflow_distributed.manifests.kubeflow import KubeflowResource
     from airflow_distributed.manifests.kubeflow_status import JobStatus
-    from airflow_distributed.operators.training import DistributedTrainingOperator
     from airflow_distributed.spec import TrainingSpec
     from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
 
 TAIL_LINES = 30
 
 
-def check_kubeflow_arguments(operator: DistributedTrainingOperator) -> list[tuple[str, str]]:
+def check_kubeflow_arguments(settings: BackendSettings, spec: TrainingSpec | None) -> list[tuple[str, str]]:
     """Problems with the operator's arguments for ``backend="kubeflow"``, as ``(path, message)``.
 
     Adds ``kubeflow_problems(spec)`` (per-index settings one pod template cannot express) for a spec that is not a
     template; a templated spec is checked when the job is built.
     """
-    from airflow_distributed.operators.kubernetes_backend import check_kubernetes_arguments
-
-    problems = check_kubernetes_arguments(operator)
-    spec = spec_at_parse_time(operator)
+    problems = check_kubernetes_arguments(settings)
     if spec is None:
         return problems
     from airflow_distributed.manifests.kubeflow import kubeflow_problems
@@ -65,36 +69,44 @@ def check_kubeflow_arguments(operator: DistributedTrainingOperator) -> list[tupl
     return problems + kubeflow_problems(spec)
 
 
+def _ignore(run: Any) -> None:
+    """No one to tell of a run that starts."""
+
+
 # ---------------------------------------------------------------------------------------------- entry points
 
 
-def run_kubeflow(operator: DistributedTrainingOperator, context: Context, spec: TrainingSpec, job_name: str,
-                 command: Sequence[str], run_class: type[KubeflowJobRun] | None = None) -> dict[str, Any]:
+def run_kubeflow(task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, job_name: str,
+                 command: Sequence[str], run_class: type[KubeflowJobRun] | None = None,
+                 on_start: Callable[[KubeflowJobRun], None] = _ignore) -> dict[str, Any]:
     """``execute`` for ``backend="kubeflow"``: submit (or reattach) the job, then wait here or deferred.
 
     :param run_class: the run of another kind of the same shape (``TrainJobRun``); default ``KubeflowJobRun``.
     :returns: the ``return_value`` XCom, each key of it an XCom too; ``job`` is pushed here (also on failure).
     :raises DistributedJobError: the job failed, was deleted, or the task was killed.
     """
-    run = (run_class or KubeflowJobRun).start(operator, context, spec, job_name, command)
+    run = (run_class or KubeflowJobRun).start(task, settings, context, spec, job_name, command)
+    on_start(run)
     handle = run.submit()
-    if not operator.wait_for_completion:
+    if not settings.wait_for_completion:
         run.log.info("%s %s/%s submitted; not waiting for it (wait_for_completion=False)", run.resource.kind,
                      run.namespace, run.name)
         return {"job_name": run.name, "namespace": run.namespace, "kind": run.resource.kind}
-    if operator.deferrable and handle.reattached != "succeeded":
+    if settings.deferrable and handle.reattached != "succeeded":
         run.defer()
     return run.wait()
 
 
-def resume_kubeflow(operator: DistributedTrainingOperator, context: Context, event: dict[str, Any],
-                    run_class: type[KubeflowJobRun] | None = None) -> dict[str, Any]:
+def resume_kubeflow(task: TaskCalls, settings: BackendSettings, context: Context, event: dict[str, Any],
+                    run_class: type[KubeflowJobRun] | None = None,
+                    on_start: Callable[[KubeflowJobRun], None] = _ignore) -> dict[str, Any]:
     """``execute_complete``: the trigger's event -> output, clean-up and XCom, as in the synchronous path."""
     from airflow_distributed.hooks.kubeflow import DELETED
     from airflow_distributed.hooks.pending_pods import IMAGE_PULL_FAILED
     from airflow_distributed.manifests.kubeflow_status import JobStatus
 
-    run = (run_class or KubeflowJobRun).resume(operator, context, event)
+    run = (run_class or KubeflowJobRun).resume(task, settings, context, event)
+    on_start(run)
     status = event.get("status")
     if status == "failed" and event.get("reason") == IMAGE_PULL_FAILED:
         # The trigger's own verdict: the job's status does not show it, so it is not read back.
@@ -111,9 +123,8 @@ def resume_kubeflow(operator: DistributedTrainingOperator, context: Context, eve
                      f"{event.get('message') or status}; the job was deleted")
 
 
-def kill_kubeflow(operator: DistributedTrainingOperator) -> None:
+def kill_kubeflow(run: KubeflowJobRun | None) -> None:
     """``on_kill``: stop waiting and delete the job object (the Kubeflow operator's pods go with it)."""
-    run: KubeflowJobRun | None = getattr(operator, "_kubeflow_run", None)
     if run is None:
         return
     run.stopped = True
@@ -138,16 +149,15 @@ class KubeflowJobRun:
     #: ``fieldValidation`` of the create (``None``: the server's default, ``Warn``).
     field_validation: str | None = None
 
-    def __init__(self, operator: DistributedTrainingOperator, context: Context, hook: KubeflowJobHook,
+    def __init__(self, task: TaskCalls, settings: BackendSettings, context: Context, hook: KubeflowJobHook,
                  namespace: str, name: str, framework: str, started_at: float | None = None) -> None:
-        self.operator, self.context, self.hook = operator, context, hook
+        self.task, self.settings, self.context, self.hook = task, settings, context, hook
         self.namespace, self.name, self.framework = namespace, name, framework
         self.resource: KubeflowResource = self.resource_of(framework)
-        self.log = operator.log
+        self.log = task.log
         self.body: dict[str, Any] | None = None
         self.stopped = False
         self.started_at = started_at if started_at is not None else time.time()
-        operator._kubeflow_run = self  # read by kill_kubeflow
 
     @staticmethod
     def resource_of(framework: str) -> KubeflowResource:
@@ -165,38 +175,35 @@ class KubeflowJobRun:
         return KubeflowJobHook
 
     def new_hook(self) -> KubeflowJobHook:
-        return self.hook_class()(kubernetes_conn_id=self.operator.kubernetes_conn_id, logger=self.log)
+        return self.hook_class()(kubernetes_conn_id=self.settings.kubernetes_conn_id, logger=self.log)
 
     @classmethod
-    def start(cls, operator: DistributedTrainingOperator, context: Context, spec: TrainingSpec, job_name: str,
+    def start(cls, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, job_name: str,
               command: Sequence[str]) -> KubeflowJobRun:
         from airflow_distributed.hooks.kubeflow import KubeflowJobHook
         from airflow_distributed.manifests.kubeflow import KubeflowAddressing, KubeflowJobOptions, build_kubeflow_job
         from airflow_distributed.manifests.kubernetes import layout_for_kubernetes
-        from airflow_distributed.operators.kubernetes_backend import _manifest_options
-        from airflow_distributed.plan import build_plan
 
-        require_image(operator, "kubeflow")
-        hook = KubeflowJobHook(kubernetes_conn_id=operator.kubernetes_conn_id, logger=operator.log)
-        namespace = operator.namespace or hook.default_namespace()
-        layout = layout_for_kubernetes(operator.model_dir, job_name=job_name, checkpoint_dir=operator.checkpoint_dir)
-        command, files = operator._replica_program(list(command), layout.files_dir)
+        require_image(settings, "kubeflow")
+        hook = KubeflowJobHook(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
+        namespace = settings.namespace or hook.default_namespace()
+        layout = layout_for_kubernetes(settings.model_dir, job_name=job_name, checkpoint_dir=settings.checkpoint_dir)
+        command, files = task.replica_program(list(command), layout.files_dir)
         plan = build_plan(spec, job_name, KubeflowAddressing(namespace, spec.framework), layout, command,
-                          backend="kubeflow", env=operator.env, try_number=context["ti"].try_number, files=files)
+                          backend="kubeflow", env=settings.env, try_number=context["ti"].try_number, files=files)
         # "All" would let the Kubeflow operator delete the master's pod (and its output) before it is read.
-        pod_policy: Literal["none", "running"] = "none" if operator.clean_pod_policy == "none" else "running"
-        options = KubeflowJobOptions(_manifest_options(operator, context, namespace), clean_pod_policy=pod_policy)
-        run = cls(operator, context, hook, namespace, job_name, spec.framework)
+        pod_policy: Literal["none", "running"] = "none" if settings.clean_pod_policy == "none" else "running"
+        options = KubeflowJobOptions(manifest_options(settings, context, namespace), clean_pod_policy=pod_policy)
+        run = cls(task, settings, context, hook, namespace, job_name, spec.framework)
         run.body = build_kubeflow_job(plan, options)  # a setting one pod template cannot hold fails here
         return run
 
     @classmethod
-    def resume(cls, operator: DistributedTrainingOperator, context: Context, event: dict[str, Any]) -> KubeflowJobRun:
-        from airflow_distributed.spec import load_spec
-
-        hook = cls.hook_class()(kubernetes_conn_id=operator.kubernetes_conn_id, logger=operator.log)
-        framework = load_spec(operator.framework, operator.environment).framework
-        return cls(operator, context, hook, event["namespace"], event["job_name"], framework,
+    def resume(cls, task: TaskCalls, settings: BackendSettings, context: Context,
+               event: dict[str, Any]) -> KubeflowJobRun:
+        hook = cls.hook_class()(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
+        framework = load_spec(settings.framework, settings.environment).framework
+        return cls(task, settings, context, hook, event["namespace"], event["job_name"], framework,
                    started_at=event.get("started_at"))
 
     # ------------------------------------------------------------------ submit, wait
@@ -213,7 +220,7 @@ class KubeflowJobRun:
         try:
             outcome = self.hook.wait_for_kubeflow_job(
                 self.namespace, self.resource, self.name, stopped=lambda: self.stopped,
-                watch_timings=watch_timings(self.operator), image_pull_grace=self.operator.image_pull_grace,
+                watch_timings=watch_timings(self.settings), image_pull_grace=self.settings.image_pull_grace,
                 on_change=lambda status: self.log.info("%s %s/%s is %s%s", self.resource.kind, self.namespace,
                                                        self.name, status.state,
                                                        f": {status.message}" if status.message else ""),
@@ -235,25 +242,22 @@ class KubeflowJobRun:
         return KubeflowJobTrigger
 
     def defer(self) -> None:
-        deadline, timeout = deferral_deadline(self.operator, self.context)
+        deadline, timeout = deferral_deadline(self.settings, self.context)
         trigger = self.trigger_class()(job_name=self.name, namespace=self.namespace, group=self.resource.group,
                                      version=self.resource.version, plural=self.resource.plural,
-                                     kubernetes_conn_id=self.operator.kubernetes_conn_id,
+                                     kubernetes_conn_id=self.settings.kubernetes_conn_id,
                                      execution_deadline=deadline, delete_on_kill=True, started_at=self.started_at,
-                                     watch_timings=watch_timings(self.operator).as_dict(),
-                                     image_pull_grace=self.operator.image_pull_grace)
+                                     watch_timings=watch_timings(self.settings).as_dict(),
+                                     image_pull_grace=self.settings.image_pull_grace)
         self.log.info("job %s/%s: waiting in the triggerer", self.namespace, self.name)
-        self.operator.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
+        self.task.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
 
     # ------------------------------------------------------------------ finish
 
     def finish(self, status: JobStatus, obj: dict[str, Any] | None) -> dict[str, Any]:
         """Output, clean-up, XCom; raises ``DistributedJobError`` unless the job succeeded."""
-        from airflow_distributed.hooks.job_watch import replica_table
         from airflow_distributed.hooks.kubeflow import STOPPED, failed_replica
         from airflow_distributed.hooks.pending_pods import IMAGE_PULL_FAILED
-        from airflow_distributed.outputs import job_record, job_result
-        from airflow_distributed.status import SUCCEEDED
 
         elapsed = self.elapsed()
         if status == STOPPED:
@@ -293,8 +297,6 @@ class KubeflowJobRun:
         return push_success(self.context, self.log, result, document, self.namespace, self.name, elapsed)
 
     def _document(self, obj: dict[str, Any] | None, succeeded: bool) -> dict[str, Any]:
-        from airflow_distributed.outputs import parse_output_document
-
         if obj is None:
             return parse_output_document(None)
         try:
@@ -322,7 +324,7 @@ class KubeflowJobRun:
     def clean_up(self, succeeded: bool, exists: bool = True, unfinished: bool = False) -> bool:
         """Delete the job object when ``clean_pod_policy`` (default: ``all`` after success) says so, or when the
         job failed by this task's verdict while the Kubeflow operator still runs it (``unfinished``)."""
-        policy = self.operator.clean_pod_policy or ("all" if succeeded else "running")
+        policy = self.settings.clean_pod_policy or ("all" if succeeded else "running")
         if (policy != "all" and not unfinished) or not exists:
             return False
         self.hook.delete_kubeflow_job(self.namespace, self.resource, self.name)
@@ -335,4 +337,35 @@ class KubeflowJobRun:
             self.log.error("could not delete %s %s/%s: %s", self.resource.kind, self.namespace, self.name, error)
 
 
-__all__ = ["KubeflowJobRun", "check_kubeflow_arguments", "kill_kubeflow", "resume_kubeflow", "run_kubeflow"]
+class KubeflowBackend:
+    """``backend="kubeflow"``: one Kubeflow Training Operator v1 job, judged by that operator."""
+
+    name: ClassVar[str] = "kubeflow"
+    #: the run of this kind of job; a backend of the same shape (``trainjob``) names its own
+    run_class: ClassVar[type[KubeflowJobRun]] = KubeflowJobRun
+
+    def __init__(self) -> None:
+        #: the job being waited for, for ``kill``
+        self.current: KubeflowJobRun | None = None
+
+    def _started(self, run: KubeflowJobRun) -> None:
+        self.current = run
+
+    def check(self, settings: BackendSettings, spec: TrainingSpec | None) -> list[tuple[str, str]]:
+        return check_kubeflow_arguments(settings, spec) + one_process_per_replica(settings.environment)
+
+    def run(self, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, job_name: str,
+            command: Sequence[str]) -> dict[str, Any]:
+        return run_kubeflow(task, settings, context, spec, job_name, command, run_class=self.run_class,
+                            on_start=self._started)
+
+    def resume(self, task: TaskCalls, settings: BackendSettings, context: Context,
+               event: dict[str, Any]) -> dict[str, Any]:
+        return resume_kubeflow(task, settings, context, event, run_class=self.run_class, on_start=self._started)
+
+    def kill(self) -> None:
+        kill_kubeflow(self.current)
+
+
+__all__ = ["KubeflowBackend", "KubeflowJobRun", "check_kubeflow_arguments", "kill_kubeflow", "resume_kubeflow",
+           "run_kubeflow"]

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER, READINESS_CONTAINER, RESTARTS_ANNOTATION
+from airflow_distributed.manifests.pod_names import MAIN_CONTAINER, READINESS_CONTAINER, RESTARTS_ANNOTATION
 from airflow_distributed.status import FAILED, PENDING, RUNNING, STOPPED, SUCCEEDED, ReplicaStatus, render_table
 
 SUCCESS, FAILURE = "succeeded", "failed"

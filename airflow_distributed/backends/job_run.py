@@ -11,44 +11,27 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from airflow_distributed.backends.base import BackendSettings, DistributedJobError
+
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_distributed.hooks.watch_loop import WatchTimings
     from airflow_distributed.logs import TaskLog
-    from airflow_distributed.operators.training import DistributedTrainingOperator
-    from airflow_distributed.spec import TrainingSpec
 
 
 def job_error(message: str) -> Exception:
-    from airflow_distributed.operators.training import DistributedJobError
-
     return DistributedJobError(message)
 
 
-def spec_at_parse_time(operator: DistributedTrainingOperator) -> TrainingSpec | None:
-    """The operator's spec for a backend's parse-time checks: ``None`` while it is a template (the backend checks it
-    once rendered, before anything starts) or invalid (the operator reports the spec's own problems)."""
-    from airflow_distributed.operators.training import _has_template
-    from airflow_distributed.spec import SpecValidationError, load_spec
-
-    framework, environment = getattr(operator, "framework", None), getattr(operator, "environment", None)
-    if _has_template(framework) or _has_template(environment):
-        return None
-    try:
-        return load_spec(framework, environment)
-    except SpecValidationError:
-        return None
-
-
-def require_image(operator: DistributedTrainingOperator, backend: str) -> None:
-    if not operator.image:
+def require_image(settings: BackendSettings, backend: str) -> None:
+    if not settings.image:
         raise job_error(f"backend={backend!r} runs every replica from an image: set image=")
 
 
-def deferral_deadline(operator: DistributedTrainingOperator, context: Context) -> tuple[float | None, timedelta | None]:
+def deferral_deadline(settings: BackendSettings, context: Context) -> tuple[float | None, timedelta | None]:
     """When the task's ``execution_timeout`` ends (epoch seconds, for the trigger), and the deferral's timeout."""
-    execution_timeout = operator.execution_timeout
+    execution_timeout = settings.execution_timeout
     start_date = getattr(context["ti"], "start_date", None)
     if execution_timeout is None or start_date is None:
         return None, None
@@ -57,11 +40,11 @@ def deferral_deadline(operator: DistributedTrainingOperator, context: Context) -
     return deadline, timedelta(seconds=max(0.0, deadline - time.time()) + 60)
 
 
-def watch_timings(operator: DistributedTrainingOperator) -> WatchTimings:
+def watch_timings(settings: BackendSettings) -> WatchTimings:
     """The operator's ``watch_timings`` (checked at parse time) with the defaults filled in."""
     from airflow_distributed.hooks.watch_loop import WatchTimings
 
-    return WatchTimings.of(getattr(operator, "watch_timings", None))
+    return WatchTimings.of(settings.watch_timings)
 
 
 def push_success(context: Context, log: TaskLog, result: dict[str, Any], document: dict[str, Any], namespace: str,
@@ -74,4 +57,4 @@ def push_success(context: Context, log: TaskLog, result: dict[str, Any], documen
     return result
 
 
-__all__ = ["deferral_deadline", "job_error", "push_success", "require_image", "spec_at_parse_time"]
+__all__ = ["deferral_deadline", "job_error", "push_success", "require_image", "watch_timings"]

@@ -1,7 +1,8 @@
 """What ``DistributedTrainingOperator`` does with ``backend="kubernetes"``: plan -> job -> verdict -> XCom.
 
-``run_kubernetes`` (from ``execute``), ``resume_kubernetes`` (from ``execute_complete`` after a deferral) and
-``kill_kubernetes`` (from ``on_kill``) take the operator and read its arguments; the Kubernetes I/O is the hook's
+``KubernetesBackend`` (the ``Backend`` of ``backend="kubernetes"``) calls ``run_kubernetes`` (from ``execute``),
+``resume_kubernetes`` (from ``execute_complete`` after a deferral) and ``kill_kubernetes`` (from ``on_kill``), which
+read the operator's arguments from ``BackendSettings``; the Kubernetes I/O is the hook's
 (``DistributedTrainingHook``) and the trigger's (``DistributedJobTrigger``).
 
 Reattach: job names are fixed per task instance, so a retry, or a worker restarted under the same task
@@ -23,27 +24,41 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_distributed.operators.job_run import (
+from airflow_distributed.backends.base import one_process_per_replica
+from airflow_distributed.backends.job_run import (
     deferral_deadline,
     job_error,
     push_success,
     require_image,
     watch_timings,
 )
+from airflow_distributed.elastic import CONTINUE, RESTART, after_replica_ended, elastic_plan
+from airflow_distributed.jobstate.job_watch import (
+    JobVerdict,
+    log_available,
+    replica_slots,
+    replica_table,
+    slots_from_json,
+    slots_to_json,
+)
+from airflow_distributed.manifests.pod_names import RESTARTS_ANNOTATION
+from airflow_distributed.outputs import job_record, job_result, parse_output_document
+from airflow_distributed.plan import KubernetesAddressing, build_plan
+from airflow_distributed.spec import load_spec
 from airflow_distributed.status import PENDING, RUNNING, STOPPED, ReplicaStatus
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_distributed.backends.base import BackendSettings, TaskCalls
     from airflow_distributed.elastic import ElasticPlan
-    from airflow_distributed.hooks.job_watch import JobTracker, JobVerdict, ReplicaSlot
     from airflow_distributed.hooks.kubernetes import DistributedTrainingHook, JobHandle
+    from airflow_distributed.jobstate.job_watch import JobTracker, JobVerdict, ReplicaSlot
     from airflow_distributed.manifests.kubernetes import JobObjects
-    from airflow_distributed.operators.training import DistributedTrainingOperator
     from airflow_distributed.spec import TrainingSpec
 
 CLEAN_POD_POLICIES = ("all", "running", "none")
@@ -66,17 +81,21 @@ except ImportError:  # a common-compat provider that predates it: submit on ever
             return self.get_job_result(external_id, context)  # type: ignore[attr-defined]
 
 
+def _ignore(run: Any) -> None:
+    """No one to tell of a run that starts."""
+
+
 #: XCom of a Kubernetes job while it runs: where the job view finds it live.
 LIVE_JOB_XCOM_KEY = "kubernetes_job"
 
 
-def check_kubernetes_arguments(operator: DistributedTrainingOperator) -> list[tuple[str, str]]:
+def check_kubernetes_arguments(settings: BackendSettings) -> list[tuple[str, str]]:
     """Problems with the operator's Kubernetes arguments, as ``(argument, message)`` for ``SpecValidationError``."""
     problems = []
-    policy = getattr(operator, "clean_pod_policy", None)
+    policy = settings.clean_pod_policy
     if policy is not None and policy not in CLEAN_POD_POLICIES:
         problems.append(("clean_pod_policy", f"{policy!r} is not supported; allowed: {', '.join(CLEAN_POD_POLICIES)}"))
-    gang = getattr(operator, "gang_scheduling", None)
+    gang = settings.gang_scheduling
     if gang is not None:
         from airflow_distributed.manifests.gang_scheduling import GANG_SCHEDULERS
 
@@ -88,16 +107,17 @@ def check_kubernetes_arguments(operator: DistributedTrainingOperator) -> list[tu
 # ---------------------------------------------------------------------------------------------- entry points
 
 
-def run_kubernetes(operator: DistributedTrainingOperator, context: Context, spec: TrainingSpec, job_name: str,
-                   command: Sequence[str]) -> dict[str, Any]:
+def run_kubernetes(task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, job_name: str,
+                   command: Sequence[str], on_start: Callable[[KubernetesJobRun], None] = _ignore) -> dict[str, Any]:
     """``execute`` for ``backend="kubernetes"``: create or reattach the job, then wait (here or deferred).
 
     :returns: the ``return_value`` XCom, each key of it an XCom too; ``job`` is pushed here (also on failure).
     :raises DistributedJobError: the job failed, did not start, or was stopped.
     :raises KubernetesJobError: the API refused something for good.
     """
-    run = KubernetesJobRun.start(operator, context, spec, job_name, command)
-    if not operator.wait_for_completion:
+    run = KubernetesJobRun.start(task, settings, context, spec, job_name, command)
+    on_start(run)
+    if not settings.wait_for_completion:
         handle = run.submit()
         run.log.info("job %s/%s submitted; not waiting for it (wait_for_completion=False)", handle.namespace,
                      handle.name)
@@ -105,11 +125,11 @@ def run_kubernetes(operator: DistributedTrainingOperator, context: Context, spec
     return _ResumableKubernetesJob(run).execute_resumable(context)
 
 
-def resume_kubernetes(operator: DistributedTrainingOperator, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+def resume_kubernetes(task: TaskCalls, settings: BackendSettings, context: Context, event: dict[str, Any],
+                      on_start: Callable[[KubernetesJobRun], None] = _ignore) -> dict[str, Any]:
     """``execute_complete``: the trigger's verdict -> output, logs, clean-up and XCom, as in the synchronous path."""
-    from airflow_distributed.hooks.job_watch import JobVerdict, log_available
-
-    run = KubernetesJobRun.resume(operator, context, event)
+    run = KubernetesJobRun.resume(task, settings, context, event)
+    on_start(run)
     status = event.get("status")
     try:
         tracker = run.hook.job_tracker(run.namespace, run.name, run.slots)
@@ -123,7 +143,8 @@ def resume_kubernetes(operator: DistributedTrainingOperator, context: Context, e
         for line in tail:
             run.log.info("[%s] %s", run.master.name, line)
         if not verdict.succeeded:
-            _restart_elastic_replica(operator, context, run, verdict, tracker)  # defers again if it restarts one
+            # Defers again if it restarts one.
+            _restart_elastic_replica(task, settings, context, run, verdict, tracker, on_start)
         return run.finish(verdict, tracker, {run.master.name: tail}, elapsed)
     # timeout (execution_timeout reached in the triggerer) or error (the trigger could not watch): clean up, fail.
     run.clean_up(succeeded=False)
@@ -132,23 +153,23 @@ def resume_kubernetes(operator: DistributedTrainingOperator, context: Context, e
                      f"{run.cleanup_note(False)}")
 
 
-def _restart_elastic_replica(operator: DistributedTrainingOperator, context: Context, run: KubernetesJobRun,
-                             verdict: JobVerdict, tracker: JobTracker) -> None:
+def _restart_elastic_replica(task: TaskCalls, settings: BackendSettings, context: Context, run: KubernetesJobRun,
+                             verdict: JobVerdict, tracker: JobTracker,
+                             on_start: Callable[[KubernetesJobRun], None]) -> None:
     """After a deferral: an elastic job's lost replica is recreated as in the synchronous wait, and the task
     defers again; a decision to fail is left on ``run`` for its failure message."""
-    from airflow_distributed.elastic import elastic_plan
     from airflow_distributed.hooks.kubernetes import JobHandle
-    from airflow_distributed.spec import load_spec
 
-    spec = load_spec(operator.framework, operator.environment)
+    spec = load_spec(settings.framework, settings.environment)
     if elastic_plan(spec) is None:
         return
     service = run.hook.get_service(run.namespace, run.name)
     if service is None:
         return
-    command = [str(part) for part in [*operator.command, *(operator.args or [])]]
+    command = [str(part) for part in [*settings.command, *(settings.args or [])]]
     # The pods' manifests again, from the same plan (the task instance's job name and namespace).
-    rebuilt = KubernetesJobRun.start(operator, context, spec, run.name, command)
+    rebuilt = KubernetesJobRun.start(task, settings, context, spec, run.name, command)
+    on_start(rebuilt)
     rebuilt.slots, rebuilt.namespace = run.slots, run.namespace
     rebuilt.handle = JobHandle(run.namespace, run.name, service["metadata"]["uid"])
     if rebuilt._after_failure(verdict, tracker):
@@ -156,9 +177,8 @@ def _restart_elastic_replica(operator: DistributedTrainingOperator, context: Con
     run.elastic_failure = rebuilt.elastic_failure
 
 
-def kill_kubernetes(operator: DistributedTrainingOperator) -> None:
+def kill_kubernetes(run: KubernetesJobRun | None) -> None:
     """``on_kill``: stop waiting and delete the job (its Service; the pods go by cascade)."""
-    run: KubernetesJobRun | None = getattr(operator, "_kubernetes_run", None)
     if run is None:
         return
     run.stopped = True
@@ -176,14 +196,14 @@ def kill_kubernetes(operator: DistributedTrainingOperator) -> None:
 class KubernetesJobRun:
     """One job of one task instance: its plan, its hook, and the steps of its life."""
 
-    def __init__(self, operator: DistributedTrainingOperator, context: Context, namespace: str, name: str,
+    def __init__(self, task: TaskCalls, settings: BackendSettings, context: Context, namespace: str, name: str,
                  slots: Sequence[ReplicaSlot], framework: str, hook: DistributedTrainingHook) -> None:
-        self.operator, self.context = operator, context
+        self.task, self.settings, self.context = task, settings, context
         self.namespace, self.name = namespace, name
         self.slots = tuple(slots)
         self.framework = framework
         self.hook = hook
-        self.log = operator.log
+        self.log = task.log
         self.stopped = False
         self.build: Any = None
         #: ``build(None)``, kept from the check at start so that submitting does not build a big job again
@@ -195,7 +215,6 @@ class KubernetesJobRun:
         #: replicas an elastic job carries on without, with their last row of the table
         self.dropped: dict[str, ReplicaStatus] = {}
         self.elastic_failure: str | None = None
-        operator._kubernetes_run = self  # read by kill_kubernetes
 
     @property
     def master(self) -> ReplicaSlot:
@@ -204,25 +223,23 @@ class KubernetesJobRun:
     def new_hook(self) -> DistributedTrainingHook:
         from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
 
-        return DistributedTrainingHook(kubernetes_conn_id=self.operator.kubernetes_conn_id, logger=self.log)
+        return DistributedTrainingHook(kubernetes_conn_id=self.settings.kubernetes_conn_id, logger=self.log)
 
     @classmethod
-    def start(cls, operator: DistributedTrainingOperator, context: Context, spec: TrainingSpec, job_name: str,
+    def start(cls, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, job_name: str,
               command: Sequence[str]) -> KubernetesJobRun:
-        from airflow_distributed.hooks.job_watch import replica_slots
         from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
         from airflow_distributed.manifests.horovod_ssh import generate_ssh_key_pair
         from airflow_distributed.manifests.kubernetes import build_job_objects, layout_for_kubernetes
-        from airflow_distributed.plan import KubernetesAddressing, build_plan
 
-        require_image(operator, "kubernetes")
-        hook = DistributedTrainingHook(kubernetes_conn_id=operator.kubernetes_conn_id, logger=operator.log)
-        namespace = operator.namespace or hook.default_namespace()
-        layout = layout_for_kubernetes(operator.model_dir, job_name=job_name, checkpoint_dir=operator.checkpoint_dir)
-        command, files = operator._replica_program(list(command), layout.files_dir)
+        require_image(settings, "kubernetes")
+        hook = DistributedTrainingHook(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
+        namespace = settings.namespace or hook.default_namespace()
+        layout = layout_for_kubernetes(settings.model_dir, job_name=job_name, checkpoint_dir=settings.checkpoint_dir)
+        command, files = task.replica_program(list(command), layout.files_dir)
         plan = build_plan(spec, job_name, KubernetesAddressing(namespace), layout, command, backend="kubernetes",
-                          env=operator.env, try_number=context["ti"].try_number, files=files)
-        options = _manifest_options(operator, context, namespace)
+                          env=settings.env, try_number=context["ti"].try_number, files=files)
+        options = manifest_options(settings, context, namespace)
         # One key pair per job, the same for both builds (before and after the Service's uid is known).
         ssh_key = generate_ssh_key_pair(f"airflow-distributed-{job_name}") if any(
             replica.command is None for replica in plan.replicas) else None
@@ -231,20 +248,19 @@ class KubernetesJobRun:
             return build_job_objects(plan, options, owner_uid=owner_uid, ssh_key=ssh_key)
 
         objects = build(None)  # a setting Kubernetes would refuse fails here, before anything is created
-        run = cls(operator, context, namespace, job_name, replica_slots(plan), spec.framework, hook)
+        run = cls(task, settings, context, namespace, job_name, replica_slots(plan), spec.framework, hook)
         run.build, run.objects = build, objects
         run.elastic = plan.elastic
         return run
 
     @classmethod
-    def resume(cls, operator: DistributedTrainingOperator, context: Context, event: dict[str, Any]) -> KubernetesJobRun:
-        from airflow_distributed.hooks.job_watch import slots_from_json
+    def resume(cls, task: TaskCalls, settings: BackendSettings, context: Context,
+               event: dict[str, Any]) -> KubernetesJobRun:
         from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
-        from airflow_distributed.spec import load_spec
 
-        hook = DistributedTrainingHook(kubernetes_conn_id=operator.kubernetes_conn_id, logger=operator.log)
-        framework = load_spec(operator.framework, operator.environment).framework
-        return cls(operator, context, event["namespace"], event["job_name"], slots_from_json(event["replicas"]),
+        hook = DistributedTrainingHook(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
+        framework = load_spec(settings.framework, settings.environment).framework
+        return cls(task, settings, context, event["namespace"], event["job_name"], slots_from_json(event["replicas"]),
                    framework, hook)
 
     # ------------------------------------------------------------------ submit, state, wait
@@ -280,18 +296,18 @@ class KubernetesJobRun:
         # Lets the job view find the running job's pods before there is a final record.
         self.context["ti"].xcom_push(key=LIVE_JOB_XCOM_KEY, value={
             "job_name": self.name, "namespace": self.namespace,
-            "kubernetes_conn_id": self.operator.kubernetes_conn_id, "framework": self.operator.framework,
+            "kubernetes_conn_id": self.settings.kubernetes_conn_id, "framework": self.settings.framework,
         })
-        if self.operator.deferrable and self.handle.reattached != "succeeded":  # type: ignore[union-attr]
+        if self.settings.deferrable and self.handle.reattached != "succeeded":  # type: ignore[union-attr]
             self._defer()
         try:
             while True:
                 watched = tuple(slot for slot in self.slots if slot.name not in self.dropped)
                 outcome = self.hook.wait_for_job(
                     self.namespace, self.name, watched,
-                    startup_timeout=self.operator.startup_timeout,
-                    image_pull_grace=self.operator.image_pull_grace,
-                    watch_timings=watch_timings(self.operator),
+                    startup_timeout=self.settings.startup_timeout,
+                    image_pull_grace=self.settings.image_pull_grace,
+                    watch_timings=watch_timings(self.settings),
                     on_change=self._log_table,
                     stopped=lambda: self.stopped,
                     follow=self._followed(),
@@ -308,9 +324,6 @@ class KubernetesJobRun:
     def _after_failure(self, verdict: JobVerdict, tracker: JobTracker) -> bool:
         """An elastic job's answer to a replica that ended badly: recreate its pod (same name, so the same
         address) or carry on without it, and wait again (``True``); or let the job fail (``False``)."""
-        from airflow_distributed.elastic import CONTINUE, RESTART, after_replica_ended
-        from airflow_distributed.manifests.kubernetes import RESTARTS_ANNOTATION
-
         if self.elastic is None or verdict.succeeded or verdict.replica is None or \
                 verdict.cause not in ("exit", "pod", "deleted") or self.handle is None or self.objects is None:
             return False
@@ -348,32 +361,29 @@ class KubernetesJobRun:
             self.log.error("could not clean up job %s/%s: %s", self.namespace, self.name, error)
 
     def _defer(self) -> None:
-        from airflow_distributed.hooks.job_watch import slots_to_json
         from airflow_distributed.triggers.kubernetes import DistributedJobTrigger
 
-        deadline, timeout = deferral_deadline(self.operator, self.context)
+        deadline, timeout = deferral_deadline(self.settings, self.context)
         trigger = DistributedJobTrigger(
             job_name=self.name,
             namespace=self.namespace,
             replicas=slots_to_json([slot for slot in self.slots if slot.name not in self.dropped]),
-            startup_timeout=self.operator.startup_timeout,
+            startup_timeout=self.settings.startup_timeout,
             started_at=time.time(),
-            kubernetes_conn_id=self.operator.kubernetes_conn_id,
+            kubernetes_conn_id=self.settings.kubernetes_conn_id,
             execution_deadline=deadline,
-            image_pull_grace=self.operator.image_pull_grace,
-            watch_timings=watch_timings(self.operator).as_dict(),
+            image_pull_grace=self.settings.image_pull_grace,
+            watch_timings=watch_timings(self.settings).as_dict(),
         )
         self.log.info("job %s/%s: waiting in the triggerer", self.namespace, self.name)
-        self.operator.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
+        self.task.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
 
     def _log_table(self, rows: Sequence[ReplicaStatus]) -> None:
-        from airflow_distributed.hooks.job_watch import replica_table
-
         self.log.info("replicas of %s:\n%s", self.name, replica_table(self._with_dropped(rows)))
 
     def _followed(self) -> list[str]:
         """The master, and the replicas ``log_replicas`` names (``all``, roles, ``role-index`` or pod names)."""
-        setting = self.operator.log_replicas
+        setting = self.settings.log_replicas
         wanted = {setting} if isinstance(setting, str) else set(setting or ())
         names = [self.master.name]
         for slot in self.slots[1:]:
@@ -402,9 +412,6 @@ class KubernetesJobRun:
     def finish(self, verdict: JobVerdict, tracker: JobTracker, logs: dict[str, list[str]],
                elapsed: float) -> dict[str, Any]:
         """Output, logs, clean-up, XCom; raises ``DistributedJobError`` unless the job succeeded."""
-        from airflow_distributed.hooks.job_watch import replica_table
-        from airflow_distributed.outputs import job_record, job_result
-
         ti = self.context["ti"]
         killed = verdict.cause == "stopped"
         try:
@@ -430,8 +437,6 @@ class KubernetesJobRun:
 
         ``logs`` gets the tails read here.
         """
-        from airflow_distributed.hooks.job_watch import log_available
-
         document = self._document(tracker, verdict.succeeded) if not killed else _empty_document()
         failure_tail: list[str] = []
         events: list[str] = []
@@ -446,8 +451,6 @@ class KubernetesJobRun:
         return document, failure_tail, events
 
     def _document(self, tracker: JobTracker, succeeded: bool) -> dict[str, Any]:
-        from airflow_distributed.outputs import parse_output_document
-
         master = tracker.pod(self.master.name)
         text = self.hook.read_output(self.namespace, master) if master is not None else None
         try:
@@ -460,7 +463,7 @@ class KubernetesJobRun:
             return _empty_document()
 
     def policy(self, succeeded: bool) -> str:
-        return self.operator.clean_pod_policy or ("all" if succeeded else "running")
+        return self.settings.clean_pod_policy or ("all" if succeeded else "running")
 
     def clean_up(self, succeeded: bool, kill: bool = False) -> bool:
         """Apply the clean-up policy (a kill deletes everything); returns whether unfinished pods were deleted."""
@@ -482,7 +485,7 @@ class KubernetesJobRun:
         job = f"job {self.namespace}/{self.name}"
         if verdict.cause == "stopped":
             return f"{job} was stopped after {elapsed:.1f}s (task killed); the job was deleted"
-        what = self.elastic_failure or verdict.describe(self.operator.startup_timeout)
+        what = self.elastic_failure or verdict.describe(self.settings.startup_timeout)
         message = f"{job} failed after {elapsed:.1f}s: {what}; {self.cleanup_note(False)}"
         if events:
             message += "\n  events:\n" + "\n".join(f"    {line}" for line in events)
@@ -529,25 +532,52 @@ class _ResumableKubernetesJob(ResumableJobMixin):
         return self._result
 
 
+class KubernetesBackend:
+    """``backend="kubernetes"``: one pod per replica and a headless Service, watched by the task."""
+
+    name: ClassVar[str] = "kubernetes"
+
+    def __init__(self) -> None:
+        #: the job being waited for, for ``kill``
+        self.current: KubernetesJobRun | None = None
+
+    def _started(self, run: KubernetesJobRun) -> None:
+        self.current = run
+
+    def check(self, settings: BackendSettings, spec: TrainingSpec | None) -> list[tuple[str, str]]:
+        return check_kubernetes_arguments(settings) + one_process_per_replica(settings.environment)
+
+    def run(self, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, job_name: str,
+            command: Sequence[str]) -> dict[str, Any]:
+        return run_kubernetes(task, settings, context, spec, job_name, command, on_start=self._started)
+
+    def resume(self, task: TaskCalls, settings: BackendSettings, context: Context,
+               event: dict[str, Any]) -> dict[str, Any]:
+        return resume_kubernetes(task, settings, context, event, on_start=self._started)
+
+    def kill(self) -> None:
+        kill_kubernetes(self.current)
+
+
 # ---------------------------------------------------------------------------------------------- helpers
 
 
-def _manifest_options(operator: DistributedTrainingOperator, context: Context, namespace: str) -> Any:
+def manifest_options(settings: BackendSettings, context: Context, namespace: str) -> Any:
     from airflow_distributed.manifests.kubernetes import JobManifestOptions, TaskInstanceRef
 
     deadline = None
-    if operator.execution_timeout is not None:
+    if settings.execution_timeout is not None:
         # A backstop for a worker that dies without a retry: the pods stop on their own after the task's time.
-        deadline = math.ceil(operator.execution_timeout.total_seconds()) + DEADLINE_MARGIN_SECONDS
+        deadline = math.ceil(settings.execution_timeout.total_seconds()) + DEADLINE_MARGIN_SECONDS
     return JobManifestOptions(
         namespace=namespace,
-        image=operator.image or "",  # require_image has refused a job without one
-        gpu_resource_key=operator.gpu_resource_key,
+        image=settings.image or "",  # require_image has refused a job without one
+        gpu_resource_key=settings.gpu_resource_key,
         task_instance=TaskInstanceRef.of(context["ti"]),
-        model_volume=operator.model_volume,
-        scheduler_name=operator.scheduler_name,
-        gang_scheduling=operator.gang_scheduling,
-        queue_name=operator.queue_name,
+        model_volume=settings.model_volume,
+        scheduler_name=settings.scheduler_name,
+        gang_scheduling=settings.gang_scheduling,
+        queue_name=settings.queue_name,
         active_deadline_seconds=deadline,
     )
 
@@ -560,7 +590,5 @@ def _after_cleanup(rows: Sequence[ReplicaStatus], deleted: bool) -> tuple[Replic
 
 
 def _empty_document() -> dict[str, Any]:
-    from airflow_distributed.outputs import parse_output_document
-
     return parse_output_document(None)
 

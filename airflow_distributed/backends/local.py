@@ -1,0 +1,161 @@
+"""``backend="local"``: every replica a subprocess of the task on the worker, addresses on 127.0.0.1.
+
+The replicas are children of the task, so the task always waits for them (no deferral) and a killed task stops
+them all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow_distributed.backends.base import BackendSettings, DistributedJobError, TaskCalls, one_process_per_replica
+from airflow_distributed.backends.local_live import LIVE_XCOM_KEY, LiveJobReport
+from airflow_distributed.outputs import job_record, job_result, parse_output_document
+from airflow_distributed.plan import Layout, LocalAddressing, build_plan, replica_count
+from airflow_distributed.status import render_table
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_distributed.hooks.local import LocalJob
+    from airflow_distributed.spec import TrainingSpec
+
+
+class LocalBackend:
+    """``backend="local"``: subprocesses on the worker, no cluster."""
+
+    name: ClassVar[str] = "local"
+
+    def __init__(self) -> None:
+        #: the running job's replicas, for ``kill``
+        self._job: LocalJob | None = None
+        self._stop_grace_period = 5.0
+        self._log: Any = None
+
+    def check(self, settings: BackendSettings, spec: TrainingSpec | None) -> list[tuple[str, str]]:
+        problems = []
+        if not settings.wait_for_completion:
+            problems.append(("wait_for_completion", "the local backend's replicas are children of the task, "
+                             "so it always waits; use backend='kubernetes' to start a job and return"))
+        return problems + one_process_per_replica(settings.environment)
+
+    def resume(self, task: TaskCalls, settings: BackendSettings, context: Context,
+               event: dict[str, Any]) -> dict[str, Any]:
+        raise DistributedJobError("backend='local' never defers, so it has nothing to resume")
+
+    def kill(self) -> None:
+        job = self._job
+        if job is not None:
+            self._log.info("task killed: stopping every replica")
+            job.stop(self._stop_grace_period)
+
+    def run(self, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, name: str,
+            command: Sequence[str]) -> dict[str, Any]:
+        from airflow_distributed.hooks.local import LocalProcessHook
+        from airflow_distributed.manifests.local import process_specs, resolve_python
+
+        log = self._log = task.log
+        self._stop_grace_period = settings.stop_grace_period
+        hook = LocalProcessHook(logger=log)
+        work_dir, model_dir, checkpoint_dir = local_dirs(settings, name)
+        output_path = os.path.join(work_dir, "output.json")
+        os.makedirs(model_dir, exist_ok=True)
+        os.makedirs(work_dir, exist_ok=True)
+        if os.path.exists(output_path):
+            os.remove(output_path)  # a retry must not report the previous try's metrics
+        layout = Layout(model_dir=model_dir, output_path=output_path, files_dir=os.path.join(work_dir, "files"),
+                        checkpoint_dir=checkpoint_dir)
+        interpreter = settings.python or sys.executable
+        addressing = LocalAddressing(ports=hook.free_ports(replica_count(spec)))
+        program, files = task.replica_program(list(command), layout.files_dir)
+        plan = build_plan(spec, name, addressing, layout, resolve_python(program, interpreter), backend="local",
+                          env=settings.env, try_number=context["ti"].try_number, files=files)
+        specs = process_specs(
+            plan,
+            interpreter=interpreter,
+            gpus=hook.visible_gpus(),
+            cpu_count=os.cpu_count() or 1,
+            base_env=os.environ,
+        )
+        hook.write_files(layout.files_dir, plan.files)
+        log.info("job %s: %s with %d replicas on the local backend", name, spec.framework, len(specs))
+        started = time.monotonic()
+        job = self._job = hook.start(specs, cwd=work_dir, elastic=plan.elastic)
+        live = LiveJobReport(
+            job_name=name, framework=spec.framework, read_document=lambda: _read_text(output_path),
+            publish=lambda record: context["ti"].xcom_push(key=LIVE_XCOM_KEY, value=record),
+            logs=lambda: {replica.spec.name: list(replica.tail) for replica in job.replicas}, log=log,
+        )
+        try:
+            outcome = job.wait(
+                poll_interval=settings.poll_interval,
+                settle=settings.settle_period,
+                on_change=lambda rows: log.info("replicas of %s:\n%s", name, render_table(rows)),
+                on_poll=live,
+            )
+        finally:
+            job.stop(settings.stop_grace_period)
+            self._job = None
+        elapsed = time.monotonic() - started
+        log.info("replicas of %s (final):\n%s", name, render_table(outcome.replicas))
+        # Read on failure too: metrics logged before a crash help whoever looks at the failed run.
+        document = parse_output_document(_read_text(output_path))
+        result = job_result(
+            job_name=name, framework=spec.framework, backend="local",
+            state="succeeded" if outcome.succeeded else "failed", document=document, replicas=outcome.replicas,
+        )
+        logs = {replica.spec.name: list(replica.tail) for replica in job.replicas}
+        context["ti"].xcom_push(key="job", value=job_record(result, document, logs, elapsed))
+        if not outcome.succeeded:
+            raise DistributedJobError(failure_message(name, outcome, elapsed))
+        if not settings.keep_checkpoints:
+            removed = hook.remove_checkpoints(checkpoint_dir)
+            if removed:
+                log.info("job %s succeeded: removed its %d checkpoint files (keep_checkpoints=False)", name, removed)
+        if document["metrics"] == {} and document["model_path"] is None:
+            log.warning("the master wrote no output document at %s: no metrics or model path", output_path)
+        log.info(
+            "job %s succeeded in %.1fs; metrics: %s; model path: %s",
+            name, elapsed, json.dumps(result["metrics"]), result["model_path"],
+        )
+        return result
+
+
+def local_dirs(settings: BackendSettings, name: str) -> tuple[str, str, str]:
+    """The job's work, model and checkpoint directories under ``$AIRFLOW_HOME/distributed`` unless given."""
+    home = os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")
+    work_dir = os.path.join(home, "distributed", "jobs", settings.dag_id, name)
+    model_dir = settings.model_dir or os.path.join(home, "distributed", "models", settings.dag_id, name)
+    checkpoint_dir = settings.checkpoint_dir or os.path.join(home, "distributed", "checkpoints", settings.dag_id, name)
+    return work_dir, model_dir, checkpoint_dir
+
+
+def failure_message(name: str, outcome: Any, elapsed: float) -> str:
+    if outcome.stopped:
+        return f"job {name} was stopped after {elapsed:.1f}s (task killed); no replica is left running"
+    if outcome.timed_out:
+        return f"job {name} timed out after {elapsed:.1f}s; every replica was stopped"
+    tail = "\n".join(f"    {line}" for line in outcome.tail[-15:]) or "    (no output)"
+    if outcome.reason:
+        return (f"job {name} failed after {elapsed:.1f}s: {outcome.reason}; every other replica was stopped. "
+                f"Its last lines:\n{tail}")
+    return (
+        f"job {name} failed: replica {outcome.failed_replica} exited with code {outcome.exit_code} "
+        f"after {elapsed:.1f}s; every other replica was stopped. Its last lines:\n{tail}"
+    )
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
+__all__ = ["LocalBackend", "failure_message", "local_dirs"]

@@ -15,7 +15,7 @@ from airflow.providers.openlineage.extractors import OperatorLineage
 from openlineage.client.event_v2 import Dataset
 from openlineage.client.facet_v2 import RunFacet
 
-from airflow_distributed.plan import replica_slots
+from airflow_distributed.plan import expand_replicas
 from airflow_distributed.spec import TrainingSpec
 
 FACET = "airflowDistributed"
@@ -47,7 +47,8 @@ def role_summary(spec: TrainingSpec) -> list[dict[str, Any]]:
     """``[{"role", "count", "resources"}]`` in the plan's order; replicas of one role with different resources
     (an indexed override) are listed apart."""
     summary: list[dict[str, Any]] = []
-    for role, _, settings in replica_slots(spec):
+    for slot in expand_replicas(spec):
+        role, settings = slot.role, slot.settings
         resources = settings.resources.model_dump(mode="json", exclude_none=True) if settings.resources else {}
         if summary and summary[-1]["role"] == role and summary[-1]["resources"] == resources:
             summary[-1]["count"] += 1

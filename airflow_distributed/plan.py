@@ -14,9 +14,9 @@ from types import MappingProxyType
 from typing import Protocol
 
 from airflow_distributed.elastic import ElasticPlan, elastic_plan
-from airflow_distributed.frameworks import Framework, get_framework
+from airflow_distributed.frameworks import get_framework
 from airflow_distributed.naming import replica_name
-from airflow_distributed.spec.models import PodSettings, PSCluster, Resources, TrainingSpec
+from airflow_distributed.spec.models import IndexedReplica, PodSettings, PSCluster, Resources, TrainingSpec
 
 
 @dataclass(frozen=True)
@@ -136,9 +136,9 @@ def build_plan(
         ``@task.distributed`` function).
     """
     framework = get_framework(spec.framework)
-    slots = _slots(spec, framework)
     replicas = []
-    for ordinal, (role, index, settings) in enumerate(slots):
+    for ordinal, slot in enumerate(expand_replicas(spec)):
+        role, index, settings = slot.role, slot.index, slot.settings
         name = replica_name(job_name, role, index)
         host, port = addressing.endpoint(ordinal, job_name, name, framework.default_port)
         replicas.append(Replica(role, index, name, host, port, ordinal == 0, settings))
@@ -161,29 +161,56 @@ def build_plan(
     return replace(plan, replicas=tuple(finished))
 
 
-def _slots(spec: TrainingSpec, framework: Framework) -> list[tuple[str, int, PodSettings]]:
-    """(role, index, effective settings) for every replica, master first."""
-    env = spec.environment
-    master_settings = PodSettings.model_validate(
-        {key: getattr(env, key) for key in PodSettings.model_fields}
-    )
-    slots: list[tuple[str, int, PodSettings]] = []
+@dataclass(frozen=True)
+class SpecReplica:
+    """One replica the spec asks for, before it has a name or an address."""
+
+    role: str
+    index: int
+    settings: PodSettings
+    #: the spec's section the settings come from (``"worker"``, ``"ps"``), ``None`` for the master (``environment``)
+    spec_key: str | None = None
+    #: position in that section's indexed list of the entry that set these settings; ``None`` for the default
+    override: int | None = None
+
+
+def expand_replicas(spec: TrainingSpec) -> list[SpecReplica]:
+    """Every replica of a validated spec with its effective settings, master first, then role by role in the
+    framework's order and index by index.
+
+    A role's replicas take ``default_<role>`` (empty settings without one); an indexed entry (``worker: [{index: 1,
+    ...}]``) replaces the default for its index, it is not merged into it (Polyaxon semantics). Parameter-server
+    roles are expanded only for a spec with a parameter-server cluster.
+    """
+    master = master_settings(spec)
     cluster = spec.cluster
-    for role in framework.roles:
+    slots: list[SpecReplica] = []
+    for role in get_framework(spec.framework).roles:
         if role.spec_key is None:
-            slots.append((role.name, 0, master_settings))
+            slots.append(SpecReplica(role.name, 0, master))
             continue
         if role.spec_key == "ps" and not isinstance(cluster, PSCluster):
             continue
         count = getattr(cluster, "n_workers" if role.spec_key == "worker" else "n_ps")
         default = getattr(cluster, f"default_{role.spec_key}") or PodSettings()
-        overrides = {entry.index: entry for entry in getattr(cluster, role.spec_key)}
+        overrides = {entry.index: (position, entry) for position, entry in enumerate(getattr(cluster, role.spec_key))}
         for index in range(count):
-            chosen = overrides.get(index)
-            # An indexed entry replaces the default for that index (Polyaxon semantics), it is not merged.
-            settings = PodSettings.model_validate(chosen.model_dump(exclude={"index"})) if chosen else default
-            slots.append((role.name, index, settings))
+            if index in overrides:
+                position, entry = overrides[index]
+                slots.append(SpecReplica(role.name, index, indexed_settings(entry), role.spec_key, position))
+            else:
+                slots.append(SpecReplica(role.name, index, default, role.spec_key))
     return slots
+
+
+def master_settings(spec: TrainingSpec) -> PodSettings:
+    """The master's pod settings, which the spec keeps at the top of ``environment``."""
+    return PodSettings.model_validate({key: getattr(spec.environment, key) for key in PodSettings.model_fields})
+
+
+def indexed_settings(entry: IndexedReplica) -> PodSettings:
+    """The settings of an indexed entry (``worker: [{index: 1, ...}]``), its ``index`` left out."""
+    return PodSettings.model_validate(entry.model_dump(exclude={"index"}))
 
 
 def _common_env(plan: ClusterPlan, replica: Replica, cluster_json: str) -> dict[str, str]:
@@ -204,11 +231,6 @@ def _common_env(plan: ClusterPlan, replica: Replica, cluster_json: str) -> dict[
     return env
 
 
-def replica_slots(spec: TrainingSpec) -> list[tuple[str, int, PodSettings]]:
-    """(role, index, effective pod settings) of every replica the spec asks for, master first."""
-    return _slots(spec, get_framework(spec.framework))
-
-
 def replica_count(spec: TrainingSpec) -> int:
     """How many replicas the spec asks for, master included (e.g. to pick that many free ports first)."""
-    return len(replica_slots(spec))
+    return len(expand_replicas(spec))

@@ -113,7 +113,7 @@ from airflow_distributed.manifests.kubernetes_resources import (
     split_security_context,
     tolerations,
 )
-from airflow_distributed.plan import ClusterPlan, Replica
+from airflow_distributed.plan import ClusterPlan, Replica, SpecReplica, expand_replicas, master_settings
 from airflow_distributed.spec.models import SECTION_OF, PodSettings, PSCluster, TrainingSpec
 
 # Where mpi-operator mounts the hostfile it writes (OpenMPI's default hostfile on the launcher).
@@ -336,7 +336,6 @@ def kubeflow_problems(spec: TrainingSpec) -> list[tuple[str, str]]:
         return [("backend", f"framework '{spec.framework}' has no Kubeflow resource; backend='kubeflow' takes "
                  f"{', '.join(KINDS)}; use backend='kubernetes' (one pod per replica, no operator needed)")]
     kind = kubeflow_kind(spec.framework)
-    framework = get_framework(spec.framework)
     cluster = spec.cluster
     section = f"environment.{SECTION_OF[spec.framework]}"
     problems: list[tuple[str, str]] = []
@@ -347,29 +346,21 @@ def kubeflow_problems(spec: TrainingSpec) -> list[tuple[str, str]]:
         # in the operator instead, with other names and restart rules.
         problems.append((f"{section}.elastic", "is not supported with backend='kubeflow'; use backend='kubernetes' "
                          "or 'local', where the task restarts lost replicas itself"))
-    role_settings: dict[str, list[PodSettings]] = {}
-    for role in framework.roles:
-        if role.spec_key is None or (role.spec_key == "ps" and not isinstance(cluster, PSCluster)):
-            continue
-        if role.name not in kind.replica_types:
-            continue  # a role the kind has no replica type for, refused above (Paddle's pservers)
-        count = getattr(cluster, "n_workers" if role.spec_key == "worker" else "n_ps")
-        default = getattr(cluster, f"default_{role.spec_key}") or PodSettings()
-        overrides = {entry.index: (position, entry) for position, entry in enumerate(getattr(cluster, role.spec_key))}
-        settings = []
-        for index in range(count):
-            chosen = overrides.get(index)
-            settings.append(PodSettings.model_validate(chosen[1].model_dump(exclude={"index"})) if chosen else default)
-        role_settings[role.name] = settings
-        for index, message in _role_conflicts(kind, role.name, settings, default):
-            where = f"{section}.{role.spec_key}"
-            if index in overrides:
-                where += f"[{overrides[index][0]}]"
+    by_role: dict[str, list[SpecReplica]] = {}
+    for slot in expand_replicas(spec):
+        # The master has a replica type of its own; a role the kind has none for was refused above (Paddle's pservers).
+        if slot.spec_key is not None and slot.role in kind.replica_types:
+            by_role.setdefault(slot.role, []).append(slot)
+    for role, slots in by_role.items():
+        spec_key = slots[0].spec_key
+        default = getattr(cluster, f"default_{spec_key}") or PodSettings()
+        for index, message in _role_conflicts(kind, role, [slot.settings for slot in slots], default):
+            override = slots[index].override
+            where = f"{section}.{spec_key}" + (f"[{override}]" if override is not None else "")
             problems.append((where, message))
     if spec.framework == "horovod":
-        master = PodSettings.model_validate({key: getattr(spec.environment, key) for key in PodSettings.model_fields})
-        workers = role_settings.get("worker", [])
-        conflict = _slots_conflict(master, workers[0] if workers else None)
+        workers = by_role.get("worker", [])
+        conflict = _slots_conflict(master_settings(spec), workers[0].settings if workers else None)
         if conflict:
             problems.append(("environment.resources.gpu", conflict))
     return problems

@@ -49,11 +49,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_distributed.manifests.trainjob_status import GROUP, KIND, NODE, VERSION
+from airflow_distributed.plan import ClusterPlan, indexed_settings, master_settings
 from airflow_distributed.spec.models import SECTION_OF, PodSettings, TrainingSpec
 
 if TYPE_CHECKING:
     from airflow_distributed.manifests.kubernetes import JobManifestOptions
-    from airflow_distributed.plan import ClusterPlan
 
 RuntimeKind = Literal["ClusterTrainingRuntime", "TrainingRuntime"]
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
@@ -145,8 +145,7 @@ def trainjob_problems(spec: TrainingSpec, runtime: str | None = None) -> list[tu
                  f"(runtime {', '.join(DEFAULT_RUNTIMES.values())}, or the cluster's MPI runtime); '{framework}' "
                  "is not mapped onto a Trainer v2 runtime yet: use backend='kubernetes' or backend='kubeflow'")]
     section = f"environment.{SECTION_OF[framework]}"
-    env = spec.environment
-    master = PodSettings.model_validate({key: getattr(env, key) for key in PodSettings.model_fields})
+    master = master_settings(spec)
     cluster = spec.cluster
     problems: list[tuple[str, str]] = []
     one_template = ("but a TrainJob runs every node from one pod template; give every node the master's settings "
@@ -160,7 +159,7 @@ def trainjob_problems(spec: TrainingSpec, runtime: str | None = None) -> list[tu
         problems.append((f"{section}.default_worker", f"has its own {', '.join(_differing(default, master))}, "
                          + one_template))
     for position, entry in enumerate(cluster.worker):
-        settings = PodSettings.model_validate(entry.model_dump(exclude={"index"}))
+        settings = indexed_settings(entry)
         if settings != master:
             problems.append((f"{section}.worker[{position}]", f"index {entry.index} has settings of its own ("
                              f"{', '.join(_differing(settings, master)) or 'an override'}), " + one_template))

@@ -1,4 +1,8 @@
-"""Inline SVG line charts of a job's metric history (pure: values in, markup out; no script, no library)."""
+"""Inline SVG line charts of a job's metric history (pure: values in, markup out; no script, no library).
+
+Home-made on purpose: a charting library would need a script, and the job view is served with a policy
+that forbids every script; a few static polylines are all the view needs.
+"""
 
 from __future__ import annotations
 

@@ -250,6 +250,27 @@ def test_page_escapes_what_a_job_wrote_and_shows_a_failure():
     assert html.count("<polyline") == 1  # one chart; the NaN point is left out
 
 
+def test_page_shows_a_script_in_a_metric_name_replica_name_or_log_line_as_text():
+    from airflow_distributed.plugins.job_state import TaskInstanceRef
+    from airflow_distributed.plugins.page import job_page
+
+    evil = "<script>alert(1)</script>"
+    record = {
+        "job_name": evil, "state": "succeeded", "metrics": {evil: 0.5}, "model_path": evil,
+        "replicas": [{"name": evil, "role": "master", "index": 0, "state": "succeeded", "exit_code": 0}],
+        "history": [{"step": 1, evil: 1.0}, {"step": 2, evil: 0.5}],
+        "logs": {evil: [f"step 2 {evil}"]},
+    }
+    html = job_page(record, TaskInstanceRef("d", "r", "t"), source="recorded", show_logs=True, json_href=evil)
+
+    assert "<script" not in html
+    text = "&lt;script&gt;alert(1)&lt;/script&gt;"
+    assert f"<th>{text}</th>" in html  # metric name
+    assert f"<code>{text}</code>" in html and f'data-replica="{text}"' in html  # replica name, in text and attribute
+    assert f"step 2 {text}</pre>" in html  # log line
+    assert f"<figcaption>{text}</figcaption>" in html and html.count('<svg class="chart"') == 1  # chart title
+
+
 def test_page_without_a_record_reloads_only_while_the_task_may_still_write_one():
     from airflow_distributed.plugins.job_state import TaskInstanceRef
     from airflow_distributed.plugins.page import missing_page

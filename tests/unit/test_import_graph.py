@@ -1,0 +1,160 @@
+"""The package's layers, read from its import statements (every one, function-local imports included).
+
+docs/architecture.md: data flows down; the pure layers do no I/O and know nothing of hooks, triggers, backends
+or Airflow glue; hooks and triggers know nothing of the backends that drive them; backends know nothing of the
+operator and sensors that pick them. A function-local import still counts: it hides a dependency from a reader,
+not from the design.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = "airflow_distributed"
+ROOT = Path(__file__).resolve().parents[2] / PACKAGE
+
+PURE = {"spec", "frameworks", "plan", "elastic", "manifests", "jobstate", "naming", "status", "outputs", "lineage"}
+IO = {"hooks", "triggers"}
+GLUE = {"operators", "sensors", "decorators", "plugins", "links"}
+#: layer -> the top-level parts of the package it must not import
+FORBIDDEN = {
+    **{layer: IO | {"backends"} | GLUE for layer in PURE},
+    **{layer: {"backends"} | GLUE - {"links"} for layer in IO},
+    "backends": GLUE - {"links"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in ROOT.rglob("*.py")}
+
+
+def imported(module: str, *, typing_only: bool) -> Iterator[str]:
+    """The package's modules that ``module`` imports, anywhere in its body; ``typing_only``: with those imported
+    only for a type checker (``if TYPE_CHECKING:``)."""
+    path = MODULES[module]
+    is_package = path.name == "__init__.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for_types = {
+        id(inner) for block in ast.walk(tree)
+        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+        for inner in ast.walk(block)
+    }
+    for node in ast.walk(tree):
+        if id(node) in for_types and not typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                here = module.split(".") if is_package else module.split(".")[:-1]
+                here = here[: len(here) - node.level + 1]
+                base = ".".join([*here, base] if base else here)
+            names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        for name in names:
+            while name and name not in MODULES:  # ``from pkg.mod import Class`` -> pkg.mod
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                yield name
+
+
+def top(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def is_reexport(source: str, target: str) -> bool:
+    """A package's ``__init__`` and its own submodules: re-exports, not a dependency between layers."""
+    return target.startswith(source + ".") or source.startswith(target + ".")
+
+
+def graph(*, typing_only: bool) -> dict[str, set[str]]:
+    return {module: {target for target in imported(module, typing_only=typing_only)
+                     if not is_reexport(module, target)} for module in MODULES}
+
+
+#: what runs: a cycle here is two modules that need each other loaded
+GRAPH = graph(typing_only=False)
+#: what a reader sees, annotations included: a layer may not even name a type of a layer above it
+GRAPH_WITH_TYPES = graph(typing_only=True)
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, targets = work[-1]
+            for target in targets:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph[target]))))
+                    break
+                if target in on_stack:
+                    low[node] = min(low[node], index[target])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def test_the_graph_is_read() -> None:
+    # The checks below are only as good as the graph: known edges must be in it.
+    assert "airflow_distributed.backends.registry" in GRAPH["airflow_distributed.operators.training"]
+    assert "airflow_distributed.spec" in GRAPH["airflow_distributed.plan"] or any(
+        top(target) == "spec" for target in GRAPH["airflow_distributed.plan"])
+    assert len(MODULES) > 50
+
+
+def test_cycles_finds_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles() -> None:
+    # Imports for a type checker only are left out: a hook and the helper it hands itself to may name each
+    # other's types without either needing the other loaded.
+    assert cycles(GRAPH) == []
+
+
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_layer_imports_only_downwards(layer: str) -> None:
+    wrong = sorted(
+        f"{module} imports {target}"
+        for module, targets in GRAPH_WITH_TYPES.items() if top(module) == layer
+        for target in targets if top(target) in FORBIDDEN[layer]
+    )
+    assert wrong == []

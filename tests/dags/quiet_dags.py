@@ -47,6 +47,8 @@ quiet_k8s = _training("quiet_k8s", "kubernetes")
 quiet_k8s_deferrable = _training("quiet_k8s_deferrable", "kubernetes", deferrable=True)
 quiet_kubeflow = _training("quiet_kubeflow", "kubeflow")
 quiet_kubeflow_deferrable = _training("quiet_kubeflow_deferrable", "kubeflow", deferrable=True)
+quiet_trainjob = _training("quiet_trainjob", "trainjob")
+quiet_trainjob_deferrable = _training("quiet_trainjob_deferrable", "trainjob", deferrable=True)
 quiet_sensor_reschedule = _sensor("quiet_sensor_reschedule", mode="reschedule", poke_interval=0.2)
 quiet_sensor_deferrable = _sensor("quiet_sensor_deferrable", deferrable=True, poke_interval=0.2)
 # One DAG per failure test: each run gets a namespace of its own.

@@ -4,9 +4,9 @@ The emulator here holds every watch past its ``timeoutSeconds`` and sends no boo
 job ends by the client's read timeout (``QUIET_TIMINGS``: 1.3 s), as when a real API server's bookmarks come
 less often than the client's read timeout. Each test lets at least 10 such watch periods go by (counted in the
 emulator's request log) before the job ends, in every waiter: the operator's sync and deferred waits on the
-``kubernetes`` and ``kubeflow`` backends and the sensor's deferred wait (its ``reschedule`` mode pokes with a
-LIST instead of watching). Then the real errors: 401/403 ends the wait at once, a server refusing connections
-ends it after ``reconnect_budget``, and a watch dropped mid-stream is resumed.
+``kubernetes``, ``kubeflow`` and ``trainjob`` backends and the sensor's deferred wait (its ``reschedule`` mode
+pokes with a LIST instead of watching). Then the real errors: 401/403 ends the wait at once, a server refusing
+connections ends it after ``reconnect_budget``, and a watch dropped mid-stream is resumed.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ import pytest
 
 from tests.dags.quiet_dags import JOB, namespace_of
 from tests.helpers import run_dag_at, wait_until, xcom
+from tests.integration import trainjob_controller
 from tests.integration.kubeflow_controller import GROUP, KubeflowController, register_kubeflow_crds
+from tests.integration.trainjob_controller import TrainerController, register_trainjob_crd
 from tests.k8s_emulator import KubeEmulator
 from tests.kubernetes_helpers import DOCUMENT, NOTHING, Kubelet, first_event, make_job, new_hook, settled, trigger_for
 
@@ -30,6 +32,7 @@ def emulator():
     with KubeEmulator(kubernetes_version="1.31", bookmark_interval=None, min_request_timeout=60) as emu:
         emu.ignore_timeout_seconds = True
         register_kubeflow_crds(emu)
+        register_trainjob_crd(emu)
         yield emu
         assert emu.errors == [], "\n".join(emu.errors)
 
@@ -116,6 +119,36 @@ def test_a_kubeflow_job_quiet_for_ten_watch_periods_succeeds(emulator, dag_id):
     assert seen and seen[0] >= QUIET_PERIODS
     wait_until(lambda: not emulator.list("pods", namespace) and not emulator.list(
         "pytorchjobs", namespace, group=GROUP), timeout=10, interval=0.05)
+
+
+@pytest.mark.parametrize("dag_id", ["quiet_trainjob", "quiet_trainjob_deferrable"])
+def test_a_trainjob_quiet_for_ten_watch_periods_succeeds(emulator, dag_id):
+    namespace = namespace_of(dag_id)
+    emulator.create_namespace(namespace)
+    emulator.reset_requests()
+    seen: list[int] = []
+
+    def script(c: TrainerController) -> None:
+        c.wait_for_job()
+        c.create_pods()
+        c.run_all()
+        c.write_status(active=1)
+        wait_until(c.watched, timeout=60, interval=0.02)
+        seen.append(quiet_for(emulator, lambda: watches(emulator, namespace, trainjob_controller.PLURAL)))
+        c.succeed(0, DOCUMENT)
+        c.succeed(1)
+        c.succeed(2)
+        c.condition("Complete", "True", "AllJobsCompleted", "jobset completed successfully")
+
+    controller = TrainerController(emulator, namespace).play(script)
+    run, states = run_dag_at(dag_id)
+    controller.check(timeout=120)
+
+    assert states == {"train": "success"}
+    assert xcom(run, "train")["metrics"] == DOCUMENT["metrics"]
+    assert seen and seen[0] >= QUIET_PERIODS
+    wait_until(lambda: not emulator.list(trainjob_controller.PLURAL, namespace, group=trainjob_controller.GROUP,
+                                         version=trainjob_controller.VERSION), timeout=10, interval=0.05)
 
 
 # ---------------------------------------------------------------------------------------------- the sensor

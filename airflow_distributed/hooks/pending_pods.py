@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from airflow_distributed.jobstate.job_watch import JobVerdict, _started, image_failure
+from airflow_distributed.jobstate.job_watch import JobVerdict, image_failure, pod_started
 from airflow_distributed.manifests.kubeflow_status import REPLICA_SPECS_KEY
 from airflow_distributed.status import FAILED
 
@@ -70,7 +70,7 @@ class PendingPods:
         self.lists += 1
         named = sorted(((str(pod["metadata"]["name"]), pod) for pod in pods), key=lambda item: item[0])
         self.verdict = image_failure(named, self.pull_failures, self.image_pull_grace, now)
-        self.pending = expected is None or len(named) < expected or not all(_started(pod) for _, pod in named)
+        self.pending = expected is None or len(named) < expected or not all(pod_started(pod) for _, pod in named)
         # A failing pull is looked at again when its grace ends, not one interval later.
         ends = [since + self.image_pull_grace for since in self.pull_failures.values()]
         self.next_at = min([now + self.interval, *ends])

@@ -150,7 +150,7 @@ def log_available(pod: Mapping[str, Any] | None, container: str = MAIN_CONTAINER
     return pod is not None and container_state(pod, container)[0] in ("running", "terminated")
 
 
-def _started(pod: Mapping[str, Any]) -> bool:
+def pod_started(pod: Mapping[str, Any]) -> bool:
     """Past scheduling and image pulls: some container (the readiness step counts) runs or has run."""
     if (pod.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed"):
         return True
@@ -188,7 +188,7 @@ def image_failure(pods: Iterable[tuple[str, Mapping[str, Any] | None]], pull_fai
     pods = list(pods)
     failing = {}
     for name, pod in pods:
-        problem = None if pod is None or _started(pod) else _image_problem(pod)
+        problem = None if pod is None or pod_started(pod) else _image_problem(pod)
         if problem is not None:
             failing[name] = problem
     for name in list(pull_failures):
@@ -397,7 +397,7 @@ class JobTracker:
             pod = self._pods.get(slot.name)
             if pod is None:
                 return JobVerdict(FAILURE, slot.name, "startup", None, "NotCreated", "the pod does not exist")
-            if not _started(pod):
+            if not pod_started(pod):
                 reason, message = _waiting(pod)
                 return JobVerdict(FAILURE, slot.name, "startup", None, reason or "Pending", message)
         return None
@@ -411,7 +411,7 @@ class JobTracker:
         return self.started_at + self.startup_timeout
 
     def waiting_for_start(self) -> bool:
-        return any(slot.name not in self._pods or not _started(self._pods[slot.name]) for slot in self.slots)
+        return any(slot.name not in self._pods or not pod_started(self._pods[slot.name]) for slot in self.slots)
 
     def seconds_to_deadline(self, now: float) -> float | None:
         """Until the next deadline (startup, or the end of a failing pull's grace) while some replica has not

@@ -8,7 +8,8 @@ Two kinds of job:
   container exiting 0 succeeds; any replica exiting non-zero, or failing to start for good, fails);
 - a Kubeflow ``TFJob``/``PyTorchJob``/``MXJob``/``MPIJob``/``XGBoostJob``/``PaddleJob`` (``kind=``): its
   ``status.conditions`` (``kubeflow_status.job_status``), and the output document of the replica its framework's
-  success rule names.
+  success rule names; while some replica has not started, its pods too, for an image that cannot be pulled
+  (the job's own status never says so).
 
 On success the sensor pushes ``metrics`` and ``model_path`` (and returns the operator's ``return_value``); on
 failure it raises ``AirflowFailException`` naming the replica and the reason: a job that failed is not retried,
@@ -29,11 +30,14 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from airflow_distributed.backends.kubeflow import KubeflowJobRun
 from airflow_distributed.backends.trainjob import TrainJobRun
+from airflow_distributed.hooks.pending_pods import IMAGE_PULL_FAILED
 from airflow_distributed.jobstate.job_watch import (
     JobTracker,
     JobVerdict,
     ReplicaSlot,
+    image_failure,
     parse_timestamp_ns,
+    pod_started,
     replica_table,
     slots_to_json,
 )
@@ -112,6 +116,8 @@ class DistributedJobSensor(BaseSensorOperator):
         self.image_pull_grace = image_pull_grace
         # When each replica's pull was first seen failing (epoch seconds), kept across the pokes of one try.
         self._pull_failures: dict[str, float] = {}
+        # Every replica of a Kubeflow job has started: its pods need no LIST in the next pokes of this try.
+        self._all_started = False
         self.watch_timings = _checked_timings(type(self).__name__, watch_timings, watch_timeout)
 
     def _resolve_kind(self, kind: str | None) -> str | None:
@@ -205,6 +211,7 @@ class DistributedJobSensor(BaseSensorOperator):
             return False
         status = hook.status_of(obj)
         if status.state not in (SUCCEEDED, FAILED):
+            self._check_pulls(hook, namespace, obj, what)
             self.log.info("%s is %s: %s", what, status.state, status.message or status.reason)
             return False
         pods = hook.kubeflow_pods(namespace, obj)
@@ -218,6 +225,24 @@ class DistributedJobSensor(BaseSensorOperator):
         framework = (self.framework or "unknown") if trainjob else KIND_FRAMEWORK[str(self.kind)]
         return self._succeed(context, hook.kubeflow_output(namespace, obj), framework,
                              "trainjob" if trainjob else "kubeflow", namespace, statuses)
+
+    def _check_pulls(self, hook: KubeflowJobHook, namespace: str, obj: Mapping[str, Any], what: str) -> None:
+        """A Kubeflow job whose replica's image cannot be pulled stays ``Created``: while some replica has not
+        started, each poke LISTs the job's pods and applies the ``kubernetes`` backend's pull-failure verdict."""
+        if self._all_started:
+            return
+        pods = hook.kubeflow_pods(namespace, obj)
+        if self.reschedule:
+            # A rescheduled poke is a new sensor with no memory: the failing pull counts from the pod's start.
+            self._pull_failures = pod_start_times(pods)
+        named = sorted(((str(pod["metadata"]["name"]), pod) for pod in pods), key=lambda item: item[0])
+        verdict = image_failure(named, self._pull_failures, self.image_pull_grace, time.time())
+        if verdict is not None:
+            raise AirflowFailException(f"{what} failed: {IMAGE_PULL_FAILED}: {verdict.describe()}")
+        expected = hook.expected_pods(obj)
+        # Kept for the pokes of this try only (poke mode); a started pod does not pull its image again.
+        self._all_started = expected is not None and len(named) >= expected and all(
+            pod_started(pod) for _, pod in named)
 
     def _check_framework(self, found: str, what: str) -> None:
         if self.framework and found not in ("unknown", self.framework):

@@ -85,3 +85,6 @@ paddlejob = _sensor_dag("sensor_paddlejob", PaddleJobSensor, kind="kubeflow")
 pytorchjob_image_pull_deferrable = _sensor_dag("sensor_pytorchjob_image_pull_deferrable", PytorchJobSensor,
                                                kind="kubeflow", deferrable=True,
                                                watch_timings={"pending_pods_interval": 0.3})
+pytorchjob_image_pull = _sensor_dag("sensor_pytorchjob_image_pull", PytorchJobSensor, kind="kubeflow")
+pytorchjob_image_pull_reschedule = _sensor_dag("sensor_pytorchjob_image_pull_reschedule", PytorchJobSensor,
+                                               kind="kubeflow", mode="reschedule", poke_interval=0.3)

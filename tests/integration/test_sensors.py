@@ -354,9 +354,11 @@ def test_a_deferred_pytorchjob_sensor_watches_the_object_in_the_triggerer(emulat
     assert controller.get(JOB) is not None  # a sensor deletes nothing
 
 
-def test_a_deferred_pytorchjob_sensor_fails_on_a_failed_image_pull_and_deletes_nothing(emulator, capfd):
-    # The object stays "Created": only the pods tell it (listed while a replica has not started).
-    namespace = namespace_of("sensor_pytorchjob_image_pull_deferrable")
+@pytest.mark.parametrize("dag_id", ["sensor_pytorchjob_image_pull", "sensor_pytorchjob_image_pull_reschedule",
+                                    "sensor_pytorchjob_image_pull_deferrable"])
+def test_a_pytorchjob_sensor_fails_on_a_failed_image_pull_and_deletes_nothing(emulator, capfd, dag_id):
+    # The object stays "Created": only the pods tell it (listed while a replica has not started), in every mode.
+    namespace = namespace_of(dag_id)
     emulator.create_namespace(namespace)
     controller = KubeflowController(emulator, namespace, "pytorchjobs")
     controller.submit(JOB, {"Master": 1, "Worker": 1}, container="pytorch")
@@ -365,7 +367,7 @@ def test_a_deferred_pytorchjob_sensor_fails_on_a_failed_image_pull_and_deletes_n
     emulator.run_pod(namespace, controller.pods["master-0"])
     emulator.pending_pod(namespace, controller.pods["worker-0"], reason="ImagePullBackOff", message=PULL_ERROR)
 
-    run, states = run_dag_at("sensor_pytorchjob_image_pull_deferrable")
+    run, states = run_dag_at(dag_id)
 
     assert states == {"wait": "failed"}
     assert (f'replica {controller.pods["worker-0"]}: image "registry.example.com/trainer:1.0" could not be pulled '

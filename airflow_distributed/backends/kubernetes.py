@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from airflow_distributed.hooks.kubernetes import DistributedTrainingHook, JobHandle
     from airflow_distributed.jobstate.job_watch import JobTracker, JobVerdict, ReplicaSlot
     from airflow_distributed.manifests.kubernetes import JobObjects
+    from airflow_distributed.plan import ClusterPlan
     from airflow_distributed.spec import TrainingSpec
 
 CLEAN_POD_POLICIES = ("all", "running", "none")
@@ -223,11 +224,13 @@ class KubernetesJobRun:
         hook = DistributedTrainingHook(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
         namespace = settings.namespace or hook.default_namespace()
         run = cls(task, settings, context, namespace, job_name, (), spec.framework, hook)
-        run.build_objects(spec, command)  # a setting Kubernetes would refuse fails here, before anything is created
+        plan = run.build_objects(spec, command)  # a setting Kubernetes would refuse fails here, before any is created
+        run.slots, run.elastic = tuple(replica_slots(plan)), plan.elastic
         return run
 
-    def build_objects(self, spec: TrainingSpec, command: Sequence[str]) -> None:
-        """The plan of this task instance's job (its name and namespace), and the job's objects, built once."""
+    def build_objects(self, spec: TrainingSpec, command: Sequence[str]) -> ClusterPlan:
+        """The job's objects, built once, from the plan of this task instance's job (its name and namespace),
+        which is returned."""
         from airflow_distributed.manifests.horovod_ssh import generate_ssh_key_pair
         from airflow_distributed.manifests.kubernetes import build_job_objects, layout_for_kubernetes
 
@@ -246,8 +249,7 @@ class KubernetesJobRun:
             return build_job_objects(plan, options, owner_uid=owner_uid, ssh_key=ssh_key)
 
         self.build, self.objects = build, build(None)
-        self.slots = replica_slots(plan)
-        self.elastic = plan.elastic
+        return plan
 
     @classmethod
     def resume(cls, task: TaskCalls, settings: BackendSettings, context: Context,
@@ -354,7 +356,8 @@ class KubernetesJobRun:
 
     def _pod_manifest(self, name: str) -> Any:
         """The pod of replica ``name`` as the job's objects have it. After a deferral they are built again, once:
-        a pod needs the whole spec (settings, variables, command), which no event could carry."""
+        a pod needs the whole spec (settings, variables, command), which no event could carry. The run keeps the
+        replicas and budget of the event: those an elastic job carries on without are not watched again."""
         if self.objects is None:
             self.build_objects(self.task.spec(), [str(part) for part in [*self.settings.command,
                                                                           *(self.settings.args or [])]])

@@ -153,6 +153,29 @@ def test_a_resumed_kubernetes_job_takes_its_framework_and_elastic_budget_from_th
             key: value for key, value in event.items() if key != "resume_state"})
 
 
+def test_an_elastic_restart_after_a_deferral_builds_the_pods_once_and_watches_the_events_replicas(parses):
+    from airflow_distributed.backends.kubernetes import KubernetesJobRun
+
+    operator = DistributedTrainingOperator(task_id="t", framework="pytorch", command=["python", "x.py"],
+                                           environment={"pytorch": {"n_workers": 2, "elastic": {"min_workers": 1}}},
+                                           image="img:1", backend="kubernetes", namespace="ml")
+    task, settings = operator._task_calls(), BackendSettings.of(operator)
+    # worker-0 was lost before the deferral and the job carried on without it: the trigger watched the others.
+    watched = [["train-1-master-0", "master", 0], ["train-1-worker-1", "worker", 1]]
+    event = {"job_name": "train-1", "namespace": "ml", "replicas": watched,
+             "resume_state": {"framework": "pytorch", "elastic": ELASTIC}}
+    ti = type("TI", (TI,), {"try_number": 2})()
+    run = KubernetesJobRun.resume(task, settings, {"ti": ti}, event)  # type: ignore[arg-type]
+    pod = run._pod_manifest("train-1-worker-1")
+    assert pod.metadata.name == "train-1-worker-1" and pod.metadata.namespace == "ml"
+    env = {var.name: var.value for var in pod.spec.containers[0].env}
+    assert (env["RANK"], env["AIRFLOW_DISTRIBUTED_TRY_NUMBER"]) == ("2", "2")
+    assert run._pod_manifest("train-1-master-0").metadata.name == "train-1-master-0"
+    assert [slot.name for slot in run.slots] == ["train-1-master-0", "train-1-worker-1"]
+    assert len(parses) == 1  # the DAG's parse: the restart reuses it, and builds the objects once
+    assert run.objects is not None and len(run.objects.pods) == 3
+
+
 @pytest.mark.parametrize(("backend", "framework", "kind"), [("kubeflow", "pytorch", "PyTorchJob"),
                                                            ("kubeflow", "tensorflow", "TFJob"),
                                                            ("trainjob", "pytorch", "TrainJob")])

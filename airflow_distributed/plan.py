@@ -18,6 +18,11 @@ from airflow_distributed.frameworks import get_framework
 from airflow_distributed.naming import replica_name
 from airflow_distributed.spec.models import IndexedReplica, PodSettings, PSCluster, Resources, TrainingSpec
 
+#: Backends whose jobs a training operator in the cluster runs (the Kubeflow Training Operator, Kubeflow Trainer).
+#: It sets the framework's variables itself, so the plan asks the framework only for those it leaves out
+#: (``Framework.kept_env``).
+OPERATOR_BACKENDS = frozenset({"kubeflow", "trainjob"})
+
 
 @dataclass(frozen=True)
 class LocalAddressing:
@@ -155,7 +160,8 @@ def build_plan(
         variables = dict(env or {})
         variables.update(replica.settings.env_vars or {})
         variables.update(_common_env(plan, replica, cluster_json))
-        variables.update(framework.replica_env(replica, plan, backend))
+        variables.update(framework.kept_env(replica, plan, backend) if backend in OPERATOR_BACKENDS
+                         else framework.replica_env(replica, plan, backend))
         argv = framework.replica_command(replica, plan, command, layout.files_dir)
         finished.append(replace(replica, command=argv, env=MappingProxyType(variables)))
     return replace(plan, replicas=tuple(finished))

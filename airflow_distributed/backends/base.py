@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_distributed.spec import SpecValidationError, TrainingSpec, load_spec
+from airflow_distributed.spec import TrainingSpec
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -40,17 +40,6 @@ def has_template(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
         return any(has_template(v) for v in value)
     return False
-
-
-def spec_at_parse_time(framework: Any, environment: Any) -> TrainingSpec | None:
-    """The spec for a backend's parse-time checks: ``None`` while it is a template (the backend checks it once
-    rendered, before anything starts) or invalid (the operator reports the spec's own problems)."""
-    if has_template(framework) or has_template(environment):
-        return None
-    try:
-        return load_spec(framework, environment)
-    except SpecValidationError:
-        return None
 
 
 def one_process_per_replica(environment: Any) -> list[Problem]:
@@ -119,6 +108,9 @@ class TaskCalls:
     #: ``(command, files_dir) -> (command, files)``: what every replica runs and the files it needs besides the
     #: framework's (``@task.distributed`` ships its function this way)
     replica_program: Callable[[list[str], str], tuple[list[str], dict[str, str]]]
+    #: the spec of this try, from the rendered arguments, parsed at most once per try: for a backend that needs
+    #: more of it after a deferral than the trigger's event carries
+    spec: Callable[[], TrainingSpec]
 
 
 class Backend(Protocol):
@@ -142,7 +134,8 @@ class Backend(Protocol):
 
     def resume(self, task: TaskCalls, settings: BackendSettings, context: Context,
                event: dict[str, Any]) -> dict[str, Any]:
-        """``execute_complete``: the trigger's event -> the same result (or error) as a synchronous wait."""
+        """``execute_complete``: the trigger's event -> the same result (or error) as a synchronous wait. The event
+        carries what ``run`` knew of the spec (its framework, ...), so that the spec is not parsed again for it."""
         ...
 
     def kill(self) -> None:
@@ -151,4 +144,4 @@ class Backend(Protocol):
 
 
 __all__ = ["Backend", "BackendSettings", "DistributedJobError", "Problem", "TaskCalls", "has_template",
-           "one_process_per_replica", "spec_at_parse_time"]
+           "one_process_per_replica"]

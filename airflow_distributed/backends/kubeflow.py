@@ -39,7 +39,6 @@ from airflow_distributed.backends.kubernetes import check_kubernetes_arguments, 
 from airflow_distributed.jobstate.job_watch import replica_table
 from airflow_distributed.outputs import job_record, job_result, parse_output_document
 from airflow_distributed.plan import build_plan
-from airflow_distributed.spec import load_spec
 from airflow_distributed.status import SUCCEEDED
 
 if TYPE_CHECKING:
@@ -202,7 +201,10 @@ class KubeflowJobRun:
     def resume(cls, task: TaskCalls, settings: BackendSettings, context: Context,
                event: dict[str, Any]) -> KubeflowJobRun:
         hook = cls.hook_class()(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
-        framework = load_spec(settings.framework, settings.environment).framework
+        state = event.get("resume_state")
+        # The framework rides along in the event (see ``defer``); a trigger deferred by a release that did not hand
+        # it back leaves it to the spec.
+        framework = state["framework"] if state is not None else task.spec().framework
         return cls(task, settings, context, hook, event["namespace"], event["job_name"], framework,
                    started_at=event.get("started_at"))
 
@@ -248,7 +250,8 @@ class KubeflowJobRun:
                                      kubernetes_conn_id=self.settings.kubernetes_conn_id,
                                      execution_deadline=deadline, delete_on_kill=True, started_at=self.started_at,
                                      watch_timings=watch_timings(self.settings).as_dict(),
-                                     image_pull_grace=self.settings.image_pull_grace)
+                                     image_pull_grace=self.settings.image_pull_grace,
+                                     resume_state={"framework": self.framework})
         self.log.info("job %s/%s: waiting in the triggerer", self.namespace, self.name)
         self.task.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
 

@@ -21,11 +21,10 @@ job whatever the policy.
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_distributed.backends.base import one_process_per_replica
@@ -36,7 +35,7 @@ from airflow_distributed.backends.job_run import (
     require_image,
     watch_timings,
 )
-from airflow_distributed.elastic import CONTINUE, RESTART, after_replica_ended, elastic_plan
+from airflow_distributed.elastic import CONTINUE, RESTART, ElasticPlan, after_replica_ended, elastic_plan
 from airflow_distributed.jobstate.job_watch import (
     JobVerdict,
     log_available,
@@ -48,17 +47,16 @@ from airflow_distributed.jobstate.job_watch import (
 from airflow_distributed.manifests.pod_names import RESTARTS_ANNOTATION
 from airflow_distributed.outputs import job_record, job_result, parse_output_document
 from airflow_distributed.plan import KubernetesAddressing, build_plan
-from airflow_distributed.spec import load_spec
 from airflow_distributed.status import PENDING, RUNNING, STOPPED, ReplicaStatus
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_distributed.backends.base import BackendSettings, TaskCalls
-    from airflow_distributed.elastic import ElasticPlan
     from airflow_distributed.hooks.kubernetes import DistributedTrainingHook, JobHandle
     from airflow_distributed.jobstate.job_watch import JobTracker, JobVerdict, ReplicaSlot
     from airflow_distributed.manifests.kubernetes import JobObjects
+    from airflow_distributed.plan import ClusterPlan
     from airflow_distributed.spec import TrainingSpec
 
 CLEAN_POD_POLICIES = ("all", "running", "none")
@@ -144,7 +142,7 @@ def resume_kubernetes(task: TaskCalls, settings: BackendSettings, context: Conte
             run.log.info("[%s] %s", run.master.name, line)
         if not verdict.succeeded:
             # Defers again if it restarts one.
-            _restart_elastic_replica(task, settings, context, run, verdict, tracker, on_start)
+            _restart_elastic_replica(run, verdict, tracker)
         return run.finish(verdict, tracker, {run.master.name: tail}, elapsed)
     # timeout (execution_timeout reached in the triggerer) or error (the trigger could not watch): clean up, fail.
     run.clean_up(succeeded=False)
@@ -153,28 +151,19 @@ def resume_kubernetes(task: TaskCalls, settings: BackendSettings, context: Conte
                      f"{run.cleanup_note(False)}")
 
 
-def _restart_elastic_replica(task: TaskCalls, settings: BackendSettings, context: Context, run: KubernetesJobRun,
-                             verdict: JobVerdict, tracker: JobTracker,
-                             on_start: Callable[[KubernetesJobRun], None]) -> None:
+def _restart_elastic_replica(run: KubernetesJobRun, verdict: JobVerdict, tracker: JobTracker) -> None:
     """After a deferral: an elastic job's lost replica is recreated as in the synchronous wait, and the task
     defers again; a decision to fail is left on ``run`` for its failure message."""
     from airflow_distributed.hooks.kubernetes import JobHandle
 
-    spec = load_spec(settings.framework, settings.environment)
-    if elastic_plan(spec) is None:
+    if run.elastic is None:
         return
     service = run.hook.get_service(run.namespace, run.name)
     if service is None:
         return
-    command = [str(part) for part in [*settings.command, *(settings.args or [])]]
-    # The pods' manifests again, from the same plan (the task instance's job name and namespace).
-    rebuilt = KubernetesJobRun.start(task, settings, context, spec, run.name, command)
-    on_start(rebuilt)
-    rebuilt.slots, rebuilt.namespace = run.slots, run.namespace
-    rebuilt.handle = JobHandle(run.namespace, run.name, service["metadata"]["uid"])
-    if rebuilt._after_failure(verdict, tracker):
-        rebuilt._defer()
-    run.elastic_failure = rebuilt.elastic_failure
+    run.handle = JobHandle(run.namespace, run.name, service["metadata"]["uid"])
+    if run._after_failure(verdict, tracker):
+        run._defer()
 
 
 def kill_kubernetes(run: KubernetesJobRun | None) -> None:
@@ -206,7 +195,8 @@ class KubernetesJobRun:
         self.log = task.log
         self.stopped = False
         self.build: Any = None
-        #: ``build(None)``, kept from the check at start so that submitting does not build a big job again
+        #: ``build(None)``: built once per try (at start, or for an elastic restart after a deferral) and used for
+        #: the create, a reattach and every pod an elastic job recreates
         self.objects: JobObjects | None = None
         self.handle: JobHandle | None = None
         self.started = time.monotonic()
@@ -229,39 +219,54 @@ class KubernetesJobRun:
     def start(cls, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, job_name: str,
               command: Sequence[str]) -> KubernetesJobRun:
         from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
-        from airflow_distributed.manifests.horovod_ssh import generate_ssh_key_pair
-        from airflow_distributed.manifests.kubernetes import build_job_objects, layout_for_kubernetes
 
         require_image(settings, "kubernetes")
         hook = DistributedTrainingHook(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
         namespace = settings.namespace or hook.default_namespace()
-        layout = layout_for_kubernetes(settings.model_dir, job_name=job_name, checkpoint_dir=settings.checkpoint_dir)
-        command, files = task.replica_program(list(command), layout.files_dir)
-        plan = build_plan(spec, job_name, KubernetesAddressing(namespace), layout, command, backend="kubernetes",
-                          env=settings.env, try_number=context["ti"].try_number, files=files)
-        options = manifest_options(settings, context, namespace)
+        run = cls(task, settings, context, namespace, job_name, (), spec.framework, hook)
+        plan = run.build_objects(spec, command)  # a setting Kubernetes would refuse fails here, before any is created
+        run.slots, run.elastic = tuple(replica_slots(plan)), plan.elastic
+        return run
+
+    def build_objects(self, spec: TrainingSpec, command: Sequence[str]) -> ClusterPlan:
+        """The job's objects, built once, from the plan of this task instance's job (its name and namespace),
+        which is returned."""
+        from airflow_distributed.manifests.horovod_ssh import generate_ssh_key_pair
+        from airflow_distributed.manifests.kubernetes import build_job_objects, layout_for_kubernetes
+
+        settings = self.settings
+        layout = layout_for_kubernetes(settings.model_dir, job_name=self.name, checkpoint_dir=settings.checkpoint_dir)
+        command, files = self.task.replica_program(list(command), layout.files_dir)
+        plan = build_plan(spec, self.name, KubernetesAddressing(self.namespace), layout, command,
+                          backend="kubernetes", env=settings.env, try_number=self.context["ti"].try_number,
+                          files=files)
+        options = manifest_options(settings, self.context, self.namespace)
         # One key pair per job, the same for both builds (before and after the Service's uid is known).
-        ssh_key = generate_ssh_key_pair(f"airflow-distributed-{job_name}") if any(
+        ssh_key = generate_ssh_key_pair(f"airflow-distributed-{self.name}") if any(
             replica.command is None for replica in plan.replicas) else None
 
         def build(owner_uid: str | None) -> JobObjects:
             return build_job_objects(plan, options, owner_uid=owner_uid, ssh_key=ssh_key)
 
-        objects = build(None)  # a setting Kubernetes would refuse fails here, before anything is created
-        run = cls(task, settings, context, namespace, job_name, replica_slots(plan), spec.framework, hook)
-        run.build, run.objects = build, objects
-        run.elastic = plan.elastic
-        return run
+        self.build, self.objects = build, build(None)
+        return plan
 
     @classmethod
     def resume(cls, task: TaskCalls, settings: BackendSettings, context: Context,
                event: dict[str, Any]) -> KubernetesJobRun:
+        """The run of a job after a deferral, from the trigger's event: its replicas, framework and elastic budget
+        ride along in it, so the spec is not parsed again (see ``_defer``)."""
         from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
 
         hook = DistributedTrainingHook(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
-        framework = load_spec(settings.framework, settings.environment).framework
-        return cls(task, settings, context, event["namespace"], event["job_name"], slots_from_json(event["replicas"]),
-                   framework, hook)
+        state = event.get("resume_state")
+        if state is None:  # a trigger deferred by a release that did not hand them back: the spec has them
+            spec = task.spec()
+            state = {"framework": spec.framework, "elastic": _elastic_of(spec)}
+        run = cls(task, settings, context, event["namespace"], event["job_name"], slots_from_json(event["replicas"]),
+                  state["framework"], hook)
+        run.elastic = ElasticPlan(**state["elastic"]) if state.get("elastic") else None
+        return run
 
     # ------------------------------------------------------------------ submit, state, wait
 
@@ -296,7 +301,7 @@ class KubernetesJobRun:
         # Lets the job view find the running job's pods before there is a final record.
         self.context["ti"].xcom_push(key=LIVE_JOB_XCOM_KEY, value={
             "job_name": self.name, "namespace": self.namespace,
-            "kubernetes_conn_id": self.settings.kubernetes_conn_id, "framework": self.settings.framework,
+            "kubernetes_conn_id": self.settings.kubernetes_conn_id, "framework": self.framework,
         })
         if self.settings.deferrable and self.handle.reattached != "succeeded":  # type: ignore[union-attr]
             self._defer()
@@ -325,7 +330,7 @@ class KubernetesJobRun:
         """An elastic job's answer to a replica that ended badly: recreate its pod (same name, so the same
         address) or carry on without it, and wait again (``True``); or let the job fail (``False``)."""
         if self.elastic is None or verdict.succeeded or verdict.replica is None or \
-                verdict.cause not in ("exit", "pod", "deleted") or self.handle is None or self.objects is None:
+                verdict.cause not in ("exit", "pod", "deleted") or self.handle is None:
             return False
         slot = next(s for s in self.slots if s.name == verdict.replica)
         rows = {row.name: row for row in tracker.statuses()}
@@ -336,8 +341,10 @@ class KubernetesJobRun:
                                        restarts=restarts, left=left)
         self.log.warning("%s", decision.message)
         if decision.action == RESTART:
-            pod = next(p for p in self.objects.owned_by(self.handle.uid).pods if p.metadata.name == slot.name)
-            pod = copy.deepcopy(pod)
+            from airflow_distributed.manifests.kubernetes import with_owner
+
+            # A copy of the pod and its metadata: the job's objects stay as they were built.
+            pod = with_owner(self._pod_manifest(slot.name), self.name, self.handle.uid)
             pod.metadata.annotations = {**(pod.metadata.annotations or {}), RESTARTS_ANNOTATION: str(restarts + 1)}
             self.hook.recreate_pod(self.namespace, pod)
             return True
@@ -346,6 +353,16 @@ class KubernetesJobRun:
             return True
         self.elastic_failure = decision.message
         return False
+
+    def _pod_manifest(self, name: str) -> Any:
+        """The pod of replica ``name`` as the job's objects have it. After a deferral they are built again, once:
+        a pod needs the whole spec (settings, variables, command), which no event could carry. The run keeps the
+        replicas and budget of the event: those an elastic job carries on without are not watched again."""
+        if self.objects is None:
+            self.build_objects(self.task.spec(), [str(part) for part in [*self.settings.command,
+                                                                          *(self.settings.args or [])]])
+        assert self.objects is not None
+        return next(pod for pod in self.objects.pods if pod.metadata.name == name)
 
     def _with_dropped(self, rows: Sequence[ReplicaStatus]) -> tuple[ReplicaStatus, ...]:
         """The table's rows in plan order, with the last rows of the replicas the job carries on without."""
@@ -374,6 +391,8 @@ class KubernetesJobRun:
             execution_deadline=deadline,
             image_pull_grace=self.settings.image_pull_grace,
             watch_timings=watch_timings(self.settings).as_dict(),
+            resume_state={"framework": self.framework,
+                          "elastic": asdict(self.elastic) if self.elastic is not None else None},
         )
         self.log.info("job %s/%s: waiting in the triggerer", self.namespace, self.name)
         self.task.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
@@ -580,6 +599,11 @@ def manifest_options(settings: BackendSettings, context: Context, namespace: str
         queue_name=settings.queue_name,
         active_deadline_seconds=deadline,
     )
+
+
+def _elastic_of(spec: TrainingSpec) -> dict[str, int] | None:
+    plan = elastic_plan(spec)
+    return asdict(plan) if plan is not None else None
 
 
 def _after_cleanup(rows: Sequence[ReplicaStatus], deleted: bool) -> tuple[ReplicaStatus, ...]:

@@ -38,6 +38,13 @@ class Framework:
         """The framework's own variables for one replica (the common ones are added by the plan)."""
         raise NotImplementedError
 
+    def kept_env(self, replica: Replica, plan: ClusterPlan, backend: str) -> dict[str, str]:
+        """The framework's variables for one replica of a job that a training operator in the cluster runs
+        (``plan.OPERATOR_BACKENDS``: the Kubeflow Training Operator, Kubeflow Trainer), which sets the rest itself:
+        the plan asks for these instead of ``replica_env``, so nothing is computed only to be dropped. Default:
+        none, the operator sets them all."""
+        return {}
+
     def files(self, plan: ClusterPlan, backend: str) -> Mapping[str, str]:
         """Files (name -> text) every replica needs in the job's files directory, e.g. an MPI hostfile."""
         return {}

@@ -35,8 +35,7 @@ class Horovod(Framework):
     default_port = 2222
 
     def replica_env(self, replica, plan, backend):
-        if backend == "trainjob":  # the controller sets it (a reserved name in spec.trainer.env)
-            return {}
+        # Not asked on a job a training operator runs (kept_env: none): mpi-operator and Trainer's MPI plugin set it.
         return {"OMPI_MCA_orte_default_hostfile": plan.file_path(HOSTFILE)}
 
     def files(self, plan, backend):

@@ -55,6 +55,10 @@ class Paddle(Framework):
             env["PADDLE_TRAINER_ID"] = str(rank_of(replica))
         return env
 
+    def kept_env(self, replica, plan, backend):
+        # The PaddleJob operator sets none of the trainer variables (only PADDLE_MASTER and launch's own).
+        return self.replica_env(replica, plan, backend) if backend == "kubeflow" else {}
+
     def first_peers(self, replica, plan):
         pservers = [(r.host, r.port) for r in plan.replicas if r.role == PSERVER]
         if not pservers:

@@ -52,6 +52,11 @@ class PyTorch(Framework):
             "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
         }
 
+    def kept_env(self, replica, plan, backend):
+        # The PyTorch operator sets MASTER_*, WORLD_SIZE, RANK and PET_* but not LOCAL_RANK; on a TrainJob torchrun
+        # sets it.
+        return {"LOCAL_RANK": "0"} if backend == "kubeflow" else {}
+
     def replica_command(self, replica, plan, command: Sequence[str], files_dir):
         elastic = plan.elastic
         if elastic is None or any(part.endswith(_AGENT_COMMANDS) for part in command[:3]):

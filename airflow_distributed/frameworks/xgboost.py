@@ -29,12 +29,22 @@ class XGBoost(Framework):
     default_port = 9999
 
     def replica_env(self, replica, plan, backend):
+        return {
+            **self._tracker_env(replica, plan),
+            # XGBoostJob's names for the same values, for scripts written for it.
+            **master_rank_env(replica, plan),
+        }
+
+    def kept_env(self, replica, plan, backend):
+        # XGBoostJob's operator sets only the MASTER_*/WORLD_SIZE/RANK names; Trainer's runtime sets DMLC_* too.
+        return self._tracker_env(replica, plan) if backend == "kubeflow" else {}
+
+    @staticmethod
+    def _tracker_env(replica, plan):
         world_size = len(plan.replicas)
         return {
             "DMLC_TRACKER_URI": plan.master.host,
             "DMLC_TRACKER_PORT": str(plan.master.port),
             "DMLC_TASK_ID": task_id(rank_of(replica), world_size),
             "DMLC_NUM_WORKER": str(world_size),
-            # XGBoostJob's names for the same values, for scripts written for it.
-            **master_rank_env(replica, plan),
         }

@@ -35,13 +35,15 @@ the DAG is parsed, ``ManifestError`` when building. An override equal to the def
 every index of a role, fits. An MPIJob also gives every host of its hostfile the same ``slotsPerWorker`` (the
 launcher too, as it runs ranks), so the launcher must have as many GPUs as a worker.
 
-Variables. The operator sets its framework's variables itself, so the plan's are left out of the templates:
-``TF_CONFIG``; ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``/``RANK``/``PET_*``/``PYTHONUNBUFFERED``;
-``DMLC_*`` (ps-lite numbers servers and workers itself, so ``DMLC_SERVER_ID``/``DMLC_WORKER_ID`` go too); and the
-MPI hostfile (the launcher's ``horovodrun`` is pointed at the operator's ``/etc/mpi/hostfile``); XGBoost's
-``MASTER_*``/``WORLD_SIZE``/``RANK``; Paddle's ``PYTHONUNBUFFERED``. Of the plan's, ``LOCAL_RANK=0`` stays (the
-PyTorch operator does not set it), and so do XGBoost's ``DMLC_*`` and Paddle's ``PADDLE_TRAINER_*``/
-``PADDLE_CURRENT_ENDPOINT``, which their operators do not set: they are the same in every pod except
+Variables. The operator sets its framework's variables itself, so a plan built for this backend asks the
+framework only for those it leaves out (``Framework.kept_env``), and the templates leave out the names the operator
+sets (``KubeflowKind.operator_env``), whoever gave them: ``TF_CONFIG``; ``MASTER_ADDR``/``MASTER_PORT``/
+``WORLD_SIZE``/``RANK``/``PET_*``/``PYTHONUNBUFFERED``; ``DMLC_*`` (ps-lite numbers servers and workers itself, so
+the plan has no ``DMLC_SERVER_ID``/``DMLC_WORKER_ID``); and the MPI hostfile (the launcher's ``horovodrun`` is
+pointed at the operator's ``/etc/mpi/hostfile``); XGBoost's ``MASTER_*``/``WORLD_SIZE``/``RANK``; Paddle's
+``PYTHONUNBUFFERED``. What the framework keeps: ``LOCAL_RANK=0`` (the PyTorch operator does not set it), XGBoost's
+``DMLC_*`` and Paddle's ``PADDLE_TRAINER_*``/``PADDLE_CURRENT_ENDPOINT``, which their operators do not set: they
+are the same in every pod except
 ``DMLC_TASK_ID`` (derived by the Worker template from the operator's ``RANK`` when the container starts,
 ``derive_task_id_command``) and ``PADDLE_TRAINER_ID``/``PADDLE_CURRENT_ENDPOINT`` (derived from the pod's replica
 index, ``derive_trainer_id_command``). Every ``AIRFLOW_DISTRIBUTED_*`` variable keeps its
@@ -142,10 +144,9 @@ class KubeflowKind:
     container: str
     #: name of the container port the operator reads the framework's port from; ``None`` when it reads none
     port_name: str | None
-    #: the plan's framework variables the operator sets itself (left out of the templates)
+    #: variables the operator sets itself, left out of the templates whoever gave them (the plan has only the
+    #: framework variables the operator leaves out, ``Framework.kept_env``)
     operator_env: frozenset[str]
-    #: framework variables of the plan the operator does not set and that keep their meaning
-    kept_env: frozenset[str] = frozenset()
     #: spec fields every resource of this kind has, beside the replica specs and the run policy
     fixed_spec: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     #: variables that differ between the pods of one template and are derived from the operator's ``RANK`` at start
@@ -196,7 +197,6 @@ KINDS: dict[str, KubeflowKind] = {
         "pytorch", "PyTorchJob", "v1", "pytorchjobs",
         MappingProxyType({"master": "Master", "worker": "Worker"}),
         container="pytorch", port_name="pytorchjob-port", operator_env=_PYTORCH_ENV,
-        kept_env=frozenset({"LOCAL_RANK"}),
     ),
     "mxnet": KubeflowKind(
         "mxnet", "MXJob", "v1", "mxjobs",
@@ -217,15 +217,12 @@ KINDS: dict[str, KubeflowKind] = {
         MappingProxyType({"master": "Master", "worker": "Worker"}),
         container="xgboost", port_name="xgboostjob-port",
         operator_env=frozenset({"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"}),
-        kept_env=frozenset({"DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_NUM_WORKER", "DMLC_TASK_ID"}),
         rank_derived_env=frozenset({"DMLC_TASK_ID"}),
     ),
     "paddle": KubeflowKind(
         "paddle", "PaddleJob", "v1", "paddlejobs",
         MappingProxyType({"master": "Master", "worker": "Worker"}),
         container="paddle", port_name="master", operator_env=frozenset({"PYTHONUNBUFFERED"}),
-        kept_env=frozenset({"PADDLE_TRAINER_ENDPOINTS", "PADDLE_CURRENT_ENDPOINT", "PADDLE_TRAINER_ID",
-                            "PADDLE_TRAINERS_NUM"}),
         rank_derived_env=frozenset({"PADDLE_TRAINER_ID", "PADDLE_CURRENT_ENDPOINT"}),
     ),
 }
@@ -665,11 +662,10 @@ def _with_hostfile(argv: Sequence[str], path: str) -> list[str]:
 
 
 def _template_env(plan: ClusterPlan, kind: KubeflowKind, replicas: Sequence[Replica]) -> list[client.V1EnvVar]:
-    """The role's variables: the plan's less the framework's (the operator's job) and less the index."""
-    framework = get_framework(plan.framework)
+    """The role's variables: the plan's (with only the framework variables the operator leaves out) less those the
+    operator sets and less the index."""
     first = replicas[0]
-    dropped = (set(framework.replica_env(first, plan, plan.backend)) - kind.kept_env) | kind.operator_env
-    dropped.add("AIRFLOW_DISTRIBUTED_INDEX")
+    dropped = kind.operator_env | {"AIRFLOW_DISTRIBUTED_INDEX"}
     if len(replicas) > 1:
         dropped |= kind.rank_derived_env  # set by the command, see derive_task_id_command
     shared = {name: value for name, value in first.env.items() if name not in dropped}

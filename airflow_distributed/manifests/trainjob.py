@@ -313,12 +313,10 @@ def _xgboost_prologue(plan: ClusterPlan) -> str:
 
 
 def _trainer_env(plan: ClusterPlan) -> list[dict[str, Any]]:
-    """The master's variables that every node shares (``node_program`` sets the rest), as ``EnvVar`` dicts."""
-    from airflow_distributed.frameworks import get_framework
-
-    framework = get_framework(plan.framework)
+    """The master's variables that every node shares (``node_program`` sets the rest), as ``EnvVar`` dicts; a plan
+    for this backend has none of the framework's (``Framework.kept_env``): the runtime sets them."""
     master = plan.master
-    dropped = set(framework.replica_env(master, plan, plan.backend)) | RUNTIME_ENV | NODE_ENV
+    dropped = RUNTIME_ENV | NODE_ENV
     return [{"name": name, "value": value} for name, value in sorted(master.env.items()) if name not in dropped]
 
 

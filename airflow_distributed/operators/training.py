@@ -14,7 +14,6 @@ from airflow_distributed.backends.base import (
     DistributedJobError,
     TaskCalls,
     has_template,
-    spec_at_parse_time,
 )
 from airflow_distributed.backends.registry import REGISTRY, backend_named
 from airflow_distributed.links import JobLinks, operator_links
@@ -200,14 +199,23 @@ class DistributedTrainingOperator(BaseOperator):
         self._backend: JobBackend | None = backend_named(backend)
         self.model_asset = model_asset
         self._job_result: dict[str, Any] | None = None
+        #: the spec validated when the DAG was parsed, and what it was parsed from; ``None`` while it is a template
+        #: (then it is validated once rendered, before anything starts)
+        self.spec: TrainingSpec | None = None
+        self._spec_source = (framework, environment)
+        #: the spec of the running try (``_spec_of_try``)
+        self._try_spec: TrainingSpec | None = None
+        spec_error = None
+        if not has_template(environment) and not has_template(framework):
+            try:
+                self.spec = load_spec(framework, environment)
+            except SpecValidationError as error:
+                spec_error = error  # reported after the arguments' problems, as the spec's own
         self._check_arguments()
+        if spec_error is not None:
+            raise spec_error
         if model_asset is not None:
             self.outlets = [*self.outlets, self._model_outlet()]
-        # Validate at parse time unless the spec is still a template (then: after rendering, before anything starts).
-        if not has_template(environment) and not has_template(framework):
-            self.spec: TrainingSpec | None = load_spec(framework, environment)
-        else:
-            self.spec = None
 
     def _check_arguments(self) -> None:
         problems = []
@@ -229,8 +237,7 @@ class DistributedTrainingOperator(BaseOperator):
             except ValueError as error:
                 problems.append(("watch_timings", str(error)))
         if self._backend is not None:
-            spec = spec_at_parse_time(self.framework, self.environment)
-            problems.extend(self._backend.check(BackendSettings.of(self), spec))
+            problems.extend(self._backend.check(BackendSettings.of(self), self.spec))
         if self.model_asset is not None:
             from airflow_distributed.assets import template_problems
 
@@ -240,7 +247,18 @@ class DistributedTrainingOperator(BaseOperator):
 
     # ----------------------------------------------------------------- run
     def _task_calls(self) -> TaskCalls:
-        return TaskCalls(log=self.log, defer=self.defer, replica_program=self._replica_program)
+        return TaskCalls(log=self.log, defer=self.defer, replica_program=self._replica_program,
+                         spec=self._spec_of_try)
+
+    def _spec_of_try(self) -> TrainingSpec:
+        """The spec of this try, from the rendered arguments, parsed at most once: the one parsed with the DAG when
+        rendering left the arguments as they were (no template), else the rendered values parsed now."""
+        if self._try_spec is None:
+            if self.spec is not None and (self.framework, self.environment) == self._spec_source:
+                self._try_spec = self.spec
+            else:
+                self._try_spec = load_spec(self.framework, self.environment)
+        return self._try_spec
 
     def _chosen_backend(self) -> JobBackend:
         if self._backend is None:  # refused when the DAG was parsed; kept for a type checker
@@ -250,7 +268,8 @@ class DistributedTrainingOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         settings = BackendSettings.of(self)  # rendered by now
-        spec = load_spec(settings.framework, settings.environment)
+        self._try_spec = None  # a new try (one operator object may run several under dag.test())
+        spec = self._spec_of_try()
         ti = context["ti"]
         name = job_name(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
         command = [str(part) for part in [*settings.command, *(settings.args or [])]]
@@ -264,6 +283,7 @@ class DistributedTrainingOperator(BaseOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resumes a deferred job with the trigger's event: output, logs, clean-up, XCom."""
+        self._try_spec = None
         result = self._chosen_backend().resume(self._task_calls(), BackendSettings.of(self), context, event)
         return self._succeeded(context, result)
 
@@ -303,13 +323,13 @@ class DistributedTrainingOperator(BaseOperator):
         """OpenLineage (when its provider is installed): the job's shape as a run facet, the model as output."""
         from airflow_distributed.lineage import job_lineage
 
-        return job_lineage(load_spec(self.framework, self.environment), self.backend, self._job_result, "succeeded")
+        return job_lineage(self._spec_of_try(), self.backend, self._job_result, "succeeded")
 
     def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
         """OpenLineage for a failed try: the job's shape, no output."""
         from airflow_distributed.lineage import job_lineage
 
-        return job_lineage(load_spec(self.framework, self.environment), self.backend, None, "failed")
+        return job_lineage(self._spec_of_try(), self.backend, None, "failed")
 
     def on_kill(self) -> None:
         if self._backend is not None:

@@ -43,6 +43,7 @@ class JobWaitTrigger(BaseTrigger):
     watch_timeout: int | None
     watch_timings: dict[str, Any] | None
     execution_deadline: float | None
+    resume_state: dict[str, Any] | None
 
     def __init__(self, **arguments: Any) -> None:
         super().__init__()
@@ -77,7 +78,10 @@ class JobWaitTrigger(BaseTrigger):
 
     def _event_base(self) -> dict[str, Any]:
         """Fields of every event: ``execute_complete`` needs nothing but the event."""
-        return {"job_name": self.job_name, "namespace": self.namespace, "started_at": self.started_at}
+        base = {"job_name": self.job_name, "namespace": self.namespace, "started_at": self.started_at}
+        if self.resume_state is not None:
+            base["resume_state"] = self.resume_state
+        return base
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         base = self._event_base()

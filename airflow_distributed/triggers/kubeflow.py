@@ -44,6 +44,8 @@ class KubeflowJobTrigger(JobWaitTrigger):
     :param watch_timings: ``WatchTimings.as_dict()``: watch timeouts, reconnect budget, jitter and the pace of
         the pod LISTs while replicas start.
     :param image_pull_grace: seconds a replica's image pull may keep failing before the job fails (0: at once).
+    :param resume_state: what the deferred task knew of its job and needs again to resume (its framework), handed
+        back in every event as it is; small and JSON-safe.
     """
 
     group: str
@@ -72,13 +74,14 @@ class KubeflowJobTrigger(JobWaitTrigger):
         started_at: float | None = None,
         watch_timings: dict[str, Any] | None = None,
         image_pull_grace: float = 0.0,
+        resume_state: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(
             job_name=job_name, namespace=namespace, group=group, version=version, plural=plural,
             kubernetes_conn_id=kubernetes_conn_id, watch_timeout=watch_timeout,
             execution_deadline=execution_deadline, delete_on_kill=delete_on_kill,
             started_at=started_at if started_at is not None else time.time(), watch_timings=watch_timings,
-            image_pull_grace=image_pull_grace,
+            image_pull_grace=image_pull_grace, resume_state=resume_state,
         )
 
     @property

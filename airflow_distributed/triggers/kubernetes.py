@@ -67,6 +67,9 @@ class DistributedJobTrigger(JobWaitTrigger):
         ``timeout`` then, so that ``execute_complete`` cleans up (a framework timeout would skip it).
     :param image_pull_grace: seconds a replica's image pull may keep failing before the job fails (0: at once).
     :param watch_timings: ``WatchTimings.as_dict()``: watch timeouts, reconnect budget and jitter.
+    :param resume_state: what the deferred task knew of its job and needs again to resume (its framework, an elastic
+        budget), handed back in every event as it is, so that the task does not parse its spec again for it; small
+        and JSON-safe.
     """
 
     replicas: list[list[Any]]
@@ -94,13 +97,14 @@ class DistributedJobTrigger(JobWaitTrigger):
         execution_deadline: float | None = None,
         image_pull_grace: float = 0.0,
         watch_timings: dict[str, Any] | None = None,
+        resume_state: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(
             job_name=job_name, namespace=namespace, replicas=replicas, startup_timeout=startup_timeout,
             started_at=started_at, kubernetes_conn_id=kubernetes_conn_id, connection_extras=connection_extras,
             cluster_context=cluster_context, config_dict=config_dict, in_cluster=in_cluster,
             watch_timeout=watch_timeout, execution_deadline=execution_deadline, watch_timings=watch_timings,
-            image_pull_grace=image_pull_grace,
+            image_pull_grace=image_pull_grace, resume_state=resume_state,
         )
 
     @cached_property

@@ -211,7 +211,7 @@ class DistributedJobSensor(BaseSensorOperator):
         if status.state == FAILED:
             replica = failed_replica(pods, hook.main_container(obj))
             detail = ": ".join(part for part in (status.reason, status.message) if part)
-            raise AirflowFailException(f"{what} failed: {detail}" + (f"; {replica}" if replica else ""))
+            raise AirflowFailException(f"{what} failed: {detail}" + (f"; {replica.describe()}" if replica else ""))
         trainjob = self.kind == TRAINJOB_KIND
         self.log.info("%s succeeded: %s", what, status.message if trainjob else success_rule(obj).description)
         statuses = hook.replica_statuses(pods, hook.main_container(obj))

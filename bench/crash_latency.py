@@ -35,11 +35,11 @@ def one_crash() -> dict:
     pids = [r.pid for r in job.replicas]
     outcome = job.wait(poll_interval=0.2)
     failed_at = time.monotonic()
-    crashed = next(r for r in job.replicas if r.spec.name == outcome.failed_replica)
+    crashed = next(r for r in job.replicas if r.spec.name == outcome.replica)
     while any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids):
         time.sleep(0.01)
     gone_at = time.monotonic()
-    return {"failed_replica": outcome.failed_replica, "to_failure": failed_at - crashed.exited_at,
+    return {"failed_replica": outcome.replica, "to_failure": failed_at - crashed.exited_at,
             "to_last_process_gone": gone_at - crashed.exited_at}
 
 

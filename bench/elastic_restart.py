@@ -86,7 +86,7 @@ def one_run(kill: bool) -> dict:
         job.stop(3.0)
     elapsed = time.monotonic() - started
     if not outcome.succeeded:
-        print(f"job failed: {outcome.reason or outcome.failed_replica}: {list(outcome.tail)[-5:]}", file=sys.stderr)
+        print(f"job failed: {outcome.reason or outcome.replica}: {list(outcome.tail)[-5:]}", file=sys.stderr)
     result = {"succeeded": outcome.succeeded, "seconds": round(elapsed, 2),
               "restarts": sum(r.restarts for r in outcome.replicas)}
     if kill and killed:

@@ -101,7 +101,7 @@ def _run(emu: KubeEmulator, config: str, mode: str, seconds: float) -> dict:
         outcome = hook.wait_for_job(namespace, handle.name, slots, startup_timeout=60,
                                     watch_timeout=5 if mode == "sync_short_watch" else WATCH_TIMEOUT,
                                     follow=[slots[0].name], emit=lambda replica, line: None)
-        state = outcome.verdict.state
+        state = "succeeded" if outcome.succeeded else "failed"
     elapsed = time.monotonic() - started
     counts = _count(emu.requests)
     stop.set()

@@ -82,8 +82,8 @@ def soak(minutes: float) -> dict:
         def sync_wait() -> None:
             namespace, name, slots = jobs["sync"]
             try:
-                verdict = hook.wait_for_job(namespace, name, slots, startup_timeout=60, watch_timings=timings).verdict
-                outcome["sync"] = (verdict.state, time.monotonic() - started)
+                ended = hook.wait_for_job(namespace, name, slots, startup_timeout=60, watch_timings=timings)
+                outcome["sync"] = ("succeeded" if ended.succeeded else "failed", time.monotonic() - started)
             except Exception as error:
                 outcome["sync"] = (f"error: {error}", time.monotonic() - started)
 

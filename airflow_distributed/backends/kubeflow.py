@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from airflow_distributed.backends.base import one_process_per_replica
@@ -36,10 +37,11 @@ from airflow_distributed.backends.job_run import (
     watch_timings,
 )
 from airflow_distributed.backends.kubernetes import check_kubernetes_arguments, manifest_options
-from airflow_distributed.jobstate.job_watch import replica_table
+from airflow_distributed.jobstate import outcome as ending
+from airflow_distributed.jobstate.job_watch import JobVerdict, replica_table
+from airflow_distributed.jobstate.outcome import JobOutcome, failure_message
 from airflow_distributed.outputs import job_record, job_result, parse_output_document
 from airflow_distributed.plan import build_plan
-from airflow_distributed.status import SUCCEEDED
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -47,7 +49,6 @@ if TYPE_CHECKING:
     from airflow_distributed.backends.base import BackendSettings, TaskCalls
     from airflow_distributed.hooks.kubeflow import KubeflowHandle, KubeflowJobHook
     from airflow_distributed.manifests.kubeflow import KubeflowResource
-    from airflow_distributed.manifests.kubeflow_status import JobStatus
     from airflow_distributed.spec import TrainingSpec
     from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
 
@@ -100,26 +101,28 @@ def resume_kubeflow(task: TaskCalls, settings: BackendSettings, context: Context
                     run_class: type[KubeflowJobRun] | None = None,
                     on_start: Callable[[KubeflowJobRun], None] = _ignore) -> dict[str, Any]:
     """``execute_complete``: the trigger's event -> output, clean-up and XCom, as in the synchronous path."""
-    from airflow_distributed.hooks.kubeflow import DELETED
+    from airflow_distributed.hooks.kubeflow import status_outcome
     from airflow_distributed.hooks.pending_pods import IMAGE_PULL_FAILED
-    from airflow_distributed.manifests.kubeflow_status import JobStatus
 
     run = (run_class or KubeflowJobRun).resume(task, settings, context, event)
     on_start(run)
     status = event.get("status")
     if status == "failed" and event.get("reason") == IMAGE_PULL_FAILED:
         # The trigger's own verdict: the job's status does not show it, so it is not read back.
-        return run.finish(JobStatus("failed", IMAGE_PULL_FAILED, str(event.get("message") or "")),
-                          run.hook.get_kubeflow_job(run.namespace, run.resource, run.name))
+        verdict = JobVerdict.from_dict(event.get("verdict") or {"state": "failed", "cause": ending.IMAGE})
+        obj = run.hook.get_kubeflow_job(run.namespace, run.resource, run.name)
+        return run.finish(verdict.outcome(job_object=obj))
     if status in ("succeeded", "failed"):
         obj = run.hook.get_kubeflow_job(run.namespace, run.resource, run.name)
-        return run.finish(run.hook.status_of(obj) if obj is not None else DELETED, obj)
+        return run.finish(status_outcome(run.hook.status_of(obj), obj) if obj is not None
+                          else JobOutcome(ending.DELETED))
     if status == "deleted":
-        return run.finish(DELETED, None)
+        return run.finish(JobOutcome(ending.DELETED))
     # timeout (execution_timeout in the triggerer) or error (the trigger could not watch): the job must go.
     run.delete_quietly()
-    raise job_error(f"job {run.namespace}/{run.name} failed after {run.elapsed():.1f}s: "
-                     f"{event.get('message') or status}; the job was deleted")
+    outcome = JobOutcome(ending.TIMED_OUT if status == "timeout" else ending.FAILED,
+                         message=event.get("message") or status)
+    raise job_error(failure_message(f"{run.namespace}/{run.name}", outcome, run.elapsed(), "the job was deleted"))
 
 
 def kill_kubeflow(run: KubeflowJobRun | None) -> None:
@@ -179,12 +182,11 @@ class KubeflowJobRun:
     @classmethod
     def start(cls, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, job_name: str,
               command: Sequence[str]) -> KubeflowJobRun:
-        from airflow_distributed.hooks.kubeflow import KubeflowJobHook
         from airflow_distributed.manifests.kubeflow import KubeflowAddressing, KubeflowJobOptions, build_kubeflow_job
         from airflow_distributed.manifests.kubernetes import layout_for_kubernetes
 
         require_image(settings, "kubeflow")
-        hook = KubeflowJobHook(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
+        hook = cls.hook_class()(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
         namespace = settings.namespace or hook.default_namespace()
         layout = layout_for_kubernetes(settings.model_dir, job_name=job_name, checkpoint_dir=settings.checkpoint_dir)
         command, files = task.replica_program(list(command), layout.files_dir)
@@ -232,7 +234,7 @@ class KubeflowJobRun:
             # The wait itself failed (API gone, execution_timeout): nobody would watch the job any more.
             self.delete_quietly()
             raise
-        return self.finish(outcome.status, outcome.obj)
+        return self.finish(outcome)
 
     def observed(self, obj: dict[str, Any]) -> None:
         """The object, whenever its status changed during the synchronous wait (a kind may publish it)."""
@@ -257,28 +259,30 @@ class KubeflowJobRun:
 
     # ------------------------------------------------------------------ finish
 
-    def finish(self, status: JobStatus, obj: dict[str, Any] | None) -> dict[str, Any]:
+    def finish(self, outcome: JobOutcome) -> dict[str, Any]:
         """Output, clean-up, XCom; raises ``DistributedJobError`` unless the job succeeded."""
-        from airflow_distributed.hooks.kubeflow import STOPPED, failed_replica
-        from airflow_distributed.hooks.pending_pods import IMAGE_PULL_FAILED
+        from airflow_distributed.hooks.kubeflow import failed_replica
 
         elapsed = self.elapsed()
-        if status == STOPPED:
+        job = f"{self.namespace}/{self.name}"
+        if outcome.ending == ending.STOPPED:
             self.delete_quietly()
-            raise job_error(f"job {self.namespace}/{self.name} was stopped after {elapsed:.1f}s (task killed); "
-                             "the job was deleted")
-        succeeded = status.state == SUCCEEDED
+            raise job_error(failure_message(job, outcome, elapsed, "the job was deleted"))
+        succeeded = outcome.succeeded
+        obj = dict(outcome.job_object) if outcome.job_object is not None else None
         try:
             pods = self.hook.kubeflow_pods(self.namespace, obj) if obj is not None else []
             container = self.hook.main_container(obj) if obj is not None else ""
             document = self._document(obj, succeeded)
-            replica = failed_replica(pods, container) if not succeeded else None
-            logs = self._tails(pods, container, replica)
+            found = failed_replica(pods, container) if outcome.ending == ending.FAILED else None
+            if found is not None:  # the controller's words, and the replica whose end they are about
+                outcome = found.outcome(judgement=outcome.judgement, job_object=obj)
+            logs = self._tails(pods, container, outcome)
         except BaseException:
             self.delete_quietly()
             raise
         statuses = self.hook.replica_statuses(pods, container)
-        deleted = self.clean_up(succeeded, exists=obj is not None, unfinished=status.reason == IMAGE_PULL_FAILED)
+        deleted = self.clean_up(succeeded, exists=obj is not None, unfinished=outcome.ending == ending.IMAGE)
         if statuses:
             self.log.info("replicas of %s (final):\n%s", self.name, replica_table(statuses))
         result = job_result(job_name=self.name, framework=self.framework, backend=self.backend,
@@ -287,16 +291,9 @@ class KubeflowJobRun:
         ti = self.context["ti"]
         ti.xcom_push(key="job", value=job_record(result, document, logs, elapsed))
         if not succeeded:
-            detail = ": ".join(part for part in (status.reason, status.message) if part)
+            outcome = replace(outcome, replicas=statuses, tail=tuple(logs.get(outcome.replica or "", ())), logs=logs)
             note = "the job was deleted" if deleted else "the job is kept for a look until the next try"
-            message = f"job {self.namespace}/{self.name} failed after {elapsed:.1f}s: {detail}"
-            if replica:
-                message += f"; {replica}"
-            message += f"; {note}"
-            tail = next((lines for name, lines in logs.items() if replica and name in replica), [])
-            if tail:
-                message += ". Its last lines:\n" + "\n".join(f"    {line}" for line in tail[-15:])
-            raise job_error(message)
+            raise job_error(failure_message(job, outcome, elapsed, note))
         return push_success(self.context, self.log, result, document, self.namespace, self.name, elapsed)
 
     def _document(self, obj: dict[str, Any] | None, succeeded: bool) -> dict[str, Any]:
@@ -310,14 +307,17 @@ class KubeflowJobRun:
             self.log.warning("the failed master's output document is not readable JSON; ignoring it")
             return parse_output_document(None)
 
-    def _tails(self, pods: list[dict[str, Any]], container: str, failed: str | None) -> dict[str, list[str]]:
-        """The last lines of the failed replica, best effort: a log that cannot be read decides nothing."""
+    def _tails(self, pods: list[dict[str, Any]], container: str, outcome: JobOutcome) -> dict[str, list[str]]:
+        """The last lines of the replica that failed the job, best effort: a log that cannot be read decides
+        nothing."""
         from airflow_distributed.hooks.api_retry import KubernetesJobError
 
         logs: dict[str, list[str]] = {}
+        if outcome.ending not in (ending.EXITED, ending.POD_FAILED):
+            return logs
         for pod in pods:
             name = pod["metadata"]["name"]
-            if failed and f"replica {name} " in f"{failed} ":
+            if name == outcome.replica:
                 try:
                     logs[name] = self.hook.read_log_tail(self.namespace, name, TAIL_LINES, container)
                 except KubernetesJobError as error:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -36,6 +36,7 @@ from airflow_distributed.backends.job_run import (
     watch_timings,
 )
 from airflow_distributed.elastic import CONTINUE, RESTART, ElasticPlan, after_replica_ended, elastic_plan
+from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.job_watch import (
     JobVerdict,
     log_available,
@@ -44,6 +45,7 @@ from airflow_distributed.jobstate.job_watch import (
     slots_from_json,
     slots_to_json,
 )
+from airflow_distributed.jobstate.outcome import JobOutcome, failure_message
 from airflow_distributed.manifests.pod_names import RESTARTS_ANNOTATION
 from airflow_distributed.outputs import job_record, job_result, parse_output_document
 from airflow_distributed.plan import KubernetesAddressing, build_plan
@@ -54,7 +56,7 @@ if TYPE_CHECKING:
 
     from airflow_distributed.backends.base import BackendSettings, TaskCalls
     from airflow_distributed.hooks.kubernetes import DistributedTrainingHook, JobHandle
-    from airflow_distributed.jobstate.job_watch import JobTracker, JobVerdict, ReplicaSlot
+    from airflow_distributed.jobstate.job_watch import ReplicaSlot
     from airflow_distributed.manifests.kubernetes import JobObjects
     from airflow_distributed.plan import ClusterPlan
     from airflow_distributed.spec import TrainingSpec
@@ -65,6 +67,8 @@ STATE_KEY = "airflow_distributed_job"
 #: How many replicas' logs may be followed at once (one connection each).
 MAX_FOLLOWED_LOGS = 32
 TAIL_LINES = 30
+#: Endings of a replica an elastic job may restart or carry on without.
+LOST_REPLICA_ENDINGS = (ending.EXITED, ending.POD_FAILED, ending.DELETED)
 #: Past the task's execution_timeout, how long a pod may still run if nothing deletes it (a worker that died).
 DEADLINE_MARGIN_SECONDS = 120
 
@@ -137,21 +141,23 @@ def resume_kubernetes(task: TaskCalls, settings: BackendSettings, context: Conte
     elapsed = max(0.0, time.time() - float(event.get("started_at") or time.time()))
     if status in ("succeeded", "failed"):
         verdict = JobVerdict.from_dict(event.get("verdict") or {"state": status})
-        tail = run.tail(run.master.name, tracker) if log_available(tracker.pod(run.master.name)) else []
+        pods = tracker.last_pods()
+        tail = run.tail(run.master.name, pods) if log_available(pods.get(run.master.name)) else []
         for line in tail:
             run.log.info("[%s] %s", run.master.name, line)
+        outcome = verdict.outcome(tracker.statuses(), logs={run.master.name: tail}, pods=pods)
         if not verdict.succeeded:
             # Defers again if it restarts one.
-            _restart_elastic_replica(run, verdict, tracker)
-        return run.finish(verdict, tracker, {run.master.name: tail}, elapsed)
+            _restart_elastic_replica(run, outcome)
+        return run.finish(outcome, elapsed)
     # timeout (execution_timeout reached in the triggerer) or error (the trigger could not watch): clean up, fail.
     run.clean_up(succeeded=False)
-    reason = event.get("message") or status
-    raise job_error(f"job {run.namespace}/{run.name} failed after {elapsed:.1f}s: {reason}; "
-                     f"{run.cleanup_note(False)}")
+    outcome = JobOutcome(ending.TIMED_OUT if status == "timeout" else ending.FAILED,
+                         message=event.get("message") or status)
+    raise job_error(failure_message(f"{run.namespace}/{run.name}", outcome, elapsed, run.cleanup_note(False)))
 
 
-def _restart_elastic_replica(run: KubernetesJobRun, verdict: JobVerdict, tracker: JobTracker) -> None:
+def _restart_elastic_replica(run: KubernetesJobRun, outcome: JobOutcome) -> None:
     """After a deferral: an elastic job's lost replica is recreated as in the synchronous wait, and the task
     defers again; a decision to fail is left on ``run`` for its failure message."""
     from airflow_distributed.hooks.kubernetes import JobHandle
@@ -162,7 +168,7 @@ def _restart_elastic_replica(run: KubernetesJobRun, verdict: JobVerdict, tracker
     if service is None:
         return
     run.handle = JobHandle(run.namespace, run.name, service["metadata"]["uid"])
-    if run._after_failure(verdict, tracker):
+    if run._after_failure(outcome):
         run._defer()
 
 
@@ -318,26 +324,26 @@ class KubernetesJobRun:
                     follow=self._followed(),
                     emit=lambda replica, line: self.log.info("[%s] %s", replica, line),
                 )
-                if not self._after_failure(outcome.verdict, outcome.tracker):
+                if not self._after_failure(outcome):
                     break
         except BaseException:
             # The wait itself failed (API gone, execution_timeout): no verdict, but no pod may keep running.
             self._clean_up_quietly()
             raise
-        return self.finish(outcome.verdict, outcome.tracker, dict(outcome.tails), time.monotonic() - self.started)
+        return self.finish(outcome, time.monotonic() - self.started)
 
-    def _after_failure(self, verdict: JobVerdict, tracker: JobTracker) -> bool:
+    def _after_failure(self, outcome: JobOutcome) -> bool:
         """An elastic job's answer to a replica that ended badly: recreate its pod (same name, so the same
         address) or carry on without it, and wait again (``True``); or let the job fail (``False``)."""
-        if self.elastic is None or verdict.succeeded or verdict.replica is None or \
-                verdict.cause not in ("exit", "pod", "deleted") or self.handle is None:
+        if self.elastic is None or outcome.replica is None or outcome.ending not in LOST_REPLICA_ENDINGS or \
+                self.handle is None:
             return False
-        slot = next(s for s in self.slots if s.name == verdict.replica)
-        rows = {row.name: row for row in tracker.statuses()}
+        slot = next(s for s in self.slots if s.name == outcome.replica)
+        rows = {row.name: row for row in outcome.replicas}
         restarts = rows[slot.name].restarts
         left = sum(1 for name, row in rows.items() if name != slot.name and row.state in (RUNNING, PENDING))
         decision = after_replica_ended(self.elastic, name=slot.name, is_master=slot.is_master,
-                                       exit_code=verdict.exit_code if verdict.cause == "exit" else None,
+                                       exit_code=outcome.exit_code if outcome.ending == ending.EXITED else None,
                                        restarts=restarts, left=left)
         self.log.warning("%s", decision.message)
         if decision.action == RESTART:
@@ -415,12 +421,12 @@ class KubernetesJobRun:
 
     # ------------------------------------------------------------------ finish
 
-    def tail(self, replica: str, tracker: JobTracker, container: str | None = None) -> list[str]:
+    def tail(self, replica: str, pods: Mapping[str, Any], container: str | None = None) -> list[str]:
         """A replica's last lines; best effort: a log that cannot be read decides nothing."""
         from airflow_distributed.hooks.api_retry import KubernetesJobError
         from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER
 
-        if tracker.pod(replica) is None:
+        if pods.get(replica) is None:
             return []
         try:
             return self.hook.read_log_tail(self.namespace, replica, TAIL_LINES, container or MAIN_CONTAINER)
@@ -428,49 +434,50 @@ class KubernetesJobRun:
             self.log.warning("could not read the last lines of %s: %s", replica, error)
             return []
 
-    def finish(self, verdict: JobVerdict, tracker: JobTracker, logs: dict[str, list[str]],
-               elapsed: float) -> dict[str, Any]:
+    def finish(self, outcome: JobOutcome, elapsed: float) -> dict[str, Any]:
         """Output, logs, clean-up, XCom; raises ``DistributedJobError`` unless the job succeeded."""
         ti = self.context["ti"]
-        killed = verdict.cause == "stopped"
+        killed = outcome.ending == ending.STOPPED
         try:
-            document, failure_tail, events = self._collect(verdict, tracker, logs, killed)
+            document, outcome = self._collect(outcome, killed)
         except BaseException:
             # Whatever could not be read, the pods must not outlive the task.
-            self._clean_up_quietly(verdict.succeeded, killed)
+            self._clean_up_quietly(outcome.succeeded, killed)
             raise
-        stopped = self.clean_up(verdict.succeeded, kill=killed)
-        statuses = _after_cleanup(self._with_dropped(tracker.statuses()), stopped)
+        stopped = self.clean_up(outcome.succeeded, kill=killed)
+        statuses = _after_cleanup(self._with_dropped(outcome.replicas), stopped)
         self.log.info("replicas of %s (final):\n%s", self.name, replica_table(statuses))
         result = job_result(job_name=self.name, framework=self.framework, backend="kubernetes",
-                            state="succeeded" if verdict.succeeded else "failed", document=document,
+                            state="succeeded" if outcome.succeeded else "failed", document=document,
                             replicas=statuses, namespace=self.namespace)
-        ti.xcom_push(key="job", value=job_record(result, document, logs, elapsed))
-        if not verdict.succeeded:
-            raise job_error(self._failure_message(verdict, elapsed, failure_tail, events))
+        ti.xcom_push(key="job", value=job_record(result, document, dict(outcome.logs), elapsed))
+        if not outcome.succeeded:
+            if self.elastic_failure:
+                outcome = replace(outcome, ending=ending.GAVE_UP, reason=self.elastic_failure)
+            note = "the job was deleted" if killed else self.cleanup_note(False)
+            raise job_error(failure_message(f"{self.namespace}/{self.name}", outcome, elapsed, note,
+                                            startup_timeout=self.settings.startup_timeout))
         return push_success(self.context, self.log, result, document, self.namespace, self.name, elapsed)
 
-    def _collect(self, verdict: JobVerdict, tracker: JobTracker, logs: dict[str, list[str]],
-                 killed: bool) -> tuple[dict[str, Any], list[str], list[str]]:
-        """The output document, the failed replica's last lines (or pod events), the master's last lines.
-
-        ``logs`` gets the tails read here.
-        """
-        document = self._document(tracker, verdict.succeeded) if not killed else _empty_document()
-        failure_tail: list[str] = []
+    def _collect(self, outcome: JobOutcome, killed: bool) -> tuple[dict[str, Any], JobOutcome]:
+        """The output document, and the outcome with the failed replica's last lines (or its pod's events) and the
+        master's last lines added to its logs."""
+        pods = outcome.pods
+        document = self._document(pods, outcome.succeeded) if not killed else _empty_document()
+        logs = {name: list(lines) for name, lines in outcome.logs.items()}
+        tail: list[str] = []
         events: list[str] = []
-        if not verdict.succeeded and verdict.replica is not None:
-            if verdict.cause == "exit":
-                failure_tail = self.tail(verdict.replica, tracker, verdict.container)
-                logs[verdict.replica] = failure_tail
-            elif verdict.cause == "startup" and tracker.pod(verdict.replica) is not None:
-                events = self.hook.pod_events(self.namespace, verdict.replica)
-        if not killed and self.master.name not in logs and log_available(tracker.pod(self.master.name)):
-            logs[self.master.name] = self.tail(self.master.name, tracker)
-        return document, failure_tail, events
+        if outcome.replica is not None:
+            if outcome.ending == ending.EXITED:
+                tail = logs[outcome.replica] = self.tail(outcome.replica, pods, outcome.container)
+            elif outcome.ending == ending.NOT_STARTED and pods.get(outcome.replica) is not None:
+                events = self.hook.pod_events(self.namespace, outcome.replica)
+        if not killed and self.master.name not in logs and log_available(pods.get(self.master.name)):
+            logs[self.master.name] = self.tail(self.master.name, pods)
+        return document, replace(outcome, tail=tuple(tail), events=tuple(events), logs=logs)
 
-    def _document(self, tracker: JobTracker, succeeded: bool) -> dict[str, Any]:
-        master = tracker.pod(self.master.name)
+    def _document(self, pods: Mapping[str, Any], succeeded: bool) -> dict[str, Any]:
+        master = pods.get(self.master.name)
         text = self.hook.read_output(self.namespace, master) if master is not None else None
         try:
             return parse_output_document(text)
@@ -499,19 +506,6 @@ class KubernetesJobRun:
             "running": "its pods still running were deleted; the finished ones are kept until the next try",
             "none": "its pods were left as they are (clean_pod_policy='none')",
         }[self.policy(succeeded)]
-
-    def _failure_message(self, verdict: JobVerdict, elapsed: float, tail: list[str], events: list[str]) -> str:
-        job = f"job {self.namespace}/{self.name}"
-        if verdict.cause == "stopped":
-            return f"{job} was stopped after {elapsed:.1f}s (task killed); the job was deleted"
-        what = self.elastic_failure or verdict.describe(self.settings.startup_timeout)
-        message = f"{job} failed after {elapsed:.1f}s: {what}; {self.cleanup_note(False)}"
-        if events:
-            message += "\n  events:\n" + "\n".join(f"    {line}" for line in events)
-        if verdict.cause == "exit":
-            lines = "\n".join(f"    {line}" for line in tail[-15:]) or "    (no output)"
-            message += f". Its last lines:\n{lines}"
-        return message
 
 
 class _ResumableKubernetesJob(ResumableJobMixin):

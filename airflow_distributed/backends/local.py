@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_distributed.backends.base import BackendSettings, DistributedJobError, TaskCalls, one_process_per_replica
 from airflow_distributed.backends.local_live import LIVE_XCOM_KEY, LiveJobReport
+from airflow_distributed.jobstate import outcome as ending
+from airflow_distributed.jobstate.outcome import JobOutcome, failure_message
 from airflow_distributed.outputs import job_record, job_result, parse_output_document
 from airflow_distributed.plan import Layout, LocalAddressing, build_plan, replica_count
 from airflow_distributed.status import render_table
@@ -112,7 +114,7 @@ class LocalBackend:
         logs = {replica.spec.name: list(replica.tail) for replica in job.replicas}
         context["ti"].xcom_push(key="job", value=job_record(result, document, logs, elapsed))
         if not outcome.succeeded:
-            raise DistributedJobError(failure_message(name, outcome, elapsed))
+            raise DistributedJobError(failure_message(name, outcome, elapsed, cleanup_note(outcome)))
         if not settings.keep_checkpoints:
             removed = hook.remove_checkpoints(checkpoint_dir)
             if removed:
@@ -135,19 +137,13 @@ def local_dirs(settings: BackendSettings, name: str) -> tuple[str, str, str]:
     return work_dir, model_dir, checkpoint_dir
 
 
-def failure_message(name: str, outcome: Any, elapsed: float) -> str:
-    if outcome.stopped:
-        return f"job {name} was stopped after {elapsed:.1f}s (task killed); no replica is left running"
-    if outcome.timed_out:
-        return f"job {name} timed out after {elapsed:.1f}s; every replica was stopped"
-    tail = "\n".join(f"    {line}" for line in outcome.tail[-15:]) or "    (no output)"
-    if outcome.reason:
-        return (f"job {name} failed after {elapsed:.1f}s: {outcome.reason}; every other replica was stopped. "
-                f"Its last lines:\n{tail}")
-    return (
-        f"job {name} failed: replica {outcome.failed_replica} exited with code {outcome.exit_code} "
-        f"after {elapsed:.1f}s; every other replica was stopped. Its last lines:\n{tail}"
-    )
+def cleanup_note(outcome: JobOutcome) -> str:
+    """What became of the replicas of a job that did not succeed (``stop()`` has run whatever the ending)."""
+    if outcome.ending == ending.STOPPED:
+        return "no replica is left running"
+    if outcome.ending == ending.TIMED_OUT:
+        return "every replica was stopped"
+    return "every other replica was stopped"
 
 
 def _read_text(path: str) -> str | None:
@@ -158,4 +154,4 @@ def _read_text(path: str) -> str | None:
         return None
 
 
-__all__ = ["LocalBackend", "failure_message", "local_dirs"]
+__all__ = ["LocalBackend", "cleanup_note", "local_dirs"]

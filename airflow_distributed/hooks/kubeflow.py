@@ -21,7 +21,9 @@ from airflow_distributed.hooks.kubernetes import _EXISTS, _MISSING, DistributedT
 from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
 from airflow_distributed.hooks.pending_pods import PendingPods, expected_pods
 from airflow_distributed.hooks.watch_loop import WatchCalls, WatchPolicy, WatchTimings, run_watch
-from airflow_distributed.jobstate.job_watch import container_state, termination_message
+from airflow_distributed.jobstate import outcome as ending
+from airflow_distributed.jobstate.job_watch import JobVerdict, container_state, termination_message
+from airflow_distributed.jobstate.outcome import JobOutcome
 from airflow_distributed.manifests.kubeflow import KINDS, KubeflowKind, KubeflowResource
 from airflow_distributed.manifests.kubeflow_status import (
     REPLICA_INDEX_LABEL,
@@ -36,8 +38,6 @@ from airflow_distributed.status import FAILED, PENDING, RUNNING, SUCCEEDED, Repl
 
 #: The kinds by name (``TFJob`` -> its framework's ``KubeflowKind``).
 KIND_BY_NAME: dict[str, KubeflowKind] = {kind.kind: kind for kind in KINDS.values()}
-DELETED = JobStatus(FAILED, "Deleted", "the job was deleted before it finished")
-STOPPED = JobStatus(FAILED, "Stopped", "the task was killed")
 
 
 def resource_of_kind(kind: str) -> KubeflowResource:
@@ -93,9 +93,9 @@ def replica_statuses_of_pods(
     return tuple(sorted(rows, key=lambda row: (row.role, row.index, row.name)))
 
 
-def failed_replica(pods: Sequence[Mapping[str, Any]], container: str) -> str | None:
-    """The replica whose failure ended the job, as ``replica <pod> exited with code 3 (OOMKilled)``; the first
-    to fail, since its peers fail moments later when they lose it."""
+def failed_replica(pods: Sequence[Mapping[str, Any]], container: str) -> JobVerdict | None:
+    """The replica whose failure ended the job (its ``describe()``: ``replica <pod> exited with code 3
+    (OOMKilled)``); the first to fail, since its peers fail moments later when they lose it."""
     exits = []
     for pod in pods:
         state, fields = container_state(pod, container)
@@ -103,15 +103,22 @@ def failed_replica(pods: Sequence[Mapping[str, Any]], container: str) -> str | N
             exits.append((str(fields.get("finishedAt") or ""), pod["metadata"]["name"], fields))
     if exits:
         _, name, fields = min(exits, key=lambda item: item[0])
-        reason = fields.get("reason")
-        detail = f" ({reason})" if reason and reason != "Error" else ""
-        return f"replica {name} exited with code {fields.get('exitCode')}{detail}"
+        return JobVerdict(FAILED, name, ending.EXITED, fields.get("exitCode"), fields.get("reason"),
+                          fields.get("message"))
     for pod in pods:
         status = pod.get("status") or {}
         if status.get("phase") == "Failed":
-            detail = ": ".join(part for part in (status.get("reason"), status.get("message")) if part)
-            return f"the pod of replica {pod['metadata']['name']} failed: {detail or 'Failed'}"
+            return JobVerdict(FAILED, pod["metadata"]["name"], ending.POD_FAILED, None, status.get("reason"),
+                              status.get("message"))
     return None
+
+
+def status_outcome(status: JobStatus, obj: Mapping[str, Any] | None) -> JobOutcome:
+    """The ``JobOutcome`` of a job its controller judged (succeeded or failed, in its own words)."""
+    if status.state == SUCCEEDED:
+        return JobOutcome(ending.SUCCEEDED, job_object=obj)
+    return JobOutcome(ending.FAILED, judgement=": ".join(part for part in (status.reason, status.message) if part),
+                      job_object=obj)
 
 
 # ------------------------------------------------------------------------------------------ the hook
@@ -132,14 +139,6 @@ class KubeflowHandle:
     @property
     def namespace(self) -> str:
         return self.obj["metadata"]["namespace"]
-
-
-@dataclass(frozen=True)
-class KubeflowOutcome:
-    """How a wait ended: the job's status and the object as last seen (``None`` once deleted)."""
-
-    status: JobStatus
-    obj: dict[str, Any] | None
 
 
 class KubeflowJobHook(DistributedTrainingHook):
@@ -248,7 +247,7 @@ class KubeflowJobHook(DistributedTrainingHook):
         on_change: Callable[[JobStatus], None] | None = None,
         on_object: Callable[[dict[str, Any]], None] | None = None,
         image_pull_grace: float = 0.0,
-    ) -> KubeflowOutcome:
+    ) -> JobOutcome:
         """Until the job succeeds or fails (its conditions), is deleted, or ``stopped()`` turns true; or a replica's
         image cannot be pulled (``pending_pods``: its pods are listed while some replica has not started).
 
@@ -264,16 +263,16 @@ class KubeflowJobHook(DistributedTrainingHook):
         watch = ObjectWatch(name)
         pending = PendingPods(timings.pending_pods_interval, image_pull_grace, self._clock)
         what = f"watching {resource.kind} {namespace}/{name}"
-        outcome: list[KubeflowOutcome] = []
+        outcome: list[JobOutcome] = []
         last: list[JobStatus] = []
 
         def done() -> bool:
             if stopped():
-                outcome.append(KubeflowOutcome(STOPPED, watch.obj))
+                outcome.append(JobOutcome(ending.STOPPED, job_object=watch.obj))
                 return True
             if watch.obj is None:
                 if watch.deleted:
-                    outcome.append(KubeflowOutcome(DELETED, None))
+                    outcome.append(JobOutcome(ending.DELETED))
                     return True
                 if not watch.needs_list:
                     raise KubernetesJobError(f"{what}: the job does not exist")
@@ -286,10 +285,10 @@ class KubeflowJobHook(DistributedTrainingHook):
                     on_object(watch.obj)
             last[:] = [status]
             if status.state in (SUCCEEDED, FAILED):
-                outcome.append(KubeflowOutcome(status, watch.obj))
+                outcome.append(status_outcome(status, watch.obj))
                 return True
             if pending.verdict is not None:
-                outcome.append(KubeflowOutcome(JobStatus(*pending.status()), watch.obj))
+                outcome.append(pending.verdict.outcome(job_object=watch.obj))
                 return True
             return False
 
@@ -349,9 +348,9 @@ __all__ = [
     "KIND_BY_NAME",
     "KubeflowHandle",
     "KubeflowJobHook",
-    "KubeflowOutcome",
     "failed_replica",
     "main_container",
     "replica_statuses_of_pods",
     "resource_of_kind",
+    "status_outcome",
 ]

@@ -20,7 +20,7 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -52,6 +52,7 @@ from airflow_distributed.jobstate.job_watch import (
     strip_timestamps,
     termination_message,
 )
+from airflow_distributed.jobstate.outcome import JobOutcome
 from airflow_distributed.logs import TaskLog
 from airflow_distributed.manifests.kubernetes import (
     JOB_LABEL,
@@ -82,19 +83,6 @@ class JobHandle:
 
     def as_id(self) -> dict[str, str]:
         return {"namespace": self.namespace, "name": self.name, "uid": self.uid}
-
-
-@dataclass
-class JobOutcome:
-    """How a wait ended: the verdict, the tracker with the last pod states, and the followed logs' last lines."""
-
-    verdict: JobVerdict
-    tracker: JobTracker
-    tails: Mapping[str, list[str]] = field(default_factory=dict)
-
-    @property
-    def statuses(self) -> tuple[ReplicaStatus, ...]:
-        return self.tracker.statuses()
 
 
 class _Response:
@@ -446,7 +434,7 @@ class DistributedTrainingHook(KubernetesHook):
             run_watch(watch, calls, policy, sleep=self._sleep, log=self.job_log)
         finally:
             followers.finish()
-        return JobOutcome(verdict[-1], tracker, followers.tails())
+        return verdict[-1].outcome(tracker.statuses(), logs=followers.tails(), pods=tracker.last_pods())
 
     # ------------------------------------------------------------------ logs, events, output
 
@@ -538,4 +526,4 @@ class DistributedTrainingHook(KubernetesHook):
             self.job_log.error("could not delete job %s/%s after a failed creation: %s", namespace, name, error)
 
 
-__all__ = ["WATCH_TIMEOUT", "DistributedTrainingHook", "JobHandle", "JobOutcome", "JobStopped", "KubernetesJobError"]
+__all__ = ["WATCH_TIMEOUT", "DistributedTrainingHook", "JobHandle", "JobStopped", "KubernetesJobError"]

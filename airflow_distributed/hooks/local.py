@@ -14,11 +14,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 import psutil
 
 from airflow_distributed.elastic import CONTINUE, RESTART, ElasticPlan, after_replica_ended, agent_restarted
+from airflow_distributed.jobstate import outcome as ending
+from airflow_distributed.jobstate.outcome import JobOutcome
 from airflow_distributed.logs import TaskLog
 from airflow_distributed.manifests.local import ProcessSpec
 from airflow_distributed.status import FAILED, RUNNING, STOPPED, SUCCEEDED, ReplicaStatus
@@ -35,20 +36,6 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
         pass
-
-
-@dataclass(frozen=True)
-class JobOutcome:
-    succeeded: bool
-    replicas: tuple[ReplicaStatus, ...]
-    #: the replica whose exit failed the job, with its code and last log lines
-    failed_replica: str | None = None
-    exit_code: int | None = None
-    tail: tuple[str, ...] = ()
-    timed_out: bool = False
-    stopped: bool = False
-    #: why an elastic job gave up (the replica, its restarts, what was left), when it did
-    reason: str | None = None
 
 
 class LocalReplicaProcess:
@@ -217,18 +204,18 @@ class LocalJob:
                     reason = decision
                 self.stop()
                 first.join_output(1.0)
-                return JobOutcome(False, self.statuses(), first.spec.name, first.exit_code, tuple(first.tail),
-                                  reason=reason)
+                return JobOutcome(ending.GAVE_UP if reason else ending.EXITED, self.statuses(), first.spec.name,
+                                  first.exit_code, reason, tail=tuple(first.tail))
             if self.master.exit_code == 0:
                 self._settle(settle)
                 self.stop()
-                return JobOutcome(True, self.statuses())
+                return JobOutcome(ending.SUCCEEDED, self.statuses())
             if all(r.exit_code is not None for r in self.replicas):
                 # Everything exited without the master succeeding: the job was stopped (on_kill) under us.
-                return JobOutcome(False, self.statuses(), stopped=True)
+                return JobOutcome(ending.STOPPED, self.statuses())
             if deadline is not None and self._clock() >= deadline:
                 self.stop()
-                return JobOutcome(False, self.statuses(), timed_out=True)
+                return JobOutcome(ending.TIMED_OUT, self.statuses())
             if self.elastic is not None:
                 for replica in self.replicas:
                     replica.remember_family()

@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from airflow_distributed.jobstate import outcome as ending
+from airflow_distributed.jobstate.outcome import JobOutcome, describe
 from airflow_distributed.manifests.pod_names import MAIN_CONTAINER, READINESS_CONTAINER, RESTARTS_ANNOTATION
 from airflow_distributed.status import FAILED, PENDING, RUNNING, STOPPED, SUCCEEDED, ReplicaStatus, render_table
 
@@ -95,28 +97,16 @@ class JobVerdict:
     def from_dict(cls, data: Mapping[str, Any]) -> JobVerdict:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
+    def outcome(self, replicas: Sequence[ReplicaStatus] = (), **found: Any) -> JobOutcome:
+        """The ``JobOutcome`` of this verdict, with the replicas' last statuses and what else was found (``tail``,
+        ``events``, ``logs``, ``pods``...)."""
+        how = ending.SUCCEEDED if self.succeeded else (self.cause or ending.FAILED)
+        return JobOutcome(how, tuple(replicas), self.replica, self.exit_code, self.reason, self.message,
+                          self.container, self.image, **found)
+
     def describe(self, startup_timeout: float | None = None) -> str:
-        """One line for the failure message, without the job name."""
-        if self.succeeded:
-            return "the master succeeded"
-        if self.cause == "exit":
-            where = "" if self.container in (None, MAIN_CONTAINER) else f" (container {self.container})"
-            reason = f" ({self.reason})" if self.reason and self.reason != "Error" else ""
-            return f"replica {self.replica} exited with code {self.exit_code}{reason}{where}"
-        if self.cause == "image":
-            detail = ": ".join(part for part in (self.reason, self.message) if part)
-            what = "is not a valid image name" if self.reason == "InvalidImageName" else "could not be pulled"
-            return f"replica {self.replica}: image {json.dumps(self.image or '?')} {what} ({detail})"
-        if self.cause == "startup":
-            within = f" within {startup_timeout:g}s" if startup_timeout is not None else ""
-            detail = ": ".join(part for part in (self.reason, self.message) if part)
-            return f"replica {self.replica} did not start{within}: {detail or 'Pending'}"
-        if self.cause == "deleted":
-            return f"the pod of replica {self.replica} was deleted"
-        if self.cause == "stopped":
-            return "the job was stopped (task killed)"
-        detail = ": ".join(part for part in (self.reason, self.message) if part)
-        return f"the pod of replica {self.replica} failed: {detail or 'Failed'}"
+        """One line for the failure message, without the job name (``outcome.describe``)."""
+        return describe(self.outcome(), startup_timeout)
 
 
 # ------------------------------------------------------------------------------------------ one pod
@@ -315,6 +305,10 @@ class JobTracker:
 
     def pod(self, name: str) -> dict[str, Any] | None:
         return self._pods.get(name)
+
+    def last_pods(self) -> dict[str, dict[str, Any]]:
+        """The last pod seen of each replica that has one, by replica (a copy: the tracker goes on)."""
+        return dict(self._pods)
 
     def missing(self) -> list[str]:
         """Slots with no pod (never created, or deleted)."""

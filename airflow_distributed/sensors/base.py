@@ -30,7 +30,6 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from airflow_distributed.backends.kubeflow import KubeflowJobRun
 from airflow_distributed.backends.trainjob import TrainJobRun
-from airflow_distributed.hooks.pending_pods import IMAGE_PULL_FAILED
 from airflow_distributed.jobstate.job_watch import (
     JobTracker,
     JobVerdict,
@@ -218,7 +217,7 @@ class DistributedJobSensor(BaseSensorOperator):
         if status.state == FAILED:
             replica = failed_replica(pods, hook.main_container(obj))
             detail = ": ".join(part for part in (status.reason, status.message) if part)
-            raise AirflowFailException(f"{what} failed: {detail}" + (f"; {replica}" if replica else ""))
+            raise AirflowFailException(f"{what} failed: {detail}" + (f"; {replica.describe()}" if replica else ""))
         trainjob = self.kind == TRAINJOB_KIND
         self.log.info("%s succeeded: %s", what, status.message if trainjob else success_rule(obj).description)
         statuses = hook.replica_statuses(pods, hook.main_container(obj))
@@ -238,7 +237,7 @@ class DistributedJobSensor(BaseSensorOperator):
         named = sorted(((str(pod["metadata"]["name"]), pod) for pod in pods), key=lambda item: item[0])
         verdict = image_failure(named, self._pull_failures, self.image_pull_grace, time.time())
         if verdict is not None:
-            raise AirflowFailException(f"{what} failed: {IMAGE_PULL_FAILED}: {verdict.describe()}")
+            raise AirflowFailException(f"{what} failed: {verdict.describe()}")
         expected = hook.expected_pods(obj)
         # Kept for the pokes of this try only (poke mode); a started pod does not pull its image again.
         self._all_started = expected is not None and len(named) >= expected and all(

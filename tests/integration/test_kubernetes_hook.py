@@ -15,6 +15,7 @@ from kubernetes import client
 from airflow_distributed.hooks.api_retry import KubernetesJobError
 from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
 from airflow_distributed.hooks.pod_logs import PodLogFollower
+from airflow_distributed.jobstate.outcome import describe
 from airflow_distributed.manifests.kubernetes import to_dict
 from tests.helpers import wait_until
 from tests.k8s_emulator import KubeEmulator
@@ -71,7 +72,7 @@ def test_one_list_then_one_watch_resumed_from_its_resource_version(emulator, hoo
     outcome = hook.wait_for_job(ns, name, slots, startup_timeout=30, watch_timeout=1)
     kubelet.check()
 
-    assert outcome.verdict.succeeded
+    assert outcome.succeeded
     lists, watches = lists_and_watches(emulator, ns)
     assert len(lists) == 1 and len(watches) >= 3
     assert all(w.query["labelSelector"] == f"airflow-distributed/job={name}" for w in watches)
@@ -104,7 +105,7 @@ def test_an_expired_watch_is_relisted_and_the_job_still_seen_through(kubeconfig,
         outcome = hook.wait_for_job("gone", name, slots, startup_timeout=30, watch_timeout=1)
         kubelet.check()
 
-        assert outcome.verdict.succeeded
+        assert outcome.succeeded
         lists, watches = lists_and_watches(emu, "gone")
         assert len(lists) == 2 and len(watches) >= 2
         assert emu.errors == []
@@ -130,10 +131,9 @@ def test_a_replica_pending_past_startup_timeout_fails_on_the_hooks_clock(emulato
 
     # Decided within the first 300 s watch: by the hook's clock, not by waiting for a watch to end.
     assert len(lists_and_watches(emulator, ns)[1]) == 1
-    verdict = outcome.verdict
-    assert (verdict.state, verdict.cause, verdict.replica, verdict.reason) == (
-        "failed", "startup", slots[1].name, "Unschedulable")
-    assert verdict.describe(600) == (f"replica {slots[1].name} did not start within 600s: Unschedulable: "
+    assert (outcome.succeeded, outcome.ending, outcome.replica, outcome.reason) == (
+        False, "startup", slots[1].name, "Unschedulable")
+    assert describe(outcome, 600) == (f"replica {slots[1].name} did not start within 600s: Unschedulable: "
                                      "0/3 nodes are available: 3 Insufficient memory.")
 
 
@@ -151,7 +151,7 @@ def test_transient_errors_are_retried_and_every_pod_is_created_once(emulator, ho
     outcome = hook.wait_for_job(ns, name, slots, startup_timeout=30)
     kubelet.check()
 
-    assert handle.created == 5 and outcome.verdict.succeeded  # Service, ConfigMap, 3 pods
+    assert handle.created == 5 and outcome.succeeded  # Service, ConfigMap, 3 pods
     assert pod_posts(emulator, ns) == 3 + 3  # three pods, three answers to try again
     assert sorted(objects(emulator, ns)["pods"]) == sorted(slot.name for slot in slots)
     assert len(sleeps) == 6 and 0.0 in sleeps  # 429 with Retry-After: 0 waits nothing more

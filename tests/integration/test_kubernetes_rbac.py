@@ -62,8 +62,8 @@ def test_the_role_allows_every_request_of_whole_jobs_and_holds_nothing_unused(tm
         outcome = hook.wait_for_job(NAMESPACE, name, slots, startup_timeout=30, follow=[slots[0].name],
                                     emit=lambda replica, line: None)
         kubelet.check()
-        assert outcome.verdict.succeeded
-        assert hook.read_output(NAMESPACE, outcome.tracker.pod(slots[0].name))
+        assert outcome.succeeded
+        assert hook.read_output(NAMESPACE, outcome.pods[slots[0].name])
         hook.read_log_tail(NAMESPACE, slots[0].name)
         hook.delete_job(NAMESPACE, name)
         settled(emu, NAMESPACE, {"services": [], "pods": [], "configmaps": [], "secrets": []})
@@ -73,7 +73,7 @@ def test_the_role_allows_every_request_of_whole_jobs_and_holds_nothing_unused(tm
         hook.ensure_job(NAMESPACE, build, slots)
         Kubelet(emu, NAMESPACE).play(lambda k: (k.run_all(), k.fail(k.pod("worker-0"), 2))).check()
         outcome = hook.wait_for_job(NAMESPACE, name, slots, startup_timeout=30)
-        assert outcome.verdict.cause == "exit"
+        assert outcome.ending == "exit"
         hook.read_log_tail(NAMESPACE, slots[1].name)
         # Were it elastic, the lost worker's pod would be deleted and created again under the same name.
         uid = emu.get("services", NAMESPACE, name)["metadata"]["uid"]
@@ -84,7 +84,7 @@ def test_the_role_allows_every_request_of_whole_jobs_and_holds_nothing_unused(tm
         hook.ensure_job(NAMESPACE, build, slots)
         Kubelet(emu, NAMESPACE).play(lambda k: k.emu.pending_pod(NAMESPACE, k.pod("worker-1"))).check()
         outcome = hook.wait_for_job(NAMESPACE, name, slots, startup_timeout=0.5)
-        assert outcome.verdict.cause == "startup"
+        assert outcome.ending == "startup"
         hook.pod_events(NAMESPACE, slots[2].name)
 
         # A deferred job the user kills: the trigger's watch, then its on_kill().
@@ -151,8 +151,8 @@ def test_the_kubeflow_role_allows_every_request_of_kubeflow_jobs_and_holds_nothi
             thread.start()
             outcome = hook.wait_for_kubeflow_job(NAMESPACE, resource, name)
             thread.join(10)
-            assert outcome.status.state == "succeeded"
-            assert hook.kubeflow_output(NAMESPACE, outcome.obj)
+            assert outcome.ending == "succeeded"
+            assert hook.kubeflow_output(NAMESPACE, outcome.job_object)
             hook.delete_kubeflow_job(NAMESPACE, resource, name)
         used = set().union(*(needed(request) for request in emu.requests))
 
@@ -206,8 +206,8 @@ def test_the_trainjob_role_allows_every_request_of_a_trainjob_and_holds_nothing_
         thread.start()
         outcome = hook.wait_for_kubeflow_job(NAMESPACE, TRAINJOB, name)
         thread.join(10)
-        assert outcome.status.state == "succeeded"
-        assert hook.kubeflow_output(NAMESPACE, outcome.obj) == '{"metrics": {"loss": 0.1}}'
+        assert outcome.ending == "succeeded"
+        assert hook.kubeflow_output(NAMESPACE, outcome.job_object) == '{"metrics": {"loss": 0.1}}'
         hook.delete_kubeflow_job(NAMESPACE, TRAINJOB, name)
         used = set().union(*(needed(request) for request in emu.requests))
 

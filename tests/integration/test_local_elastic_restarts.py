@@ -77,7 +77,7 @@ def test_past_the_budget_the_job_fails_below_min_workers_naming_the_replica(tmp_
     outcome, killer = _run(tmp_path, ElasticPlan(2, 2, max_restarts=1, rdzv_timeout=20), kills=2)
 
     assert not outcome.succeeded and len(killer.killed) == 2
-    assert outcome.failed_replica == "job-worker-0" and outcome.exit_code == -signal.SIGKILL
+    assert outcome.ending == "gave_up" and outcome.replica == "job-worker-0" and outcome.exit_code == -signal.SIGKILL
     assert outcome.reason == ("replica job-worker-0 was killed by signal 9 after 1 restart of max_restarts=1: "
                               "1 replica left, below min_workers=2")
 
@@ -98,5 +98,5 @@ def test_without_an_elastic_policy_a_lost_replica_fails_the_job(tmp_path):
         outcome = job.wait(poll_interval=0.02, settle=0.5, timeout=20, on_poll=killer)
     finally:
         job.stop(1.0)
-    assert not outcome.succeeded and outcome.failed_replica == "job-worker-0" and outcome.reason is None
+    assert outcome.ending == "exit" and outcome.replica == "job-worker-0" and outcome.reason is None
     assert outcome.replicas[1].restarts == 0 and outcome.exit_code == -signal.SIGKILL

@@ -222,7 +222,7 @@ def test_watches_cut_mid_stream_again_and_again_are_resumed_with_the_default_tim
     try:
         kubelet = Kubelet(emulator, namespace).play(script)
         if mode == "sync":
-            state = hook.wait_for_job(namespace, name, slots, startup_timeout=30).verdict.state
+            state = hook.wait_for_job(namespace, name, slots, startup_timeout=30).ending
         else:
             state = first_event(trigger_for(kubeconfig, namespace, name, slots))["status"]
         kubelet.check(timeout=60)

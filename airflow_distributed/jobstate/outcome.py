@@ -1,0 +1,151 @@
+"""How a job ended, on any backend, and the one failure message built from it.
+
+Pure: the hooks fill a ``JobOutcome`` from what they saw (local processes, a job's pods, a Kubeflow object) and
+every backend, synchronous or resumed after a deferral, turns a failed one into its error with
+``failure_message``, so that the same ending reads the same wherever the job ran::
+
+    job <id> failed after 12.3s: replica train-worker-1 exited with code 3; every other replica was stopped
+      events:
+        Warning FailedScheduling: ...
+    . Its last lines:
+        RuntimeError: ...
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_distributed.manifests.pod_names import MAIN_CONTAINER
+from airflow_distributed.status import ReplicaStatus
+
+#: The endings. A replica's container exited non-zero (``exit``), its pod failed without an exit code (``pod``),
+#: it or the whole job was deleted (``deleted``), its image cannot be pulled (``image``), it did not start in
+#: time (``startup``), the task was killed (``stopped``), the wait ran out of time (``timeout``), an elastic job
+#: gave up (``gave_up``), or a controller or the waiter said ``failed`` without naming a replica (``failed``).
+SUCCEEDED = "succeeded"
+EXITED = "exit"
+POD_FAILED = "pod"
+DELETED = "deleted"
+IMAGE = "image"
+NOT_STARTED = "startup"
+STOPPED = "stopped"
+TIMED_OUT = "timeout"
+GAVE_UP = "gave_up"
+FAILED = "failed"
+ENDINGS = (SUCCEEDED, EXITED, POD_FAILED, DELETED, IMAGE, NOT_STARTED, STOPPED, TIMED_OUT, GAVE_UP, FAILED)
+#: Lines of the deciding replica's log a failure message quotes.
+MESSAGE_TAIL_LINES = 15
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """How a wait for a job ended.
+
+    :param ending: one of ``ENDINGS``.
+    :param replicas: every replica's last status.
+    :param replica: the replica whose end decided the job, when one did.
+    :param exit_code: its exit code (``exit``; negative: killed by that signal on the local backend).
+    :param reason: Kubernetes' reason (``OOMKilled``, ``Unschedulable``, ``ErrImagePull``...); for ``gave_up``,
+        why the elastic job gave up.
+    :param message: the kubelet's, scheduler's or waiter's message that goes with ``reason``.
+    :param container: the container whose exit decided, when not the main one.
+    :param image: the image that cannot be pulled (``image``).
+    :param judgement: the controller's own reason and message, when a controller judged the job (Kubeflow kinds).
+    :param tail: the deciding replica's last lines.
+    :param events: the deciding replica's pod's latest events (a pod that did not start).
+    :param logs: last lines of the replicas whose logs were followed, by replica.
+    :param pods: the last pod seen of each replica, by replica (Kubernetes).
+    :param job_object: the job's object as last seen (Kubeflow kinds; ``None`` once deleted).
+    """
+
+    ending: str
+    replicas: tuple[ReplicaStatus, ...] = ()
+    replica: str | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    message: str | None = None
+    container: str | None = None
+    image: str | None = None
+    judgement: str | None = None
+    tail: tuple[str, ...] = ()
+    events: tuple[str, ...] = ()
+    logs: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    pods: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    job_object: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.ending not in ENDINGS:
+            raise ValueError(f"ending {self.ending!r} is not one of {', '.join(ENDINGS)}")
+
+    @property
+    def succeeded(self) -> bool:
+        return self.ending == SUCCEEDED
+
+
+def _detail(*parts: str | None) -> str:
+    return ": ".join(part for part in parts if part)
+
+
+def describe(outcome: JobOutcome, startup_timeout: float | None = None) -> str:
+    """What ended the job, in one line without the job's name (``replica x exited with code 3 (OOMKilled)``).
+
+    :param startup_timeout: named in a ``startup`` ending.
+    """
+    text = _describe(outcome, startup_timeout)
+    return f"{outcome.judgement}; {text}" if outcome.judgement and text else (outcome.judgement or text)
+
+
+def _describe(outcome: JobOutcome, startup_timeout: float | None) -> str:
+    ending, replica = outcome.ending, outcome.replica
+    if ending == SUCCEEDED:
+        return "the master succeeded"
+    if ending == EXITED:
+        where = "" if outcome.container in (None, MAIN_CONTAINER) else f" (container {outcome.container})"
+        reason = f" ({outcome.reason})" if outcome.reason and outcome.reason != "Error" else ""
+        return f"replica {replica} exited with code {outcome.exit_code}{reason}{where}"
+    if ending == IMAGE:
+        what = "is not a valid image name" if outcome.reason == "InvalidImageName" else "could not be pulled"
+        return (f"replica {replica}: image {json.dumps(outcome.image or '?')} {what} "
+                f"({_detail(outcome.reason, outcome.message)})")
+    if ending == NOT_STARTED:
+        within = f" within {startup_timeout:g}s" if startup_timeout is not None else ""
+        return f"replica {replica} did not start{within}: {_detail(outcome.reason, outcome.message) or 'Pending'}"
+    if ending == DELETED:
+        return f"the pod of replica {replica} was deleted" if replica else "the job was deleted before it finished"
+    if ending == STOPPED:
+        return "the job was stopped (task killed)"
+    if ending == TIMED_OUT:
+        return outcome.message or "the job timed out"
+    if ending == GAVE_UP:
+        return outcome.reason or f"the elastic job gave up after replica {replica} ended"
+    if ending == POD_FAILED:
+        return f"the pod of replica {replica} failed: {_detail(outcome.reason, outcome.message) or 'Failed'}"
+    return "" if outcome.judgement else (_detail(outcome.reason, outcome.message) or "failed")
+
+
+def failure_message(job: str, outcome: JobOutcome, elapsed: float, cleanup: str, *,
+                    startup_timeout: float | None = None) -> str:
+    """The error of a job that did not succeed: ``job <id> failed after X.Xs: <what>; <clean-up note>``, then the
+    deciding pod's events and the deciding replica's last lines.
+
+    :param job: the job as the backend names it (``name``, or ``namespace/name``).
+    :param cleanup: what was done with the job's replicas (``every other replica was stopped``).
+    """
+    if outcome.ending == STOPPED:
+        return f"job {job} was stopped after {elapsed:.1f}s (task killed); {cleanup}"
+    message = f"job {job} failed after {elapsed:.1f}s: {describe(outcome, startup_timeout)}; {cleanup}"
+    if outcome.events:
+        message += "\n  events:\n" + "\n".join(f"    {line}" for line in outcome.events)
+    # A replica that exited has last lines worth reading, even none ("(no output)" says it printed nothing).
+    exited = outcome.ending == EXITED or (outcome.ending == GAVE_UP and outcome.exit_code is not None)
+    if outcome.tail or exited:
+        lines = "\n".join(f"    {line}" for line in outcome.tail[-MESSAGE_TAIL_LINES:]) or "    (no output)"
+        message += f". Its last lines:\n{lines}"
+    return message
+
+
+__all__ = ["DELETED", "ENDINGS", "EXITED", "FAILED", "GAVE_UP", "IMAGE", "NOT_STARTED", "POD_FAILED", "STOPPED",
+           "SUCCEEDED", "TIMED_OUT", "JobOutcome", "describe", "failure_message"]

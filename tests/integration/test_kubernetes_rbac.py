@@ -112,8 +112,6 @@ def kubeflow_role() -> dict:
 
 def test_the_kubeflow_role_allows_every_request_of_kubeflow_jobs_and_holds_nothing_unused(tmp_path):
     """Every kind: submit, a retry's 409 and read-back, the watch until Succeeded, the output, the deletion."""
-    import threading
-
     from kubernetes import client
 
     from airflow_distributed.hooks.kubeflow import KubeflowJobHook
@@ -142,15 +140,14 @@ def test_the_kubeflow_role_allows_every_request_of_kubeflow_jobs_and_holds_nothi
             controller.job = controller.get(name)
             controller.create_pods()
 
-            def finish(controller: KubeflowController = controller, master: str = kind.master_type) -> None:
+            def finish(controller: KubeflowController, master: str = kind.master_type) -> None:
                 wait_until(controller.watched, timeout=30, interval=0.02)
                 controller.succeed(f"{master.lower()}-0", {"metrics": {"loss": 0.1}})
                 controller.conditions(("Succeeded", "Succeeded", ""))
 
-            thread = threading.Thread(target=finish, daemon=True)
-            thread.start()
+            controller.play(finish)
             outcome = hook.wait_for_kubeflow_job(NAMESPACE, resource, name)
-            thread.join(10)
+            controller.check()
             assert outcome.status.state == "succeeded"
             assert hook.kubeflow_output(NAMESPACE, outcome.obj)
             hook.delete_kubeflow_job(NAMESPACE, resource, name)
@@ -168,8 +165,6 @@ def trainjob_role() -> dict:
 
 def test_the_trainjob_role_allows_every_request_of_a_trainjob_and_holds_nothing_unused(tmp_path):
     """Submit, a retry's 409 and read-back, the watch until Complete, node 0's output, the deletion."""
-    import threading
-
     from kubernetes import client
 
     from airflow_distributed.hooks.trainjob import TRAINJOB, TrainJobHook
@@ -196,16 +191,15 @@ def test_the_trainjob_role_allows_every_request_of_a_trainjob_and_holds_nothing_
         controller.wait_for_job()
         controller.create_pods()
 
-        def finish() -> None:
+        def finish(controller: TrainerController) -> None:
             wait_until(controller.watched, timeout=30, interval=0.02)
             controller.succeed(0, {"metrics": {"loss": 0.1}})
             controller.succeed(1)
             controller.condition("Complete", "True", "AllJobsCompleted", "")
 
-        thread = threading.Thread(target=finish, daemon=True)
-        thread.start()
+        controller.play(finish)
         outcome = hook.wait_for_kubeflow_job(NAMESPACE, TRAINJOB, name)
-        thread.join(10)
+        controller.check()
         assert outcome.status.state == "succeeded"
         assert hook.kubeflow_output(NAMESPACE, outcome.obj) == '{"metrics": {"loss": 0.1}}'
         hook.delete_kubeflow_job(NAMESPACE, TRAINJOB, name)

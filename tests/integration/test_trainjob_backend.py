@@ -14,6 +14,7 @@ import signal
 import jsonschema
 import pytest
 
+from tests.dags.trainjob_dags import namespace_of
 from tests.helpers import run_dag_at, wait_until, xcom
 from tests.integration.trainjob_controller import (
     GROUP,
@@ -26,33 +27,20 @@ from tests.integration.trainjob_controller import (
     trainjob_schema,
 )
 from tests.k8s_emulator import KubeEmulator
-from tests.kubernetes_helpers import DOCUMENT
+from tests.kubernetes_helpers import DOCUMENT, comes_to, crd_emulator, custom_jobs_left
 
-
-def namespace_of(dag_id: str) -> str:
-    return dag_id.replace("_", "-")
-
-
-@pytest.fixture(scope="module")
-def emulator(emulator):
-    """The shared emulator (conftest), serving the TrainJob CRD."""
-    register_trainjob_crd(emulator)
-    return emulator
-
+#: The shared emulator (conftest), serving the TrainJob CRD.
+emulator = crd_emulator(register_trainjob_crd)
 
 pytestmark = [pytest.mark.usefixtures("airflow_db", "kubernetes_connection")]
 
 
 def left(emu: KubeEmulator, namespace: str) -> tuple[list[str], list[str]]:
-    jobs = sorted(o["metadata"]["name"] for o in emu.list(PLURAL, namespace, group=GROUP, version=VERSION))
-    return jobs, sorted(o["metadata"]["name"] for o in emu.list("pods", namespace))
+    return custom_jobs_left(emu, namespace, PLURAL, GROUP, VERSION)
 
 
 def settled(emu: KubeEmulator, namespace: str, expected: tuple[list[str], list[str]]) -> None:
-    try:
-        wait_until(lambda: left(emu, namespace) == expected, timeout=5, interval=0.05)
-    except AssertionError:
-        assert left(emu, namespace) == expected
+    comes_to(lambda: left(emu, namespace), expected)
 
 
 def start_nodes(controller: TrainerController) -> None:

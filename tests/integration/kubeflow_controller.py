@@ -8,6 +8,7 @@ written through the status subresource. ``play(script)`` runs a script in a thre
 
 from __future__ import annotations
 
+from tests.helpers import wait_until
 from tests.k8s_emulator import KubeEmulator
 from tests.kubernetes_helpers import CustomJobController, now
 
@@ -79,6 +80,15 @@ class KubeflowController(CustomJobController):
                 self.emu.create("pods", self.namespace, pod)
                 self.pods[f"{rtype.lower()}-{index}"] = name
         return self.pods
+
+    def start(self) -> None:
+        """The job the task made runs: its pods made and running, the job ``Created`` and ``Running``, and the task
+        watching it (so the verdict that follows comes from a watch event, not from the first LIST)."""
+        self.wait_for_job()
+        self.create_pods()
+        self.run_all()
+        self.conditions(("Created", f"{self.kind}Created", ""), ("Running", f"{self.kind}Running", ""))
+        wait_until(self.watched, timeout=60, interval=0.02)
 
     def log(self, key: str, *lines: str, container: str) -> None:
         self.emu.append_log(self.namespace, self.pods[key], "\n".join(lines), container=container)

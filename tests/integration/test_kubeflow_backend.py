@@ -143,11 +143,7 @@ def test_a_failed_pytorchjob_fails_the_task_naming_the_replica_and_keeps_the_job
     emulator.create_namespace(namespace)
 
     def script(controller: KubeflowController) -> None:
-        controller.wait_for_job()
-        controller.create_pods()
-        controller.run_all()
-        controller.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""))
-        wait_until(controller.watched, timeout=60, interval=0.02)
+        controller.start()
         controller.log("worker-1", "Traceback (most recent call last):", "RuntimeError: NCCL error",
                        container="pytorch")
         controller.fail("worker-1", 3)
@@ -178,11 +174,7 @@ def test_sigterm_to_the_task_deletes_the_pytorchjob(emulator, capfd):
     emulator.create_namespace(namespace)
 
     def script(controller: KubeflowController) -> None:
-        controller.wait_for_job()
-        controller.create_pods()
-        controller.run_all()
-        controller.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""))
-        wait_until(controller.watched, timeout=60, interval=0.02)
+        controller.start()
         os.kill(os.getpid(), signal.SIGTERM)  # what Airflow sends a task marked failed in the UI
 
     controller = KubeflowController(emulator, namespace, PLURAL).play(script)

@@ -85,11 +85,7 @@ def test_a_kubernetes_job_quiet_for_ten_watch_periods_succeeds(emulator, dag_id)
 
 def _kubeflow_quiet_then_succeed(emulator: KubeEmulator, seen: list[int]):
     def script(c: KubeflowController) -> None:
-        c.wait_for_job()
-        c.create_pods()
-        c.run_all()
-        c.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""))
-        wait_until(c.watched, timeout=60, interval=0.02)
+        c.start()
         seen.append(quiet_for(emulator, lambda: watches(emulator, c.namespace, c.plural)))
         c.succeed("master-0", DOCUMENT)
         c.succeed("worker-0")

@@ -43,17 +43,8 @@ def settled(emu: KubeEmulator, namespace: str, expected: tuple[list[str], list[s
     comes_to(lambda: left(emu, namespace), expected)
 
 
-def start_nodes(controller: TrainerController) -> None:
-    controller.wait_for_job()
-    controller.create_pods()
-    controller.run_all()
-    controller.write_status(active=1)
-    # The verdict comes from a watch event, not from the first LIST.
-    wait_until(controller.watched, timeout=60, interval=0.02)
-
-
 def train_and_complete(controller: TrainerController, document: dict = DOCUMENT) -> None:
-    start_nodes(controller)
+    controller.start()
     controller.write_status(active=1, progress={"progressPercentage": 45, "estimatedRemainingSeconds": 3600,
                                                 "metrics": [{"name": "loss", "value": "0.25"}]})
     controller.log(0, "step 1 loss 0.5")
@@ -158,7 +149,7 @@ def test_a_horovod_trainjob_runs_its_launcher_on_the_mpi_runtime_and_hands_its_o
     seen: dict = {}
 
     def script(controller: TrainerController) -> None:
-        start_nodes(controller)
+        controller.start()
         seen["pods"] = {o["metadata"]["name"]: o for o in emulator.list("pods", namespace)}
         # Only the launcher ends (JobSet's success policy targets it); the nodes' sshd runs until the job is gone.
         controller.succeed(0, DOCUMENT)
@@ -207,7 +198,7 @@ def run_failing(emulator: KubeEmulator, capfd, dag_id: str, rank: int, code: int
     emulator.create_namespace(namespace)
 
     def script(controller: TrainerController) -> None:
-        start_nodes(controller)
+        controller.start()
         controller.log(rank, *lines)
         controller.fail(rank, code)
         controller.condition("Failed", "True", "FailedJobs", f"jobset failed due to: 1 failed job(s) in {job}")
@@ -282,7 +273,7 @@ def test_sigterm_to_the_task_deletes_the_trainjob_and_its_nodes(emulator):
     emulator.create_namespace(namespace)
 
     def script(controller: TrainerController) -> None:
-        start_nodes(controller)
+        controller.start()
         os.kill(os.getpid(), signal.SIGTERM)  # what Airflow sends a task marked failed in the UI
 
     controller = TrainerController(emulator, namespace).play(script)

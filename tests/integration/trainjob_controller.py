@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tests.helpers import wait_until
 from tests.k8s_emulator import KubeEmulator
 from tests.kubernetes_helpers import CustomJobController, now
 
@@ -206,6 +207,15 @@ class TrainerController(CustomJobController):
                 {"name": "PET_NODE_RANK", "value": str(rank)},
                 {"name": "PET_MASTER_ADDR", "value": f"{name}-node-0-0.{name}"},
                 {"name": "PET_MASTER_PORT", "value": "29500"}]
+
+    def start(self) -> None:
+        """The TrainJob the task made runs: its node pods made and running, one active Job in ``jobsStatus``, and
+        the task watching it (so the verdict that follows comes from a watch event, not from the first LIST)."""
+        self.wait_for_job()
+        self.create_pods()
+        self.run_all()
+        self.write_status(active=1)
+        wait_until(self.watched, timeout=60, interval=0.02)
 
     def log(self, rank: int, *lines: str) -> None:
         self.emu.append_log(self.namespace, self.pods[rank], "\n".join(lines), container="node")

@@ -1,5 +1,7 @@
 """Helpers shared by the tests that run against the Kubernetes API emulator.
 
+``Player`` runs a test's script in a background thread and surfaces its failure; ``CustomJobController`` is the
+part the stand-in Kubeflow and Trainer controllers share; ``crd_emulator`` is the module fixture of their tests.
 ``Kubelet`` plays the kubelet for a job's pods; ``make_job``/``new_hook`` build a job and a hook the way the
 operator does; ``trigger_for``/``first_event`` run the deferrable trigger; the rest read what the emulator holds.
 """
@@ -13,8 +15,9 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self
 
+import pytest
 from kubernetes import client
 
 from airflow_distributed.hooks.api_retry import RetryPolicy
@@ -44,21 +47,139 @@ DOCUMENT = {
 }
 
 
+# ---------------------------------------------------------------------------------------------- players
+
+
+class Player:
+    """Something a test plays in a background thread while the code under test runs.
+
+    ``play(script)`` runs ``prepare()`` then ``script(self)`` in a daemon thread; ``check()`` waits for it and fails
+    the test with the script's traceback, which would otherwise be lost in its thread.
+    """
+
+    thread_name = "player"
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self._thread: threading.Thread | None = None
+
+    def prepare(self) -> None:
+        """What the thread does before the script: nothing here."""
+
+    def play(self, script: Callable[[Self], object]) -> Self:
+        def body() -> None:
+            try:
+                self.prepare()
+                script(self)
+            except Exception:
+                self.errors.append(traceback.format_exc())
+
+        self._thread = threading.Thread(target=body, name=self.thread_name, daemon=True)
+        self._thread.start()
+        return self
+
+    def check(self, timeout: float = 10.0) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+        assert not self.errors, "\n".join(self.errors)
+
+
+def now() -> str:
+    """A timestamp as the API server writes them."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class CustomJobController(Player):
+    """What the stand-in controllers of a custom job kind share: finding the job the task made, and playing the
+    kubelet of the pods they made for it (``pods`` maps the test's key of a replica to its pod name)."""
+
+    thread_name = "controller"
+
+    def __init__(self, emu: KubeEmulator, namespace: str, plural: str, group: str, version: str) -> None:
+        super().__init__()
+        self.emu, self.namespace, self.plural, self.group, self.version = emu, namespace, plural, group, version
+        self.job: dict[str, Any] | None = None
+        self.pods: dict[Any, str] = {}
+
+    # -- the job object
+    def jobs(self) -> list[dict]:
+        return self.emu.list(self.plural, self.namespace, group=self.group, version=self.version)
+
+    def get(self, name: str | None = None) -> dict | None:
+        return self.emu.get(self.plural, self.namespace, name or self.name, group=self.group, version=self.version)
+
+    @property
+    def name(self) -> str:
+        assert self.job is not None
+        return self.job["metadata"]["name"]
+
+    def wait_for_job(self, timeout: float = 60.0) -> dict:
+        self.job = wait_until(lambda: next(iter(self.jobs()), None), timeout=timeout, interval=0.02)
+        return self.job
+
+    def watched(self) -> bool:
+        """The task (or trigger) has a watch open on this kind: the verdict will come from an event."""
+        return any(r.is_watch and f"/{self.plural}" in r.path and f"/namespaces/{self.namespace}/" in r.path
+                   for r in self.emu.requests)
+
+    # -- its pods
+    def run_all(self) -> None:
+        for name in self.pods.values():
+            self.emu.run_pod(self.namespace, name)
+
+    def succeed(self, key: Any, document: dict | None = None) -> None:
+        self.emu.succeed_pod(self.namespace, self.pods[key], message=json.dumps(document) if document else None)
+
+    def fail(self, key: Any, code: int, reason: str = "Error") -> None:
+        self.emu.fail_pod(self.namespace, self.pods[key], exit_code=code, reason=reason)
+
+
+def crd_emulator(register: Callable[[KubeEmulator], None]):
+    """The ``emulator`` fixture of a module whose jobs are custom objects: the shared one (conftest), with the CRDs
+    that ``register`` serves. In a test module: ``emulator = crd_emulator(register_kubeflow_crds)``."""
+
+    @pytest.fixture(scope="module", name="emulator")
+    def emulator_with_crds(emulator: KubeEmulator) -> KubeEmulator:
+        register(emulator)
+        return emulator
+
+    return emulator_with_crds
+
+
+def custom_jobs_left(emu: KubeEmulator, namespace: str, plural: str, group: str,
+                     version: str = "v1") -> tuple[list[str], list[str]]:
+    """Names of the jobs of one custom kind, and of the pods, left in a namespace."""
+    jobs = sorted(o["metadata"]["name"] for o in emu.list(plural, namespace, group=group, version=version))
+    return jobs, sorted(o["metadata"]["name"] for o in emu.list("pods", namespace))
+
+
+def comes_to(probe: Callable[[], Any], expected: Any, timeout: float = 5.0) -> None:
+    """``probe()`` equals ``expected`` within ``timeout``; if not, the assertion shows what it is instead."""
+    try:
+        wait_until(lambda: probe() == expected, timeout=timeout, interval=0.05)
+    except AssertionError:
+        assert probe() == expected
+
+
 # ---------------------------------------------------------------------------------------------- kubelet
 
 
-class Kubelet:
+class Kubelet(Player):
     """Plays the kubelet for the pods of one namespace: runs them, writes logs, ends containers.
 
     ``play(script)`` runs ``script(self)`` in a thread once ``pods`` pods exist; a failing script is
     reported by ``check()`` instead of being lost in its thread.
     """
 
+    thread_name = "kubelet"
+
     def __init__(self, emu: KubeEmulator, namespace: str, pods: int = 3) -> None:
+        super().__init__()
         self.emu, self.namespace, self.count = emu, namespace, pods
-        self.errors: list[str] = []
         self.seen: dict[str, dict] = {}
-        self._thread: threading.Thread | None = None
+
+    def prepare(self) -> None:
+        self.wait_for_pods()
 
     # -- discovery
     def wait_for_pods(self, timeout: float = 60.0) -> dict[str, str]:
@@ -96,8 +217,8 @@ class Kubelet:
 
     def master_exits(self, code: int = 0, reason: str = "Completed", document: dict | None = None) -> None:
         """The master's ``base`` container ends; its XCom sidecar keeps the pod Running, as on a cluster."""
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        terminated = {"exitCode": code, "reason": reason, "startedAt": now, "finishedAt": now}
+        at = now()
+        terminated = {"exitCode": code, "reason": reason, "startedAt": at, "finishedAt": at}
         if document is not None:
             terminated["message"] = json.dumps(document)
         self.emu.set_pod_phase(self.namespace, self.master, "Running",
@@ -105,24 +226,6 @@ class Kubelet:
 
     def fail(self, pod: str, code: int, reason: str = "Error") -> None:
         self.emu.fail_pod(self.namespace, pod, exit_code=code, reason=reason)
-
-    # -- running a script
-    def play(self, script: Callable[[Kubelet], None]) -> Kubelet:
-        def body():
-            try:
-                self.wait_for_pods()
-                script(self)
-            except Exception:
-                self.errors.append(traceback.format_exc())
-
-        self._thread = threading.Thread(target=body, name="kubelet", daemon=True)
-        self._thread.start()
-        return self
-
-    def check(self, timeout: float = 10.0) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
-        assert not self.errors, "\n".join(self.errors)
 
 
 def train_and_succeed(kubelet: Kubelet, document: dict = DOCUMENT, steps: int = 3, pause: float = 0.05) -> None:
@@ -146,10 +249,7 @@ def objects(emu: KubeEmulator, namespace: str) -> dict[str, list[str]]:
 
 def settled(emu: KubeEmulator, namespace: str, expected: dict[str, list[str]], timeout: float = 5.0) -> None:
     """What is left equals ``expected`` (the garbage collector takes ~50 ms after an owner goes)."""
-    try:
-        wait_until(lambda: objects(emu, namespace) == expected, timeout=timeout, interval=0.05)
-    except AssertionError:
-        assert objects(emu, namespace) == expected
+    comes_to(lambda: objects(emu, namespace), expected, timeout)
 
 
 def failure_line(output: str) -> str:

@@ -2,20 +2,15 @@
 
 It does what the operator does that the task can see: pods made from the job's replica templates, with the
 operator's labels and an ownerReference to the job (so deleting the job deletes them), and ``status.conditions``
-written through the status subresource. ``play(script)`` runs a script in a thread; ``check()`` reports it.
+written through the status subresource. ``play(script)`` runs a script in a thread; ``check()`` reports it
+(``tests.kubernetes_helpers.CustomJobController``, shared with the Trainer controller's stand-in).
 """
 
 from __future__ import annotations
 
-import json
-import threading
-import time
-import traceback
-from collections.abc import Callable
-from typing import Any
-
 from tests.helpers import wait_until
 from tests.k8s_emulator import KubeEmulator
+from tests.kubernetes_helpers import CustomJobController, now
 
 GROUP = "kubeflow.org"
 #: plural -> (version, kind, replica specs key)
@@ -34,37 +29,16 @@ def register_kubeflow_crds(emu: KubeEmulator) -> None:
         emu.register_crd(GROUP, version, plural, kind)
 
 
-def now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-class KubeflowController:
+class KubeflowController(CustomJobController):
     """Plays the Kubeflow operator for the jobs of one kind in one namespace."""
 
+    thread_name = "kubeflow-controller"
+
     def __init__(self, emu: KubeEmulator, namespace: str, plural: str) -> None:
-        self.emu, self.namespace, self.plural = emu, namespace, plural
-        self.version, self.kind, self.specs_key = KINDS[plural]
-        self.job: dict[str, Any] | None = None
-        self.pods: dict[str, str] = {}
-        self.errors: list[str] = []
-        self._thread: threading.Thread | None = None
+        version, self.kind, self.specs_key = KINDS[plural]
+        super().__init__(emu, namespace, plural, GROUP, version)
 
     # -- the job object
-    def jobs(self) -> list[dict]:
-        return self.emu.list(self.plural, self.namespace, group=GROUP, version=self.version)
-
-    def get(self, name: str | None = None) -> dict | None:
-        return self.emu.get(self.plural, self.namespace, name or self.name, group=GROUP, version=self.version)
-
-    @property
-    def name(self) -> str:
-        assert self.job is not None
-        return self.job["metadata"]["name"]
-
-    def wait_for_job(self, timeout: float = 60.0) -> dict:
-        self.job = wait_until(lambda: next(iter(self.jobs()), None), timeout=timeout, interval=0.02)
-        return self.job
-
     def submit(self, name: str, replicas: dict[str, int], container: str) -> dict:
         """A job created outside Airflow (for the sensors), with minimal templates."""
         specs = {rtype: {"replicas": count, "restartPolicy": "Never", "template": {"spec": {"containers": [
@@ -107,37 +81,14 @@ class KubeflowController:
                 self.pods[f"{rtype.lower()}-{index}"] = name
         return self.pods
 
-    def run_all(self) -> None:
-        for name in self.pods.values():
-            self.emu.run_pod(self.namespace, name)
-
-    def succeed(self, key: str, document: dict | None = None) -> None:
-        self.emu.succeed_pod(self.namespace, self.pods[key], message=json.dumps(document) if document else None)
-
-    def fail(self, key: str, code: int, reason: str = "Error") -> None:
-        self.emu.fail_pod(self.namespace, self.pods[key], exit_code=code, reason=reason)
+    def start(self) -> None:
+        """The job the task made runs: its pods made and running, the job ``Created`` and ``Running``, and the task
+        watching it (so the verdict that follows comes from a watch event, not from the first LIST)."""
+        self.wait_for_job()
+        self.create_pods()
+        self.run_all()
+        self.conditions(("Created", f"{self.kind}Created", ""), ("Running", f"{self.kind}Running", ""))
+        wait_until(self.watched, timeout=60, interval=0.02)
 
     def log(self, key: str, *lines: str, container: str) -> None:
         self.emu.append_log(self.namespace, self.pods[key], "\n".join(lines), container=container)
-
-    def watched(self) -> bool:
-        """The task (or trigger) has a watch open on this kind: the verdict will come from an event."""
-        return any(r.is_watch and f"/{self.plural}" in r.path and f"/namespaces/{self.namespace}/" in r.path
-                   for r in self.emu.requests)
-
-    # -- a script in a thread
-    def play(self, script: Callable[[KubeflowController], None]) -> KubeflowController:
-        def body() -> None:
-            try:
-                script(self)
-            except Exception:
-                self.errors.append(traceback.format_exc())
-
-        self._thread = threading.Thread(target=body, name="kubeflow-controller", daemon=True)
-        self._thread.start()
-        return self
-
-    def check(self, timeout: float = 10.0) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
-        assert not self.errors, "\n".join(self.errors)

@@ -13,38 +13,26 @@ import time
 
 import pytest
 
+from tests.dags.kubeflow_dags import namespace_of
 from tests.helpers import run_dag_at, wait_until, xcom
 from tests.integration.kubeflow_controller import GROUP, KINDS, KubeflowController, register_kubeflow_crds
 from tests.k8s_emulator import KubeEmulator
-from tests.kubernetes_helpers import DOCUMENT, failure_line
+from tests.kubernetes_helpers import DOCUMENT, comes_to, crd_emulator, custom_jobs_left, failure_line
 
 PLURAL = "pytorchjobs"
 
-
-def namespace_of(dag_id: str) -> str:
-    return dag_id.replace("_", "-")
-
-
-@pytest.fixture(scope="module")
-def emulator(emulator):
-    """The shared emulator (conftest), with Kubeflow's CRDs."""
-    register_kubeflow_crds(emulator)
-    return emulator
-
+#: The shared emulator (conftest), with Kubeflow's CRDs.
+emulator = crd_emulator(register_kubeflow_crds)
 
 pytestmark = [pytest.mark.usefixtures("airflow_db", "kubernetes_connection")]
 
 
 def left(emu: KubeEmulator, namespace: str) -> tuple[list[str], list[str]]:
-    jobs = sorted(o["metadata"]["name"] for o in emu.list(PLURAL, namespace, group=GROUP))
-    return jobs, sorted(o["metadata"]["name"] for o in emu.list("pods", namespace))
+    return custom_jobs_left(emu, namespace, PLURAL, GROUP)
 
 
 def settled(emu: KubeEmulator, namespace: str, expected: tuple[list[str], list[str]]) -> None:
-    try:
-        wait_until(lambda: left(emu, namespace) == expected, timeout=5, interval=0.05)
-    except AssertionError:
-        assert left(emu, namespace) == expected
+    comes_to(lambda: left(emu, namespace), expected)
 
 
 def train_and_succeed(controller: KubeflowController, document: dict = DOCUMENT) -> None:
@@ -156,11 +144,7 @@ def test_a_failed_pytorchjob_fails_the_task_naming_the_replica_and_keeps_the_job
     emulator.create_namespace(namespace)
 
     def script(controller: KubeflowController) -> None:
-        controller.wait_for_job()
-        controller.create_pods()
-        controller.run_all()
-        controller.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""))
-        wait_until(controller.watched, timeout=60, interval=0.02)
+        controller.start()
         controller.log("worker-1", "Traceback (most recent call last):", "RuntimeError: NCCL error",
                        container="pytorch")
         controller.fail("worker-1", 3)
@@ -191,11 +175,7 @@ def test_sigterm_to_the_task_deletes_the_pytorchjob(emulator, capfd):
     emulator.create_namespace(namespace)
 
     def script(controller: KubeflowController) -> None:
-        controller.wait_for_job()
-        controller.create_pods()
-        controller.run_all()
-        controller.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""))
-        wait_until(controller.watched, timeout=60, interval=0.02)
+        controller.start()
         os.kill(os.getpid(), signal.SIGTERM)  # what Airflow sends a task marked failed in the UI
 
     controller = KubeflowController(emulator, namespace, PLURAL).play(script)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import yaml
 
@@ -19,8 +21,23 @@ _PATH = re.compile(r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)/namespaces/[^/]+/(
                    r"(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?$")
 
 
-def role() -> dict:
-    return next(doc for doc in yaml.safe_load_all(ROLE_FILE.read_text()) if doc["kind"] == "Role")
+def role(name: str = "airflow-distributed") -> dict:
+    return next(doc for doc in yaml.safe_load_all(ROLE_FILE.read_text())
+                if doc["kind"] == "Role" and doc["metadata"]["name"] == name)
+
+
+@contextmanager
+def cluster_with_role(tmp_path, rbac_role: dict,
+                      register: Callable[[KubeEmulator], None] | None = None) -> Iterator[tuple[KubeEmulator, str]]:
+    """``(emulator, kubeconfig)``: an emulator serving ``register``'s CRDs, with the namespace and ``rbac_role`` in
+    it (the Role itself is valid RBAC: the emulator validates it like the API server)."""
+    with KubeEmulator(kubernetes_version="1.31", bookmark_interval=0.5) as emu:
+        if register is not None:
+            register(emu)
+        config = emu.write_kubeconfig(tmp_path / "config")
+        emu.create_namespace(NAMESPACE)
+        emu.create("roles", NAMESPACE, rbac_role, group="rbac.authorization.k8s.io")
+        yield emu, config
 
 
 def allowed(rules: list[dict]) -> set[tuple[str, str, str]]:
@@ -46,11 +63,7 @@ def needed(request: RecordedRequest) -> set[tuple[str, str, str]]:
 
 
 def test_the_role_allows_every_request_of_whole_jobs_and_holds_nothing_unused(tmp_path):
-    with KubeEmulator(kubernetes_version="1.31", bookmark_interval=0.5) as emu:
-        config = emu.write_kubeconfig(tmp_path / "config")
-        emu.create_namespace(NAMESPACE)
-        # The Role itself is valid RBAC (the emulator validates it like the API server).
-        emu.create("roles", NAMESPACE, role(), group="rbac.authorization.k8s.io")
+    with cluster_with_role(tmp_path, role()) as (emu, config):
         hook = new_hook(config)
         emu.reset_requests()
 
@@ -105,15 +118,8 @@ def test_the_role_allows_every_request_of_whole_jobs_and_holds_nothing_unused(tm
     assert rules <= used, f"rules no request needed: {sorted(rules - used)}"
 
 
-def kubeflow_role() -> dict:
-    return next(doc for doc in yaml.safe_load_all(ROLE_FILE.read_text())
-                if doc["kind"] == "Role" and doc["metadata"]["name"] == "airflow-distributed-kubeflow")
-
-
 def test_the_kubeflow_role_allows_every_request_of_kubeflow_jobs_and_holds_nothing_unused(tmp_path):
     """Every kind: submit, a retry's 409 and read-back, the watch until Succeeded, the output, the deletion."""
-    import threading
-
     from kubernetes import client
 
     from airflow_distributed.hooks.kubeflow import KubeflowJobHook
@@ -121,11 +127,7 @@ def test_the_kubeflow_role_allows_every_request_of_kubeflow_jobs_and_holds_nothi
     from tests.helpers import wait_until
     from tests.integration.kubeflow_controller import KubeflowController, register_kubeflow_crds
 
-    with KubeEmulator(kubernetes_version="1.31", bookmark_interval=0.5) as emu:
-        register_kubeflow_crds(emu)
-        config = emu.write_kubeconfig(tmp_path / "config")
-        emu.create_namespace(NAMESPACE)
-        emu.create("roles", NAMESPACE, kubeflow_role(), group="rbac.authorization.k8s.io")
+    with cluster_with_role(tmp_path, role("airflow-distributed-kubeflow"), register_kubeflow_crds) as (emu, config):
         hook = KubeflowJobHook(kubernetes_conn_id=None, config_file=config,
                                client_configuration=client.Configuration())
         emu.reset_requests()
@@ -142,45 +144,33 @@ def test_the_kubeflow_role_allows_every_request_of_kubeflow_jobs_and_holds_nothi
             controller.job = controller.get(name)
             controller.create_pods()
 
-            def finish(controller: KubeflowController = controller, master: str = kind.master_type) -> None:
+            def finish(controller: KubeflowController, master: str = kind.master_type) -> None:
                 wait_until(controller.watched, timeout=30, interval=0.02)
                 controller.succeed(f"{master.lower()}-0", {"metrics": {"loss": 0.1}})
                 controller.conditions(("Succeeded", "Succeeded", ""))
 
-            thread = threading.Thread(target=finish, daemon=True)
-            thread.start()
+            controller.play(finish)
             outcome = hook.wait_for_kubeflow_job(NAMESPACE, resource, name)
-            thread.join(10)
+            controller.check()
             assert outcome.ending == "succeeded"
             assert hook.kubeflow_output(NAMESPACE, outcome.job_object)
             hook.delete_kubeflow_job(NAMESPACE, resource, name)
         used = set().union(*(needed(request) for request in emu.requests))
 
-    rules = allowed(kubeflow_role()["rules"])
+    rules = allowed(role("airflow-distributed-kubeflow")["rules"])
     assert used <= rules | allowed(role()["rules"]), f"requests no Role allows: {sorted(used - rules)}"
     assert rules <= used, f"rules no request needed: {sorted(rules - used)}"
 
 
-def trainjob_role() -> dict:
-    return next(doc for doc in yaml.safe_load_all(ROLE_FILE.read_text())
-                if doc["kind"] == "Role" and doc["metadata"]["name"] == "airflow-distributed-trainjob")
-
-
 def test_the_trainjob_role_allows_every_request_of_a_trainjob_and_holds_nothing_unused(tmp_path):
     """Submit, a retry's 409 and read-back, the watch until Complete, node 0's output, the deletion."""
-    import threading
-
     from kubernetes import client
 
     from airflow_distributed.hooks.trainjob import TRAINJOB, TrainJobHook
     from tests.helpers import wait_until
     from tests.integration.trainjob_controller import TrainerController, register_trainjob_crd
 
-    with KubeEmulator(kubernetes_version="1.31", bookmark_interval=0.5) as emu:
-        register_trainjob_crd(emu)
-        config = emu.write_kubeconfig(tmp_path / "config")
-        emu.create_namespace(NAMESPACE)
-        emu.create("roles", NAMESPACE, trainjob_role(), group="rbac.authorization.k8s.io")
+    with cluster_with_role(tmp_path, role("airflow-distributed-trainjob"), register_trainjob_crd) as (emu, config):
         hook = TrainJobHook(kubernetes_conn_id=None, config_file=config, client_configuration=client.Configuration())
         emu.reset_requests()
         name = "job-trainjob"
@@ -196,21 +186,20 @@ def test_the_trainjob_role_allows_every_request_of_a_trainjob_and_holds_nothing_
         controller.wait_for_job()
         controller.create_pods()
 
-        def finish() -> None:
+        def finish(controller: TrainerController) -> None:
             wait_until(controller.watched, timeout=30, interval=0.02)
             controller.succeed(0, {"metrics": {"loss": 0.1}})
             controller.succeed(1)
             controller.condition("Complete", "True", "AllJobsCompleted", "")
 
-        thread = threading.Thread(target=finish, daemon=True)
-        thread.start()
+        controller.play(finish)
         outcome = hook.wait_for_kubeflow_job(NAMESPACE, TRAINJOB, name)
-        thread.join(10)
+        controller.check()
         assert outcome.ending == "succeeded"
         assert hook.kubeflow_output(NAMESPACE, outcome.job_object) == '{"metrics": {"loss": 0.1}}'
         hook.delete_kubeflow_job(NAMESPACE, TRAINJOB, name)
         used = set().union(*(needed(request) for request in emu.requests))
 
-    rules = allowed(trainjob_role()["rules"])
+    rules = allowed(role("airflow-distributed-trainjob")["rules"])
     assert used <= rules | allowed(role()["rules"]), f"requests no Role allows: {sorted(used - rules)}"
     assert rules <= used, f"rules no request needed: {sorted(rules - used)}"

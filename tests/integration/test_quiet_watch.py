@@ -88,11 +88,7 @@ def test_a_kubernetes_job_quiet_for_ten_watch_periods_succeeds(emulator, dag_id)
 
 def _kubeflow_quiet_then_succeed(emulator: KubeEmulator, seen: list[int]):
     def script(c: KubeflowController) -> None:
-        c.wait_for_job()
-        c.create_pods()
-        c.run_all()
-        c.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""))
-        wait_until(c.watched, timeout=60, interval=0.02)
+        c.start()
         seen.append(quiet_for(emulator, lambda: watches(emulator, c.namespace, c.plural)))
         c.succeed("master-0", DOCUMENT)
         c.succeed("worker-0")
@@ -129,11 +125,7 @@ def test_a_trainjob_quiet_for_ten_watch_periods_succeeds(emulator, dag_id):
     seen: list[int] = []
 
     def script(c: TrainerController) -> None:
-        c.wait_for_job()
-        c.create_pods()
-        c.run_all()
-        c.write_status(active=1)
-        wait_until(c.watched, timeout=60, interval=0.02)
+        c.start()
         seen.append(quiet_for(emulator, lambda: watches(emulator, namespace, trainjob_controller.PLURAL)))
         c.succeed(0, DOCUMENT)
         c.succeed(1)

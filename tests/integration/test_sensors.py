@@ -8,9 +8,7 @@ Poke, reschedule and deferrable modes; success (metrics to XCom), failure (no re
 from __future__ import annotations
 
 import json
-import threading
 import time
-import traceback
 
 import pytest
 
@@ -18,16 +16,13 @@ from tests.dags.sensor_dags import JOB, namespace_of
 from tests.helpers import run_dag_at, wait_until, xcom
 from tests.integration.kubeflow_controller import GROUP, KubeflowController, register_kubeflow_crds
 from tests.k8s_emulator import KubeEmulator
-from tests.kubernetes_helpers import DOCUMENT, Kubelet
+from tests.kubernetes_helpers import DOCUMENT, Kubelet, Player, crd_emulator
 
 OTHER = {"metrics": {"loss": 9.0}, "model_path": "s3://models/not-this-one"}
 
 
-@pytest.fixture(scope="module")
-def emulator(emulator):
-    """The shared emulator (conftest), with Kubeflow's CRDs."""
-    register_kubeflow_crds(emulator)
-    return emulator
+#: The shared emulator (conftest), with Kubeflow's CRDs.
+emulator = crd_emulator(register_kubeflow_crds)
 
 
 pytestmark = [pytest.mark.usefixtures("airflow_db", "kubernetes_connection")]
@@ -55,26 +50,6 @@ def labelled_pods(emu: KubeEmulator, namespace: str, job: str = JOB, framework: 
 def pod_lists(emu: KubeEmulator, namespace: str) -> int:
     return len([r for r in emu.requests if r.method == "GET" and r.path == f"/api/v1/namespaces/{namespace}/pods"
                 and not r.is_watch])
-
-
-class Background:
-    """``script()`` in a thread while the DAG runs; ``check()`` reports its failure."""
-
-    def __init__(self, script) -> None:
-        self.errors: list[str] = []
-
-        def body() -> None:
-            try:
-                script()
-            except Exception:
-                self.errors.append(traceback.format_exc())
-
-        self.thread = threading.Thread(target=body, daemon=True)
-        self.thread.start()
-
-    def check(self) -> None:
-        self.thread.join(10)
-        assert not self.errors, "\n".join(self.errors)
 
 
 def succeed_after_two_pokes(emu: KubeEmulator, namespace: str, pods: dict[str, str], recover: str | None = None,
@@ -175,7 +150,7 @@ def test_reschedule_mode_frees_the_worker_between_pokes(emulator):
     emulator.reset_requests()
     pods = labelled_pods(emulator, namespace)
 
-    kubelet = Background(lambda: succeed_after_two_pokes(emulator, namespace, pods))
+    kubelet = Player().play(lambda _: succeed_after_two_pokes(emulator, namespace, pods))
     run, states = run_dag_at("sensor_reschedule")
     kubelet.check()
 
@@ -200,7 +175,7 @@ def test_a_deferred_sensor_watches_the_pods_in_the_triggerer(emulator, capfd):
                    timeout=60, interval=0.02)
         emulator.succeed_pod(namespace, pods["master-0"], message=json.dumps(DOCUMENT))
 
-    kubelet = Background(script)
+    kubelet = Player().play(lambda _: script())
     run, states = run_dag_at("sensor_deferrable")
     kubelet.check()
 
@@ -239,7 +214,8 @@ def test_a_pull_that_recovers_within_the_sensors_grace_succeeds(emulator):
     emulator.pending_pod(namespace, pods["worker-1"], reason="ErrImagePull", message=PULL_ERROR)
 
     # The failed pull is seen by two pokes, then the registry answers again.
-    kubelet = Background(lambda: succeed_after_two_pokes(emulator, namespace, pods, recover="worker-1"))
+    kubelet = Player().play(
+        lambda _: succeed_after_two_pokes(emulator, namespace, pods, recover="worker-1"))
     run, states = run_dag_at("sensor_image_pull_recovers")
     kubelet.check()
 

@@ -14,6 +14,7 @@ import signal
 import jsonschema
 import pytest
 
+from tests.dags.trainjob_dags import namespace_of
 from tests.helpers import run_dag_at, wait_until, xcom
 from tests.integration.trainjob_controller import (
     GROUP,
@@ -26,46 +27,24 @@ from tests.integration.trainjob_controller import (
     trainjob_schema,
 )
 from tests.k8s_emulator import KubeEmulator
-from tests.kubernetes_helpers import DOCUMENT
+from tests.kubernetes_helpers import DOCUMENT, comes_to, crd_emulator, custom_jobs_left
 
-
-def namespace_of(dag_id: str) -> str:
-    return dag_id.replace("_", "-")
-
-
-@pytest.fixture(scope="module")
-def emulator(emulator):
-    """The shared emulator (conftest), serving the TrainJob CRD."""
-    register_trainjob_crd(emulator)
-    return emulator
-
+#: The shared emulator (conftest), serving the TrainJob CRD.
+emulator = crd_emulator(register_trainjob_crd)
 
 pytestmark = [pytest.mark.usefixtures("airflow_db", "kubernetes_connection")]
 
 
 def left(emu: KubeEmulator, namespace: str) -> tuple[list[str], list[str]]:
-    jobs = sorted(o["metadata"]["name"] for o in emu.list(PLURAL, namespace, group=GROUP, version=VERSION))
-    return jobs, sorted(o["metadata"]["name"] for o in emu.list("pods", namespace))
+    return custom_jobs_left(emu, namespace, PLURAL, GROUP, VERSION)
 
 
 def settled(emu: KubeEmulator, namespace: str, expected: tuple[list[str], list[str]]) -> None:
-    try:
-        wait_until(lambda: left(emu, namespace) == expected, timeout=5, interval=0.05)
-    except AssertionError:
-        assert left(emu, namespace) == expected
-
-
-def start_nodes(controller: TrainerController) -> None:
-    controller.wait_for_job()
-    controller.create_pods()
-    controller.run_all()
-    controller.write_status(active=1)
-    # The verdict comes from a watch event, not from the first LIST.
-    wait_until(controller.watched, timeout=60, interval=0.02)
+    comes_to(lambda: left(emu, namespace), expected)
 
 
 def train_and_complete(controller: TrainerController, document: dict = DOCUMENT) -> None:
-    start_nodes(controller)
+    controller.start()
     controller.write_status(active=1, progress={"progressPercentage": 45, "estimatedRemainingSeconds": 3600,
                                                 "metrics": [{"name": "loss", "value": "0.25"}]})
     controller.log(0, "step 1 loss 0.5")
@@ -170,7 +149,7 @@ def test_a_horovod_trainjob_runs_its_launcher_on_the_mpi_runtime_and_hands_its_o
     seen: dict = {}
 
     def script(controller: TrainerController) -> None:
-        start_nodes(controller)
+        controller.start()
         seen["pods"] = {o["metadata"]["name"]: o for o in emulator.list("pods", namespace)}
         # Only the launcher ends (JobSet's success policy targets it); the nodes' sshd runs until the job is gone.
         controller.succeed(0, DOCUMENT)
@@ -219,7 +198,7 @@ def run_failing(emulator: KubeEmulator, capfd, dag_id: str, rank: int, code: int
     emulator.create_namespace(namespace)
 
     def script(controller: TrainerController) -> None:
-        start_nodes(controller)
+        controller.start()
         controller.log(rank, *lines)
         controller.fail(rank, code)
         controller.condition("Failed", "True", "FailedJobs", f"jobset failed due to: 1 failed job(s) in {job}")
@@ -294,7 +273,7 @@ def test_sigterm_to_the_task_deletes_the_trainjob_and_its_nodes(emulator):
     emulator.create_namespace(namespace)
 
     def script(controller: TrainerController) -> None:
-        start_nodes(controller)
+        controller.start()
         os.kill(os.getpid(), signal.SIGTERM)  # what Airflow sends a task marked failed in the UI
 
     controller = TrainerController(emulator, namespace).play(script)

@@ -15,14 +15,12 @@ running the runtime's sshd.
 from __future__ import annotations
 
 import json
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from tests.helpers import wait_until
-from tests.integration.kubeflow_controller import KubeflowController
 from tests.k8s_emulator import KubeEmulator
+from tests.kubernetes_helpers import CustomJobController, now
 
 GROUP, VERSION, PLURAL, KIND = "trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"
 #: The cluster's Horovod runtime in the tests, and what it runs on its ``node`` pods.
@@ -40,38 +38,17 @@ def register_trainjob_crd(emu: KubeEmulator) -> None:
     emu.register_crd(GROUP, VERSION, PLURAL, KIND, schema=trainjob_schema())
 
 
-def now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+class TrainerController(CustomJobController):
+    """Plays the Trainer controller for the TrainJobs of one namespace (``pods`` is ``{rank: pod name}``)."""
 
-
-class TrainerController:
-    """Plays the Trainer controller for the TrainJobs of one namespace."""
+    thread_name = "trainer-controller"
 
     def __init__(self, emu: KubeEmulator, namespace: str) -> None:
-        self.emu, self.namespace = emu, namespace
-        self.job: dict[str, Any] | None = None
-        self.pods: dict[int, str] = {}
-        self.errors: list[str] = []
+        super().__init__(emu, namespace, PLURAL, GROUP, VERSION)
         self._conditions: dict[str, dict[str, Any]] = {}
         self._jobs: list[dict[str, Any]] = []
         self._progress: dict[str, Any] = {}
-        self._thread: threading.Thread | None = None
         self.hostfile = ""
-
-    def jobs(self) -> list[dict]:
-        return self.emu.list(PLURAL, self.namespace, group=GROUP, version=VERSION)
-
-    def get(self) -> dict | None:
-        return self.emu.get(PLURAL, self.namespace, self.name, group=GROUP, version=VERSION)
-
-    @property
-    def name(self) -> str:
-        assert self.job is not None
-        return self.job["metadata"]["name"]
-
-    def wait_for_job(self, timeout: float = 60.0) -> dict:
-        self.job = wait_until(lambda: next(iter(self.jobs()), None), timeout=timeout, interval=0.02)
-        return self.job
 
     def submit(self, name: str, nodes: int) -> dict:
         """A TrainJob created outside Airflow (for the sensors), as the Kubeflow SDK would make it."""
@@ -231,24 +208,14 @@ class TrainerController:
                 {"name": "PET_MASTER_ADDR", "value": f"{name}-node-0-0.{name}"},
                 {"name": "PET_MASTER_PORT", "value": "29500"}]
 
-    def run_all(self) -> None:
-        for name in self.pods.values():
-            self.emu.run_pod(self.namespace, name)
-
-    def succeed(self, rank: int, document: dict | None = None) -> None:
-        self.emu.succeed_pod(self.namespace, self.pods[rank], message=json.dumps(document) if document else None)
-
-    def fail(self, rank: int, code: int, reason: str = "Error") -> None:
-        self.emu.fail_pod(self.namespace, self.pods[rank], exit_code=code, reason=reason)
+    def start(self) -> None:
+        """The TrainJob the task made runs: its node pods made and running, one active Job in ``jobsStatus``, and
+        the task watching it (so the verdict that follows comes from a watch event, not from the first LIST)."""
+        self.wait_for_job()
+        self.create_pods()
+        self.run_all()
+        self.write_status(active=1)
+        wait_until(self.watched, timeout=60, interval=0.02)
 
     def log(self, rank: int, *lines: str) -> None:
         self.emu.append_log(self.namespace, self.pods[rank], "\n".join(lines), container="node")
-
-    def watched(self) -> bool:
-        """The task (or trigger) has a watch open on TrainJobs: the verdict will come from an event."""
-        return any(r.is_watch and f"/{PLURAL}" in r.path and f"/namespaces/{self.namespace}/" in r.path
-                   for r in self.emu.requests)
-
-    # -- a script in a thread: as the Kubeflow controller's
-    play = KubeflowController.play
-    check = KubeflowController.check

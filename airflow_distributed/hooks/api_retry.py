@@ -1,7 +1,8 @@
 """Which Kubernetes API failures are worth retrying, how long to wait, and short messages for the rest.
 
-Shared by the sync hook and the async trigger. Nothing here talks to the network: the retry loops take the
-call, the sleep and the logger as arguments, so a test of a retry path does not wait.
+Shared by the sync hooks and the async triggers. Nothing here talks to the network: the retry loops (tenacity's
+``Retrying``/``AsyncRetrying`` driven by a ``RetryPolicy``) take the call, the sleep and the logger as arguments, so
+a test of a retry path does not wait.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from airflow.sdk.exceptions import AirflowException
+from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from airflow_distributed.logs import TaskLog
 
@@ -88,19 +90,46 @@ class RetryPolicy:
 
     def delay(self, attempt: int, error: BaseException) -> float | None:
         """Seconds to wait after try number ``attempt`` (0-based) failed with ``error``; ``None``: give up."""
-        if not is_transient(error):
+        if not is_transient(error) or attempt + 1 >= self.attempts:
             return None
-        asked = retry_after(error)
-        if asked is not None and attempt + 1 < self.attempts:
+        return self.wait(attempt, error)
+
+    def wait(self, attempt: int, error: BaseException | None) -> float:
+        """The wait after failed try number ``attempt`` (0-based), were there another: the server's
+        ``Retry-After`` (at most ``max_delay``) if it said, else the backoff."""
+        asked = None if error is None else retry_after(error)
+        if asked is not None:
             return min(asked, self.max_delay)
-        return self.backoff(attempt)
+        base = min(self.max_delay, self.initial_delay * (2**attempt))
+        return base * (1 - self.jitter + self.jitter * random.random())
 
     def backoff(self, attempt: int) -> float | None:
         """The wait after failed try number ``attempt`` (0-based) whatever the error; ``None`` past the last."""
         if attempt + 1 >= self.attempts:
             return None
-        base = min(self.max_delay, self.initial_delay * (2**attempt))
-        return base * (1 - self.jitter + self.jitter * random.random())
+        return self.wait(attempt, None)
+
+    def retrying(self, what: str, log: TaskLog) -> dict[str, Any]:
+        """tenacity's arguments for this policy: transient failures only, ``attempts`` tries, the policy's waits,
+        a warning before each, and the last failure raised as it came (``reraise``), not as a ``RetryError``."""
+
+        def failure(state: RetryCallState) -> BaseException | None:
+            return None if state.outcome is None else state.outcome.exception()
+
+        def announce(state: RetryCallState) -> None:
+            error = failure(state)
+            wait = state.next_action.sleep if state.next_action is not None else 0.0
+            log.warning("%s: %s; retrying in %.1fs (try %d of %d)", what,
+                        short_error(error) if error is not None else "failed", wait, state.attempt_number + 1,
+                        self.attempts)
+
+        return {
+            "retry": retry_if_exception(is_transient),
+            "stop": stop_after_attempt(self.attempts),
+            "wait": lambda state: self.wait(state.attempt_number - 1, failure(state)),
+            "before_sleep": announce,
+            "reraise": True,
+        }
 
 
 def call_with_retries(
@@ -112,24 +141,7 @@ def call_with_retries(
     log: TaskLog,
 ) -> T:
     """``call()``, retried after transient failures; the last failure is raised as it came."""
-    attempt = 0
-    while True:
-        try:
-            return call()
-        except Exception as error:
-            wait = policy.delay(attempt, error)
-            if wait is None:
-                raise
-            _announce_retry(log, what, error, wait, attempt, policy)
-            sleep(wait)
-            attempt += 1
-
-
-def _announce_retry(
-    log: TaskLog, what: str, error: BaseException, wait: float, attempt: int, policy: RetryPolicy
-) -> None:
-    log.warning("%s: %s; retrying in %.1fs (try %d of %d)", what, short_error(error), wait, attempt + 2,
-                policy.attempts)
+    return Retrying(sleep=sleep, **policy.retrying(what, log))(call)
 
 
 async def acall_with_retries(
@@ -141,17 +153,7 @@ async def acall_with_retries(
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
 ) -> T:
     """The async twin of ``call_with_retries``."""
-    attempt = 0
-    while True:
-        try:
-            return await call()
-        except Exception as error:
-            wait = policy.delay(attempt, error)
-            if wait is None:
-                raise
-            _announce_retry(log, what, error, wait, attempt, policy)
-            await sleep(wait)
-            attempt += 1
+    return await AsyncRetrying(sleep=sleep, **policy.retrying(what, log))(call)
 
 
 def short_error(error: BaseException) -> str:

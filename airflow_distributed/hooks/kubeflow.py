@@ -1,6 +1,6 @@
 """Kubeflow backend I/O: submit a training job's custom object, watch it, read its master's output, delete it.
 
-``KubeflowJobHook`` is ``DistributedTrainingHook`` (same connection, retries, error messages) with the calls a
+``KubeflowJobHook`` is a ``KubeApiHook`` (same connection, retries, error messages as the pod hook) with the calls a
 Kubeflow ``TFJob``/``PyTorchJob``/``MXJob``/``MPIJob``/``XGBoostJob``/``PaddleJob`` needs. The operator in the
 cluster creates and judges the pods; this hook only reads its verdict (``kubeflow_status.job_status``) through one
 LIST and one watch of the object, resumed from its resourceVersion and relisted after 410 Gone (``object_watch``),
@@ -17,7 +17,7 @@ from typing import Any
 from kubernetes import client
 
 from airflow_distributed.hooks.api_retry import KubernetesJobError
-from airflow_distributed.hooks.kubernetes import _EXISTS, _MISSING, DistributedTrainingHook
+from airflow_distributed.hooks.kube_api import EXISTS, MISSING, KubeApiHook
 from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
 from airflow_distributed.hooks.pending_pods import PendingPods, expected_pods
 from airflow_distributed.hooks.watch_loop import WatchCalls, WatchPolicy, WatchTimings, run_watch
@@ -141,9 +141,9 @@ class KubeflowHandle:
         return self.obj["metadata"]["namespace"]
 
 
-class KubeflowJobHook(DistributedTrainingHook):
-    """Run distributed training jobs as Kubeflow Training Operator resources (same arguments as
-    ``DistributedTrainingHook``)."""
+class KubeflowJobHook(KubeApiHook):
+    """Run distributed training jobs as Kubeflow Training Operator resources (same arguments as ``KubeApiHook``
+    and ``DistributedTrainingHook``)."""
 
     hook_name = "Distributed training (Kubeflow)"
     #: How the watch, the reattach and the triggers judge an object of the kind (a subclass's kind has its own).
@@ -166,7 +166,7 @@ class KubeflowJobHook(DistributedTrainingHook):
         response = self._call(f"reading {resource.kind} {namespace}/{name}",
                               self.custom_objects.get_namespaced_custom_object, resource.group, resource.version,
                               namespace, resource.plural, name, missing_ok=True, _preload_content=False)
-        return None if response is _MISSING else self._json(response)
+        return None if response is MISSING else self._json(response)
 
     def list_kubeflow_jobs(self, namespace: str, resource: KubeflowResource, name: str) -> dict[str, Any]:
         """The raw list of the one object ``name`` (``items`` and ``metadata.resourceVersion``)."""
@@ -214,7 +214,7 @@ class KubeflowJobHook(DistributedTrainingHook):
             created = self._call(what, self.custom_objects.create_namespaced_custom_object, resource.group,
                                  resource.version, namespace, resource.plural, body, exists_ok=True,
                                  _preload_content=False, **extra)
-            if created is not _EXISTS:
+            if created is not EXISTS:
                 return KubeflowHandle(self._json(created))
             existing = self.get_kubeflow_job(namespace, resource, name)
             if existing is None:
@@ -326,22 +326,14 @@ class KubeflowJobHook(DistributedTrainingHook):
             then be created).
         :returns: whether there was something to delete.
         """
-        result = self._call(f"deleting {resource.kind} {namespace}/{name}",
-                            self.custom_objects.delete_namespaced_custom_object, resource.group, resource.version,
-                            namespace, resource.plural, name,
-                            body=client.V1DeleteOptions(propagation_policy="Foreground" if wait else "Background"),
-                            missing_ok=True, _preload_content=False)
-        if result is not _MISSING:
-            self._done(result)
+        what = f"deleting {resource.kind} {namespace}/{name}"
+        policy = "Foreground" if wait else "Background"
+        deleted = self._delete_one(what, self.custom_objects.delete_namespaced_custom_object, resource.group,
+                                   resource.version, namespace, resource.plural, name,
+                                   body=client.V1DeleteOptions(propagation_policy=policy))
         if wait:
-            deadline, pause = self._clock() + timeout, 0.2
-            while self.get_kubeflow_job(namespace, resource, name) is not None:
-                if self._clock() > deadline:
-                    raise KubernetesJobError(f"deleting {resource.kind} {namespace}/{name}: still there after "
-                                             f"{timeout:g}s")
-                self._sleep(pause)
-                pause = min(pause * 2, 5.0)
-        return result is not _MISSING
+            self._wait_until_gone(what, lambda: self.get_kubeflow_job(namespace, resource, name) is not None, timeout)
+        return deleted
 
 
 __all__ = [

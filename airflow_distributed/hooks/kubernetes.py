@@ -1,7 +1,8 @@
 """Kubernetes backend I/O: create a job's objects, watch its pods, read its logs and output, delete it.
 
-``DistributedTrainingHook`` is the cncf provider's ``KubernetesHook`` (same ``kubernetes_default`` connection
-and extras) with what a job of many coordinated pods needs on top:
+``DistributedTrainingHook`` is a ``KubeApiHook`` (the cncf provider's ``KubernetesHook``: same
+``kubernetes_default`` connection and extras, with the project's retries) with what a job of many coordinated pods
+needs on top:
 
 - creation is idempotent: a Service (the owner) first, then its dependents, pods concurrently over a bounded
   pool; a create answered 409 AlreadyExists counts as done, and a job already there (same task instance,
@@ -15,28 +16,15 @@ and extras) with what a job of many coordinated pods needs on top:
 
 from __future__ import annotations
 
-import copy
-import json
-import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
-from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 from kubernetes import client
-from kubernetes.client import rest
 
-from airflow_distributed.hooks.api_retry import (
-    KubernetesJobError,
-    RetryPolicy,
-    api_status,
-    call_with_retries,
-    is_connection_error,
-    job_error,
-    short_error,
-)
+from airflow_distributed.hooks.api_retry import KubernetesJobError, short_error
+from airflow_distributed.hooks.kube_api import EXISTS, MISSING, KubeApiHook
 from airflow_distributed.hooks.pod_logs import LogFollowers
 from airflow_distributed.hooks.watch_loop import WATCH_TIMEOUT, WatchCalls, WatchPolicy, WatchTimings, run_watch
 from airflow_distributed.jobstate.job_watch import (
@@ -49,21 +37,15 @@ from airflow_distributed.jobstate.job_watch import (
     ReplicaSlot,
     TableReporter,
     container_state,
-    strip_timestamps,
     termination_message,
 )
 from airflow_distributed.jobstate.outcome import JobOutcome
-from airflow_distributed.logs import TaskLog
 from airflow_distributed.manifests.kubernetes import (
     JOB_LABEL,
-    MAIN_CONTAINER,
     SIDECAR_CONTAINER,
     JobObjects,
 )
 from airflow_distributed.status import ReplicaStatus
-
-_MISSING = object()
-_EXISTS = object()
 
 
 class JobStopped(KubernetesJobError):
@@ -85,117 +67,18 @@ class JobHandle:
         return {"namespace": self.namespace, "name": self.name, "uid": self.uid}
 
 
-class _Response:
-    """What ``ApiClient.deserialize`` reads: an object with ``data``."""
-
-    def __init__(self, data: str) -> None:
-        self.data = data
-
-
-class DistributedTrainingHook(KubernetesHook):
-    """Run a distributed training job's pods on Kubernetes.
-
-    :param kubernetes_conn_id: the cncf provider's Kubernetes connection (``kube_config_path``, ``kube_config``,
-        ``in_cluster``, ``cluster_context``, ``namespace`` extras); ``None`` with ``config_file`` or
-        ``config_dict`` instead.
-    :param max_concurrency: pods created at the same time.
-    :param retry: backoff for transient API failures.
-    :param clock: monotonic clock (startup deadlines, table pacing).
-    :param sleep: how to wait between retries.
-    :param logger: where the hook logs (the task's logger in an operator).
-    :param kwargs: passed to ``KubernetesHook`` (``config_file``, ``client_configuration``, ``cluster_context``...).
-    """
+class DistributedTrainingHook(KubeApiHook):
+    """Run a distributed training job's pods on Kubernetes (the arguments are ``KubeApiHook``'s;
+    ``max_concurrency`` is the number of pods created at the same time)."""
 
     hook_name = "Distributed training (Kubernetes)"
-
-    def __init__(
-        self,
-        kubernetes_conn_id: str | None = KubernetesHook.default_conn_name,
-        *,
-        max_concurrency: int = 16,
-        retry: RetryPolicy | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
-        logger: TaskLog | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(conn_id=None, kubernetes_conn_id=kubernetes_conn_id, **kwargs)
-        if max_concurrency < 1:
-            raise ValueError("max_concurrency must be at least 1")
-        self.max_concurrency = max_concurrency
-        self.retry = retry or RetryPolicy()
-        self._clock, self._sleep = clock, sleep
-        self._logger = logger
-
-    @property
-    def job_log(self) -> TaskLog:
-        return self._logger or self.log
-
-    # ------------------------------------------------------------------ connection
-
-    def get_conn(self) -> client.ApiClient:
-        api = super().get_conn()
-        settings = copy.copy(api.configuration)
-        # This hook's RetryPolicy is the one retry loop: urllib3 would otherwise retry some GETs on its own
-        # (429/503 with Retry-After), unseen and uncounted.
-        settings.retries = False
-        maxsize = max(self.max_concurrency + 4, settings.connection_pool_maxsize or 0)
-        api.rest_client = rest.RESTClientObject(settings, maxsize=maxsize)
-        return api
-
-    @cached_property
-    def custom_objects(self) -> client.CustomObjectsApi:
-        return client.CustomObjectsApi(self.api_client)
-
-    def default_namespace(self) -> str:
-        """The connection's ``namespace`` extra, else ``default``."""
-        return self.get_namespace() or self.DEFAULT_NAMESPACE
-
-    def _call(self, what: str, call: Callable[..., Any], *args: Any, missing_ok: bool = False,
-              exists_ok: bool = False, **kwargs: Any) -> Any:
-        """``call(*args, **kwargs)`` with retries; 404 -> ``_MISSING`` and 409 -> ``_EXISTS`` when allowed."""
-
-        def attempt() -> Any:
-            try:
-                return call(*args, **kwargs)
-            except client.ApiException as error:
-                if missing_ok and error.status == 404:
-                    return _MISSING
-                if exists_ok and error.status == 409:
-                    return _EXISTS
-                raise
-
-        try:
-            return call_with_retries(attempt, what=what, policy=self.retry, sleep=self._sleep, log=self.job_log)
-        except Exception as error:
-            if api_status(error) is not None or is_connection_error(error):
-                raise job_error(what, error) from error
-            raise
-
-    @staticmethod
-    def _json(response: Any) -> Any:
-        try:
-            return json.loads(response.data)
-        finally:
-            response.release_conn()
-
-    @staticmethod
-    def _done(response: Any) -> None:
-        """Read the rest of an answer we do not need, so that its connection can serve the next request."""
-        try:
-            response.data  # noqa: B018 - reading is the point
-        finally:
-            response.release_conn()
-
-    def _model(self, obj: Mapping[str, Any], type_name: str) -> Any:
-        return self.api_client.deserialize(_Response(json.dumps(obj)), type_name)
 
     # ------------------------------------------------------------------ reading
 
     def get_service(self, namespace: str, name: str) -> dict[str, Any] | None:
         response = self._call(f"reading Service {namespace}/{name}", self.core_v1_client.read_namespaced_service,
                               name, namespace, missing_ok=True, _preload_content=False)
-        return None if response is _MISSING else self._json(response)
+        return None if response is MISSING else self._json(response)
 
     def list_job_pods(self, namespace: str, name: str) -> dict[str, Any]:
         """The raw PodList of the job (``items`` and ``metadata.resourceVersion``)."""
@@ -279,7 +162,7 @@ class DistributedTrainingHook(KubernetesHook):
         name = objects.service.metadata.name
         body = self._call(f"creating Service {namespace}/{name}", self.core_v1_client.create_namespaced_service,
                           namespace, objects.service, exists_ok=True, _preload_content=False)
-        if body is _EXISTS:  # created by an earlier attempt whose answer was lost, or just now by a twin
+        if body is EXISTS:  # created by an earlier attempt whose answer was lost, or just now by a twin
             service = self.get_service(namespace, name)
             if service is None:
                 raise KubernetesJobError(f"creating Service {namespace}/{name}: 409 AlreadyExists, then not found")
@@ -313,13 +196,6 @@ class DistributedTrainingHook(KubernetesHook):
         chosen = [pod for pod in objects.pods if pods is None or pod.metadata.name in pods]
         return created + self._create_pods(namespace, chosen, stopped or (lambda: False))
 
-    def _create_one(self, what: str, call: Callable[..., Any], *args: Any) -> int:
-        result = self._call(what, call, *args, exists_ok=True, _preload_content=False)
-        if result is _EXISTS:
-            return 0
-        self._done(result)
-        return 1
-
     def _create_pods(self, namespace: str, pods: Sequence[client.V1Pod], stopped: Callable[[], bool]) -> int:
         if not pods:
             return 0
@@ -348,22 +224,19 @@ class DistributedTrainingHook(KubernetesHook):
         """Delete a replica's pod and create it again under the same name, so that its address (the headless
         Service's ``<pod>.<job>``) stays the same: the task restarts a lost replica of an elastic job this way."""
         name = pod.metadata.name
-        result = self._call(f"deleting pod {namespace}/{name}", self.core_v1_client.delete_namespaced_pod, name,
-                            namespace, grace_period_seconds=0, missing_ok=True, _preload_content=False)
-        if result is not _MISSING:
-            self._done(result)
-        deadline, pause = self._clock() + timeout, 0.1
-        # The name is taken until the old pod is gone: creating earlier would answer 409 AlreadyExists.
-        while True:
+        self._delete_one(f"deleting pod {namespace}/{name}", self.core_v1_client.delete_namespaced_pod, name,
+                         namespace, grace_period_seconds=0)
+
+        def present() -> bool:
             found = self._call(f"reading pod {namespace}/{name}", self.core_v1_client.read_namespaced_pod, name,
                                namespace, missing_ok=True, _preload_content=False)
-            if found is _MISSING:
-                break
+            if found is MISSING:
+                return False
             self._done(found)
-            if self._clock() > deadline:
-                raise KubernetesJobError(f"restarting pod {namespace}/{name}: still there after {timeout:g}s")
-            self._sleep(pause)
-            pause = min(pause * 2, 5.0)
+            return True
+
+        # The name is taken until the old pod is gone: creating earlier would answer 409 AlreadyExists.
+        self._wait_until_gone(f"restarting pod {namespace}/{name}", present, timeout, pause=0.1)
         self._create_one(f"creating pod {namespace}/{name}", self.core_v1_client.create_namespaced_pod, namespace,
                          pod)
 
@@ -438,22 +311,6 @@ class DistributedTrainingHook(KubernetesHook):
 
     # ------------------------------------------------------------------ logs, events, output
 
-    def read_log_tail(self, namespace: str, pod: str, lines: int = 30, container: str = MAIN_CONTAINER) -> list[str]:
-        """The last ``lines`` of a container's log; empty when there is none (not started, pod gone)."""
-        try:
-            response = self._call(f"reading the log of pod {namespace}/{pod}",
-                                  self.core_v1_client.read_namespaced_pod_log, pod, namespace, container=container,
-                                  tail_lines=lines, _preload_content=False)
-        except KubernetesJobError as error:
-            if error.status in (400, 404):
-                return []
-            raise
-        try:
-            text = response.data.decode("utf-8", "replace")
-        finally:
-            response.release_conn()
-        return strip_timestamps(text.splitlines())
-
     def pod_events(self, namespace: str, pod: str, limit: int = 5) -> list[str]:
         """The pod's latest events, ``Warning FailedScheduling: 0/3 nodes are available...``; best effort."""
         try:
@@ -496,19 +353,15 @@ class DistributedTrainingHook(KubernetesHook):
         :returns: whether there was something to delete.
         """
         policy = "Foreground" if wait else "Background"
-        result = self._call(f"deleting job {namespace}/{name}", self.core_v1_client.delete_namespaced_service,
-                            name, namespace, body=client.V1DeleteOptions(propagation_policy=policy),
-                            missing_ok=True, _preload_content=False)
-        if result is not _MISSING:
-            self._done(result)
+        deleted = self._delete_one(f"deleting job {namespace}/{name}", self.core_v1_client.delete_namespaced_service,
+                                   name, namespace, body=client.V1DeleteOptions(propagation_policy=policy))
         if wait:
-            deadline, pause = self._clock() + timeout, 0.2
-            while self.get_service(namespace, name) is not None or self.list_job_pods(namespace, name)["items"]:
-                if self._clock() > deadline:
-                    raise KubernetesJobError(f"deleting job {namespace}/{name}: still there after {timeout:g}s")
-                self._sleep(pause)
-                pause = min(pause * 2, 5.0)
-        return result is not _MISSING
+            def present() -> bool:
+                return (self.get_service(namespace, name) is not None
+                        or bool(self.list_job_pods(namespace, name)["items"]))
+
+            self._wait_until_gone(f"deleting job {namespace}/{name}", present, timeout)
+        return deleted
 
     def delete_unfinished_pods(self, namespace: str, name: str, keep: Sequence[str] = ()) -> None:
         """Delete the job's pods that are not Succeeded or Failed (one request), except those in ``keep``."""

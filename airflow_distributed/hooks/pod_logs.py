@@ -83,6 +83,8 @@ class PodLogFollower:
         return self._thread.is_alive()
 
     def _run(self) -> None:
+        """Follow until the container ends, reconnecting after a break. Not ``call_with_retries``: it has no try
+        limit (a success resets the count), retries 400 (not started yet) too, and waits on the stop event."""
         failures = 0
         while not self._stop.is_set():
             try:

@@ -1,6 +1,6 @@
 """Trainer v2 backend I/O: submit a ``TrainJob``, watch it, read node 0's output, delete it.
 
-``TrainJobHook`` is the Kubeflow hook (same connection, retries, idempotent create, one watch of the object
+``TrainJobHook`` is a Kubeflow hook (same connection, retries, idempotent create, one watch of the object
 resumed from its resourceVersion) with the TrainJob's own verdict (``trainjob_status``: the ``Complete``/``Failed``/
 ``Suspended`` conditions) and the pods of its JobSet, found by JobSet's labels rather than the Training Operator's.
 """

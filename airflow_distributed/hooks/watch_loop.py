@@ -351,6 +351,9 @@ def run_watch(watch: ResumableWatch, calls: WatchCalls, policy: WatchPolicy, *,
               sleep: Callable[[float], None] = time.sleep, log: TaskLog) -> None:
     """Until ``calls.done()``: LIST, then watches resumed from the last resourceVersion (sync clients).
 
+    Not a tenacity loop: quiet ends resume for ever, failures count against two budgets reset by any answer, and
+    410 Gone relists; ``WatchPolicy`` takes its waits from the same ``RetryPolicy``.
+
     :raises KubernetesJobError: a real error (see ``WatchPolicy``).
     """
     from kubernetes.watch.watch import iter_resp_lines

@@ -46,7 +46,9 @@ from airflow_distributed.status import FAILED, SUCCEEDED
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_distributed.hooks.kube_api import KubeApiHook
     from airflow_distributed.hooks.kubeflow import KubeflowJobHook
+    from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
     from airflow_distributed.jobstate.job_watch import JobTracker, ReplicaSlot
 
 #: Kubeflow kind -> framework (``manifests.kubeflow.KINDS``, kept here so that parsing a DAG imports no client).
@@ -153,6 +155,12 @@ class DistributedJobSensor(BaseSensorOperator):
     def hook(self) -> KubeflowJobHook:
         return self._run_class().hook_class()(kubernetes_conn_id=self.kubernetes_conn_id, logger=self.log)
 
+    def pods_hook(self) -> DistributedTrainingHook:
+        """The hook of a job of the ``kubernetes`` backend (``kind=None``): its pods, read as the operator does."""
+        from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
+
+        return DistributedTrainingHook(kubernetes_conn_id=self.kubernetes_conn_id, logger=self.log)
+
     def _resource(self) -> Any:
         if self.kind == TRAINJOB_KIND:
             return TrainJobRun.resource_of(self.framework or "")
@@ -160,16 +168,17 @@ class DistributedJobSensor(BaseSensorOperator):
 
         return resource_of_kind(str(self.kind))
 
-    def _namespace(self, hook: KubeflowJobHook) -> str:
+    def _namespace(self, hook: KubeApiHook) -> str:
         return self.namespace or hook.default_namespace()
 
     def poke(self, context: Context) -> bool | PokeReturnValue:
-        hook = self.hook()
         if self.kind is None:
-            return self._poke_pods(hook, self._namespace(hook), context)
+            pods_hook = self.pods_hook()
+            return self._poke_pods(pods_hook, self._namespace(pods_hook), context)
+        hook = self.hook()
         return self._poke_kubeflow(hook, self._namespace(hook), context)
 
-    def _poke_pods(self, hook: KubeflowJobHook, namespace: str, context: Context) -> bool | PokeReturnValue:
+    def _poke_pods(self, hook: DistributedTrainingHook, namespace: str, context: Context) -> bool | PokeReturnValue:
         tracker = self._tracker(hook, namespace)
         if tracker is None:
             self.log.info("job %s/%s has no pods (yet)", namespace, self.job_name)
@@ -186,7 +195,7 @@ class DistributedJobSensor(BaseSensorOperator):
         text = hook.read_output(namespace, master)
         return self._succeed(context, text, framework, "kubernetes", namespace, tracker.statuses())
 
-    def _tracker(self, hook: KubeflowJobHook, namespace: str) -> JobTracker | None:
+    def _tracker(self, hook: DistributedTrainingHook, namespace: str) -> JobTracker | None:
         pods = hook.list_job_pods(namespace, self.job_name).get("items") or []
         slots = slots_of_pods(pods)
         if not slots:
@@ -284,13 +293,15 @@ class DistributedJobSensor(BaseSensorOperator):
         if left <= 0:
             raise AirflowSensorTimeout(f"Sensor has timed out; job {self.job_name} did not finish within "
                                        f"{self.timeout:g}s")
-        hook = self.hook()
-        namespace = self._namespace(hook)
         trigger: Any
         if self.kind is not None:
+            hook = self.hook()
+            namespace = self._namespace(hook)
             trigger = self._kubeflow_trigger(hook, namespace)
         else:
-            tracker = self._tracker(hook, namespace)
+            pods_hook = self.pods_hook()
+            namespace = self._namespace(pods_hook)
+            tracker = self._tracker(pods_hook, namespace)
             trigger = None if tracker is None else self._pods_trigger(namespace, slots_to_json(tracker.slots))
         if trigger is None:
             # Nothing to watch yet: come back after poke_interval.

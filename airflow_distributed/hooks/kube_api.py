@@ -1,0 +1,203 @@
+"""What every hook that talks to the Kubernetes API shares: the connection, the retries, the logger, the clock.
+
+``KubeApiHook`` is the cncf provider's ``KubernetesHook`` (same ``kubernetes_default`` connection and extras)
+with one retry loop for every call (``api_retry``: transient failures retried with backoff, the rest raised as a
+``KubernetesJobError`` naming the object), injectable clock and sleep (tests do not wait), the task's logger, and
+the create-or-reattach helpers. The pod hook (``kubernetes.DistributedTrainingHook``), the Kubeflow hook
+(``kubeflow.KubeflowJobHook``) and the TrainJob hook (``trainjob.TrainJobHook``, a Kubeflow hook) derive from it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import Callable, Mapping
+from functools import cached_property
+from typing import Any
+
+from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+from kubernetes import client
+from kubernetes.client import rest
+
+from airflow_distributed.hooks.api_retry import (
+    KubernetesJobError,
+    RetryPolicy,
+    api_status,
+    call_with_retries,
+    is_connection_error,
+    job_error,
+)
+from airflow_distributed.jobstate.job_watch import strip_timestamps
+from airflow_distributed.logs import TaskLog
+from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER
+
+#: What ``KubeApiHook.api_call`` returns for 404 NotFound (``missing_ok``) and 409 AlreadyExists (``exists_ok``).
+MISSING = object()
+EXISTS = object()
+
+
+class _Response:
+    """What ``ApiClient.deserialize`` reads: an object with ``data``."""
+
+    def __init__(self, data: str) -> None:
+        self.data = data
+
+
+class KubeApiHook(KubernetesHook):
+    """A ``KubernetesHook`` whose calls are retried after transient failures and report the others by name.
+
+    :param kubernetes_conn_id: the cncf provider's Kubernetes connection (``kube_config_path``, ``kube_config``,
+        ``in_cluster``, ``cluster_context``, ``namespace`` extras); ``None`` with ``config_file`` or
+        ``config_dict`` instead.
+    :param max_concurrency: requests made at the same time (the size of the connection pool follows).
+    :param retry: backoff for transient API failures.
+    :param clock: monotonic clock (deadlines, pacing).
+    :param sleep: how to wait between retries and polls.
+    :param logger: where the hook logs (the task's logger in an operator).
+    :param kwargs: passed to ``KubernetesHook`` (``config_file``, ``client_configuration``, ``cluster_context``...).
+    """
+
+    hook_name = "Distributed training (Kubernetes API)"
+
+    def __init__(
+        self,
+        kubernetes_conn_id: str | None = KubernetesHook.default_conn_name,
+        *,
+        max_concurrency: int = 16,
+        retry: RetryPolicy | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        logger: TaskLog | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(conn_id=None, kubernetes_conn_id=kubernetes_conn_id, **kwargs)
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+        self.max_concurrency = max_concurrency
+        self.retry = retry or RetryPolicy()
+        self._clock, self._sleep = clock, sleep
+        self._logger = logger
+
+    @property
+    def job_log(self) -> TaskLog:
+        return self._logger or self.log
+
+    # ------------------------------------------------------------------ connection
+
+    def get_conn(self) -> client.ApiClient:
+        api = super().get_conn()
+        settings = copy.copy(api.configuration)
+        # This hook's RetryPolicy is the one retry loop: urllib3 would otherwise retry some GETs on its own
+        # (429/503 with Retry-After), unseen and uncounted.
+        settings.retries = False
+        maxsize = max(self.max_concurrency + 4, settings.connection_pool_maxsize or 0)
+        api.rest_client = rest.RESTClientObject(settings, maxsize=maxsize)
+        return api
+
+    @cached_property
+    def custom_objects(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api_client)
+
+    def default_namespace(self) -> str:
+        """The connection's ``namespace`` extra, else ``default``."""
+        return self.get_namespace() or self.DEFAULT_NAMESPACE
+
+    # ------------------------------------------------------------------ calls
+
+    def _call(self, what: str, call: Callable[..., Any], *args: Any, missing_ok: bool = False,
+              exists_ok: bool = False, **kwargs: Any) -> Any:
+        """``call(*args, **kwargs)`` with retries; 404 -> ``MISSING`` and 409 -> ``EXISTS`` when allowed; any other
+        API or connection failure -> ``KubernetesJobError`` ``<what>: <status> <reason>: <message>``."""
+
+        def attempt() -> Any:
+            try:
+                return call(*args, **kwargs)
+            except client.ApiException as error:
+                if missing_ok and error.status == 404:
+                    return MISSING
+                if exists_ok and error.status == 409:
+                    return EXISTS
+                raise
+
+        try:
+            return call_with_retries(attempt, what=what, policy=self.retry, sleep=self._sleep, log=self.job_log)
+        except Exception as error:
+            if api_status(error) is not None or is_connection_error(error):
+                raise job_error(what, error) from error
+            raise
+
+    @staticmethod
+    def _json(response: Any) -> Any:
+        try:
+            return json.loads(response.data)
+        finally:
+            response.release_conn()
+
+    @staticmethod
+    def _done(response: Any) -> None:
+        """Read the rest of an answer we do not need, so that its connection can serve the next request."""
+        try:
+            response.data  # noqa: B018 - reading is the point
+        finally:
+            response.release_conn()
+
+    def _model(self, obj: Mapping[str, Any], type_name: str) -> Any:
+        return self.api_client.deserialize(_Response(json.dumps(obj)), type_name)
+
+    # ------------------------------------------------------------------ logs
+
+    def read_log_tail(self, namespace: str, pod: str, lines: int = 30, container: str = MAIN_CONTAINER) -> list[str]:
+        """The last ``lines`` of a container's log; empty when there is none (not started, pod gone)."""
+        try:
+            response = self._call(f"reading the log of pod {namespace}/{pod}",
+                                  self.core_v1_client.read_namespaced_pod_log, pod, namespace, container=container,
+                                  tail_lines=lines, _preload_content=False)
+        except KubernetesJobError as error:
+            if error.status in (400, 404):
+                return []
+            raise
+        try:
+            text = response.data.decode("utf-8", "replace")
+        finally:
+            response.release_conn()
+        return strip_timestamps(text.splitlines())
+
+    # ------------------------------------------------------------------ create, delete
+
+    def _create_one(self, what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
+        """Create an object; one already there (an earlier try's, or one whose answer was lost) counts as done.
+
+        :returns: 1 if this call created it, 0 if it was there.
+        """
+        result = self._call(what, call, *args, exists_ok=True, _preload_content=False, **kwargs)
+        if result is EXISTS:
+            return 0
+        self._done(result)
+        return 1
+
+    def _delete_one(self, what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
+        """Delete an object; one already gone counts as done. :returns: whether there was something to delete."""
+        result = self._call(what, call, *args, missing_ok=True, _preload_content=False, **kwargs)
+        if result is MISSING:
+            return False
+        self._done(result)
+        return True
+
+    def _wait_until_gone(self, what: str, present: Callable[[], bool], timeout: float, pause: float = 0.2) -> None:
+        """Poll ``present()`` with growing pauses until it is false.
+
+        Home-made rather than tenacity: the deadline is read from the hook's injected clock, which tenacity's stop
+        conditions cannot use, and each poll is already a retried call.
+
+        :raises KubernetesJobError: ``<what>: still there after <timeout>s``.
+        """
+        deadline = self._clock() + timeout
+        while present():
+            if self._clock() > deadline:
+                raise KubernetesJobError(f"{what}: still there after {timeout:g}s")
+            self._sleep(pause)
+            pause = min(pause * 2, 5.0)
+
+
+__all__ = ["EXISTS", "MISSING", "KubeApiHook", "KubernetesJobError"]

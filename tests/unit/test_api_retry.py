@@ -1,0 +1,176 @@
+"""``call_with_retries`` / ``acall_with_retries``: which failures are retried, how long each wait is, what is raised.
+
+The sleeps are recorded, never slept; errors are the Kubernetes client's own ``ApiException``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import urllib3.exceptions
+from kubernetes.client import ApiException
+
+from airflow_distributed.hooks.api_retry import RetryPolicy, acall_with_retries, call_with_retries
+
+NO_JITTER = RetryPolicy(attempts=4, initial_delay=0.5, max_delay=15.0, jitter=0.0)
+
+
+class Log:
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+
+    def warning(self, msg: Any, *args: Any) -> None:
+        self.warnings.append(msg % args)
+
+    debug = info = error = exception = warning
+
+
+def api_error(status: int, retry_after: str | None = None) -> ApiException:
+    error = ApiException(status=status, reason="Reason")
+    error.body = f'{{"kind": "Status", "reason": "R{status}", "message": "m{status}"}}'
+    if retry_after is not None:
+        error.headers = {"Retry-After": retry_after}
+    return error
+
+
+class Flaky:
+    """Fails with ``errors`` in turn, then returns ``"done"``; counts its calls."""
+
+    def __init__(self, *errors: BaseException) -> None:
+        self.errors = list(errors)
+        self.calls = 0
+
+    def __call__(self) -> str:
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return "done"
+
+
+def run(call: Callable[[], str], policy: RetryPolicy = NO_JITTER) -> tuple[str, list[float], Log]:
+    waits: list[float] = []
+    log = Log()
+    return call_with_retries(call, what="reading pod ns/p", policy=policy, sleep=waits.append, log=log), waits, log
+
+
+@pytest.mark.parametrize("status", [429, 500, 502, 503, 504])
+def test_transient_statuses_are_retried_with_exponential_backoff(status):
+    call = Flaky(api_error(status), api_error(status), api_error(status))
+    result, waits, log = run(call)
+    assert result == "done"
+    assert call.calls == 4
+    assert waits == [0.5, 1.0, 2.0]
+    assert log.warnings == [
+        f"reading pod ns/p: {status} R{status}: m{status}; retrying in 0.5s (try 2 of 4)",
+        f"reading pod ns/p: {status} R{status}: m{status}; retrying in 1.0s (try 3 of 4)",
+        f"reading pod ns/p: {status} R{status}: m{status}; retrying in 2.0s (try 4 of 4)",
+    ]
+
+
+def test_connection_errors_are_retried():
+    reset = urllib3.exceptions.ProtocolError("Connection broken", ConnectionResetError(104, "reset"))
+    call = Flaky(reset, ConnectionRefusedError(111, "refused"))
+    result, waits, _ = run(call)
+    assert (result, call.calls, waits) == ("done", 3, [0.5, 1.0])
+
+
+@pytest.mark.parametrize("error", [api_error(400), api_error(403), api_error(404), api_error(409),
+                                   ValueError("not an API error")])
+def test_other_failures_are_raised_at_once_as_they_came(error):
+    call = Flaky(error)
+    with pytest.raises(type(error)) as raised:
+        run(call)
+    assert raised.value is error
+    assert call.calls == 1
+
+
+def test_after_the_last_try_the_last_failure_is_raised_as_it_came():
+    errors = [api_error(503) for _ in range(4)]
+    call = Flaky(*errors, api_error(503))
+    waits: list[float] = []
+    with pytest.raises(ApiException) as raised:
+        call_with_retries(call, what="x", policy=NO_JITTER, sleep=waits.append, log=Log())
+    assert raised.value is errors[-1]  # not a tenacity RetryError, not the first failure
+    assert call.calls == 4
+    assert waits == [0.5, 1.0, 2.0]
+
+
+def test_one_attempt_means_no_retry():
+    call = Flaky(api_error(503))
+    waits: list[float] = []
+    with pytest.raises(ApiException):
+        call_with_retries(call, what="x", policy=RetryPolicy(attempts=1), sleep=waits.append, log=Log())
+    assert (call.calls, waits) == (1, [])
+
+
+def test_retry_after_is_honoured_and_capped_at_max_delay():
+    policy = RetryPolicy(attempts=4, initial_delay=0.5, max_delay=10.0, jitter=0.0)
+    call = Flaky(api_error(429, "7"), api_error(503, "60"), api_error(429, "soon"))
+    result, waits, log = run(call, policy)
+    # 7 as asked; 60 capped at max_delay; an unreadable Retry-After falls back to the backoff of the third try.
+    assert (result, waits) == ("done", [7.0, 10.0, 2.0])
+    assert log.warnings[0] == "reading pod ns/p: 429 R429: m429; retrying in 7.0s (try 2 of 4)"
+
+
+def test_backoff_is_capped_and_jittered_within_its_fraction():
+    policy = RetryPolicy(attempts=8, initial_delay=1.0, max_delay=4.0, jitter=0.25)
+    call = Flaky(*(api_error(500) for _ in range(7)))
+    result, waits, _ = run(call, policy)
+    assert result == "done"
+    bases = [1.0, 2.0, 4.0, 4.0, 4.0, 4.0, 4.0]
+    assert len(waits) == len(bases)
+    for wait, base in zip(waits, bases, strict=True):
+        assert base * 0.75 <= wait <= base
+
+
+def test_the_async_twin_follows_the_same_rules():
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    failures = [api_error(503, "3"), api_error(502)]
+    calls = []
+
+    async def call() -> str:
+        calls.append(1)
+        if failures:
+            raise failures.pop(0)
+        return "done"
+
+    log = Log()
+    result = asyncio.run(acall_with_retries(call, what="deleting job ns/j", policy=NO_JITTER, log=log, sleep=sleep))
+    assert (result, len(calls), waits) == ("done", 3, [3.0, 1.0])
+    assert log.warnings[1] == "deleting job ns/j: 502 R502: m502; retrying in 1.0s (try 3 of 4)"
+
+    last = api_error(504)
+    exhausted = [api_error(504), api_error(504), api_error(504), last]
+
+    async def failing() -> str:
+        raise exhausted.pop(0)
+
+    with pytest.raises(ApiException) as raised:
+        asyncio.run(acall_with_retries(failing, what="x", policy=NO_JITTER, log=Log(), sleep=sleep))
+    assert raised.value is last
+
+    forbidden = api_error(403)
+
+    async def refused() -> str:
+        raise forbidden
+
+    waits.clear()
+    with pytest.raises(ApiException) as raised:
+        asyncio.run(acall_with_retries(refused, what="x", policy=NO_JITTER, log=Log(), sleep=sleep))
+    assert (raised.value, waits) == (forbidden, [])
+
+
+def test_policy_delay_keeps_its_meaning_for_the_watch_loop():
+    assert NO_JITTER.delay(0, api_error(404)) is None
+    assert NO_JITTER.delay(0, api_error(503)) == 0.5
+    assert NO_JITTER.delay(1, api_error(429, "9")) == 9.0
+    assert NO_JITTER.delay(3, api_error(503)) is None  # past the last try
+    assert NO_JITTER.backoff(2) == 2.0
+    assert NO_JITTER.backoff(3) is None

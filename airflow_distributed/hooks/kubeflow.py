@@ -5,7 +5,7 @@ Kubeflow ``TFJob``/``PyTorchJob``/``MXJob``/``MPIJob``/``XGBoostJob``/``PaddleJo
 cluster creates and judges the pods; this hook only reads its verdict (``kubeflow_status.job_status``) through one
 LIST and one watch of the object, resumed from its resourceVersion and relisted after 410 Gone (``object_watch``),
 and, while some replica has not started, paced LISTs of its pods (``pending_pods``: a failed image pull, which the
-object's status never shows, fails the wait at once).
+object's status never shows, fails the wait at once); none while the job is suspended (``suspended_of``).
 """
 
 from __future__ import annotations

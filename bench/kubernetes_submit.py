@@ -103,7 +103,7 @@ def _size(emu: EmulatorProcess, config: str, replicas: int, rounds: int) -> dict
             cpu = _cpu(server)
             if label == "hook":
                 started = time.perf_counter()
-                handle = hook.ensure_job(namespace, build, slots)
+                handle = hook.ensure_job(namespace, build(None), slots)
                 seconds = time.perf_counter() - started
                 extra = {"objects_created": handle.created}
             else:

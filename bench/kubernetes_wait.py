@@ -83,7 +83,7 @@ def _run(emu: KubeEmulator, config: str, mode: str, seconds: float) -> dict:
     build, slots = _job(namespace, REPLICAS)
     hook = DistributedTrainingHook(kubernetes_conn_id=None, config_file=config,
                                    client_configuration=client.Configuration())
-    handle = hook.ensure_job(namespace, build, slots)
+    handle = hook.ensure_job(namespace, build(None), slots)
     stop = threading.Event()
     emu.reset_requests()
     started = time.monotonic()

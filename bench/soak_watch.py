@@ -71,7 +71,7 @@ def soak(minutes: float) -> dict:
             namespace = f"soak-{mode}"
             emu.create_namespace(namespace)
             build, slots = _job(namespace, REPLICAS)
-            handle = hook.ensure_job(namespace, build, slots)
+            handle = hook.ensure_job(namespace, build(None), slots)
             for pod in emu.list("pods", namespace):
                 emu.run_pod(namespace, pod["metadata"]["name"])
             jobs[mode] = (namespace, handle.name, slots)

@@ -275,7 +275,8 @@ FAST = RetryPolicy(attempts=5, initial_delay=0.01, max_delay=0.05, jitter=0.0)
 
 
 def make_job(namespace: str, environment: dict | None = None, framework: str = "pytorch", **options):
-    """``(build, slots, name)`` of a job as the operator makes it (``build(owner_uid) -> JobObjects``)."""
+    """``(build, slots, name)`` of a job as the operator makes it (``build(owner_uid) -> JobObjects``; the hook takes
+    ``build(None)``)."""
     name = job_name("hook_tests", "train", uuid.uuid4().hex)
     spec = load_spec(framework, environment if environment is not None else {"pytorch": {"n_workers": 2}})
     plan = build_plan(spec, name, KubernetesAddressing(namespace), layout_for_kubernetes(), ["python", "train.py"],

@@ -200,8 +200,7 @@ class KubernetesJobRun:
         self.hook = hook
         self.log = task.log
         self.stopped = False
-        self.build: Any = None
-        #: ``build(None)``: built once per try (at start, or for an elastic restart after a deferral) and used for
+        #: the job's objects: built once per try (at start, or for an elastic restart after a deferral) and used for
         #: the create, a reattach and every pod an elastic job recreates
         self.objects: JobObjects | None = None
         self.handle: JobHandle | None = None
@@ -247,14 +246,10 @@ class KubernetesJobRun:
                           backend="kubernetes", env=settings.env, try_number=self.context["ti"].try_number,
                           files=files)
         options = manifest_options(settings, self.context, self.namespace)
-        # One key pair per job, the same for both builds (before and after the Service's uid is known).
+        # One key pair per job (its pods get the Service's uid through ``owned_by``, not a second build).
         ssh_key = generate_ssh_key_pair(f"airflow-distributed-{self.name}") if any(
             replica.command is None for replica in plan.replicas) else None
-
-        def build(owner_uid: str | None) -> JobObjects:
-            return build_job_objects(plan, options, owner_uid=owner_uid, ssh_key=ssh_key)
-
-        self.build, self.objects = build, build(None)
+        self.objects = build_job_objects(plan, options, ssh_key=ssh_key)
         return plan
 
     @classmethod
@@ -278,8 +273,8 @@ class KubernetesJobRun:
 
     def submit(self) -> JobHandle:
         started = time.monotonic()
-        handle = self.hook.ensure_job(self.namespace, self.build, self.slots, objects=self.objects,
-                                      stopped=lambda: self.stopped)
+        assert self.objects is not None
+        handle = self.hook.ensure_job(self.namespace, self.objects, self.slots, stopped=lambda: self.stopped)
         self.handle = handle
         if handle.reattached is None:
             self.log.info("job %s/%s: %s with %d replicas created (%d objects) in %.1fs", self.namespace, self.name,

@@ -5,7 +5,7 @@ Kubeflow ``TFJob``/``PyTorchJob``/``MXJob``/``MPIJob``/``XGBoostJob``/``PaddleJo
 cluster creates and judges the pods; this hook only reads its verdict (``kubeflow_status.job_status``) through one
 LIST and one watch of the object, resumed from its resourceVersion and relisted after 410 Gone (``object_watch``),
 and, while some replica has not started, paced LISTs of its pods (``pending_pods``: a failed image pull, which the
-object's status never shows, fails the wait at once).
+object's status never shows, fails the wait at once); none while the job is suspended (``suspended_of``).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from airflow_distributed.manifests.kubeflow_status import (
     REPLICA_TYPE_LABEL,
     JobStatus,
     job_status,
+    job_suspended,
     master_pod_selector,
     pod_selector,
 )
@@ -151,6 +152,8 @@ class KubeflowJobHook(KubeApiHook):
     #: The label selector of a job's pods, and how many it asks for (the pull-failure check's LISTs).
     pods_selector: Callable[[str], str] = staticmethod(pod_selector)
     expected_pods: Callable[[Mapping[str, Any] | None], int | None] = staticmethod(expected_pods)
+    #: Whether a job object says it is suspended (no pod LISTs then).
+    suspended_of: Callable[[Mapping[str, Any]], bool] = staticmethod(job_suspended)
 
     def main_container(self, obj: Mapping[str, Any]) -> str:
         """The container whose exit and termination message count (``main_container``)."""
@@ -261,7 +264,7 @@ class KubeflowJobHook(KubeApiHook):
         stopped = stopped or (lambda: False)
         timings = WatchTimings.of(watch_timings, server_timeout=watch_timeout)
         watch = ObjectWatch(name)
-        pending = PendingPods(timings.pending_pods_interval, image_pull_grace, self._clock)
+        pending = PendingPods(timings.pending_pods_interval, image_pull_grace, self._clock, self.suspended_of)
         what = f"watching {resource.kind} {namespace}/{name}"
         outcome: list[JobOutcome] = []
         last: list[JobStatus] = []
@@ -310,7 +313,7 @@ class KubeflowJobHook(KubeApiHook):
             done=done,
             watch_seconds=lambda: pending.watch_seconds(timings.server_timeout),
             check=check_pods,
-            check_due=lambda: watch.obj is not None and pending.due(),
+            check_due=lambda: pending.due_for(watch.obj),
         )
         run_watch(watch, calls, WatchPolicy(what, timings, self.retry, clock=self._clock), sleep=self._sleep,
                   log=self.job_log)

@@ -99,28 +99,24 @@ class DistributedTrainingHook(KubeApiHook):
 
     # ------------------------------------------------------------------ creation
 
-    def ensure_job(self, namespace: str, build: Callable[[str | None], JobObjects],
-                   slots: Sequence[ReplicaSlot], *, objects: JobObjects | None = None,
+    def ensure_job(self, namespace: str, objects: JobObjects, slots: Sequence[ReplicaSlot], *,
                    stopped: Callable[[], bool] | None = None) -> JobHandle:
-        """The job of ``build``, created or found: a job of this name that runs (or succeeded) is reattached and
+        """The job of ``objects``, created or found: a job of this name that runs (or succeeded) is reattached and
         any pod it lacks (a worker that died while creating them) is created; one that failed, or is being
         deleted, is deleted and created anew, since names are fixed per task instance.
 
-        :param build: ``owner_uid -> JobObjects``; called once, with ``None``, unless ``objects`` is given: the
-            dependents get the Service's uid through ``JobObjects.owned_by``, which is the same and much cheaper
-            than building a big job again.
+        :param objects: the job's objects, built without an owner: the dependents get the Service's uid through
+            ``JobObjects.owned_by``, which is the same and much cheaper than building a big job again.
         :param slots: the job's replicas, to judge a job found in place.
-        :param objects: ``build(None)``, when the caller has it already (it validated the settings with it).
         :param stopped: true once the task is being killed: creation stops and what was created is deleted.
         """
-        objects = objects or build(None)
         name = objects.service.metadata.name
         existing = self.get_service(namespace, name)
         if existing is not None:
             handle = self._reattach(namespace, name, existing, objects, slots, stopped)
             if handle is not None:
                 return handle
-        return self.create_job(namespace, build, objects, stopped=stopped)
+        return self.create_job(namespace, objects, stopped=stopped)
 
     def _reattach(self, namespace: str, name: str, service: Mapping[str, Any], objects: JobObjects,
                   slots: Sequence[ReplicaSlot], stopped: Callable[[], bool] | None) -> JobHandle | None:
@@ -155,10 +151,9 @@ class DistributedTrainingHook(KubeApiHook):
         self.job_log.info("reattached to running job %s/%s", namespace, name)
         return JobHandle(namespace, name, uid, reattached="running", created=created)
 
-    def create_job(self, namespace: str, build: Callable[[str | None], JobObjects],
-                   objects: JobObjects | None = None, *, stopped: Callable[[], bool] | None = None) -> JobHandle:
+    def create_job(self, namespace: str, objects: JobObjects, *,
+                   stopped: Callable[[], bool] | None = None) -> JobHandle:
         """Create the Service, then its dependents; a failure part-way deletes what was created, then raises."""
-        objects = objects or build(None)
         name = objects.service.metadata.name
         body = self._call(f"creating Service {namespace}/{name}", self.core_v1_client.create_namespaced_service,
                           namespace, objects.service, exists_ok=True, _preload_content=False)

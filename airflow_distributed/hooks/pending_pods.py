@@ -7,8 +7,13 @@ job stays ``Created``. So while the job waits for its replicas to start, its pod
 seconds, InvalidImageName/ErrImageNeverPull at once. Once every replica's pod exists and has started, no more
 LISTs are made.
 
-The waiter's watch loop asks ``due()`` between watches, makes the LIST, hands its items to ``on_pods``, and cuts
-its watches to ``watch_seconds`` so that the next LIST is not late.
+A suspended job (``runPolicy.suspend``, a TrainJob's ``spec.suspend``, e.g. waiting for Kueue to admit it) has no
+pods on purpose and may stay so for hours: no LIST is made while the object says so (``on_job``). Its resume starts
+the check afresh, since its replicas start again (a job suspended while running had its pods deleted).
+
+The waiter's watch loop asks ``due_for(object)`` (which hands the object's suspension to ``on_job``) between
+watches and after each event (a resume makes a LIST due at once), makes the LIST, hands its items to ``on_pods``,
+and cuts its watches to ``watch_seconds`` so that the next LIST is not late (a suspended job's watches are not cut).
 """
 
 from __future__ import annotations
@@ -43,24 +48,47 @@ class PendingPods:
     :param interval: seconds between two LISTs while a replica is pending.
     :param image_pull_grace: seconds a pull may keep failing (ErrImagePull, ImagePullBackOff) before the verdict.
     :param clock: the caller's clock in seconds (the first LIST is due at once).
+    :param suspended_of: whether a job object of the kind says it is suspended (``kubeflow_status.job_suspended``).
     """
 
-    def __init__(self, interval: float, image_pull_grace: float, clock: Callable[[], float]) -> None:
+    def __init__(self, interval: float, image_pull_grace: float, clock: Callable[[], float],
+                 suspended_of: Callable[[Mapping[str, Any]], bool] = lambda obj: False) -> None:
         self.interval, self.image_pull_grace, self.clock = interval, image_pull_grace, clock
+        self.suspended_of = suspended_of
         #: when each replica's pull was first seen failing (``image_failure`` keeps it).
         self.pull_failures: dict[str, float] = {}
         self.next_at = clock()
         self.pending = True
+        self.suspended = False
         self.verdict: JobVerdict | None = None
         #: LISTs made, for logs and tests.
         self.lists = 0
 
+    def on_job(self, suspended: bool) -> None:
+        """Whether the job is suspended, as its object last said. A resume makes a LIST due at once: the replicas
+        start again, and the pulls are to be watched again."""
+        if suspended == self.suspended:
+            return
+        self.suspended = suspended
+        if suspended:
+            self.pull_failures.clear()  # the pods are gone; a pull failing before does not count after
+        else:
+            self.pending, self.next_at = True, self.clock()
+
     def due(self) -> bool:
-        return self.pending and self.verdict is None and self.clock() >= self.next_at
+        return self.pending and not self.suspended and self.verdict is None and self.clock() >= self.next_at
+
+    def due_for(self, obj: Mapping[str, Any] | None) -> bool:
+        """Whether a LIST is due, the job object being ``obj`` as last seen (``None``: not seen yet, no LIST)."""
+        if obj is None:
+            return False
+        self.on_job(self.suspended_of(obj))
+        return self.due()
 
     def watch_seconds(self, longest: int) -> int:
-        """``timeoutSeconds`` of the next watch: it ends by the next LIST while a replica is pending."""
-        if not self.pending or self.verdict is not None:
+        """``timeoutSeconds`` of the next watch: it ends by the next LIST while a replica is pending (a suspended
+        job's watch is not cut: its resume comes as an event)."""
+        if not self.pending or self.suspended or self.verdict is not None:
             return longest
         return max(1, min(longest, math.ceil(self.next_at - self.clock())))
 

@@ -25,6 +25,7 @@ from airflow_distributed.manifests.trainjob_status import (
     node_rank,
     node_selector,
     trainjob_status,
+    trainjob_suspended,
 )
 from airflow_distributed.status import ReplicaStatus
 
@@ -58,6 +59,7 @@ class TrainJobHook(KubeflowJobHook):
     status_of: Callable[[Mapping[str, Any]], JobStatus] = staticmethod(trainjob_status)
     pods_selector: Callable[[str], str] = staticmethod(node_selector)
     expected_pods: Callable[[Mapping[str, Any] | None], int | None] = staticmethod(expected_nodes)
+    suspended_of: Callable[[Mapping[str, Any]], bool] = staticmethod(trainjob_suspended)
 
     def main_container(self, obj: Mapping[str, Any]) -> str:
         return NODE

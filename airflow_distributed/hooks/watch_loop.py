@@ -264,7 +264,8 @@ class WatchCalls:
         deadline).
     :param check: a request made between two watches when ``check_due()`` says so (a paced LIST of something
         the watched object does not show); it fails as a LIST does, and ``done`` is asked after it.
-    :param check_due: whether ``check`` is to be made before the next watch.
+    :param check_due: whether ``check`` is to be made before the next watch; asked after each event too, a
+        watch being ended early when it turns true.
     """
 
     list_: Callable[[], Any]
@@ -297,7 +298,7 @@ class _Loop:
             return None
         if self.watch.needs_list:
             return self.LIST
-        if self.calls.check is not None and self.calls.check_due is not None and self.calls.check_due():
+        if self.check_due():
             return self.CHECK
         timings = self.policy.timings
         seconds = self.calls.watch_seconds() if self.calls.watch_seconds is not None else timings.server_timeout
@@ -320,6 +321,11 @@ class _Loop:
     def failed(self, error: BaseException) -> float | None:
         """A LIST or the opening of a watch failed."""
         return self._then(self.policy.request_failed(error), error, quiet=False)
+
+    def check_due(self) -> bool:
+        """Whether the check is to be made now. Also asked after each line of a watch: an event can make it due (a
+        suspended job resumed), and the watch is then ended rather than the check put off until its timeout."""
+        return self.calls.check is not None and self.calls.check_due is not None and self.calls.check_due()
 
     def line(self, line: str | bytes) -> bool:
         """One line of the stream; returns whether the wait is over."""
@@ -389,6 +395,8 @@ def run_watch(watch: ResumableWatch, calls: WatchCalls, policy: WatchPolicy, *,
                         count += 1
                         if loop.line(line):
                             return
+                        if loop.check_due():
+                            break
                 except Exception as error:
                     ended = error
                 finally:
@@ -450,6 +458,8 @@ async def arun_watch(watch: ResumableWatch, calls: AsyncWatchCalls, policy: Watc
                         count += 1
                         if loop.line(line):
                             return
+                        if loop.check_due():
+                            break
                 except Exception as error:
                     ended = error
                 finally:

@@ -94,6 +94,21 @@ def job_status(obj: Mapping[str, Any]) -> JobStatus:
     return JobStatus(CONDITION_STATES[chosen["type"]], chosen.get("reason") or chosen["type"], message)
 
 
+def job_suspended(obj: Mapping[str, Any] | None) -> bool:
+    """The job is suspended (``runPolicy.suspend``, or a ``Suspended`` condition still ``True``): it has no pods on
+    purpose. The spec counts too since Kueue's webhook suspends a queued job as it is created, before the operator
+    writes the condition; a resumed job has the condition turned ``False`` (reason ``...Resumed``)."""
+    if not obj:
+        return False
+    return ((obj.get("spec") or {}).get("runPolicy") or {}).get("suspend") is True or suspended_condition(obj)
+
+
+def suspended_condition(obj: Mapping[str, Any]) -> bool:
+    """A ``Suspended`` condition is ``True`` (the Kubeflow operators' and the Trainer controller's own type)."""
+    return any(condition.get("type") == "Suspended" and condition.get("status") == "True"
+               for condition in (obj.get("status") or {}).get("conditions") or [] if isinstance(condition, Mapping))
+
+
 def replica_statuses(obj: Mapping[str, Any]) -> dict[str, ReplicaCounts]:
     """``status.replicaStatuses`` as counts per replica type (``Worker``, ...); absent counts are 0."""
     statuses = (obj.get("status") or {}).get("replicaStatuses") or {}

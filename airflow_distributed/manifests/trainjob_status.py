@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_distributed.manifests.kubeflow_status import JobStatus
+from airflow_distributed.manifests.kubeflow_status import JobStatus, suspended_condition
 from airflow_distributed.status import FAILED, PENDING, RUNNING, SUCCEEDED
 
 GROUP = "trainer.kubeflow.org"
@@ -101,6 +101,14 @@ def trainjob_status(obj: Mapping[str, Any]) -> JobStatus:
     return JobStatus(PENDING, "", message or "the Trainer controller has not started the nodes yet")
 
 
+def trainjob_suspended(obj: Mapping[str, Any] | None) -> bool:
+    """The TrainJob is suspended (``spec.suspend``, or a ``Suspended`` condition still ``True``): no node pods on
+    purpose, e.g. until Kueue admits it (its webhook sets ``spec.suspend`` before the controller's condition)."""
+    if not obj:
+        return False
+    return (obj.get("spec") or {}).get("suspend") is True or suspended_condition(obj)
+
+
 def node_selector(job_name: str, rank: int | None = None) -> str:
     """A label selector for the TrainJob's node pods (an MPI runtime's launcher included), or those of completion
     index ``rank``."""
@@ -161,4 +169,5 @@ __all__ = [
     "node_selector",
     "trainer_progress",
     "trainjob_status",
+    "trainjob_suspended",
 ]

@@ -236,7 +236,11 @@ class DistributedJobSensor(BaseSensorOperator):
 
     def _check_pulls(self, hook: KubeflowJobHook, namespace: str, obj: Mapping[str, Any], what: str) -> None:
         """A Kubeflow job whose replica's image cannot be pulled stays ``Created``: while some replica has not
-        started, each poke LISTs the job's pods and applies the ``kubernetes`` backend's pull-failure verdict."""
+        started, each poke LISTs the job's pods and applies the ``kubernetes`` backend's pull-failure verdict; not
+        while the job is suspended (no pods on purpose, maybe for hours), whose resume starts its replicas again."""
+        if hook.suspended_of(obj):
+            self._pull_failures, self._all_started = {}, False
+            return
         if self._all_started:
             return
         pods = hook.kubeflow_pods(namespace, obj)

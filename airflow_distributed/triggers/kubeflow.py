@@ -23,7 +23,7 @@ from airflow_distributed.hooks.api_retry import acall_with_retries
 from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
 from airflow_distributed.hooks.pending_pods import PendingPods, expected_pods
 from airflow_distributed.hooks.watch_loop import AsyncWatchCalls
-from airflow_distributed.manifests.kubeflow_status import job_status, pod_selector
+from airflow_distributed.manifests.kubeflow_status import job_status, job_suspended, pod_selector
 from airflow_distributed.status import FAILED, SUCCEEDED
 from airflow_distributed.triggers.base import JobWaitTrigger
 
@@ -57,6 +57,8 @@ class KubeflowJobTrigger(JobWaitTrigger):
     #: The label selector of a job's pods, and how many it asks for (the pull-failure check's LISTs).
     pods_selector: Callable[[str], str] = staticmethod(pod_selector)
     expected_pods: Callable[[Mapping[str, Any] | None], int | None] = staticmethod(expected_pods)
+    #: Whether a job object says it is suspended (no pod LISTs then).
+    suspended_of: Callable[[Mapping[str, Any]], bool] = staticmethod(job_suspended)
     image_pull_grace: float
 
     def __init__(
@@ -93,7 +95,8 @@ class KubeflowJobTrigger(JobWaitTrigger):
 
         watch = ObjectWatch(self.job_name)
         timings = self.timings
-        pending = PendingPods(timings.pending_pods_interval, self.image_pull_grace, time.monotonic)
+        pending = PendingPods(timings.pending_pods_interval, self.image_pull_grace, time.monotonic,
+                              self.suspended_of)
 
         def ended() -> bool:
             return watch.deleted or pending.verdict is not None or (
@@ -120,7 +123,7 @@ class KubeflowJobTrigger(JobWaitTrigger):
                 done=ended,
                 watch_seconds=lambda: self._until_deadline(pending.watch_seconds(timings.server_timeout)),
                 check=check_pods,
-                check_due=lambda: watch.obj is not None and pending.due(),
+                check_due=lambda: pending.due_for(watch.obj),
             )
             await self._watch(watch, calls)
         if watch.obj is None and watch.deleted:

@@ -2,12 +2,18 @@
 
 The Kubeflow trigger's watch (one LIST and one watch of the object, resumed, relisted after 410 Gone), judging the
 object by the TrainJob's ``Complete``/``Failed`` conditions (``trainjob_status``); a ``Suspended`` TrainJob keeps it
-waiting. It fires one event: ``succeeded``, ``failed``, ``deleted``, ``timeout`` or ``error``.
+waiting, without LISTs of its pods. It fires one event: ``succeeded``, ``failed``, ``deleted``, ``timeout`` or
+``error``.
 """
 
 from __future__ import annotations
 
-from airflow_distributed.manifests.trainjob_status import expected_nodes, node_selector, trainjob_status
+from airflow_distributed.manifests.trainjob_status import (
+    expected_nodes,
+    node_selector,
+    trainjob_status,
+    trainjob_suspended,
+)
 from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
 
 
@@ -19,6 +25,7 @@ class TrainJobTrigger(KubeflowJobTrigger):
     status_of = staticmethod(trainjob_status)
     pods_selector = staticmethod(node_selector)
     expected_pods = staticmethod(expected_nodes)
+    suspended_of = staticmethod(trainjob_suspended)
 
 
 __all__ = ["TrainJobTrigger"]

@@ -64,3 +64,8 @@ invalid_image = _dag("kubeflow_invalid_image", deferrable=True, execution_timeou
 image_pull_grace_over = _dag("kubeflow_image_pull_grace_over", execution_timeout=timedelta(seconds=90),
                              image_pull_grace=1.0, watch_timings={"pending_pods_interval": 0.3})
 pending_pods = _dag("kubeflow_pending_pods", watch_timings={"pending_pods_interval": 0.2})
+# Suspended (as Kueue holds a job), then resumed: no pod LISTs meanwhile, however short their pace.
+suspended = _dag("kubeflow_suspended", execution_timeout=timedelta(seconds=120),
+                 watch_timings={"pending_pods_interval": 0.2})
+suspended_deferrable = _dag("kubeflow_suspended_deferrable", deferrable=True, execution_timeout=timedelta(seconds=120),
+                            watch_timings={"pending_pods_interval": 0.2})

@@ -88,3 +88,5 @@ pytorchjob_image_pull_deferrable = _sensor_dag("sensor_pytorchjob_image_pull_def
 pytorchjob_image_pull = _sensor_dag("sensor_pytorchjob_image_pull", PytorchJobSensor, kind="kubeflow")
 pytorchjob_image_pull_reschedule = _sensor_dag("sensor_pytorchjob_image_pull_reschedule", PytorchJobSensor,
                                                kind="kubeflow", mode="reschedule", poke_interval=0.3)
+# A PyTorchJob suspended (held by Kueue), then resumed: no pod LISTs at the pokes meanwhile.
+pytorchjob_suspended = _sensor_dag("sensor_pytorchjob_suspended", PytorchJobSensor, kind="kubeflow")

@@ -46,8 +46,8 @@ def _dag(dag_id: str, *, report: bool = False, **task_kwargs) -> DAG:
             image=IMAGE,
             backend="trainjob",
             namespace=namespace_of(dag_id),
-            watch_timings={"server_timeout": 30},
-            **{"framework": "pytorch", "environment": ENVIRONMENT, **task_kwargs},
+            **{"framework": "pytorch", "environment": ENVIRONMENT, **task_kwargs,
+               "watch_timings": {"server_timeout": 30, **task_kwargs.get("watch_timings", {})}},
         )
         if report:
 
@@ -67,7 +67,11 @@ horovod = _dag("trainjob_horovod", report=True, framework="horovod", environment
 horovod_failure = _dag("trainjob_horovod_failure", framework="horovod", environment=HOROVOD_ENVIRONMENT,
                        runtime=HOROVOD_RUNTIME, clean_pod_policy="all")
 failure = _dag("trainjob_failure")
-suspended = _dag("trainjob_suspended")
+# Suspended (as Kueue holds it), then resumed: no pod LISTs meanwhile, however short their pace.
+suspended = _dag("trainjob_suspended", execution_timeout=timedelta(seconds=120),
+                 watch_timings={"pending_pods_interval": 0.2})
+suspended_deferrable = _dag("trainjob_suspended_deferrable", deferrable=True, execution_timeout=timedelta(seconds=120),
+                            watch_timings={"pending_pods_interval": 0.2})
 long_running = _dag("trainjob_long_running", execution_timeout=timedelta(minutes=5))
 
 #: The TrainJob the sensor DAGs wait for (the test creates it, as another tool would).

@@ -48,11 +48,12 @@ class KubeflowController(CustomJobController):
         self.job = self.emu.create(self.plural, self.namespace, body, group=GROUP, version=self.version)
         return self.job
 
-    def conditions(self, *types: tuple[str, str, str]) -> None:
+    def conditions(self, *types: tuple[str, str, str], false: tuple[str, ...] = ()) -> None:
         """Write ``status.conditions`` as (type, reason, message), the last one the latest; ``Running`` turns
-        ``False`` once a terminal one follows, as the operator does."""
+        ``False`` once a terminal one follows, as the operator does, and so do the types in ``false`` (a resumed
+        job's ``Suspended``)."""
         terminal = any(kind in ("Succeeded", "Failed") for kind, _, _ in types)
-        conditions = [{"type": kind, "status": "False" if terminal and kind == "Running" else "True",
+        conditions = [{"type": kind, "status": "False" if (terminal and kind == "Running") or kind in false else "True",
                        "reason": reason, "message": message, "lastUpdateTime": now(), "lastTransitionTime": now()}
                       for kind, reason, message in types]
         self.emu.update_status(self.plural, self.namespace, self.name, {"conditions": conditions}, group=GROUP,

@@ -351,3 +351,43 @@ def test_the_pods_are_listed_only_while_a_replica_has_not_started(emulator):
     assert counts["settled"] >= 4
     assert counts["later"] == counts["settled"]
     settled(emulator, namespace, ([], []))
+
+
+@pytest.mark.parametrize("dag_id", ["kubeflow_suspended", "kubeflow_suspended_deferrable"])
+def test_a_suspended_job_has_its_pods_listed_only_once_it_is_resumed_then_completes(emulator, dag_id, capfd):
+    namespace = namespace_of(dag_id)
+    emulator.create_namespace(namespace)
+    counts: dict[str, int] = {}
+    suspended = ("Suspended", "PyTorchJobSuspended", "PyTorchJob is suspended.")
+
+    def script(controller: KubeflowController) -> None:
+        controller.wait_for_job()
+        # Kueue holds it: the operator says Suspended and makes no pods.
+        controller.conditions(("Created", "PyTorchJobCreated", ""), suspended)
+        # The task watches it: it saw the suspension in its LIST, or sees it as this watch's first event.
+        wait_until(controller.watched, timeout=60, interval=0.02)
+        counts["seen"] = len(pod_lists(emulator, namespace))
+        time.sleep(2.5)  # many pending_pods_interval (0.2 s), and past the 1 s a watch is cut to while pods are awaited
+        counts["suspended"] = len(pod_lists(emulator, namespace)) - counts["seen"]
+        controller.conditions(("Created", "PyTorchJobCreated", ""), ("Suspended", "PyTorchJobResumed", ""),
+                              false=("Suspended",))
+        # Resumed: the pods are listed again at once (the resume event ends the task's long watch).
+        wait_until(lambda: len(pod_lists(emulator, namespace)) > counts["seen"], timeout=60, interval=0.02)
+        controller.create_pods()
+        controller.run_all()
+        controller.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""))
+        controller.succeed("master-0", DOCUMENT)
+        controller.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""),
+                              ("Succeeded", "PyTorchJobSucceeded", "done"))
+
+    controller = KubeflowController(emulator, namespace, PLURAL).play(script)
+    run, states = run_dag_at(dag_id)
+    controller.check()
+
+    assert states == {"train": "success"}
+    assert counts["suspended"] == 0
+    assert counts["seen"] <= 1  # at most the first look, made before the operator said Suspended
+    assert xcom(run, "train", "metrics") == DOCUMENT["metrics"]
+    if dag_id == "kubeflow_suspended":  # the task's log says why it waits
+        assert "PyTorchJob is suspended." in capfd.readouterr().out
+    settled(emulator, namespace, ([], []))

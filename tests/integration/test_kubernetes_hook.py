@@ -60,7 +60,7 @@ def pod_posts(emu: KubeEmulator, namespace: str) -> int:
 
 def test_one_list_then_one_watch_resumed_from_its_resource_version(emulator, hook, ns):
     build, slots, name = make_job(ns)
-    hook.ensure_job(ns, build, slots)
+    hook.ensure_job(ns, build(None), slots)
     emulator.reset_requests()
 
     def script(kubelet: Kubelet) -> None:
@@ -90,7 +90,7 @@ def test_an_expired_watch_is_relisted_and_the_job_still_seen_through(kubeconfig,
         emu.create_namespace("gone")
         hook = new_hook(config)
         build, slots, name = make_job("gone")
-        hook.ensure_job("gone", build, slots)
+        hook.ensure_job("gone", build(None), slots)
         emu.reset_requests()
 
         def script(kubelet: Kubelet) -> None:
@@ -115,7 +115,7 @@ def test_a_replica_pending_past_startup_timeout_fails_on_the_hooks_clock(emulato
     now = [1000.0]
     hook = new_hook(kubeconfig, clock=lambda: now[0])
     build, slots, name = make_job(ns)
-    hook.ensure_job(ns, build, slots)
+    hook.ensure_job(ns, build(None), slots)
 
     def script(kubelet: Kubelet) -> None:
         kubelet.run_all(except_=("worker-0",))
@@ -146,7 +146,7 @@ def test_transient_errors_are_retried_and_every_pod_is_created_once(emulator, ho
     emulator.inject_faults(method="POST", path_regex=rf"/namespaces/{ns}/pods$", statuses=[500, 429, 503])
     emulator.inject_faults(method="GET", path_regex=rf"/namespaces/{ns}/pods$", statuses=[500, 503, 429])
 
-    handle = hook.ensure_job(ns, build, slots)
+    handle = hook.ensure_job(ns, build(None), slots)
     kubelet = Kubelet(emulator, ns).play(train_and_succeed)
     outcome = hook.wait_for_job(ns, name, slots, startup_timeout=30)
     kubelet.check()
@@ -168,7 +168,7 @@ def test_a_create_retried_after_its_first_answer_was_lost_meets_409_and_counts_a
         uid = emulator.get("services", ns, name)["metadata"]["uid"]
         emulator.create("pods", ns, to_dict(build(uid).pods[0]))
 
-    handle = new_hook(kubeconfig, sleep).ensure_job(ns, build, slots)
+    handle = new_hook(kubeconfig, sleep).ensure_job(ns, build(None), slots)
 
     assert handle.created == 2  # the Service and ConfigMap; the pod was there when the retry met 409 AlreadyExists
     assert pod_posts(emulator, ns) == 2
@@ -185,7 +185,7 @@ def test_a_pod_the_api_refuses_fails_creation_naming_it_and_leaves_nothing(emula
         emulator.inject_faults(method="POST", path_regex=rf"/namespaces/{ns}/pods$", statuses=[503] * 20)
 
     with pytest.raises(KubernetesJobError) as failed:
-        hook.ensure_job(ns, build, slots)
+        hook.ensure_job(ns, build(None), slots)
 
     message = str(failed.value)
     if fault == "forbidden":
@@ -201,24 +201,12 @@ def test_a_pod_the_api_refuses_fails_creation_naming_it_and_leaves_nothing(emula
 # ---------------------------------------------------------------------------------------------- creation
 
 
-def counted(build):
-    """``build``, recording the owner uid of every call: building a big job's manifests is the costly part."""
-    calls: list[str | None] = []
-
-    def counting(uid: str | None):
-        calls.append(uid)
-        return build(uid)
-
-    return counting, calls
-
-
 def test_a_job_is_built_once_and_its_dependents_are_owned_by_the_created_service(emulator, hook, ns):
     build, slots, name = make_job(ns)
-    counting, calls = counted(build)
 
-    handle = hook.ensure_job(ns, counting, slots)
+    handle = hook.ensure_job(ns, build(None), slots)
 
-    assert calls == [None]  # the Service's uid reaches the dependents through owned_by, not a second build
+    # The Service's uid reaches the dependents through owned_by, not a second build.
     owner = [{"apiVersion": "v1", "kind": "Service", "name": name, "uid": handle.uid}]
     created = [*(emulator.list(kind, ns) for kind in ("pods", "configmaps"))]
     assert [obj["metadata"].get("ownerReferences") for objs in created for obj in objs] == [owner] * 4
@@ -227,10 +215,9 @@ def test_a_job_is_built_once_and_its_dependents_are_owned_by_the_created_service
     assert [emulator.get("pods", ns, pod.metadata.name)["spec"]["containers"][0]["env"]
             for pod in direct.pods] == [to_dict(pod)["spec"]["containers"][0]["env"] for pod in direct.pods]
 
-    # Given the objects it validated, the caller's build is not called at all, and a reattach builds nothing.
-    again, again_calls = counted(build)
-    assert hook.ensure_job(ns, again, slots, objects=build(None)).reattached == "running"
-    assert again_calls == []
+    # The same objects again: the running job is reattached, nothing is created.
+    again = hook.ensure_job(ns, build(None), slots)
+    assert (again.reattached, again.created, again.uid) == ("running", 0, handle.uid)
 
 
 # ---------------------------------------------------------------------------------------------- reattach
@@ -243,7 +230,7 @@ def test_a_creation_cut_short_is_completed_not_duplicated(emulator, hook, ns):
     emulator.create("pods", ns, to_dict(build(service["metadata"]["uid"]).pods[0]))
     emulator.reset_requests()
 
-    handle = hook.ensure_job(ns, build, slots)
+    handle = hook.ensure_job(ns, build(None), slots)
 
     assert (handle.reattached, handle.created, handle.uid) == ("running", 3, service["metadata"]["uid"])
     posts = [r.path for r in task_requests(emulator, ns) if r.method == "POST"]
@@ -253,11 +240,11 @@ def test_a_creation_cut_short_is_completed_not_duplicated(emulator, hook, ns):
 
 def test_a_job_found_failed_is_replaced_and_one_found_succeeded_is_collected(emulator, hook, ns):
     build, slots, name = make_job(ns)
-    first = hook.ensure_job(ns, build, slots)
+    first = hook.ensure_job(ns, build(None), slots)
     Kubelet(emulator, ns).play(lambda k: (k.run_all(), k.fail(k.pod("worker-0"), 1))).check()
     emulator.reset_requests()
 
-    fresh = hook.ensure_job(ns, build, slots)  # a retry: the failed job goes, a new one of the same name comes
+    fresh = hook.ensure_job(ns, build(None), slots)  # a retry: the failed job goes, a new one of the same name comes
 
     assert fresh.reattached is None and fresh.created == 5 and fresh.uid != first.uid
     deletes = [r for r in task_requests(emulator, ns) if r.method == "DELETE"]
@@ -265,7 +252,7 @@ def test_a_job_found_failed_is_replaced_and_one_found_succeeded_is_collected(emu
     assert all(p["status"]["phase"] == "Pending" for p in emulator.list("pods", ns))
 
     Kubelet(emulator, ns).play(lambda k: (k.run_all(), k.master_exits(0, document=DOCUMENT))).check()
-    again = hook.ensure_job(ns, build, slots)  # a retry after the job succeeded: nothing to create
+    again = hook.ensure_job(ns, build(None), slots)  # a retry after the job succeeded: nothing to create
     assert (again.reattached, again.created, again.uid) == ("succeeded", 0, fresh.uid)
 
 
@@ -274,7 +261,7 @@ def test_a_job_found_failed_is_replaced_and_one_found_succeeded_is_collected(emu
 
 def test_a_followed_log_reconnects_after_a_quiet_spell_without_repeating_lines(emulator, hook, ns):
     build, slots, name = make_job(ns, environment={})
-    hook.ensure_job(ns, build, slots)
+    hook.ensure_job(ns, build(None), slots)
     master = slots[0].name
     emulator.run_pod(ns, master)
     emulator.append_log(ns, master, "a1\na2\na3", container="base")
@@ -302,7 +289,7 @@ def test_a_followed_log_reconnects_after_a_quiet_spell_without_repeating_lines(e
 
 def test_the_output_document_comes_from_the_termination_message_when_exec_is_not_possible(emulator, hook, ns):
     build, slots, name = make_job(ns, environment={})
-    hook.ensure_job(ns, build, slots)
+    hook.ensure_job(ns, build(None), slots)
     Kubelet(emulator, ns, pods=1).play(lambda k: (k.run_all(), k.master_exits(0, document=DOCUMENT))).check()
     tracker = hook.job_tracker(ns, name, slots)
 

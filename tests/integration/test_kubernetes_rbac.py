@@ -70,7 +70,7 @@ def test_the_role_allows_every_request_of_whole_jobs_and_holds_nothing_unused(tm
         # Horovod with gang scheduling: Secret, ConfigMap, PodGroup; followed log, output, success clean-up.
         build, slots, name = make_job(NAMESPACE, {"replicas": {"n_workers": 2}}, framework="horovod",
                                       gang_scheduling="volcano")
-        hook.ensure_job(NAMESPACE, build, slots)
+        hook.ensure_job(NAMESPACE, build(None), slots)
         kubelet = Kubelet(emu, NAMESPACE).play(train_and_succeed)
         outcome = hook.wait_for_job(NAMESPACE, name, slots, startup_timeout=30, follow=[slots[0].name],
                                     emit=lambda replica, line: None)
@@ -83,7 +83,7 @@ def test_the_role_allows_every_request_of_whole_jobs_and_holds_nothing_unused(tm
 
         # A worker fails (scheduler-plugins gang scheduling): its log tail, then the running pods deleted.
         build, slots, name = make_job(NAMESPACE, gang_scheduling="scheduler-plugins")
-        hook.ensure_job(NAMESPACE, build, slots)
+        hook.ensure_job(NAMESPACE, build(None), slots)
         Kubelet(emu, NAMESPACE).play(lambda k: (k.run_all(), k.fail(k.pod("worker-0"), 2))).check()
         outcome = hook.wait_for_job(NAMESPACE, name, slots, startup_timeout=30)
         assert outcome.ending == "exit"
@@ -94,7 +94,7 @@ def test_the_role_allows_every_request_of_whole_jobs_and_holds_nothing_unused(tm
         hook.delete_unfinished_pods(NAMESPACE, name)
 
         # The retry replaces the failed job; a replica that cannot start; its events.
-        hook.ensure_job(NAMESPACE, build, slots)
+        hook.ensure_job(NAMESPACE, build(None), slots)
         Kubelet(emu, NAMESPACE).play(lambda k: k.emu.pending_pod(NAMESPACE, k.pod("worker-1"))).check()
         outcome = hook.wait_for_job(NAMESPACE, name, slots, startup_timeout=0.5)
         assert outcome.ending == "startup"

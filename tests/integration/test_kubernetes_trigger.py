@@ -43,7 +43,7 @@ def ns(emulator) -> str:
 
 def start_job(config: str, namespace: str, environment: dict | None = None):
     build, slots, name = make_job(namespace, environment)
-    new_hook(config).ensure_job(namespace, build, slots)
+    new_hook(config).ensure_job(namespace, build(None), slots)
     return slots, name
 
 

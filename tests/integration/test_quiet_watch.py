@@ -200,7 +200,7 @@ def test_watches_cut_mid_stream_again_and_again_are_resumed_with_the_default_tim
     emulator.create_namespace(namespace)
     build, slots, name = make_job(namespace)
     hook = new_hook(kubeconfig)
-    hook.ensure_job(namespace, build, slots)
+    hook.ensure_job(namespace, build(None), slots)
     emulator.reset_requests()
     seen: list[int] = []
 

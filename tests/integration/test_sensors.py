@@ -352,6 +352,39 @@ def test_a_pytorchjob_sensor_fails_on_a_failed_image_pull_and_deletes_nothing(em
     assert controller.get(JOB) is not None and len(emulator.list("pods", namespace)) == 2  # a sensor deletes nothing
 
 
+def test_a_pytorchjob_sensor_lists_no_pods_while_the_job_is_suspended(emulator):
+    namespace = namespace_of("sensor_pytorchjob_suspended")
+    emulator.create_namespace(namespace)
+    controller = KubeflowController(emulator, namespace, "pytorchjobs")
+    controller.submit(JOB, {"Master": 1, "Worker": 1}, container="pytorch")
+    controller.conditions(("Created", "PyTorchJobCreated", ""), ("Suspended", "PyTorchJobSuspended", ""))
+    emulator.reset_requests()
+    counts: dict[str, int] = {}
+
+    def reads() -> int:
+        return len([r for r in emulator.requests if r.method == "GET" and r.path.endswith(f"/pytorchjobs/{JOB}")])
+
+    def script(c: KubeflowController) -> None:
+        wait_until(lambda: reads() >= 5, timeout=60, interval=0.02)  # five pokes of the suspended job
+        counts["suspended"] = pod_lists(emulator, namespace)
+        c.conditions(("Created", "PyTorchJobCreated", ""), ("Suspended", "PyTorchJobResumed", ""), false=("Suspended",))
+        c.create_pods()
+        wait_until(lambda: pod_lists(emulator, namespace) >= 1, timeout=60, interval=0.02)  # resumed: listed again
+        c.run_all()
+        c.succeed("master-0", DOCUMENT)
+        c.succeed("worker-0")
+        c.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""),
+                     ("Succeeded", "PyTorchJobSucceeded", ""))
+
+    controller.play(script)
+    run, states = run_dag_at("sensor_pytorchjob_suspended")
+    controller.check()
+
+    assert states == {"wait": "success"}
+    assert counts["suspended"] == 0
+    assert xcom(run, "wait", "metrics") == DOCUMENT["metrics"]
+
+
 def test_a_sensor_refuses_a_kind_of_another_framework():
     from airflow_distributed.manifests.kubeflow import KINDS
     from airflow_distributed.sensors import DistributedJobSensor, MXNetJobSensor, TensorflowJobSensor

@@ -40,6 +40,7 @@ from airflow_distributed.manifests.kubeflow_status import (
     ReplicaCounts,
     SuccessRule,
     job_status,
+    job_suspended,
     master_pod_selector,
     pod_selector,
     replica_statuses,
@@ -873,6 +874,20 @@ def test_job_status(case: StatusCase):
 
     assert tuple(job_status(obj)) == case.expected
     assert job_status(obj).state == case.expected[0]
+
+
+@pytest.mark.parametrize(("spec", "conditions", "expected"), [
+    ({}, [], False),
+    ({"runPolicy": {"suspend": True}}, [], True),  # Kueue's webhook, before the operator says so
+    ({"runPolicy": {"suspend": False}}, [("Created", "True", "PyTorchJobCreated")], False),
+    ({}, [("Created", "True", "PyTorchJobCreated"), ("Suspended", "True", "PyTorchJobSuspended")], True),
+    ({}, [("Created", "True", "PyTorchJobCreated"), ("Suspended", "False", "PyTorchJobResumed")], False),
+], ids=["nothing", "spec-only", "spec-false", "condition", "resumed"])
+def test_a_job_is_suspended_by_its_run_policy_or_a_true_suspended_condition(spec, conditions, expected):
+    obj = {"kind": "PyTorchJob", "spec": spec,
+           "status": {"conditions": [_condition(ctype, status, T0, reason) for ctype, status, reason in conditions]}}
+    assert job_suspended(obj) is expected
+    assert job_suspended(None) is False
 
 
 def test_replica_statuses():

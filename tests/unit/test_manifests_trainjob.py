@@ -31,7 +31,12 @@ from airflow_distributed.manifests.trainjob import (
     node_program,
     trainjob_problems,
 )
-from airflow_distributed.manifests.trainjob_status import node_selector, trainer_progress, trainjob_status
+from airflow_distributed.manifests.trainjob_status import (
+    node_selector,
+    trainer_progress,
+    trainjob_status,
+    trainjob_suspended,
+)
 from airflow_distributed.plan import build_plan
 from airflow_distributed.spec import load_spec
 
@@ -248,6 +253,17 @@ PROGRESS = {"progressPercentage": 45, "estimatedRemainingSeconds": 3600, "lastUp
         "progress-before-nodes"])
 def test_the_state_of_a_trainjob_comes_from_its_conditions_and_nodes(status, expected):
     assert status_of(status) == expected
+
+
+@pytest.mark.parametrize(("spec", "conditions", "expected"), [
+    ({}, [], False),
+    ({"suspend": True}, [], True),  # Kueue's webhook, before the controller says so
+    ({}, [condition("Suspended", "True", "Suspended", "TrainJob is suspended")], True),
+    ({"suspend": False}, [condition("Suspended", "False", "Resumed", "TrainJob is resumed")], False),
+], ids=["nothing", "spec-only", "condition", "resumed"])
+def test_a_trainjob_is_suspended_by_its_spec_or_a_true_suspended_condition(spec, conditions, expected):
+    assert trainjob_suspended({"spec": spec, "status": {"conditions": conditions}}) is expected
+    assert trainjob_suspended(None) is False
 
 
 def test_no_status_yet_is_pending_and_has_no_progress():

@@ -13,6 +13,7 @@ from airflow_distributed.jobstate.job_watch import (
     pod_essentials,
     replica_status,
 )
+from airflow_distributed.manifests.kubeflow_status import job_suspended
 from airflow_distributed.manifests.kubernetes import (
     JobManifestOptions,
     build_job_objects,
@@ -135,3 +136,49 @@ def test_pod_essentials_give_the_same_rows_and_verdicts_as_whole_pods():
     assert image_failure([(s.name, p) for s, p in zip(slots, kept)], {}, 0.0, 0.0) == whole_verdict
     # What is left out is most of a pod: its spec (environment, volumes, probes) and metadata.
     assert sum(len(json.dumps(p)) for p in kept) * 2 < sum(len(json.dumps(p)) for p in pods)
+
+
+def suspended_job(suspended: bool) -> dict:
+    """A job whose status says whether it is suspended (a Suspended condition True, or turned False on resume)."""
+    return {**job(), "status": {"conditions": [
+        {"type": "Created", "status": "True"},
+        {"type": "Suspended", "status": "True" if suspended else "False",
+         "reason": "PyTorchJobSuspended" if suspended else "PyTorchJobResumed"}]}}
+
+
+def test_no_list_is_due_while_the_job_is_suspended_and_one_is_due_at_once_on_resume():
+    clock = Clock()
+    check = PendingPods(interval=10.0, image_pull_grace=0.0, clock=clock, suspended_of=job_suspended)
+    assert not check.due_for(None)  # the object not seen yet
+    assert not check.due_for(suspended_job(True))  # due at once otherwise: the first look
+    assert check.suspended and check.watch_seconds(300) == 300  # its watches are not cut either
+    clock.now += 3600  # an hour later, still suspended: still nothing to list
+    assert not check.due_for(suspended_job(True)) and check.lists == 0
+    assert check.due_for(suspended_job(False))  # resumed: a LIST at once
+    assert check.on_pods([], 3) is None
+    assert not check.due_for(suspended_job(False)) and check.watch_seconds(300) == 10
+    clock.now += 10
+    assert check.due_for(suspended_job(False)) and check.lists == 1
+
+
+def test_a_job_suspended_after_its_replicas_started_is_checked_again_once_resumed():
+    clock = Clock()
+    check = PendingPods(interval=10.0, image_pull_grace=5.0, clock=clock, suspended_of=job_suspended)
+    running = [pod("j-master-0", running=True), pod("j-worker-0", running=True)]
+    check.on_pods([*running, pod("j-worker-1", "ErrImagePull")], 3)
+    assert check.pull_failures == {"j-worker-1": 100.0}
+    clock.now += 1
+    check.on_pods([*running, pod("j-worker-1", running=True)], 3)
+    assert not check.pending and not check.due_for(suspended_job(False))
+    # Suspended (Kueue preempted it): its pods are deleted; once resumed they start again and are watched again.
+    check.pull_failures["j-worker-1"] = 90.0  # as if a pull had failed just before the suspension
+    assert not check.due_for(suspended_job(True)) and check.pull_failures == {}
+    clock.now += 600
+    assert check.due_for(suspended_job(False)) and check.pending
+    assert check.on_pods([*running, pod("j-worker-1", "ErrImagePull")], 3) is None  # the grace starts afresh
+    assert check.pull_failures == {"j-worker-1": 701.0}
+
+
+def test_without_a_suspension_rule_a_job_is_never_taken_for_suspended():
+    check = PendingPods(interval=10.0, image_pull_grace=0.0, clock=Clock())
+    assert check.due_for(suspended_job(True)) and not check.suspended

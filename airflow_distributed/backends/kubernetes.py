@@ -39,6 +39,7 @@ from airflow_distributed.elastic import CONTINUE, RESTART, ElasticPlan, after_re
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.job_watch import (
     JobVerdict,
+    ReplicaSlot,
     log_available,
     replica_slots,
     replica_table,
@@ -264,9 +265,15 @@ class KubernetesJobRun:
         if state is None:  # a trigger deferred by a release that did not hand them back: the spec has them
             spec = task.spec()
             state = {"framework": spec.framework, "elastic": _elastic_of(spec)}
-        run = cls(task, settings, context, event["namespace"], event["job_name"], slots_from_json(event["replicas"]),
-                  state["framework"], hook)
+        dropped = {row["name"]: ReplicaStatus(**row) for row in state.get("dropped") or []}
+        # The trigger watched the replicas the job still has; those it carries on without (workers, never the
+        # master) go back among the job's slots, in plan order, for the final table.
+        slots = sorted([*slots_from_json(event["replicas"]),
+                        *(ReplicaSlot(row.name, row.role, row.index) for row in dropped.values())],
+                       key=lambda slot: (not slot.is_master, slot.role, slot.index))
+        run = cls(task, settings, context, event["namespace"], event["job_name"], slots, state["framework"], hook)
         run.elastic = ElasticPlan(**state["elastic"]) if state.get("elastic") else None
+        run.dropped = dropped
         return run
 
     # ------------------------------------------------------------------ submit, state, wait
@@ -392,8 +399,10 @@ class KubernetesJobRun:
             execution_deadline=deadline,
             image_pull_grace=self.settings.image_pull_grace,
             watch_timings=watch_timings(self.settings).as_dict(),
+            # The replicas the job carries on without are no longer watched, but the final table shows them.
             resume_state={"framework": self.framework,
-                          "elastic": asdict(self.elastic) if self.elastic is not None else None},
+                          "elastic": asdict(self.elastic) if self.elastic is not None else None,
+                          "dropped": [row.as_dict() for row in self.dropped.values()]},
         )
         self.log.info("job %s/%s: waiting in the triggerer", self.namespace, self.name)
         self.task.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)

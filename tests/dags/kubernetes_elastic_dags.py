@@ -19,12 +19,13 @@ def namespace_of(dag_id: str) -> str:
     return dag_id.replace("_", "-")
 
 
-def _dag(dag_id: str, max_restarts: int, **task_kwargs) -> DAG:
+def _dag(dag_id: str, max_restarts: int, min_workers: int | None = None, **task_kwargs) -> DAG:
+    elastic = {"max_restarts": max_restarts, **({"min_workers": min_workers} if min_workers is not None else {})}
     with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]) as dag:
         DistributedTrainingOperator(
             task_id="train",
             framework="pytorch",
-            environment={"pytorch": {"n_workers": 2, "elastic": {"max_restarts": max_restarts}}},
+            environment={"pytorch": {"n_workers": 2, "elastic": elastic}},
             command=["python", "/opt/jobs/train.py"],
             image=IMAGE,
             backend="kubernetes",
@@ -39,6 +40,9 @@ elastic = _dag("k8s_elastic", 1)
 elastic_no_restarts = _dag("k8s_elastic_no_restarts", 0)
 # The trigger reports the lost worker; the resumed task recreates its pod and defers again.
 elastic_deferrable = _dag("k8s_elastic_deferrable", 1, deferrable=True)
+# No restarts, but two replicas are enough: a lost worker is left out and the job carries on without it.
+elastic_carry_on = _dag("k8s_elastic_carry_on", 0, min_workers=2)
+elastic_carry_on_deferrable = _dag("k8s_elastic_carry_on_deferrable", 0, min_workers=2, deferrable=True)
 
 # Retried once; the checkpoints live where the test (playing the pods) can reach them, the same for both tries.
 checkpoint_retry = _dag("k8s_checkpoint_retry", 0, retries=1, retry_delay=timedelta(seconds=0),

@@ -100,6 +100,35 @@ def test_without_restarts_left_the_lost_worker_fails_the_task_naming_it(emulator
     assert [r.method for r in task_requests(emulator, namespace) if r.path.endswith("/pods")].count("POST") == 3
 
 
+@pytest.mark.parametrize("dag_id", ["k8s_elastic_carry_on", "k8s_elastic_carry_on_deferrable"])
+def test_a_worker_left_out_shows_in_the_final_replicas_in_both_modes(emulator, dag_id):
+    # A deferral must not forget the replica the job carried on without: the final table and XCom name it.
+    namespace = namespace_of(dag_id)
+    emulator.create_namespace(namespace)
+
+    def script(kubelet: Kubelet) -> None:
+        kubelet.run_all()
+        wait_until(lambda: any(r.is_watch for r in task_requests(emulator, namespace)), timeout=60)
+        kubelet.fail(kubelet.pod("worker-0"), 137)
+        # The task carries on without it: it watches again (sync), or the trigger fired and the task deferred again.
+        wait_until(lambda: sum(r.is_watch for r in task_requests(emulator, namespace)) >= 2, timeout=30)
+        kubelet.master_exits(0, document=DOCUMENT)
+
+    kubelet = Kubelet(emulator, namespace).play(script)
+    run, states = run_dag_at(dag_id)
+    kubelet.check(30)
+
+    assert states == {"train": "success"}
+    job = xcom(run, "train", "job_name")
+    replicas = {row["name"]: row for row in xcom(run, "train", "replicas")}
+    assert sorted(replicas) == [f"{job}-master-0", f"{job}-worker-0", f"{job}-worker-1"]
+    assert replicas[f"{job}-worker-0"]["state"] == "failed"
+    assert replicas[f"{job}-worker-0"]["exit_code"] == 137
+    assert replicas[f"{job}-master-0"]["state"] == "succeeded"
+    record = xcom(run, "train", "job")
+    assert f"{job}-worker-0" in {row["name"] for row in record["replicas"]}
+
+
 def _pod_env(pod: dict) -> dict[str, str]:
     return {item["name"]: item["value"] for item in pod["spec"]["containers"][0].get("env") or [] if "value" in item}
 

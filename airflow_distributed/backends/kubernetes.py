@@ -39,6 +39,7 @@ from airflow_distributed.elastic import CONTINUE, RESTART, ElasticPlan, after_re
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.job_watch import (
     JobVerdict,
+    LogCursor,
     ReplicaSlot,
     log_available,
     replica_slots,
@@ -143,14 +144,15 @@ def resume_kubernetes(task: TaskCalls, settings: BackendSettings, context: Conte
     if status in ("succeeded", "failed"):
         verdict = JobVerdict.from_dict(event.get("verdict") or {"state": status})
         pods = tracker.last_pods()
+        outcome = verdict.outcome(tracker.statuses(), pods=pods)
+        if not verdict.succeeded:
+            # Defers again if it restarts one (or carries on without it): the master's lines are shown once, at
+            # the end, not at every resume.
+            _restart_elastic_replica(run, outcome)
         tail = run.tail(run.master.name, pods) if log_available(pods.get(run.master.name)) else []
         for line in tail:
             run.log.info("[%s] %s", run.master.name, line)
-        outcome = verdict.outcome(tracker.statuses(), logs={run.master.name: tail}, pods=pods)
-        if not verdict.succeeded:
-            # Defers again if it restarts one.
-            _restart_elastic_replica(run, outcome)
-        return run.finish(outcome, elapsed)
+        return run.finish(replace(outcome, logs={run.master.name: tail}), elapsed)
     # timeout (execution_timeout reached in the triggerer) or error (the trigger could not watch): clean up, fail.
     run.clean_up(succeeded=False)
     outcome = JobOutcome(ending.TIMED_OUT if status == "timeout" else ending.FAILED,
@@ -313,6 +315,8 @@ class KubernetesJobRun:
         })
         if self.settings.deferrable and self.handle.reattached != "succeeded":  # type: ignore[union-attr]
             self._defer()
+        # Each followed log's place, across the waits of an elastic job: no line twice after a pod is recreated.
+        log_cursors: dict[str, tuple[str, LogCursor]] = {}
         try:
             while True:
                 watched = tuple(slot for slot in self.slots if slot.name not in self.dropped)
@@ -325,6 +329,7 @@ class KubernetesJobRun:
                     stopped=lambda: self.stopped,
                     follow=self._followed(),
                     emit=lambda replica, line: self.log.info("[%s] %s", replica, line),
+                    log_cursors=log_cursors,
                 )
                 if not self._after_failure(outcome):
                     break

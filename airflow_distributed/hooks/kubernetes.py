@@ -34,6 +34,7 @@ from airflow_distributed.jobstate.job_watch import (
     JobTracker,
     JobVerdict,
     JobWatch,
+    LogCursor,
     ReplicaSlot,
     TableReporter,
     container_state,
@@ -251,6 +252,7 @@ class DistributedTrainingHook(KubeApiHook):
         follow: Sequence[str] = (),
         emit: Callable[[str, str], None] | None = None,
         image_pull_grace: float = 0.0,
+        log_cursors: dict[str, tuple[str, LogCursor]] | None = None,
     ) -> JobOutcome:
         """Until the master succeeds or a replica fails: one LIST, then one watch of the job's pods.
 
@@ -261,11 +263,13 @@ class DistributedTrainingHook(KubeApiHook):
         :param stopped: true once the task is being killed: the wait ends with a ``stopped`` verdict.
         :param follow: replicas whose main container's log goes to ``emit(replica, line)`` as it is written.
         :param image_pull_grace: seconds a replica's image pull may keep failing before the job fails (0: at once).
+        :param log_cursors: where each followed log is, kept by the caller across the waits of one try
+            (``LogFollowers``): a second wait goes on where the first stopped.
         """
         stopped = stopped or (lambda: False)
         tracker = JobTracker(slots, startup_timeout=startup_timeout, started_at=self._clock(),
                              image_pull_grace=image_pull_grace)
-        followers = LogFollowers(self, namespace, follow, emit, tracker, self.job_log)
+        followers = LogFollowers(self, namespace, follow, emit, tracker, self.job_log, log_cursors)
         report = TableReporter(on_change, self._clock, TABLE_INTERVAL if len(slots) > TABLE_ROWS else 0.0)
         timings = WatchTimings.of(watch_timings, server_timeout=watch_timeout)
         watch = JobWatch(tracker)

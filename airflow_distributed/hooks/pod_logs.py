@@ -47,6 +47,7 @@ class PodLogFollower:
         container: str = MAIN_CONTAINER,
         log: TaskLog | None = None,
         read_timeout: float = FOLLOW_READ_TIMEOUT,
+        cursor: LogCursor | None = None,
     ) -> None:
         self.hook = hook
         self.read_timeout = read_timeout
@@ -54,7 +55,8 @@ class PodLogFollower:
         self.pod = pod
         self.container = container
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
-        self.cursor = LogCursor()
+        #: where the follow is; given, it goes on where an earlier follower of the same container stopped
+        self.cursor = cursor if cursor is not None else LogCursor()
         self._emit = emit
         self._finished = finished
         self._stop = threading.Event()
@@ -155,18 +157,28 @@ class LogFollowers:
         emit: Callable[[str, str], None] | None,
         tracker: JobTracker,
         log: TaskLog | None = None,
+        cursors: dict[str, tuple[str, LogCursor]] | None = None,
     ) -> None:
+        """:param cursors: replica -> (its pod's uid, the log cursor), kept by the caller across the waits of one
+            try (an elastic job waits again after recreating a pod): a pod followed before goes on where it was,
+            so no line is emitted twice; a recreated pod (another uid) is followed from its start."""
         self.hook, self.namespace, self.tracker, self.log = hook, namespace, tracker, log
         self.names = list(names) if emit is not None else []
         self.emit = emit
         self.followers: dict[str, PodLogFollower] = {}
+        self.cursors = cursors if cursors is not None else {}
 
     def start_ready(self) -> None:
         for name in self.names:
-            if name not in self.followers and log_available(self.tracker.pod(name)):
+            pod = self.tracker.pod(name)
+            if name not in self.followers and log_available(pod):
+                uid = str(((pod or {}).get("metadata") or {}).get("uid") or "")
+                kept = self.cursors.get(name)
+                cursor = kept[1] if kept is not None and kept[0] == uid else LogCursor()
+                self.cursors[name] = (uid, cursor)
                 self.followers[name] = PodLogFollower(
                     self.hook, self.namespace, name, self.emit,  # type: ignore[arg-type]
-                    finished=functools.partial(self._finished, name), log=self.log,
+                    finished=functools.partial(self._finished, name), log=self.log, cursor=cursor,
                 ).start()
 
     def _finished(self, name: str) -> bool:

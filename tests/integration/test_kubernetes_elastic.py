@@ -33,12 +33,18 @@ def test_a_killed_worker_pod_is_recreated_once_and_the_job_succeeds(emulator, da
     namespace = namespace_of(dag_id)
     emulator.create_namespace(namespace)
     recreated: dict[str, dict] = {}
+    printed: list[str] = []  # the task's output read while it runs
 
     def script(kubelet: Kubelet) -> None:
         kubelet.run_all()
         wait_until(lambda: any(r.is_watch for r in task_requests(emulator, namespace)), timeout=60)
         worker = kubelet.pod("worker-0")
         first_uid = kubelet.seen[worker]["metadata"]["uid"]
+        kubelet.log(kubelet.master, "master line 1", "master line 2")
+        if not dag_id.endswith("deferrable"):
+            # The synchronous wait follows the master's log: its lines are in the task log before the worker is lost.
+            wait_until(lambda: printed.append(capfd.readouterr().out) or "] master line 2" in "".join(printed),
+                       timeout=30)
         kubelet.log(worker, "step 40", "Killed")
         kubelet.fail(worker, 137)
         # The task deletes the pod and creates it again under the same name: a new uid, Pending until run.
@@ -46,7 +52,7 @@ def test_a_killed_worker_pod_is_recreated_once_and_the_job_succeeds(emulator, da
                          and p["metadata"]["uid"] != first_uid and p, timeout=30)
         recreated.update(pod)
         emulator.run_pod(namespace, worker)
-        kubelet.log(kubelet.master, "resuming from the checkpoint of step 40 (try 1)")
+        kubelet.log(kubelet.master, "master line 3", "resuming from the checkpoint of step 40 (try 1)")
         wait_until(lambda: (emulator.get("pods", namespace, worker) or {}).get("status", {}).get("phase")
                    == "Running", timeout=10)
         kubelet.master_exits(0, document=DOCUMENT)
@@ -70,8 +76,11 @@ def test_a_killed_worker_pod_is_recreated_once_and_the_job_succeeds(emulator, da
     assert {r["name"]: r["restarts"] for r in record["replicas"]} == {
         f"{job}-master-0": 0, worker: 1, f"{job}-worker-1": 0}
     assert record["restarts"] == 1
-    out = capfd.readouterr().out
+    out = "".join(printed) + capfd.readouterr().out
     assert f"replica {worker} was killed (exit code 137): restarting it (1 of max_restarts=1)" in out
+    # Waiting again after the pod was recreated does not show the master's lines again.
+    for line in ("master line 1", "master line 2", "master line 3"):
+        assert out.count(f"] {line}") == 1, (line, out.count(f"] {line}"))
     if dag_id == "k8s_elastic_deferrable":
         assert out.count("waiting in the triggerer") == 2
     settled(emulator, namespace, NOTHING)

@@ -36,6 +36,8 @@ class LocalBackend:
     def __init__(self) -> None:
         #: the running job's replicas, for ``kill``
         self._job: LocalJob | None = None
+        #: ``kill`` came; it may come while the replicas are being started, before ``_job`` is known
+        self._killed = False
         self._stop_grace_period = 5.0
         self._log: Any = None
 
@@ -51,9 +53,13 @@ class LocalBackend:
         raise DistributedJobError("backend='local' never defers, so it has nothing to resume")
 
     def kill(self) -> None:
+        # Runs in the task's SIGTERM handler, on the main thread between two bytecodes of ``run``: the flag
+        # covers a kill that lands after the replicas were started but before ``run`` holds them.
+        self._killed = True
         job = self._job
         if job is not None:
-            self._log.info("task killed: stopping every replica")
+            if self._log is not None:
+                self._log.info("task killed: stopping every replica")
             job.stop(self._stop_grace_period)
 
     def run(self, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, name: str,
@@ -88,6 +94,9 @@ class LocalBackend:
         log.info("job %s: %s with %d replicas on the local backend", name, spec.framework, len(specs))
         started = time.monotonic()
         job = self._job = hook.start(specs, cwd=work_dir, elastic=plan.elastic)
+        if self._killed:  # killed while they were starting: nothing may outlive the task
+            log.info("task killed while its replicas started: stopping every replica")
+            job.stop(settings.stop_grace_period)
         live = LiveJobReport(
             job_name=name, framework=spec.framework, read_document=lambda: _read_text(output_path),
             publish=lambda record: context["ti"].xcom_push(key=LIVE_XCOM_KEY, value=record),

@@ -211,13 +211,15 @@ class DistributedTrainingOperator(BaseOperator):
                 self.spec = load_spec(framework, environment)
             except SpecValidationError as error:
                 spec_error = error  # reported after the arguments' problems, as the spec's own
-        self._check_arguments()
+        self._check_arguments(self.spec)
         if spec_error is not None:
             raise spec_error
         if model_asset is not None:
             self.outlets = [*self.outlets, self._model_outlet()]
 
-    def _check_arguments(self) -> None:
+    def _check_arguments(self, spec: TrainingSpec | None) -> None:
+        """Refuse the arguments, naming each problem: when the DAG is parsed (templates are left for later), and
+        in ``execute`` once rendered, before anything starts."""
         problems = []
         if self._backend is None:
             problems.append(("backend", f"{self.backend!r} is not supported; allowed: {', '.join(BACKENDS)}"))
@@ -237,7 +239,7 @@ class DistributedTrainingOperator(BaseOperator):
             except ValueError as error:
                 problems.append(("watch_timings", str(error)))
         if self._backend is not None:
-            problems.extend(self._backend.check(BackendSettings.of(self), self.spec))
+            problems.extend(self._backend.check(BackendSettings.of(self), spec))
         if self.model_asset is not None:
             from airflow_distributed.assets import template_problems
 
@@ -270,6 +272,7 @@ class DistributedTrainingOperator(BaseOperator):
         settings = BackendSettings.of(self)  # rendered by now
         self._try_spec = None  # a new try (one operator object may run several under dag.test())
         spec = self._spec_of_try()
+        self._check_arguments(spec)  # the rendered values, before anything starts
         ti = context["ti"]
         name = job_name(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
         command = [str(part) for part in [*settings.command, *(settings.args or [])]]

@@ -26,6 +26,7 @@ from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.outcome import JobOutcome, failure_message
 from airflow_distributed.outputs import job_record, job_result, parse_output_document
 from airflow_distributed.plan import Layout, LocalAddressing, build_plan, replica_count
+from airflow_distributed.spec.models import SECTION_OF
 from airflow_distributed.status import render_table
 
 if TYPE_CHECKING:
@@ -198,8 +199,6 @@ def _pod_settings(spec: TrainingSpec | None) -> list[tuple[str, PodSettings]]:
     """Every place of the spec that holds pod settings, with its path: the master's, then each role's."""
     if spec is None:
         return []
-    from airflow_distributed.spec.models import SECTION_OF
-
     found: list[tuple[str, PodSettings]] = [("environment", spec.environment)]
     section = getattr(spec.environment, SECTION_OF[spec.framework])
     if section is None:

@@ -90,19 +90,10 @@ class TrainJobRun(KubeflowJobRun):
     def start(cls, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, job_name: str,
               command: Sequence[str]) -> TrainJobRun:
         from airflow_distributed.manifests.kubernetes import layout_for_kubernetes
-        from airflow_distributed.manifests.kubernetes_resources import ManifestError
-        from airflow_distributed.manifests.trainjob import (
-            TrainJobAddressing,
-            TrainJobOptions,
-            build_trainjob,
-            trainjob_problems,
-        )
+        from airflow_distributed.manifests.trainjob import TrainJobAddressing, TrainJobOptions, build_trainjob
 
+        # A templated spec was checked by check_trainjob_arguments once rendered, in execute, before this.
         require_image(settings, "trainjob")
-        # A templated spec is checked here, once rendered, before anything is created.
-        problems = trainjob_problems(spec, settings.runtime)
-        if problems:
-            raise ManifestError("; ".join(f"{path}: {message}" for path, message in problems))
         hook = cls.hook_class()(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
         namespace = job_namespace(settings, hook, context["ti"].task_id)  # before anything is created
         layout = layout_for_kubernetes(settings.model_dir, job_name=job_name, checkpoint_dir=settings.checkpoint_dir)

@@ -8,13 +8,12 @@ import json
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from airflow_distributed.backends.base import BackendSettings
-from airflow_distributed.backends.job_run import ignored_in_cluster
-from airflow_distributed.backends.local import ignored_by_local
 from airflow_distributed.operators import DistributedTrainingOperator
 from airflow_distributed.spec import SpecValidationError, load_spec
 from tests.conftest import ROOT
@@ -56,6 +55,32 @@ def test_a_namespace_that_is_not_a_dns_1123_label_is_refused_at_parse_without_ec
 def test_a_dns_1123_label_or_a_template_passes_the_parse(backend):
     for namespace in ("ml", "ml-training-2", "a" * 63, "{{ params.namespace }}", None, ""):
         operator(backend=backend, namespace=namespace)
+
+
+class ConnectionNamespace:
+    """What ``job_namespace`` asks of a hook: the connection's ``namespace`` extra (else ``default``)."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+
+    def default_namespace(self) -> str:
+        return self.namespace
+
+
+@pytest.mark.parametrize(("given", "connection", "path"), [
+    ("ml-{{ x }}", "ml", "namespace"),  # rendered from a value that held braces: no longer a template to skip
+    ("ml-$(id)", "ml", "namespace"),
+    (None, "Team_A", "namespace (of connection 'kubernetes_default')"),
+])
+def test_the_namespace_a_job_runs_in_is_refused_unless_a_dns_1123_label(given, connection, path):
+    from airflow_distributed.backends.job_run import job_namespace
+
+    settings = replace(BackendSettings.of(operator(namespace="ml")), namespace=given)
+    with pytest.raises(SpecValidationError) as error:
+        job_namespace(settings, ConnectionNamespace(connection), "train")
+    assert error.value.paths == [path] and "DNS-1123 label" in str(error.value)
+    assert "$(id)" not in str(error.value) and "{{" not in str(error.value)
+    assert job_namespace(replace(settings, namespace=None), ConnectionNamespace("ml"), "train") == "ml"
 
 
 # ---------------------------------------------------------------------------------------------- trainjob's settings
@@ -119,6 +144,8 @@ def _local_settings(**kwargs: Any) -> BackendSettings:
 
 @pytest.mark.parametrize("argument", list(CLUSTER_ARGUMENTS))
 def test_each_cluster_argument_the_local_backend_ignores_is_named_once(argument):
+    from airflow_distributed.backends.local import ignored_by_local
+
     settings = _local_settings(**{argument: CLUSTER_ARGUMENTS[argument]})
     ignored = ignored_by_local(settings, load_spec("pytorch", {"pytorch": {"n_workers": 1}}))
     named = [setting for setting, _ in ignored]
@@ -128,6 +155,8 @@ def test_each_cluster_argument_the_local_backend_ignores_is_named_once(argument)
 
 @pytest.mark.parametrize("setting", list(POD_SETTINGS))
 def test_each_pod_setting_the_local_backend_ignores_is_named_once_with_every_path_that_gives_it(setting):
+    from airflow_distributed.backends.local import ignored_by_local
+
     environment = {setting: POD_SETTINGS[setting], "pytorch": {"n_workers": 1, "default_worker":
                                                                {setting: POD_SETTINGS[setting]}}}
     spec = load_spec("pytorch", environment)
@@ -136,6 +165,8 @@ def test_each_pod_setting_the_local_backend_ignores_is_named_once_with_every_pat
 
 
 def test_the_cluster_backends_name_python_and_log_replicas_they_ignore():
+    from airflow_distributed.backends.job_run import ignored_in_cluster
+
     settings = BackendSettings.of(operator(backend="kubeflow", python="/opt/venv/bin/python", log_replicas="all"))
     assert [name for name, _ in ignored_in_cluster(settings, "kubeflow")] == ["python", "log_replicas"]
     assert [name for name, _ in ignored_in_cluster(settings, "kubernetes")] == ["python"]

@@ -108,7 +108,9 @@ class DistributedTrainingOperator(BaseOperator):
         dict; default an emptyDir (lost with the pod: use a claim or a URL ``model_dir`` to keep the model). Refused
         by the local backend, whose replicas save the model in ``model_dir`` on the worker.
     :param log_replicas: replicas whose logs are followed into the task log besides the master's: ``"all"``, or
-        role names (``"worker"``), ``"<role>-<index>"`` or pod names (synchronous mode; at most 32).
+        role names (``"worker"``), ``"<role>-<index>"`` or pod names (``kubernetes`` backend, synchronous mode; at
+        most 32). The local backend logs every replica anyway; ``kubeflow`` and ``trainjob`` ignore it, saying so
+        once in the task log.
     :param job_links: extra link buttons as (name, URL template) pairs, e.g.
         ``("TensorBoard", "https://tb.example.com/#scalars&regexInput={job_name}")``; placeholders ``{job_name}``,
         ``{dag_id}``, ``{run_id}``, ``{task_id}``, ``{map_index}``, ``{try_number}``.

@@ -7,6 +7,10 @@ import re
 
 JOB_NAME_MAX = 40
 _HASH_LEN = 8
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+#: What a DNS-1123 label (a namespace's name) may be, for messages.
+DNS_LABEL_RULE = ("a DNS-1123 label: lower-case alphanumeric characters or '-', starting and ending with an "
+                  "alphanumeric character, at most 63 characters (e.g. 'ml-training')")
 
 
 def job_name(dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> str:
@@ -32,6 +36,11 @@ def dns_label(text: str, max_length: int = 63) -> str:
     label = re.sub(r"[^a-z0-9-]+", "-", text.lower())
     label = re.sub(r"-{2,}", "-", label).strip("-")
     return label[:max_length].rstrip("-")
+
+
+def is_dns_label(text: object) -> bool:
+    """Whether ``text`` is a DNS-1123 label, as the API server checks a namespace's name."""
+    return isinstance(text, str) and len(text) <= 63 and _DNS_LABEL.fullmatch(text) is not None
 
 
 def label_value(text: str) -> str:

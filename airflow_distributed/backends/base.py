@@ -42,16 +42,31 @@ def has_template(value: Any) -> bool:
     return False
 
 
-def one_process_per_replica(environment: Any) -> list[Problem]:
-    """``pytorch.n_proc_per_node`` is a TrainJob's (``numProcPerNode``): every other backend runs one process per
-    replica and refuses it at parse time."""
-    n_proc = None
-    if isinstance(environment, Mapping) and isinstance(environment.get("pytorch"), Mapping):
-        n_proc = environment["pytorch"].get("n_proc_per_node")
-    if n_proc in (None, 1):
-        return []
-    return [("environment.pytorch.n_proc_per_node", "is read by backend='trainjob' only (the TrainJob's "
-             "numProcPerNode); the other backends run one process per replica")]
+def trainjob_only(settings: BackendSettings, spec: TrainingSpec | None, backend: str) -> list[Problem]:
+    """The settings only ``backend="trainjob"`` reads, refused on ``backend`` when the DAG is parsed (and again once
+    rendered): ignoring them would run another job than the one asked for (no runtime, one process per replica).
+    ``n_proc_per_node`` is read from the parsed spec, whatever form ``environment`` was given in."""
+    from airflow_distributed.manifests.trainjob import RUNTIME_KINDS  # light: its typed models load when a job runs
+
+    where = "is read by backend='trainjob' only"
+    problems: list[Problem] = []
+    if settings.runtime is not None:
+        problems.append(("runtime", f"{where} (the TrainJob's training runtime); backend={backend!r} runs no "
+                         "training runtime: remove it, or use backend='trainjob'"))
+    if settings.runtime_kind != RUNTIME_KINDS[0]:
+        problems.append(("runtime_kind", f"{where} (the kind of the TrainJob's runtime); remove it, or use "
+                         "backend='trainjob'"))
+    pytorch = spec.environment.pytorch if spec is not None else None
+    if pytorch is not None and pytorch.n_proc_per_node not in (None, 1):
+        problems.append(("environment.pytorch.n_proc_per_node", f"{where} (the TrainJob's numProcPerNode); the "
+                         "other backends run one process per replica"))
+    return problems
+
+
+def log_ignored(log: Any, backend: str, ignored: Sequence[Problem]) -> None:
+    """Say once, in the task log, each setting ``backend`` accepts and does not use."""
+    for setting, why in ignored:
+        log.warning("%s is ignored by backend=%r: %s", setting, backend, why)
 
 
 @dataclass(frozen=True)
@@ -143,5 +158,5 @@ class Backend(Protocol):
         ...
 
 
-__all__ = ["Backend", "BackendSettings", "DistributedJobError", "Problem", "TaskCalls", "has_template",
-           "one_process_per_replica"]
+__all__ = ["Backend", "BackendSettings", "DistributedJobError", "Problem", "TaskCalls", "has_template", "log_ignored",
+           "trainjob_only"]

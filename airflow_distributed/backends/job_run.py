@@ -11,11 +11,14 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_distributed.backends.base import BackendSettings, DistributedJobError
+from airflow_distributed.backends.base import BackendSettings, DistributedJobError, Problem, has_template
+from airflow_distributed.naming import DNS_LABEL_RULE, is_dns_label
+from airflow_distributed.spec import SpecValidationError
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_distributed.hooks.kube_api import KubeApiHook
     from airflow_distributed.hooks.watch_loop import WatchTimings
     from airflow_distributed.logs import TaskLog
 
@@ -27,6 +30,38 @@ def job_error(message: str) -> Exception:
 def require_image(settings: BackendSettings, backend: str) -> None:
     if not settings.image:
         raise job_error(f"backend={backend!r} runs every replica from an image: set image=")
+
+
+def namespace_problems(namespace: Any) -> list[Problem]:
+    """``namespace``, when given and not a template (that is checked once rendered, by ``job_namespace``), must be a
+    DNS-1123 label. The value is not repeated in the message: it may hold anything."""
+    if not namespace or has_template(namespace) or is_dns_label(namespace):  # none given: the connection's
+        return []
+    return [("namespace", f"is not a valid namespace: it must be {DNS_LABEL_RULE}")]
+
+
+def job_namespace(settings: BackendSettings, hook: KubeApiHook, task_id: str) -> str:
+    """The namespace of the job: ``namespace`` as rendered, else the connection's; refused unless a DNS-1123 label,
+    before anything is created (it is also part of every replica's address)."""
+    namespace = settings.namespace or hook.default_namespace()
+    if not is_dns_label(namespace):
+        given = "namespace" if settings.namespace else f"namespace (of connection {settings.kubernetes_conn_id!r})"
+        raise SpecValidationError([(given, f"is not a valid namespace: it must be {DNS_LABEL_RULE}")],
+                                  source=f"task {task_id}")
+    return namespace
+
+
+def ignored_in_cluster(settings: BackendSettings, backend: str) -> list[Problem]:
+    """Settings a Kubernetes-side ``backend`` accepts and does not use, harmless to ignore: said once per try
+    (``log_ignored``)."""
+    ignored: list[Problem] = []
+    if settings.python is not None:
+        ignored.append(("python", "it names the interpreter of the local backend's replicas; in a pod a leading "
+                        "'python' in command is the image's own"))
+    if settings.log_replicas is not None and backend != "kubernetes":
+        ignored.append(("log_replicas", "only backend='kubernetes' follows other replicas' logs; a failed "
+                        "replica's last lines are in the error"))
+    return ignored
 
 
 def deferral_deadline(settings: BackendSettings, context: Context) -> tuple[float | None, timedelta | None]:
@@ -57,4 +92,5 @@ def push_success(context: Context, log: TaskLog, result: dict[str, Any], documen
     return result
 
 
-__all__ = ["deferral_deadline", "job_error", "push_success", "require_image", "watch_timings"]
+__all__ = ["deferral_deadline", "ignored_in_cluster", "job_error", "job_namespace", "namespace_problems",
+           "push_success", "require_image", "watch_timings"]

@@ -28,10 +28,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from airflow_distributed.backends.base import one_process_per_replica
+from airflow_distributed.backends.base import log_ignored, trainjob_only
 from airflow_distributed.backends.job_run import (
     deferral_deadline,
+    ignored_in_cluster,
     job_error,
+    job_namespace,
     push_success,
     require_image,
     watch_timings,
@@ -85,7 +87,9 @@ def run_kubeflow(task: TaskCalls, settings: BackendSettings, context: Context, s
     :returns: the ``return_value`` XCom, each key of it an XCom too; ``job`` is pushed here (also on failure).
     :raises DistributedJobError: the job failed, was deleted, or the task was killed.
     """
-    run = (run_class or KubeflowJobRun).start(task, settings, context, spec, job_name, command)
+    run_class = run_class or KubeflowJobRun
+    log_ignored(task.log, run_class.backend, ignored_in_cluster(settings, run_class.backend))
+    run = run_class.start(task, settings, context, spec, job_name, command)
     on_start(run)
     handle = run.submit()
     if not settings.wait_for_completion:
@@ -187,7 +191,7 @@ class KubeflowJobRun:
 
         require_image(settings, "kubeflow")
         hook = cls.hook_class()(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
-        namespace = settings.namespace or hook.default_namespace()
+        namespace = job_namespace(settings, hook, context["ti"].task_id)  # before anything is created
         layout = layout_for_kubernetes(settings.model_dir, job_name=job_name, checkpoint_dir=settings.checkpoint_dir)
         command, files = task.replica_program(list(command), layout.files_dir)
         plan = build_plan(spec, job_name, KubeflowAddressing(namespace, spec.framework), layout, command,
@@ -355,7 +359,7 @@ class KubeflowBackend:
         self.current = run
 
     def check(self, settings: BackendSettings, spec: TrainingSpec | None) -> list[tuple[str, str]]:
-        return check_kubeflow_arguments(settings, spec) + one_process_per_replica(settings.environment)
+        return check_kubeflow_arguments(settings, spec) + trainjob_only(settings, spec, self.name)
 
     def run(self, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, job_name: str,
             command: Sequence[str]) -> dict[str, Any]:

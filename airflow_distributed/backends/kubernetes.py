@@ -27,10 +27,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_distributed.backends.base import one_process_per_replica
+from airflow_distributed.backends.base import log_ignored, trainjob_only
 from airflow_distributed.backends.job_run import (
     deferral_deadline,
+    ignored_in_cluster,
     job_error,
+    job_namespace,
+    namespace_problems,
     push_success,
     require_image,
     watch_timings,
@@ -95,7 +98,7 @@ LIVE_JOB_XCOM_KEY = "kubernetes_job"
 
 def check_kubernetes_arguments(settings: BackendSettings) -> list[tuple[str, str]]:
     """Problems with the operator's Kubernetes arguments, as ``(argument, message)`` for ``SpecValidationError``."""
-    problems = []
+    problems = namespace_problems(settings.namespace)
     policy = settings.clean_pod_policy
     if policy is not None and policy not in CLEAN_POD_POLICIES:
         problems.append(("clean_pod_policy", f"{policy!r} is not supported; allowed: {', '.join(CLEAN_POD_POLICIES)}"))
@@ -119,6 +122,7 @@ def run_kubernetes(task: TaskCalls, settings: BackendSettings, context: Context,
     :raises DistributedJobError: the job failed, did not start, or was stopped.
     :raises KubernetesJobError: the API refused something for good.
     """
+    log_ignored(task.log, "kubernetes", ignored_in_cluster(settings, "kubernetes"))
     run = KubernetesJobRun.start(task, settings, context, spec, job_name, command)
     on_start(run)
     if not settings.wait_for_completion:
@@ -230,7 +234,7 @@ class KubernetesJobRun:
 
         require_image(settings, "kubernetes")
         hook = DistributedTrainingHook(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
-        namespace = settings.namespace or hook.default_namespace()
+        namespace = job_namespace(settings, hook, context["ti"].task_id)  # before anything is created
         run = cls(task, settings, context, namespace, job_name, (), spec.framework, hook)
         plan = run.build_objects(spec, command)  # a setting Kubernetes would refuse fails here, before any is created
         run.slots, run.elastic = tuple(replica_slots(plan)), plan.elastic
@@ -567,7 +571,7 @@ class KubernetesBackend:
         self.current = run
 
     def check(self, settings: BackendSettings, spec: TrainingSpec | None) -> list[tuple[str, str]]:
-        return check_kubernetes_arguments(settings) + one_process_per_replica(settings.environment)
+        return check_kubernetes_arguments(settings) + trainjob_only(settings, spec, self.name)
 
     def run(self, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, job_name: str,
             command: Sequence[str]) -> dict[str, Any]:

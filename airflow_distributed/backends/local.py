@@ -13,12 +13,20 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_distributed.backends.base import BackendSettings, DistributedJobError, TaskCalls, one_process_per_replica
+from airflow_distributed.backends.base import (
+    BackendSettings,
+    DistributedJobError,
+    Problem,
+    TaskCalls,
+    log_ignored,
+    trainjob_only,
+)
 from airflow_distributed.backends.local_live import LIVE_XCOM_KEY, LiveJobReport
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.outcome import JobOutcome, failure_message
 from airflow_distributed.outputs import job_record, job_result, parse_output_document
 from airflow_distributed.plan import Layout, LocalAddressing, build_plan, replica_count
+from airflow_distributed.spec.models import SECTION_OF
 from airflow_distributed.status import render_table
 
 if TYPE_CHECKING:
@@ -26,6 +34,23 @@ if TYPE_CHECKING:
 
     from airflow_distributed.hooks.local import LocalJob
     from airflow_distributed.spec import TrainingSpec
+    from airflow_distributed.spec.models import PodSettings
+
+#: Pod settings of the spec the local backend refuses: the replicas would start without the variables they give.
+REFUSED_POD_SETTINGS = ("secret_refs", "config_map_refs")
+#: Pod settings of the spec that mean nothing to processes on one machine: said once per try, then ignored.
+IGNORED_POD_SETTINGS = ("node_selector", "affinity", "tolerations", "labels", "annotations", "service_account",
+                        "image_pull_secrets", "security_context")
+#: Operator arguments of the Kubernetes-side backends, harmless to ignore here: said once per try when given.
+IGNORED_ARGUMENTS = {
+    "image": "the replicas run on the worker, with python= (default: Airflow's interpreter)",
+    "namespace": "the replicas are processes on the worker, in no namespace",
+    "clean_pod_policy": "the replicas are processes, all stopped when the job ends",
+    "scheduler_name": "the replicas are processes, started by the task",
+    "gang_scheduling": "the replicas are processes, all started together by the task",
+    "queue_name": "no Kueue admits the replicas: they start at once on the worker",
+    "watch_timings": "there is no Kubernetes API to watch",
+}
 
 
 class LocalBackend:
@@ -42,11 +67,7 @@ class LocalBackend:
         self._log: Any = None
 
     def check(self, settings: BackendSettings, spec: TrainingSpec | None) -> list[tuple[str, str]]:
-        problems = []
-        if not settings.wait_for_completion:
-            problems.append(("wait_for_completion", "the local backend's replicas are children of the task, "
-                             "so it always waits; use backend='kubernetes' to start a job and return"))
-        return problems + one_process_per_replica(settings.environment)
+        return check_local_arguments(settings, spec)
 
     def resume(self, task: TaskCalls, settings: BackendSettings, context: Context,
                event: dict[str, Any]) -> dict[str, Any]:
@@ -68,6 +89,7 @@ class LocalBackend:
         from airflow_distributed.manifests.local import process_specs, resolve_python
 
         log = self._log = task.log
+        log_ignored(log, self.name, ignored_by_local(settings, spec))
         self._stop_grace_period = settings.stop_grace_period
         hook = LocalProcessHook(logger=log)
         work_dir, model_dir, checkpoint_dir = local_dirs(settings, name)
@@ -137,6 +159,60 @@ class LocalBackend:
         return result
 
 
+def check_local_arguments(settings: BackendSettings, spec: TrainingSpec | None) -> list[Problem]:
+    """Problems with the arguments for ``backend="local"``: settings it cannot honour and whose absence would change
+    the job (it always waits; no Secret or ConfigMap gives variables; no volume holds the model; no runtime)."""
+    problems: list[Problem] = []
+    if not settings.wait_for_completion:
+        problems.append(("wait_for_completion", "the local backend's replicas are children of the task, "
+                         "so it always waits; use backend='kubernetes' to start a job and return"))
+    if settings.model_volume is not None:
+        problems.append(("model_volume", "is mounted in pods only: the local backend's replicas save the model in "
+                         "model_dir on the worker; give model_dir= a path or a URL, or use backend='kubernetes'"))
+    for path, settings_of in _pod_settings(spec):
+        for name in REFUSED_POD_SETTINGS:
+            if getattr(settings_of, name):
+                problems.append((f"{path}.{name}", "the local backend has no Secrets or ConfigMaps: the replicas "
+                                 "would start without their variables; give them with env= or use "
+                                 "backend='kubernetes'"))
+    return problems + trainjob_only(settings, spec, LocalBackend.name)
+
+
+def ignored_by_local(settings: BackendSettings, spec: TrainingSpec) -> list[Problem]:
+    """``(setting, why)`` of each setting the local backend accepts and does not use, for the task log, once per
+    try; the spec's pod settings by field, with every path that gives it."""
+    ignored: list[Problem] = [(name, why) for name, why in IGNORED_ARGUMENTS.items()
+                              if getattr(settings, name) is not None]
+    if settings.deferrable:
+        ignored.append(("deferrable=True", "the replicas are children of the task, which waits for them in its "
+                        "worker slot (it may come from [operators] default_deferrable)"))
+    if settings.image_pull_grace:
+        ignored.append(("image_pull_grace", "the replicas pull no image"))
+    for name in IGNORED_POD_SETTINGS:
+        paths = [f"{path}.{name}" for path, settings_of in _pod_settings(spec) if getattr(settings_of, name)]
+        if paths:
+            ignored.append((", ".join(paths), "it is a pod's setting, and the replicas are processes on the worker"))
+    return ignored
+
+
+def _pod_settings(spec: TrainingSpec | None) -> list[tuple[str, PodSettings]]:
+    """Every place of the spec that holds pod settings, with its path: the master's, then each role's."""
+    if spec is None:
+        return []
+    found: list[tuple[str, PodSettings]] = [("environment", spec.environment)]
+    section = getattr(spec.environment, SECTION_OF[spec.framework])
+    if section is None:
+        return found
+    path = f"environment.{SECTION_OF[spec.framework]}"
+    for role in ("worker", "ps"):
+        default = getattr(section, f"default_{role}", None)
+        if default is not None:
+            found.append((f"{path}.default_{role}", default))
+        found.extend((f"{path}.{role}[{position}]", entry)
+                     for position, entry in enumerate(getattr(section, role, None) or ()))
+    return found
+
+
 def local_dirs(settings: BackendSettings, name: str) -> tuple[str, str, str]:
     """The job's work, model and checkpoint directories under ``$AIRFLOW_HOME/distributed`` unless given."""
     home = os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")
@@ -163,4 +239,4 @@ def _read_text(path: str) -> str | None:
         return None
 
 
-__all__ = ["LocalBackend", "cleanup_note", "local_dirs"]
+__all__ = ["LocalBackend", "check_local_arguments", "cleanup_note", "ignored_by_local", "local_dirs"]

@@ -16,10 +16,11 @@ it whatever the policy.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_distributed.backends.job_run import require_image
+from airflow_distributed.backends.job_run import job_namespace, require_image
 from airflow_distributed.backends.kubeflow import KubeflowBackend, KubeflowJobRun
 from airflow_distributed.backends.kubernetes import check_kubernetes_arguments, manifest_options
 from airflow_distributed.backends.local_live import LIVE_XCOM_KEY
@@ -35,6 +36,10 @@ if TYPE_CHECKING:
     from airflow_distributed.triggers.trainjob import TrainJobTrigger
 
 
+#: The typed TrainJob models the ``trainjob`` extra installs (``kubeflow-trainer-api``).
+MODELS_PACKAGE = "kubeflow_trainer_api"
+
+
 def check_trainjob_arguments(settings: BackendSettings, spec: TrainingSpec | None) -> list[tuple[str, str]]:
     """Problems with the operator's arguments for ``backend="trainjob"``, as ``(path, message)``, found when the
     DAG is parsed: the framework has a Trainer v2 runtime, one pod template serves every node, and the options
@@ -42,6 +47,9 @@ def check_trainjob_arguments(settings: BackendSettings, spec: TrainingSpec | Non
     from airflow_distributed.manifests.trainjob import RUNTIME_KINDS, trainjob_problems
 
     problems = check_kubernetes_arguments(settings)
+    if importlib.util.find_spec(MODELS_PACKAGE) is None:  # found, not imported: a DAG parse stays light
+        problems.append(("backend", f"backend='trainjob' needs the 'trainjob' extra, which is not installed here "
+                         f"(no module {MODELS_PACKAGE!r}): pip install 'airflow-distributed[trainjob]'"))
     runtime_kind = settings.runtime_kind
     if runtime_kind not in RUNTIME_KINDS:
         problems.append(("runtime_kind", f"{runtime_kind!r} is not supported; allowed: {', '.join(RUNTIME_KINDS)}"))
@@ -82,21 +90,12 @@ class TrainJobRun(KubeflowJobRun):
     def start(cls, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, job_name: str,
               command: Sequence[str]) -> TrainJobRun:
         from airflow_distributed.manifests.kubernetes import layout_for_kubernetes
-        from airflow_distributed.manifests.kubernetes_resources import ManifestError
-        from airflow_distributed.manifests.trainjob import (
-            TrainJobAddressing,
-            TrainJobOptions,
-            build_trainjob,
-            trainjob_problems,
-        )
+        from airflow_distributed.manifests.trainjob import TrainJobAddressing, TrainJobOptions, build_trainjob
 
+        # A templated spec was checked by check_trainjob_arguments once rendered, in execute, before this.
         require_image(settings, "trainjob")
-        # A templated spec is checked here, once rendered, before anything is created.
-        problems = trainjob_problems(spec, settings.runtime)
-        if problems:
-            raise ManifestError("; ".join(f"{path}: {message}" for path, message in problems))
         hook = cls.hook_class()(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
-        namespace = settings.namespace or hook.default_namespace()
+        namespace = job_namespace(settings, hook, context["ti"].task_id)  # before anything is created
         layout = layout_for_kubernetes(settings.model_dir, job_name=job_name, checkpoint_dir=settings.checkpoint_dir)
         command, files = task.replica_program(list(command), layout.files_dir)
         plan = build_plan(spec, job_name, TrainJobAddressing(namespace), layout, command, backend="trainjob",

@@ -57,9 +57,9 @@ class DistributedDecoratedOperator(DecoratedOperator, DistributedTrainingOperato
                                 "replica runs; pass its inputs as the function's arguments")
         problems = [("python_callable", f"{python_callable.__name__} cannot run in the replicas: {problem}")
                     for problem in shipping_problems(python_callable, frozenset(KNOWN_CONTEXT_KEYS))]
-        if kwargs.get("backend") == "kubeflow":
-            problems.append(("backend", "'kubeflow' cannot ship a function: a Kubeflow job has no files "
-                             "directory; use backend='kubernetes' or 'local'"))
+        if kwargs.get("backend") in ("kubeflow", "trainjob"):
+            problems.append(("backend", f"{kwargs['backend']!r} cannot ship a function: a Kubeflow job or TrainJob "
+                             "has no files directory; use backend='kubernetes' or 'local'"))
         if problems:
             raise SpecValidationError(problems, source=f"task {kwargs.get('task_id')}")
         # ``command`` is set per job by ``_replica_program``; ``python`` stands in for the interpreter until then.

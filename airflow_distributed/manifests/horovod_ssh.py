@@ -13,6 +13,7 @@ manifest builders (they take the key pair as an argument).
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -43,7 +44,7 @@ Host *
 # ~/.ssh rejects, although the key files in it are 0600. ssh-keygen -A creates host keys only where the image has none.
 SSHD_SCRIPT = (
     "mkdir -p /run/sshd && ssh-keygen -A && "
-    f"exec /usr/sbin/sshd -D -e -p {SSH_PORT} -o StrictModes=no "
+    f"exec /usr/sbin/sshd -D -e -p {shlex.quote(str(SSH_PORT))} -o StrictModes=no "
     "-o PasswordAuthentication=no -o PermitRootLogin=prohibit-password"
 )
 

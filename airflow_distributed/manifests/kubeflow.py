@@ -67,6 +67,7 @@ What the hook does with the body ``build_kubeflow_job`` returns:
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -633,8 +634,8 @@ def derive_task_id_command(argv: Sequence[str], world_size: int) -> list[str]:
 
     One template serves every Worker, so the one variable that differs between them is computed in the pod.
     """
-    width = len(task_id(world_size - 1, world_size))
-    script = f'DMLC_TASK_ID=$(printf "%0{width}d" "$RANK") && export DMLC_TASK_ID && exec "$@"'
+    task_format = shlex.quote(f"%0{len(task_id(world_size - 1, world_size))}d")
+    script = f'DMLC_TASK_ID=$(printf {task_format} "$RANK") && export DMLC_TASK_ID && exec "$@"'
     return ["sh", "-c", script, "sh", *argv]
 
 

@@ -44,6 +44,7 @@ message holds the output document.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -270,19 +271,22 @@ def node_program(plan: ClusterPlan, pods: JobManifestOptions) -> list[str]:
     if pods.relay_output:
         command = relay_output_command(pods.image_python, command, plan.layout.output_path)
     # Node 0 is the Polyaxon master; node i > 0 is worker i-1.
+    # Values go into the script shlex-quoted, and a ${VAR:-default} takes its default from a script variable.
     prologue = (
         'rank="${JOB_COMPLETION_INDEX:-${PET_NODE_RANK:-0}}"; '
-        f'if [ "$rank" = 0 ]; then AIRFLOW_DISTRIBUTED_ROLE={plan.master.role}; AIRFLOW_DISTRIBUTED_INDEX=0; '
+        f'if [ "$rank" = 0 ]; then AIRFLOW_DISTRIBUTED_ROLE={shlex.quote(plan.master.role)}; '
+        'AIRFLOW_DISTRIBUTED_INDEX=0; '
         'else AIRFLOW_DISTRIBUTED_ROLE=worker; AIRFLOW_DISTRIBUTED_INDEX=$((rank - 1)); '
         'unset AIRFLOW_DISTRIBUTED_OUTPUT; fi; '
         'export AIRFLOW_DISTRIBUTED_ROLE AIRFLOW_DISTRIBUTED_INDEX; '
+        f'node_port={shlex.quote(str(NODE_PORT))}; '
     )
     if plan.framework == "pytorch":
         # With one process per node the node rank is the process rank; torchrun overrides RANK/WORLD_SIZE for
         # its own processes. (The JAX runtime sets JAX_PROCESS_ID and the rest itself.)
         prologue += (
             'export RANK="$rank" WORLD_SIZE="${PET_NNODES:-1}" MASTER_ADDR="${PET_MASTER_ADDR:-localhost}" '
-            f'MASTER_PORT="${{PET_MASTER_PORT:-{NODE_PORT}}}"; '
+            'MASTER_PORT="${PET_MASTER_PORT:-$node_port}"; '
         )
     elif plan.framework == "xgboost":
         prologue += _xgboost_prologue(plan)
@@ -297,17 +301,18 @@ def _xgboost_prologue(plan: ClusterPlan) -> str:
     ``DMLC_TASK_ID`` is the bare completion index, which the tracker (``sortby="task"``) orders as a string (task 10
     before task 2), and its ``DMLC_NUM_WORKER`` counts one worker per GPU; the contract runs one process per node,
     so both are replaced: the index zero-padded to the width of the largest rank, and the number of nodes.
+    The tracker's default address holds the namespace: it is quoted into a variable of its own.
     """
     from airflow_distributed.frameworks.xgboost import task_id
 
-    world = len(plan.replicas)
-    width = len(task_id(world - 1, world))
-    tracker = plan.master.host
+    world = shlex.quote(str(len(plan.replicas)))
+    task_format = shlex.quote(f"%0{len(task_id(len(plan.replicas) - 1, len(plan.replicas)))}d")
     return (
-        f'DMLC_TRACKER_URI="${{DMLC_TRACKER_URI:-{tracker}}}"; '
-        f'DMLC_TRACKER_PORT="${{DMLC_TRACKER_PORT:-{NODE_PORT}}}"; '
+        f'tracker={shlex.quote(plan.master.host)}; '
+        'DMLC_TRACKER_URI="${DMLC_TRACKER_URI:-$tracker}"; '
+        'DMLC_TRACKER_PORT="${DMLC_TRACKER_PORT:-$node_port}"; '
         f'export DMLC_TRACKER_URI DMLC_TRACKER_PORT DMLC_NUM_WORKER={world} '
-        f'DMLC_TASK_ID="$(printf %0{width}d "$rank")" RANK="$rank" WORLD_SIZE={world} '
+        f'DMLC_TASK_ID="$(printf {task_format} "$rank")" RANK="$rank" WORLD_SIZE={world} '
         'MASTER_ADDR="$DMLC_TRACKER_URI" MASTER_PORT="$DMLC_TRACKER_PORT"; '
     )
 

@@ -49,7 +49,8 @@ class DistributedTrainingOperator(BaseOperator):
     :param command: the command every replica runs, as an argv list (no shell). A leading ``python`` means the
         interpreter given by ``python`` on the local backend. (templated)
     :param args: extra arguments appended to ``command``. (templated)
-    :param image: the container image (Kubernetes backend; ignored by the local backend). (templated)
+    :param image: the container image (Kubernetes backend; ignored by the local backend, which says so once in the
+        task log). (templated)
     :param env: variables for every replica, below each replica's ``env_vars`` and the contract's variables.
         (templated)
     :param model_dir: where replicas save the model (``AIRFLOW_DISTRIBUTED_MODEL_DIR``). Local default:
@@ -72,7 +73,8 @@ class DistributedTrainingOperator(BaseOperator):
         TFJob/PyTorchJob/MXJob/MPIJob for a cluster that runs the Kubeflow Training Operator) or ``trainjob`` (one
         Kubeflow Trainer v2 ``TrainJob`` referencing a training runtime; PyTorch, JAX, XGBoost, Horovod; needs the
         ``trainjob`` extra).
-    :param runtime: ``backend="trainjob"``: the training runtime the TrainJob references; default the framework's
+    :param runtime: ``backend="trainjob"`` only (refused by the other backends): the training runtime the TrainJob
+        references; default the framework's
         (``torch-distributed`` for PyTorch, ``jax-distributed`` for JAX, ``xgboost-distributed`` for
         XGBoost; required for Horovod: the cluster's MPI runtime). (templated)
     :param runtime_kind: ``backend="trainjob"``: ``ClusterTrainingRuntime`` (default) or ``TrainingRuntime`` (a
@@ -84,14 +86,16 @@ class DistributedTrainingOperator(BaseOperator):
         not fail the job. Default 0: the first failed pull fails the job, naming the replica, the image and the
         kubelet's message (Kubernetes backend). An image name that cannot be parsed fails at once whatever this is.
     :param poll_interval: seconds between status checks of the local backend.
-    :param python: interpreter of the local replicas (e.g. a framework's own virtualenv); default: Airflow's.
+    :param python: interpreter of the local replicas (e.g. a framework's own virtualenv); default: Airflow's. The
+        Kubernetes-side backends ignore it (and say so once in the task log): a pod runs the image's.
     :param stop_grace_period: seconds a replica gets after SIGTERM before SIGKILL.
     :param settle_period: seconds the other replicas get to finish on their own after the master succeeds.
     :param kubernetes_conn_id: the cncf provider's Kubernetes connection (Kubernetes backend).
-    :param namespace: namespace of the job's objects; default: the connection's ``namespace`` extra, else
-        ``default``. (templated)
-    :param deferrable: wait in the triggerer instead of a worker slot (Kubernetes backend); default:
-        ``[operators] default_deferrable``.
+    :param namespace: namespace of the job's objects, a DNS-1123 label (checked when the DAG is parsed, and once
+        rendered before anything is created); default: the connection's ``namespace`` extra, else ``default``.
+        (templated)
+    :param deferrable: wait in the triggerer instead of a worker slot (Kubernetes-side backends; the local backend
+        always waits in the task, and says so once in the task log); default: ``[operators] default_deferrable``.
     :param clean_pod_policy: what is deleted when the job ends: ``all`` (the job's Service and, by cascade, every
         object of it), ``running`` (pods still pending or running; finished ones are kept for their logs until the
         next try) or ``none``. Default: ``all`` after success, ``running`` after failure. A killed task deletes its
@@ -101,9 +105,12 @@ class DistributedTrainingOperator(BaseOperator):
     :param gang_scheduling: ``volcano`` or ``scheduler-plugins``: a PodGroup makes the replicas start together.
     :param queue_name: a Kueue LocalQueue; Kueue then admits the job's pods as one workload.
     :param model_volume: what is mounted at ``model_dir`` in every pod: a PersistentVolumeClaim name or a volume
-        dict; default an emptyDir (lost with the pod: use a claim or a URL ``model_dir`` to keep the model).
+        dict; default an emptyDir (lost with the pod: use a claim or a URL ``model_dir`` to keep the model). Refused
+        by the local backend, whose replicas save the model in ``model_dir`` on the worker.
     :param log_replicas: replicas whose logs are followed into the task log besides the master's: ``"all"``, or
-        role names (``"worker"``), ``"<role>-<index>"`` or pod names (synchronous mode; at most 32).
+        role names (``"worker"``), ``"<role>-<index>"`` or pod names (``kubernetes`` backend, synchronous mode; at
+        most 32). The local backend logs every replica anyway; ``kubeflow`` and ``trainjob`` ignore it, saying so
+        once in the task log.
     :param job_links: extra link buttons as (name, URL template) pairs, e.g.
         ``("TensorBoard", "https://tb.example.com/#scalars&regexInput={job_name}")``; placeholders ``{job_name}``,
         ``{dag_id}``, ``{run_id}``, ``{task_id}``, ``{map_index}``, ``{try_number}``.
@@ -211,13 +218,15 @@ class DistributedTrainingOperator(BaseOperator):
                 self.spec = load_spec(framework, environment)
             except SpecValidationError as error:
                 spec_error = error  # reported after the arguments' problems, as the spec's own
-        self._check_arguments()
+        self._check_arguments(self.spec)
         if spec_error is not None:
             raise spec_error
         if model_asset is not None:
             self.outlets = [*self.outlets, self._model_outlet()]
 
-    def _check_arguments(self) -> None:
+    def _check_arguments(self, spec: TrainingSpec | None) -> None:
+        """Refuse the arguments, naming each problem: when the DAG is parsed (templates are left for later), and
+        in ``execute`` once rendered, before anything starts."""
         problems = []
         if self._backend is None:
             problems.append(("backend", f"{self.backend!r} is not supported; allowed: {', '.join(BACKENDS)}"))
@@ -237,7 +246,7 @@ class DistributedTrainingOperator(BaseOperator):
             except ValueError as error:
                 problems.append(("watch_timings", str(error)))
         if self._backend is not None:
-            problems.extend(self._backend.check(BackendSettings.of(self), self.spec))
+            problems.extend(self._backend.check(BackendSettings.of(self), spec))
         if self.model_asset is not None:
             from airflow_distributed.assets import template_problems
 
@@ -270,6 +279,7 @@ class DistributedTrainingOperator(BaseOperator):
         settings = BackendSettings.of(self)  # rendered by now
         self._try_spec = None  # a new try (one operator object may run several under dag.test())
         spec = self._spec_of_try()
+        self._check_arguments(spec)  # the rendered values, before anything starts
         ti = context["ti"]
         name = job_name(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
         command = [str(part) for part in [*settings.command, *(settings.args or [])]]

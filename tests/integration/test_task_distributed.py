@@ -65,7 +65,7 @@ def test_a_function_that_cannot_be_shipped_is_refused_when_the_dag_is_parsed():
             assert "python_callable" in str(error.value)
 
 
-def test_kubeflow_and_command_are_refused():
+def test_kubeflow_trainjob_and_command_are_refused():
     def fine() -> None:
         import os
 
@@ -73,8 +73,9 @@ def test_kubeflow_and_command_are_refused():
 
     assert shipping_problems(fine) == []
     with _dag():
-        with pytest.raises(SpecValidationError, match="backend: 'kubeflow' cannot ship a function"):
-            task.distributed(framework="pytorch", backend="kubeflow", image="x")(fine)()
+        for backend in ("kubeflow", "trainjob"):
+            with pytest.raises(SpecValidationError, match=f"backend: '{backend}' cannot ship a function"):
+                task.distributed(framework="pytorch", backend=backend, image="x")(fine)()
         with pytest.raises(TypeError, match="takes no 'command'"):
             task.distributed(framework="pytorch", command=["x"])(fine)()
 

@@ -64,10 +64,11 @@ def test_a_new_backend_needs_only_a_registration(monkeypatch):
 
     result = operator.execute({"ti": TI()})  # type: ignore[arg-type]
     operator.on_kill()
-    assert calls[0] == ("check", "pytorch")
-    assert calls[1][0] == "run" and calls[1][1][0] == "img:1" and calls[1][1][2] == ("python", "x.py", "--n", "1")
-    assert result == {"job_name": calls[1][1][1], "state": "started"}
-    assert calls[2] == ("kill", None)
+    # Checked when the DAG is parsed, and again with the rendered values before the job starts.
+    assert calls[:2] == [("check", "pytorch"), ("check", "pytorch")]
+    assert calls[2][0] == "run" and calls[2][1][0] == "img:1" and calls[2][1][2] == ("python", "x.py", "--n", "1")
+    assert result == {"job_name": calls[2][1][1], "state": "started"}
+    assert calls[3] == ("kill", None)
 
 
 def test_settings_are_frozen_and_hold_the_operators_arguments():

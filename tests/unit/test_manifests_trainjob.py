@@ -216,6 +216,32 @@ def test_each_xgboost_node_gets_the_projects_contract_over_the_runtimes_variable
     assert json.loads(out) == expected
 
 
+HOSTILE_NAMESPACES = ["$(touch {marker})", "`touch {marker}`", "x}}; touch {marker}; : ${{x", "\"; touch {marker}; \"",
+                      "'; touch {marker}; '"]
+
+
+@pytest.mark.parametrize("framework", ["xgboost", "pytorch"])
+@pytest.mark.parametrize("hostile", HOSTILE_NAMESPACES)
+def test_a_hostile_namespace_in_the_node_prologue_is_never_run_by_sh(tmp_path, framework, hostile):
+    """The prologue run by a real sh with the variables its TrainJob gives a node, under a runtime that leaves the
+    tracker's address to the prologue's default (the tracker's DNS name holds the namespace): no command of the
+    namespace runs, and the address reaches the training command as it is."""
+    marker = tmp_path / "ran"
+    namespace = hostile.format(marker=marker)
+    spec = load_spec(framework, {framework: {"n_workers": 1}})
+    show = "import json, os; print(json.dumps(os.environ.get('DMLC_TRACKER_URI')))"
+    plan = build_plan(spec, "train-1a2b", TrainJobAddressing(namespace), layout_for_kubernetes(None,
+                      job_name="train-1a2b"), [sys.executable, "-c", show], backend="trainjob")
+    pods = JobManifestOptions(namespace=namespace, image="trainer:1", task_instance=TI, relay_output=False)
+    body = build_trainjob(plan, TrainJobOptions(pods))
+    env = {item["name"]: item["value"] for item in body["spec"]["trainer"]["env"]}
+    env.update({"PATH": "/usr/bin:/bin", "JOB_COMPLETION_INDEX": "0"})
+    out = subprocess.run(body["spec"]["trainer"]["command"], env=env, capture_output=True, text=True, check=True,
+                         cwd=tmp_path).stdout
+    assert not marker.exists()
+    assert json.loads(out) == (plan.master.host if framework == "xgboost" else None)
+
+
 def status_of(status: dict) -> JobStatus:
     jsonschema.Draft7Validator(SCHEMA).validate({"status": status})
     return trainjob_status({"status": status})

@@ -22,6 +22,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow_distributed.backends.base import has_template
+from airflow_distributed.backends.kubernetes import LIVE_JOB_XCOM_KEY, TAIL_LINES
+from airflow_distributed.manifests.pod_names import INDEX_LABEL, MASTER_LABEL, ROLE_LABEL
 from airflow_distributed.naming import job_name
 
 if TYPE_CHECKING:
@@ -29,16 +31,10 @@ if TYPE_CHECKING:
 
     from airflow_distributed.plugins.job_state import TaskInstanceRef
 
-#: XCom the operator pushes when it starts waiting (``backends.kubernetes.LIVE_JOB_XCOM_KEY``).
-ANNOUNCE_XCOM_KEY = "kubernetes_job"
 #: Seconds the view waits for the Kubernetes API, unless ``[distributed] live_view_timeout`` says otherwise.
 DEFAULT_TIMEOUT = 5.0
-#: Last lines of the master's log shown while the job runs.
-TAIL_LINES = 30
 #: The cncf provider's default connection: when it is not defined, the client's own configuration is used.
 DEFAULT_CONN_ID = "kubernetes_default"
-_MASTER_LABEL, _ROLE_LABEL, _INDEX_LABEL = ("airflow-distributed/master", "airflow-distributed/role",
-                                            "airflow-distributed/index")
 # Reads of hung clusters end at the time box; a bounded pool keeps them from piling up threads.
 _READERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="job-view-kubernetes")
 
@@ -108,7 +104,7 @@ class LiveKubernetesJobState:
 def _xcom(ref: TaskInstanceRef, session: Session) -> Any:
     from airflow.models.xcom import XComModel
 
-    query = XComModel.get_many(run_id=ref.run_id, key=ANNOUNCE_XCOM_KEY, dag_ids=ref.dag_id, task_ids=ref.task_id,
+    query = XComModel.get_many(run_id=ref.run_id, key=LIVE_JOB_XCOM_KEY, dag_ids=ref.dag_id, task_ids=ref.task_id,
                                map_indexes=ref.map_index, limit=1)
     row: Any = session.scalars(query).first()
     if row is None:
@@ -219,7 +215,7 @@ def read_pods(location: JobLocation, extras: Mapping[str, Any]
         logs: dict[str, list[str]] = {}
         for pod in pods:
             meta = pod.get("metadata") or {}
-            if (meta.get("labels") or {}).get(_MASTER_LABEL) == "true" and meta.get("name"):
+            if (meta.get("labels") or {}).get(MASTER_LABEL) == "true" and meta.get("name"):
                 try:
                     logs[meta["name"]] = hook.read_log_tail(namespace, meta["name"], TAIL_LINES)
                 except KubernetesJobError:
@@ -272,8 +268,8 @@ def live_record(name: str, namespace: str, framework: str | None, pods: list[dic
     for pod in pods:
         meta = pod.get("metadata") or {}
         labels = meta.get("labels") or {}
-        slot = ReplicaSlot(str(meta.get("name", "")), str(labels.get(_ROLE_LABEL, "")),
-                           _index(labels.get(_INDEX_LABEL)), labels.get(_MASTER_LABEL) == "true")
+        slot = ReplicaSlot(str(meta.get("name", "")), str(labels.get(ROLE_LABEL, "")),
+                           _index(labels.get(INDEX_LABEL)), labels.get(MASTER_LABEL) == "true")
         rows.append((not slot.is_master, slot.role, slot.index, replica_status(slot, pod)))
     rows.sort(key=lambda row: row[:3])
     return {

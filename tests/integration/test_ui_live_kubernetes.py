@@ -217,3 +217,21 @@ def test_an_unreachable_cluster_gives_a_clear_state(client, started, unanswered_
                       headers=as_user(client, "alice"))
     assert page.status_code == 200 and 'class="badge s-unreachable">unreachable<' in page.text
     assert "did not answer within 0.5 s" in page.text
+
+
+def test_a_cluster_that_resets_every_connection_gives_a_clear_state_at_once(client, started, emulator):
+    # One try, no backoff: before, six tries held the request about 14 s and then answered 500.
+    run, name = started
+    announce(client, run, {"job_name": name, "namespace": NAMESPACE, "kubernetes_conn_id": CONN_ID})
+    before = len(emulator.refused)
+    emulator.refuse_connections = True
+    try:
+        response = view(client, run)
+    finally:
+        emulator.refuse_connections = False
+
+    assert response.status_code == 200, response.text
+    record = response.json()
+    assert record["state"] == "unreachable" and record["replicas"] == []
+    assert record["note"] == "The Kubernetes API could not be reached; the page tries again when it reloads."
+    assert len(emulator.refused) - before == 1  # the LIST, tried once

@@ -120,6 +120,7 @@ def _xcom(ref: TaskInstanceRef, session: Session) -> Any:
 
 def job_location(ref: TaskInstanceRef, session: Session) -> JobLocation | None:
     """Where the task instance's job runs, from the task in its DAG version (None: not a Kubernetes job)."""
+    from airflow.configuration import conf
     from airflow.models.dag import DagModel
 
     fields = task_fields(ref, session)
@@ -135,7 +136,8 @@ def job_location(ref: TaskInstanceRef, session: Session) -> JobLocation | None:
     conn_id = fields.get("kubernetes_conn_id")
     if conn_id is not None and not isinstance(conn_id, str):
         return None
-    team = DagModel.get_team_name(ref.dag_id, session=session)
+    # Teams own connections only in multi-team mode; outside it, Airflow refuses a team name outright.
+    team = DagModel.get_team_name(ref.dag_id, session=session) if conf.getboolean("core", "multi_team") else None
     return JobLocation(job_name(ref.dag_id, ref.task_id, ref.run_id, ref.map_index), namespace or None, conn_id, team)
 
 

@@ -57,6 +57,11 @@ class Unavailable(Exception):
         self.state = state
 
 
+def unreachable(timeout: float) -> Unavailable:
+    return Unavailable("unreachable", f"The Kubernetes API could not be reached within {timeout:g} s; the page "
+                       "tries again when it reloads.")
+
+
 def configured_timeout() -> float:
     from airflow.configuration import conf
 
@@ -87,15 +92,15 @@ class LiveKubernetesJobState:
         if location is None or announced.get("job_name") != location.job_name:
             return None
         framework = announced.get("framework") if isinstance(announced.get("framework"), str) else None
+        timeout = self.timeout
         try:
             extras = connection_extras(location)
-            future = _READERS.submit(read_pods, location, extras)
+            future = _READERS.submit(read_pods, location, extras, timeout)
             try:
-                namespace, pods, logs = future.result(timeout=self.timeout)
+                namespace, pods, logs = future.result(timeout=timeout)
             except FutureTimeout:
                 future.cancel()
-                raise Unavailable("unreachable", f"The Kubernetes API did not answer within {self.timeout:g} s; "
-                                  "the page tries again when it reloads.") from None
+                raise unreachable(timeout) from None
         except Unavailable as why:
             return unavailable_record(location, framework, why)
         return live_record(location.job_name, namespace, framework, pods, logs)
@@ -205,13 +210,14 @@ def connection_extras(location: JobLocation) -> dict[str, Any]:
     return dict(extras) if isinstance(extras, Mapping) else {}
 
 
-def read_pods(location: JobLocation, extras: Mapping[str, Any]
+def read_pods(location: JobLocation, extras: Mapping[str, Any], timeout: float
               ) -> tuple[str, list[dict[str, Any]], dict[str, list[str]]]:
-    """The job's namespace, pods and the master's last log lines, read through the resolved connection."""
+    """The job's namespace, pods and the master's last log lines, read through the resolved connection, each
+    request ending after ``timeout`` seconds."""
     from airflow_distributed.hooks.api_retry import KubernetesJobError, is_connection_error
 
     try:
-        hook = _connection_hook(extras, location.conn_id)
+        hook = _connection_hook(extras, location.conn_id, timeout)
         namespace = location.namespace or hook.default_namespace()
         pods = hook.list_job_pods(namespace, location.job_name).get("items") or []
         logs: dict[str, list[str]] = {}
@@ -224,19 +230,19 @@ def read_pods(location: JobLocation, extras: Mapping[str, Any]
                     logs[meta["name"]] = []
     except KubernetesJobError as error:
         if error.status is None:
-            raise Unavailable("unreachable", "The Kubernetes API could not be reached; the page tries again when "
-                              "it reloads.") from None
+            raise unreachable(timeout) from None
         raise Unavailable("unavailable", f"The Kubernetes API answered {error.status} to listing the job's pods."
                           ) from None
     except Exception as error:
         if is_connection_error(error):
-            raise Unavailable("unreachable", "The Kubernetes API could not be reached.") from None
+            raise unreachable(timeout) from None
         raise Unavailable("unavailable", "The connection's Kubernetes configuration could not be loaded.") from None
     return namespace, pods, logs
 
 
-def _connection_hook(extras: Mapping[str, Any], conn_id: str | None) -> Any:
-    """A ``DistributedTrainingHook`` on already resolved extras, one try per call (the view reloads itself)."""
+def _connection_hook(extras: Mapping[str, Any], conn_id: str | None, timeout: float) -> Any:
+    """A ``DistributedTrainingHook`` on already resolved extras, one try per call (the view reloads itself), each
+    request bounded by ``timeout``."""
     from kubernetes import client
 
     from airflow_distributed.hooks.api_retry import RetryPolicy
@@ -246,6 +252,18 @@ def _connection_hook(extras: Mapping[str, Any], conn_id: str | None) -> Any:
         @cached_property
         def conn_extras(self) -> dict[str, Any]:
             return dict(extras)
+
+        def get_conn(self) -> Any:
+            api = super().get_conn()
+            send = api.call_api
+
+            # Every request ends with the view's time box, so a silent cluster holds no reader thread past it.
+            def call_api(*args: Any, **kwargs: Any) -> Any:
+                kwargs["_request_timeout"] = timeout
+                return send(*args, **kwargs)
+
+            api.call_api = call_api
+            return api
 
     # A fresh configuration per hook: loading a kubeconfig must not rewrite the process-wide default, which the
     # API server shares between teams. The cncf hook's in_cluster path only loads into the default.

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 Backend = Literal["local", "kubernetes", "kubeflow", "trainjob"]
 #: The ``backend=`` names: the registry's (``backends.registry``), the only list of them.
 BACKENDS = tuple(REGISTRY)
+#: Arguments kept in the serialized DAG besides the template fields: where the job runs, for the job view.
+SERIALIZED_JOB_FIELDS = frozenset({"backend", "kubernetes_conn_id"})
 
 
 class DistributedTrainingOperator(BaseOperator):
@@ -223,6 +225,11 @@ class DistributedTrainingOperator(BaseOperator):
             raise spec_error
         if model_asset is not None:
             self.outlets = [*self.outlets, self._model_outlet()]
+
+    @classmethod
+    def get_serialized_fields(cls) -> frozenset[str]:
+        # The job view reads where a job runs from the serialized DAG (plugins/job_state.py), never from an XCom.
+        return frozenset(super().get_serialized_fields() | SERIALIZED_JOB_FIELDS)
 
     def _check_arguments(self, spec: TrainingSpec | None) -> None:
         """Refuse the arguments, naming each problem: when the DAG is parsed (templates are left for later), and

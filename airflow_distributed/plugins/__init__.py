@@ -2,7 +2,8 @@
 
 - ``plugin``: the ``AirflowPlugin`` registered through the ``airflow.plugins`` entry point
 - ``app``: the FastAPI app mounted in the API server (JSON record and HTML view, behind Airflow's auth)
-- ``job_state``: where a job's state is read from (the recorded ``job`` XCom; a live source plugs in beside it)
+- ``job_state``: where a job's state is read from (the recorded ``job`` XCom, then the live sources)
+- ``live_kubernetes``: a running Kubernetes job's pods, read where the DAG says it runs, with its team's connection
 - ``page``, ``charts``: the server-rendered HTML and its SVG line charts (pure)
 - ``urls``: the paths of the view, shared with the operator links (pure, no Airflow import)
 

@@ -46,6 +46,9 @@ HTML_HEADERS = {
 # The UI leaves "{MAP_INDEX}" in the frame's URL for a task that is not mapped.
 _UNMAPPED = {"", "-1", "{MAP_INDEX}"}
 
+#: The task instance table's map_index is a 32-bit integer; a larger one names no task instance.
+MAX_MAP_INDEX = 2**31 - 1
+
 MapIndexQuery = Query(None, description="The task instance's map index; -1 or absent when not mapped.")
 read_xcoms = Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.XCOM))
 
@@ -57,8 +60,8 @@ def parse_map_index(value: str | None) -> int:
         index = int(value)
     except ValueError:
         raise HTTPException(422, f"map_index must be an integer, not {value!r}") from None
-    if index < -1:
-        raise HTTPException(422, f"map_index must be -1 or more, not {index}")
+    if not -1 <= index <= MAX_MAP_INDEX:
+        raise HTTPException(422, f"map_index must be between -1 and {MAX_MAP_INDEX}")
     return index
 
 

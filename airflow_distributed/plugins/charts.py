@@ -16,10 +16,15 @@ WIDTH, HEIGHT = 360, 150
 LEFT, RIGHT, TOP, BOTTOM = 56, 12, 12, 24
 
 
-def _number(value: Any) -> float | None:
+def finite(value: Any) -> float | None:
+    """``value`` as a finite float; None for anything else (text, NaN, infinity, an integer beyond any float)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value) if math.isfinite(value) else None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def series(history: Sequence[Mapping[str, Any]]) -> dict[str, list[tuple[float, float]]]:
@@ -28,10 +33,10 @@ def series(history: Sequence[Mapping[str, Any]]) -> dict[str, list[tuple[float, 
     for position, point in enumerate(history):
         if not isinstance(point, Mapping):
             continue
-        step = _number(point.get("step"))
+        step = finite(point.get("step"))
         x = float(position) if step is None else step
         for key, value in point.items():
-            y = _number(value)
+            y = finite(value)
             if key != "step" and y is not None:
                 out.setdefault(str(key), []).append((x, y))
     return out
@@ -39,9 +44,20 @@ def series(history: Sequence[Mapping[str, Any]]) -> dict[str, list[tuple[float, 
 
 def format_number(value: float) -> str:
     """Short, readable: 4 significant digits, integers without a point."""
+    if not math.isfinite(value):
+        return str(value)
     if value == int(value) and abs(value) < 1e15:
         return str(int(value))
     return f"{value:.4g}"
+
+
+def format_integer(value: int) -> str:
+    """An integer as ``format_number`` writes it, also one too large for a float (``1.235e+400``)."""
+    if abs(value) < 10**15:
+        return str(value)
+    digits = str(abs(value))
+    # Cut, not rounded: exact for any size, and 4 significant digits are what the view shows anyway.
+    return f"{'-' if value < 0 else ''}{digits[0]}.{digits[1:4]}e+{len(digits) - 1}"
 
 
 def _scale(value: float, low: float, high: float, start: float, length: float) -> float:

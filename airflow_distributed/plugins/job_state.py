@@ -1,10 +1,10 @@
-"""Where the job view reads a job's state from: the recorded ``job`` XCom now, a live backend source later.
+"""Where the job view reads a job's state from: the recorded ``job`` XCom, then the live sources.
 
 A source answers for one task instance with a record in the shape of the operator's ``job`` XCom
 (``job_name``, ``state``, ``replicas``, ``metrics``, ``history``, ``logs``...) or ``None`` when it knows nothing
-of that job. The view asks its sources in order and shows the first answer, so a live source (a running
-Kubernetes job's pods, read through the backend's hook) is added by appending it after ``RecordedJobState``:
-a finished job's record stays the final word, a running job is answered by the live source.
+of that job. The view asks its sources in order and shows the first answer: a finished job's record stays the
+final word; while there is none, a running job's published record (``job_live``) or its pods on Kubernetes
+(``live_kubernetes``) answer.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from airflow_distributed.plugins.live_kubernetes import LiveKubernetesJobState
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -109,92 +111,7 @@ def task_instance_state(ref: TaskInstanceRef, session: Session) -> str | None:
     return str(row[0].value if hasattr(row[0], "value") else row[0]) if row[0] is not None else "none"
 
 
-class LiveKubernetesJobState:
-    """A running Kubernetes job, read from its pods while the task has not recorded a final state.
-
-    The operator announces the job (name, namespace, connection) in a small XCom when it starts waiting;
-    this source lists the job's pods by label through the backend's hook and shows their current states
-    and the master's last log lines.
-    """
-
-    name = "live"
-
-    def read(self, ref: TaskInstanceRef, session: Session) -> dict[str, Any] | None:
-        from airflow.models.xcom import XComModel
-
-        query = XComModel.get_many(
-            run_id=ref.run_id, key="kubernetes_job", dag_ids=ref.dag_id, task_ids=ref.task_id,
-            map_indexes=ref.map_index, limit=1,
-        )
-        row: Any = session.scalars(query).first()
-        announced = None if row is None else _decode_json(row.value)
-        if not isinstance(announced, Mapping) or "job_name" not in announced:
-            return None
-        return live_record(announced, _list_pods(announced))
-
-
-def _decode_json(value: Any) -> Any:
-    if isinstance(value, (str, bytes)):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return None
-    return value
-
-
-def _list_pods(announced: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
-    from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
-
-    hook = DistributedTrainingHook(kubernetes_conn_id=announced.get("kubernetes_conn_id"))
-    pods = hook.list_job_pods(announced["namespace"], announced["job_name"]).get("items") or []
-    logs: dict[str, list[str]] = {}
-    for pod in pods:
-        labels = (pod.get("metadata") or {}).get("labels") or {}
-        if labels.get("airflow-distributed/master") == "true":
-            name = pod["metadata"]["name"]
-            try:
-                logs[name] = hook.read_log_tail(announced["namespace"], name)
-            except Exception:
-                logs[name] = []
-    return pods, logs
-
-
-def live_record(
-    announced: Mapping[str, Any], pods_and_logs: tuple[list[dict[str, Any]], dict[str, list[str]]]
-) -> dict[str, Any]:
-    """A job record in the shape of the ``job`` XCom, from the pods' current states (pure)."""
-    from airflow_distributed.jobstate.job_watch import ReplicaSlot, replica_status
-
-    pods, logs = pods_and_logs
-    rows = []
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        labels = meta.get("labels") or {}
-        slot = ReplicaSlot(meta.get("name", ""), labels.get("airflow-distributed/role", ""),
-                           int(labels.get("airflow-distributed/index", 0)),
-                           labels.get("airflow-distributed/master") == "true")
-        rows.append((not slot.is_master, slot.role, slot.index, replica_status(slot, pod)))
-    rows.sort(key=lambda row: row[:3])
-    return {
-        "job_name": announced["job_name"],
-        "framework": announced.get("framework"),
-        "backend": "kubernetes",
-        "namespace": announced["namespace"],
-        "state": "running",
-        "metrics": {},
-        "model_path": None,
-        "history": [],
-        "replicas": [
-            {"name": s.name, "role": s.role, "index": s.index, "state": s.state, "exit_code": s.exit_code,
-             "where": s.where, "reason": s.reason, "restarts": s.restarts}
-            for *_, s in rows
-        ],
-        "logs": logs,
-    }
-
-
-# The recorded state first: once a job has ended its record is the final word; until then, the live pods.
-#: The final record first; while there is none, a running local job's published record, then a Kubernetes job's pods.
+#: The final record first; while there is none, a running job's published record, then a Kubernetes job's pods.
 DEFAULT_SOURCES: tuple[JobStateSource, ...] = (
     RecordedJobState(), RecordedJobState(key=LIVE_XCOM_KEY, name="live"), LiveKubernetesJobState(),
 )

@@ -19,7 +19,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
-from airflow_distributed.plugins.charts import format_number, line_chart, series
+from airflow_distributed.plugins.charts import finite, format_integer, format_number, line_chart, series
 from airflow_distributed.plugins.job_state import TaskInstanceRef
 from airflow_distributed.status import progress_text
 
@@ -45,7 +45,8 @@ def _text(value: Any) -> str:
 
 def format_duration(seconds: Any) -> str:
     """``"42.1 s"``, ``"3 min 05 s"``, ``"2 h 01 min"``; empty when unknown."""
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
+    seconds = finite(seconds)
+    if seconds is None or seconds < 0:
         return ""
     if seconds < 60:
         return f"{seconds:.1f} s"
@@ -59,8 +60,10 @@ def format_duration(seconds: Any) -> str:
 def format_value(value: Any) -> str:
     if isinstance(value, bool) or value is None:
         return json.dumps(value)
-    if isinstance(value, (int, float)):
-        return format_number(float(value))
+    if isinstance(value, int):
+        return format_integer(value)
+    if isinstance(value, float):
+        return format_number(value)
     if isinstance(value, str):
         return value
     return json.dumps(value, sort_keys=True)
@@ -92,9 +95,15 @@ def _replicas(replicas: Sequence[Any]) -> list[dict[str, Any]]:
 
 def _progress(progress: Any) -> dict[str, Any] | None:
     """Bar width and ``45% (450/1000 steps), about 2 min left``; None when the job reports no progress."""
-    if not isinstance(progress, Mapping) or not isinstance(progress.get("percent"), (int, float)):
+    if not isinstance(progress, Mapping):
         return None
-    return {"percent": min(100.0, max(0.0, float(progress["percent"]))), "text": progress_text(progress)}
+    percent = finite(progress.get("percent"))
+    if percent is None:
+        return None
+    percent = min(100.0, max(0.0, percent))
+    # Only numbers a float holds reach the text: a job may write any JSON number there.
+    shown = {**progress, "percent": percent, "eta_seconds": finite(progress.get("eta_seconds"))}
+    return {"percent": percent, "text": progress_text(shown)}
 
 
 def _charts(history: Any) -> list[tuple[str, Markup]]:
@@ -137,6 +146,8 @@ def job_page(
         name=_text(name),
         state=state,
         meta=[item for item in meta if item],
+        # Why a live state could not be read (``live_kubernetes``); a recorded job has none.
+        note=_text(record.get("note")) if source != "recorded" else "",
         progress=_progress(record.get("progress")),
         replicas=_replicas(record.get("replicas") or []),
         metrics=[(_text(key), format_value(value)) for key, value in metrics.items()],

@@ -1,25 +1,24 @@
 """The UI plugin through Airflow's own API server app: a real DAG run, real users, real JWTs, no mocks.
 
-The app is ``airflow.api_fastapi.app.create_app()``, which mounts the plugin found through the
-``airflow.plugins`` entry point. Users come from the SimpleAuthManager (users and passwords files), tokens
-from ``POST /auth/token``. SimpleAuthManager decides by role for every DAG alike; per-DAG access exists in
-it only in multi-team mode, through the team that owns a DAG's bundle: so ``bob`` belongs to another team
-than the one owning the DAGs folder here, and must be refused.
+The app is ``airflow.api_fastapi.app.create_app()`` (``tests.api_server``), which mounts the plugin found through
+the ``airflow.plugins`` entry point. Users come from the SimpleAuthManager (users and passwords files), tokens
+from ``POST /auth/token``; ``bob`` belongs to another team than the one owning the DAGs folder here, and must be
+refused.
 """
 
 from __future__ import annotations
 
-import json
 from urllib.parse import quote
 
 import pytest
 
+from tests.api_server import api_client, as_user, token
 from tests.helpers import run_dag, xcom
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
 DAG_ID, TASK_ID = "example_pytorch_ddp", "train"
-BUNDLE, TEAM, OTHER_TEAM = "dags-folder", "ml", "nlp"
+TEAM, OTHER_TEAM = "ml", "nlp"
 USERS = {"admin": "admin", "alice": f"viewer:{TEAM}", "bob": f"viewer:{OTHER_TEAM}"}
 
 
@@ -33,46 +32,8 @@ def trained():
 @pytest.fixture(scope="module")
 def client(trained, tmp_path_factory):
     """Airflow's API server app with three users; the DAGs folder's bundle belongs to team ``ml``."""
-    from airflow.api_fastapi.app import create_app, purge_cached_app
-    from airflow.models.dag import clear_team_name_cache
-    from airflow.models.dagbundle import DagBundleModel
-    from airflow.models.team import Team
-    from airflow.utils.session import create_session
-    from fastapi.testclient import TestClient
-    from sqlalchemy import delete, select
-
-    passwords = tmp_path_factory.mktemp("auth") / "passwords.json"
-    passwords.write_text(json.dumps({user: f"{user}-secret" for user in USERS}))
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("AIRFLOW__CORE__MULTI_TEAM", "True")
-        env.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "False")
-        env.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", ",".join(f"{u}:{r}" for u, r in USERS.items()))
-        env.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE", str(passwords))
-        with create_session() as session:
-            teams = [Team(name=TEAM), Team(name=OTHER_TEAM)]
-            session.add_all(teams)
-            session.scalars(select(DagBundleModel).where(DagBundleModel.name == BUNDLE)).one().teams = [teams[0]]
-        clear_team_name_cache()
-        purge_cached_app()
-        try:
-            with TestClient(create_app(), base_url="http://testserver") as test_client:
-                yield test_client
-        finally:
-            purge_cached_app()
-            with create_session() as session:
-                session.scalars(select(DagBundleModel).where(DagBundleModel.name == BUNDLE)).one().teams = []
-                session.execute(delete(Team).where(Team.name.in_([TEAM, OTHER_TEAM])))
-            clear_team_name_cache()
-
-
-def token(client, user: str) -> str:
-    response = client.post("/auth/token", json={"username": user, "password": f"{user}-secret"})
-    assert response.status_code == 201, response.text
-    return response.json()["access_token"]
-
-
-def as_user(client, user: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token(client, user)}"}
+    with api_client(USERS, TEAM, (TEAM, OTHER_TEAM), tmp_path_factory.mktemp("auth")) as test_client:
+        yield test_client
 
 
 def paths(run) -> tuple[str, str]:
@@ -279,3 +240,41 @@ def test_page_without_a_record_reloads_only_while_the_task_may_still_write_one()
     assert 'http-equiv="refresh"' in missing_page(ref, "running")
     assert 'http-equiv="refresh"' not in missing_page(ref, "success")
     assert "no such task instance" in missing_page(ref, None)
+
+
+def test_a_map_index_beyond_any_task_instance_is_refused_not_a_server_error(client, trained):
+    run, _ = trained
+    api, view = paths(run)
+    headers = as_user(client, "admin")
+    for too_large in (2**63, 10**30, 2**31):
+        refused = client.get(f"{api}?map_index={too_large}", headers=headers)
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["detail"] == "map_index must be between -1 and 2147483647"
+        assert client.get(f"{view}?map_index={too_large}", headers=headers).status_code == 422
+
+
+def test_a_record_with_numbers_beyond_a_float_is_shown(client, trained):
+    # A job writes its metrics and history: JSON numbers of any size reach the view, and must not break it.
+    run, _ = trained
+    huge = 10**400 + 123456
+    record = {
+        "job_name": "report-huge", "state": "succeeded", "replicas": [], "logs": {},
+        "metrics": {"huge": huge, "negative": -huge, "ratio": 0.5},
+        "history": [{"step": 1, "huge": huge, "loss": 1.0}, {"step": 2, "huge": -huge, "loss": 0.5}],
+        "progress": {"percent": huge, "step": 2, "total": 2, "eta_seconds": huge},
+        "duration_seconds": huge,
+    }
+    base = f"/api/v2/dags/{DAG_ID}/dagRuns/{quote(run.run_id, safe='')}/taskInstances/report/xcomEntries"
+    headers = as_user(client, "admin")
+    created = client.post(base, json={"key": "job", "value": record}, headers=headers)
+    assert created.status_code == 201, created.text
+    try:
+        page = client.get(f"/distributed/jobs/{DAG_ID}/{quote(run.run_id, safe='')}/report", headers=headers)
+        api = client.get(f"/distributed/api/jobs/{DAG_ID}/{quote(run.run_id, safe='')}/report", headers=headers)
+    finally:
+        assert client.delete(f"{base}/job", headers=headers).status_code == 204
+    assert page.status_code == 200, page.text
+    assert "<th>huge</th><td class=num>1.000e+400</td>" in page.text
+    assert "<th>negative</th><td class=num>-1.000e+400</td>" in page.text
+    assert page.text.count('<svg class="chart"') == 1  # loss; the huge points are no points a chart can place
+    assert api.status_code == 200 and api.json()["metrics"]["huge"] == huge

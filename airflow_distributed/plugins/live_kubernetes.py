@@ -1,0 +1,313 @@
+"""The job view's live source for ``backend="kubernetes"``: a running job's pods, read where the DAG says it runs.
+
+The view runs in the API server and reads the cluster with a connection's credentials, so nothing a task or a
+user wrote decides where it looks:
+
+- the job name is the one the task instance derives (``naming.job_name``); the ``kubernetes_job`` XCom the
+  operator pushes while it waits only says that the job has started, and one naming another job is ignored;
+- the backend and the connection id come from the task in the serialized DAG of the task instance's DAG version,
+  the namespace from there too, or from the task instance's rendered fields when the DAG templates it;
+- the connection is resolved with the DAG's team (``[core] multi_team``), as the task's own worker resolves it;
+- the reads are time-boxed (``timeout``): a cluster that does not answer gives the state ``unreachable``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow_distributed.backends.base import has_template
+from airflow_distributed.backends.kubernetes import LIVE_JOB_XCOM_KEY, TAIL_LINES
+from airflow_distributed.manifests.pod_names import INDEX_LABEL, MASTER_LABEL, ROLE_LABEL
+from airflow_distributed.naming import job_name
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from airflow_distributed.plugins.job_state import TaskInstanceRef
+
+#: Seconds the view waits for the Kubernetes API, unless ``[distributed] live_view_timeout`` says otherwise.
+DEFAULT_TIMEOUT = 5.0
+#: The cncf provider's default connection: when it is not defined, the client's own configuration is used.
+DEFAULT_CONN_ID = "kubernetes_default"
+# Reads of hung clusters end at the time box; a bounded pool keeps them from piling up threads.
+_READERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="job-view-kubernetes")
+
+
+@dataclass(frozen=True)
+class JobLocation:
+    """Where a task instance's Kubernetes job runs, from its DAG (``namespace`` None: the connection's default)."""
+
+    job_name: str
+    namespace: str | None
+    conn_id: str | None
+    team: str | None
+
+
+class Unavailable(Exception):
+    """The live state cannot be read; the message says why, in words fit for any viewer (no address, no secret)."""
+
+    def __init__(self, state: str, message: str) -> None:
+        super().__init__(message)
+        self.state = state
+
+
+def unreachable(timeout: float) -> Unavailable:
+    return Unavailable("unreachable", f"The Kubernetes API could not be reached within {timeout:g} s; the page "
+                       "tries again when it reloads.")
+
+
+def configured_timeout() -> float:
+    from airflow.configuration import conf
+
+    return conf.getfloat("distributed", "live_view_timeout", fallback=DEFAULT_TIMEOUT)
+
+
+class LiveKubernetesJobState:
+    """A running Kubernetes job, read from its pods while the task has not recorded a final state.
+
+    :param timeout: seconds to wait for the Kubernetes API; default ``[distributed] live_view_timeout`` (5).
+    """
+
+    name = "live"
+
+    def __init__(self, timeout: float | None = None) -> None:
+        self._timeout = timeout
+
+    @property
+    def timeout(self) -> float:
+        return configured_timeout() if self._timeout is None else self._timeout
+
+    def read(self, ref: TaskInstanceRef, session: Session) -> dict[str, Any] | None:
+        announced = _xcom(ref, session)
+        if not isinstance(announced, Mapping):
+            return None
+        location = job_location(ref, session)
+        # Only this task instance's own job: an announcement naming another one is not this view's business.
+        if location is None or announced.get("job_name") != location.job_name:
+            return None
+        framework = announced.get("framework") if isinstance(announced.get("framework"), str) else None
+        timeout = self.timeout
+        try:
+            extras = connection_extras(location)
+            future = _READERS.submit(read_pods, location, extras, timeout)
+            try:
+                namespace, pods, logs = future.result(timeout=timeout)
+            except FutureTimeout:
+                future.cancel()
+                raise unreachable(timeout) from None
+        except Unavailable as why:
+            return unavailable_record(location, framework, why)
+        return live_record(location.job_name, namespace, framework, pods, logs)
+
+
+def _xcom(ref: TaskInstanceRef, session: Session) -> Any:
+    from airflow.models.xcom import XComModel
+
+    query = XComModel.get_many(run_id=ref.run_id, key=LIVE_JOB_XCOM_KEY, dag_ids=ref.dag_id, task_ids=ref.task_id,
+                               map_indexes=ref.map_index, limit=1)
+    row: Any = session.scalars(query).first()
+    if row is None:
+        return None
+    value = row.value
+    if isinstance(value, (str, bytes)):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return None
+    return value
+
+
+def job_location(ref: TaskInstanceRef, session: Session) -> JobLocation | None:
+    """Where the task instance's job runs, from the task in its DAG version (None: not a Kubernetes job)."""
+    from airflow.configuration import conf
+    from airflow.models.dag import DagModel
+
+    fields = task_fields(ref, session)
+    if fields is None or fields.get("backend") != "kubernetes" or "kubernetes_conn_id" in fields["_expanded"]:
+        return None
+    namespace = fields.get("namespace")
+    if has_template(namespace) or "namespace" in fields["_expanded"]:
+        namespace = rendered_field(ref, session, "namespace")
+        if namespace is None or has_template(namespace):
+            return None  # not rendered yet: the task has not started
+    if namespace is not None and not isinstance(namespace, str):
+        return None
+    conn_id = fields.get("kubernetes_conn_id")
+    if conn_id is not None and not isinstance(conn_id, str):
+        return None
+    # Teams own connections only in multi-team mode; outside it, Airflow refuses a team name outright.
+    team = DagModel.get_team_name(ref.dag_id, session=session) if conf.getboolean("core", "multi_team") else None
+    return JobLocation(job_name(ref.dag_id, ref.task_id, ref.run_id, ref.map_index), namespace or None, conn_id, team)
+
+
+def task_fields(ref: TaskInstanceRef, session: Session) -> dict[str, Any] | None:
+    """The task's arguments in the serialized DAG its task instance runs with, plain values only.
+
+    ``_expanded`` names the arguments a mapped task expands (their values are known per task instance only).
+    A DAG serialized before the operator kept ``backend`` has none: such a task is not read live.
+    """
+    from airflow.models.dag_version import DagVersion
+    from airflow.models.taskinstance import TaskInstance
+    from sqlalchemy import select
+
+    version_id = session.scalar(select(TaskInstance.dag_version_id).where(
+        TaskInstance.dag_id == ref.dag_id, TaskInstance.run_id == ref.run_id, TaskInstance.task_id == ref.task_id,
+        TaskInstance.map_index == ref.map_index,
+    ))
+    version = None if version_id is None else session.get(DagVersion, version_id)
+    serialized = None if version is None else version.serialized_dag
+    data = None if serialized is None else serialized.data
+    tasks = ((data or {}).get("dag") or {}).get("tasks") or []
+    for entry in tasks:
+        task = entry.get("__var") if isinstance(entry, Mapping) else None
+        if isinstance(task, Mapping) and task.get("task_id") == ref.task_id:
+            partial = _mapping(task.get("partial_kwargs"))
+            expanded = _mapping(_mapping(task.get("expand_input")).get("value"))
+            # A mapped task keeps the arguments given to partial(); those not given have the operator's defaults.
+            defaults = {"kubernetes_conn_id": DEFAULT_CONN_ID} if task.get("_is_mapped") else {}
+            return {**defaults, **partial, **task, "_expanded": set(expanded)}
+    return None
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def rendered_field(ref: TaskInstanceRef, session: Session, field: str) -> Any:
+    """A template field as the task instance rendered it (Airflow's rendered task instance fields)."""
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields as Rendered
+    from sqlalchemy import select
+
+    fields = session.scalar(select(Rendered.rendered_fields).where(
+        Rendered.dag_id == ref.dag_id, Rendered.run_id == ref.run_id, Rendered.task_id == ref.task_id,
+        Rendered.map_index == ref.map_index,
+    ))
+    return fields.get(field) if isinstance(fields, Mapping) else None
+
+
+def connection_extras(location: JobLocation) -> dict[str, Any]:
+    """The connection's extras, resolved as the DAG's team resolves it; ``{}`` for the client's own configuration
+    (no connection, or ``kubernetes_default`` not defined, as in the cncf provider)."""
+    from airflow.exceptions import AirflowNotFoundException
+    from airflow.models.connection import Connection
+
+    if location.conn_id is None:
+        return {}
+    try:
+        connection = Connection.get_connection_from_secrets(location.conn_id, team_name=location.team)
+    except AirflowNotFoundException:
+        if location.conn_id == DEFAULT_CONN_ID:
+            return {}
+        owner = f" for team {location.team}" if location.team else ""
+        raise Unavailable("unavailable", f"The connection {location.conn_id} is not defined{owner}.") from None
+    extras = connection.extra_dejson
+    return dict(extras) if isinstance(extras, Mapping) else {}
+
+
+def read_pods(location: JobLocation, extras: Mapping[str, Any], timeout: float
+              ) -> tuple[str, list[dict[str, Any]], dict[str, list[str]]]:
+    """The job's namespace, pods and the master's last log lines, read through the resolved connection, each
+    request ending after ``timeout`` seconds."""
+    from airflow_distributed.hooks.api_retry import KubernetesJobError, is_connection_error
+
+    try:
+        hook = _connection_hook(extras, location.conn_id, timeout)
+        namespace = location.namespace or hook.default_namespace()
+        pods = hook.list_job_pods(namespace, location.job_name).get("items") or []
+        logs: dict[str, list[str]] = {}
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            if (meta.get("labels") or {}).get(MASTER_LABEL) == "true" and meta.get("name"):
+                try:
+                    logs[meta["name"]] = hook.read_log_tail(namespace, meta["name"], TAIL_LINES)
+                except KubernetesJobError:
+                    logs[meta["name"]] = []
+    except KubernetesJobError as error:
+        if error.status is None:
+            raise unreachable(timeout) from None
+        raise Unavailable("unavailable", f"The Kubernetes API answered {error.status} to listing the job's pods."
+                          ) from None
+    except Exception as error:
+        if is_connection_error(error):
+            raise unreachable(timeout) from None
+        raise Unavailable("unavailable", "The connection's Kubernetes configuration could not be loaded.") from None
+    return namespace, pods, logs
+
+
+def _connection_hook(extras: Mapping[str, Any], conn_id: str | None, timeout: float) -> Any:
+    """A ``DistributedTrainingHook`` on already resolved extras, one try per call (the view reloads itself), each
+    request bounded by ``timeout``."""
+    from kubernetes import client
+
+    from airflow_distributed.hooks.api_retry import RetryPolicy
+    from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
+
+    class ResolvedConnectionHook(DistributedTrainingHook):
+        @cached_property
+        def conn_extras(self) -> dict[str, Any]:
+            return dict(extras)
+
+        def get_conn(self) -> Any:
+            api = super().get_conn()
+            send = api.call_api
+
+            # Every request ends with the view's time box, so a silent cluster holds no reader thread past it.
+            def call_api(*args: Any, **kwargs: Any) -> Any:
+                kwargs["_request_timeout"] = timeout
+                return send(*args, **kwargs)
+
+            api.call_api = call_api
+            return api
+
+    # A fresh configuration per hook: loading a kubeconfig must not rewrite the process-wide default, which the
+    # API server shares between teams. The cncf hook's in_cluster path only loads into the default.
+    configuration = None if extras.get("in_cluster") else client.Configuration()
+    return ResolvedConnectionHook(kubernetes_conn_id=conn_id, client_configuration=configuration,
+                                  retry=RetryPolicy(attempts=1), max_concurrency=1)
+
+
+def _index(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def live_record(name: str, namespace: str, framework: str | None, pods: list[dict[str, Any]],
+                logs: dict[str, list[str]]) -> dict[str, Any]:
+    """A job record in the shape of the ``job`` XCom, from the pods' current states (pure)."""
+    from airflow_distributed.jobstate.job_watch import ReplicaSlot, replica_status
+
+    rows = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        slot = ReplicaSlot(str(meta.get("name", "")), str(labels.get(ROLE_LABEL, "")),
+                           _index(labels.get(INDEX_LABEL)), labels.get(MASTER_LABEL) == "true")
+        rows.append((not slot.is_master, slot.role, slot.index, replica_status(slot, pod)))
+    rows.sort(key=lambda row: row[:3])
+    return {
+        "job_name": name, "framework": framework, "backend": "kubernetes", "namespace": namespace,
+        "state": "running", "metrics": {}, "model_path": None, "history": [],
+        "replicas": [
+            {"name": s.name, "role": s.role, "index": s.index, "state": s.state, "exit_code": s.exit_code,
+             "where": s.where, "reason": s.reason, "restarts": s.restarts}
+            for *_, s in rows
+        ],
+        "logs": logs,
+    }
+
+
+def unavailable_record(location: JobLocation, framework: str | None, why: Unavailable) -> dict[str, Any]:
+    """The record of a job whose pods could not be read: the state says so, the note says why."""
+    return {
+        "job_name": location.job_name, "framework": framework, "backend": "kubernetes",
+        "namespace": location.namespace, "state": why.state, "note": str(why), "metrics": {}, "model_path": None,
+        "history": [], "replicas": [], "logs": {},
+    }

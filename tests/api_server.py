@@ -1,0 +1,68 @@
+"""Airflow's own API server app for the UI tests: multi-team SimpleAuthManager users and real JWTs, no mocks.
+
+SimpleAuthManager decides by role for every DAG alike; per-DAG access exists in it only in multi-team mode, through
+the team that owns a DAG's bundle: the DAGs folder's bundle is given to one team here, and users of another team
+must be refused.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BUNDLE = "dags-folder"
+
+
+@contextmanager
+def api_client(users: Mapping[str, str], owner: str, teams: tuple[str, ...], tmp: Path) -> Iterator[Any]:
+    """A ``TestClient`` of ``airflow.api_fastapi.app.create_app()`` (which mounts the plugin from its entry point).
+
+    :param users: ``{user: role or "role:team"}``; each user's password is ``<user>-secret``.
+    :param owner: the team the DAGs folder's bundle belongs to; ``teams`` are created, then removed.
+    """
+    from airflow.api_fastapi.app import create_app, purge_cached_app
+    from airflow.models.dag import clear_team_name_cache
+    from airflow.models.dagbundle import DagBundleModel
+    from airflow.models.team import Team
+    from airflow.utils.session import create_session
+    from fastapi.testclient import TestClient
+    from sqlalchemy import delete, select
+
+    passwords = tmp / "passwords.json"
+    passwords.write_text(json.dumps({user: f"{user}-secret" for user in users}))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("AIRFLOW__CORE__MULTI_TEAM", "True")
+        env.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "False")
+        env.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", ",".join(f"{u}:{r}" for u, r in users.items()))
+        env.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE", str(passwords))
+        with create_session() as session:
+            created = [Team(name=team) for team in teams]
+            session.add_all(created)
+            bundle = session.scalars(select(DagBundleModel).where(DagBundleModel.name == BUNDLE)).one()
+            bundle.teams = [team for team in created if team.name == owner]
+        clear_team_name_cache()
+        purge_cached_app()
+        try:
+            with TestClient(create_app(), base_url="http://testserver") as client:
+                yield client
+        finally:
+            purge_cached_app()
+            with create_session() as session:
+                session.scalars(select(DagBundleModel).where(DagBundleModel.name == BUNDLE)).one().teams = []
+                session.execute(delete(Team).where(Team.name.in_(teams)))
+            clear_team_name_cache()
+
+
+def token(client: Any, user: str) -> str:
+    response = client.post("/auth/token", json={"username": user, "password": f"{user}-secret"})
+    assert response.status_code == 201, response.text
+    return response.json()["access_token"]
+
+
+def as_user(client: Any, user: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token(client, user)}"}

@@ -1,4 +1,9 @@
-"""The output document the master writes, and the operator's XCom built from it (pure).
+"""The output document the master writes, read and sanitised, and the operator's XCom built from it (pure).
+
+``parse_output_document`` is the one way a master's report comes in, on every backend and in the sensors: whatever
+the master wrote, what comes out is strict JSON within documented bounds (``strict_json``), so the XComs, the asset
+event, the OpenLineage facet, the task log and the job view built from it cannot fail on it or grow with it. A
+report never fails a job whose replicas succeeded: what cannot be read is a warning and no metrics.
 
 ``job_result`` is the one place a task's XComs come from: the operator (every backend, sync or deferred) and the
 sensors return it, and Airflow pushes each of its keys as an XCom of its own (``multiple_outputs``). A master
@@ -11,40 +16,152 @@ Only the ``job`` record for the job view is pushed apart, because it is pushed o
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_distributed.status import ReplicaStatus
+from airflow_distributed.strict_json import DROPPED, StrictJson, safe_text, strict_number
+
+#: A document longer than this (characters) is not parsed: a warning, no metrics.
+DOCUMENT_TEXT_LIMIT = 16 * 2**20
+#: What the sanitised document may take in all, as ``json.dumps`` writes it (``return_value`` and ``metrics``
+#: included): what comes after the point this is spent is dropped, in the order model path, metrics, return value,
+#: history.
+DOCUMENT_LIMIT = 2**20
+#: Bounds that keep the ``job`` XCom small whatever the job logged (the document's history is cut to as many).
+HISTORY_POINTS = 200
+LOG_LINES = 30
+LOG_REPLICAS = 64
+LINE_CHARS = 500
+
+#: Keys of a parsed document besides the report: a line saying what sanitising changed or why the text could not be
+#: read, and that it could not be read at all.
+WARNINGS, UNREADABLE = "warnings", "unreadable"
+# The document's own keys and a progress record, never more than this: kept out of the budget so that a budget spent
+# on metrics still leaves room for them.
+_FRAME = 512
 
 
 def parse_output_document(text: str | None) -> dict[str, Any]:
-    """``{"metrics": {...}, "model_path": ..., "history": [...]}``; tolerant of a missing or partial document."""
-    if not text:
-        return {"metrics": {}, "model_path": None, "history": []}
+    """``{"metrics": {...}, "model_path": ..., "history": [...]}`` (and ``progress``, ``return_value`` when
+    reported), sanitised into strict JSON within the limits (CONTRACT.md "Output document").
+
+    Never raises: the report of a job is not its verdict. A document that cannot be read (not JSON, not an object,
+    too large, too deeply nested) gives no metrics, ``unreadable: True`` and a ``warnings`` line saying why; one
+    whose values had to be changed keeps what it could, with a ``warnings`` line saying where.
+    """
+    if not text or not text.strip():
+        return _empty()
+    if len(text) > DOCUMENT_TEXT_LIMIT:
+        return _unreadable(f"it is larger than {DOCUMENT_TEXT_LIMIT // 2**20} MiB")
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"the master's output document is not JSON: {err}") from None
+        # The integer hook keeps a number of thousands of digits from hitting Python's int conversion limit.
+        doc = json.loads(text, parse_constant=lambda name: float("nan"), parse_int=_integer)
+    except json.JSONDecodeError as error:  # its message names a position, never the text
+        return _unreadable(f"it is not JSON ({error.msg} at line {error.lineno} column {error.colno})")
+    except RecursionError:
+        return _unreadable("it is nested too deeply to read")
     if not isinstance(doc, dict):
-        raise ValueError("the master's output document must be a JSON object")
-    metrics = doc.get("metrics") or {}
-    parsed: dict[str, Any] = {
-        "metrics": {str(k): _json_safe(v) for k, v in metrics.items()} if isinstance(metrics, Mapping) else {},
-        "model_path": doc.get("model_path"),
-        "history": doc.get("history") if isinstance(doc.get("history"), list) else [],
-    }
+        return _unreadable("it is not a JSON object")
+    return sanitise_document(doc)
+
+
+def sanitise_document(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A decoded output document as strict JSON within ``DOCUMENT_LIMIT``; see :func:`parse_output_document`."""
+    clean = StrictJson(DOCUMENT_LIMIT - _FRAME)
+    parsed: dict[str, Any] = {"metrics": {}, "model_path": None, "history": []}
+    model_path = doc.get("model_path")
+    if isinstance(model_path, str):
+        parsed["model_path"] = _kept(clean.clean(model_path, "model_path"))
+    elif model_path is not None:
+        clean.note("model_path", f"a {_json_type(model_path)}, not a string: ignored")
+    if doc.get("progress") is not None:  # tracking.log_progress
+        progress = _progress(doc["progress"], clean)
+        if progress is not None:
+            parsed["progress"] = progress
+    metrics = doc.get("metrics")
+    if isinstance(metrics, Mapping):
+        parsed["metrics"] = _kept(clean.clean(metrics, "metrics"), {})
+    elif metrics is not None:
+        clean.note("metrics", f"a {_json_type(metrics)}, not an object: ignored")
     if "return_value" in doc:  # written by a @task.distributed function's master
-        parsed["return_value"] = doc["return_value"]
-    if isinstance(doc.get("progress"), Mapping):  # tracking.log_progress
-        parsed["progress"] = dict(doc["progress"])
+        exhausted = clean.exhausted
+        value = clean.clean(doc["return_value"], "return_value")
+        if clean.exhausted and not exhausted:  # a cut-down value would be a different value: none at all
+            value = None
+        parsed["return_value"] = _kept(value)
+    history = doc.get("history")
+    if isinstance(history, list):
+        points = [point for point in history if isinstance(point, Mapping)]
+        if len(points) < len(history):
+            clean.note("history", f"{len(history) - len(points)} points that are not objects dropped")
+        parsed["history"] = _kept(clean.clean(downsample(points, HISTORY_POINTS), "history"), [])
+    elif history is not None:
+        clean.note("history", f"a {_json_type(history)}, not a list: ignored")
+    warning = clean.warning()
+    if warning is not None:
+        parsed[WARNINGS] = [f"the master's output document was sanitised: {warning}"]
     return parsed
 
 
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
+def document_warning(document: Mapping[str, Any]) -> str | None:
+    """What the task log says about a document that was sanitised or could not be read; ``None`` if nothing."""
+    warnings = document.get(WARNINGS)
+    return "; ".join(warnings) if warnings else None
+
+
+def _progress(raw: Any, clean: StrictJson) -> dict[str, Any] | None:
+    """``step``, ``total`` (whole numbers), ``percent`` (0 to 100) and ``eta_seconds`` (>= 0): those of them the
+    document has, each ``None`` when it is not what it should be; other keys are left out."""
+    if not isinstance(raw, Mapping):
+        clean.note("progress", f"a {_json_type(raw)}, not an object: ignored")
         return None
-    return value
+    progress: dict[str, Any] = {}
+    for key in ("step", "total", "percent", "eta_seconds"):
+        if key not in raw:
+            continue
+        value = raw[key]
+        number = None if isinstance(value, bool) or not isinstance(value, (int, float)) else strict_number(value)
+        if key in ("step", "total") and not (isinstance(number, int) and number >= 0):
+            number = None
+        elif key == "percent" and number is not None:
+            number = min(100.0, max(0.0, number))
+        elif key == "eta_seconds" and number is not None and number < 0:
+            number = None
+        if number is None and value is not None:
+            clean.note(f"progress.{key}", f"a {_json_type(value)} that is not a valid {key}, became null")
+        progress[key] = number
+    return progress
+
+
+def _integer(digits: str) -> int | float:
+    return int(digits) if len(digits) <= 20 else float(digits)
+
+
+def _kept(value: Any, instead: Any = None) -> Any:
+    return instead if value is DROPPED else value
+
+
+def _json_type(value: Any) -> str:
+    """The JSON name of a value's type, for a note (never the value: it may be a secret)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "list" if isinstance(value, (list, tuple)) else "object" if isinstance(value, Mapping) else "value"
+
+
+def _empty() -> dict[str, Any]:
+    return {"metrics": {}, "model_path": None, "history": []}
+
+
+def _unreadable(why: str) -> dict[str, Any]:
+    return {**_empty(), UNREADABLE: True,
+            WARNINGS: [f"the master's output document could not be read, so no metrics were taken from it: {why}"]}
 
 
 def job_result(
@@ -80,13 +197,6 @@ def job_result(
     return result
 
 
-#: Bounds that keep the ``job`` XCom small whatever the job logged.
-HISTORY_POINTS = 200
-LOG_LINES = 30
-LOG_REPLICAS = 64
-LINE_CHARS = 500
-
-
 def job_record(
     result: Mapping[str, Any], document: Mapping[str, Any], logs: Mapping[str, Sequence[str]], duration: float
 ) -> dict[str, Any]:
@@ -97,7 +207,8 @@ def job_record(
         "history": downsample(list(document.get("history") or []), HISTORY_POINTS),
         **({"progress": document["progress"]} if document.get("progress") else {}),
         "logs": {
-            name: [line[:LINE_CHARS] for line in list(lines)[-LOG_LINES:]]
+            # a replica's output may hold a NUL, which PostgreSQL's JSON refuses
+            name: [safe_text(line[:LINE_CHARS]) for line in list(lines)[-LOG_LINES:]]
             for name, lines in list(logs.items())[:LOG_REPLICAS]
         },
     }

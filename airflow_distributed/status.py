@@ -25,11 +25,13 @@ class ReplicaStatus:
 
 
 def progress_text(progress: Mapping[str, Any]) -> str:
-    """``45% (450/1000 steps), about 2 min left`` from a progress record (``tracking.log_progress``)."""
-    step, total = progress.get("step"), progress.get("total")
-    text = f"{progress.get('percent', 0):g}%"
+    """``45% (450/1000 steps), about 2 min left`` from a progress record (``tracking.log_progress``), sanitised: a
+    value the master reported wrong is ``None`` there, and left out here."""
+    step, total, percent = progress.get("step"), progress.get("total"), progress.get("percent")
+    parts = [f"{percent:g}%"] if isinstance(percent, (int, float)) else []
     if step is not None and total is not None:  # a Trainer's trainerStatus has a percentage only
-        text += f" ({step}/{total} steps)"
+        parts.append(f"({step}/{total} steps)")
+    text = " ".join(parts) or "progress unknown"
     eta = progress.get("eta_seconds")
     if isinstance(eta, (int, float)) and (step is None or step != total):
         text += f", about {_duration(eta)} left"

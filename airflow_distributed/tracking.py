@@ -37,6 +37,8 @@ import threading
 import time
 from typing import Any
 
+from airflow_distributed.strict_json import strict_number
+
 __all__ = [
     "get_checkpoint_dir",
     "get_cluster_info",
@@ -145,8 +147,9 @@ def log_metrics(step: int | None = None, **values: Any) -> None:
     Values must be JSON-safe once converted: numbers, strings, booleans, ``None``, and lists or string-keyed dicts of
     those. Scalars of other libraries (NumPy, PyTorch, TensorFlow, MXNet) are converted by duck typing, with
     ``.item()`` or ``float()``; arrays and tensors with ``.tolist()``, ``.numpy()`` or ``.asnumpy()``. A NaN or
-    infinite value is stored as ``null`` and training goes on: a diverging run still reports what it has, and the
-    document stays strict JSON. Anything else raises ``TypeError`` naming the metric.
+    infinite value is stored as ``null`` (an integer beyond 64 bits as a float) and training goes on: a diverging
+    run still reports what it has, and the document stays strict JSON. Anything else raises ``TypeError`` naming the
+    metric.
 
     On a replica that is not the master it does nothing.
     """
@@ -417,8 +420,9 @@ def _continued_document(path: str) -> dict[str, Any] | None:
         return None
     try:
         with open(path, encoding="utf-8") as handle:
-            document = json.load(handle)
-    except (OSError, ValueError):
+            # NaN or Infinity written by hand would make the next write (strict JSON) fail: they are null
+            document = json.load(handle, parse_constant=lambda name: None)
+    except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(document, dict) or not isinstance(document.get("history"), list):
         return None
@@ -456,10 +460,9 @@ def _write_atomic(path: str, data: bytes) -> None:
 def _json_safe(value: Any, name: str) -> Any:
     if value is None or isinstance(value, (bool, str)):
         return value
-    if isinstance(value, int):
-        return int(value)  # also turns an IntEnum or other int subclass into a plain int
-    if isinstance(value, float):
-        return float(value) if math.isfinite(value) else None
+    if isinstance(value, (int, float)):
+        # NaN and infinities become null, an integer beyond 64 bits a float: what the task's reader keeps anyway
+        return strict_number(value)
     if isinstance(value, dict):
         out = {}
         for key, item in value.items():

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_distributed.backends.base import BackendSettings, DistributedJobError, Problem, has_template
 from airflow_distributed.naming import DNS_LABEL_RULE, is_dns_label
+from airflow_distributed.outputs import document_warning
 from airflow_distributed.spec import SpecValidationError
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ def watch_timings(settings: BackendSettings) -> WatchTimings:
 def push_success(context: Context, log: TaskLog, result: dict[str, Any], document: dict[str, Any], namespace: str,
                  name: str, elapsed: float) -> dict[str, Any]:
     """The log lines of a job that succeeded; returns ``result``, whose keys Airflow pushes as XComs (outputs.py)."""
-    if document["metrics"] == {} and document["model_path"] is None:
+    if document["metrics"] == {} and document["model_path"] is None and document_warning(document) is None:
         log.warning("the master wrote no output document: no metrics or model path")
     log.info("job %s/%s succeeded in %.1fs; metrics: %s; model path: %s", namespace, name, elapsed,
              json.dumps(result["metrics"]), result["model_path"])

@@ -42,7 +42,7 @@ from airflow_distributed.backends.kubernetes import check_kubernetes_arguments, 
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.job_watch import JobVerdict, replica_table
 from airflow_distributed.jobstate.outcome import JobOutcome, failure_message
-from airflow_distributed.outputs import job_record, job_result, parse_output_document
+from airflow_distributed.outputs import document_warning, job_record, job_result, parse_output_document
 from airflow_distributed.plan import build_plan
 
 if TYPE_CHECKING:
@@ -277,7 +277,7 @@ class KubeflowJobRun:
         try:
             pods = self.hook.kubeflow_pods(self.namespace, obj) if obj is not None else []
             container = self.hook.main_container(obj) if obj is not None else ""
-            document = self._document(obj, succeeded)
+            document = self._document(obj)
             found = failed_replica(pods, container) if outcome.ending == ending.FAILED else None
             if found is not None:  # the controller's words, and the replica whose end they are about
                 outcome = found.outcome(judgement=outcome.judgement, job_object=obj)
@@ -300,16 +300,11 @@ class KubeflowJobRun:
             raise job_error(failure_message(job, outcome, elapsed, note))
         return push_success(self.context, self.log, result, document, self.namespace, self.name, elapsed)
 
-    def _document(self, obj: dict[str, Any] | None, succeeded: bool) -> dict[str, Any]:
-        if obj is None:
-            return parse_output_document(None)
-        try:
-            return parse_output_document(self.hook.kubeflow_output(self.namespace, obj))
-        except ValueError:
-            if succeeded:
-                raise
-            self.log.warning("the failed master's output document is not readable JSON; ignoring it")
-            return parse_output_document(None)
+    def _document(self, obj: dict[str, Any] | None) -> dict[str, Any]:
+        document = parse_output_document(self.hook.kubeflow_output(self.namespace, obj) if obj is not None else None)
+        if (warning := document_warning(document)) is not None:
+            self.log.warning("%s", warning)
+        return document
 
     def _tails(self, pods: list[dict[str, Any]], container: str, outcome: JobOutcome) -> dict[str, list[str]]:
         """The last lines of the replica that failed the job, best effort: a log that cannot be read decides

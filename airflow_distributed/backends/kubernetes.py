@@ -52,7 +52,7 @@ from airflow_distributed.jobstate.job_watch import (
 )
 from airflow_distributed.jobstate.outcome import JobOutcome, failure_message
 from airflow_distributed.manifests.pod_names import RESTARTS_ANNOTATION
-from airflow_distributed.outputs import job_record, job_result, parse_output_document
+from airflow_distributed.outputs import document_warning, job_record, job_result, parse_output_document
 from airflow_distributed.plan import KubernetesAddressing, build_plan
 from airflow_distributed.status import PENDING, RUNNING, STOPPED, ReplicaStatus
 
@@ -476,7 +476,7 @@ class KubernetesJobRun:
         """The output document, and the outcome with the failed replica's last lines (or its pod's events) and the
         master's last lines added to its logs."""
         pods = outcome.pods
-        document = self._document(pods, outcome.succeeded) if not killed else _empty_document()
+        document = self._document(pods) if not killed else _empty_document()
         logs = {name: list(lines) for name, lines in outcome.logs.items()}
         tail: list[str] = []
         events: list[str] = []
@@ -489,17 +489,13 @@ class KubernetesJobRun:
             logs[self.master.name] = self.tail(self.master.name, pods)
         return document, replace(outcome, tail=tuple(tail), events=tuple(events), logs=logs)
 
-    def _document(self, pods: Mapping[str, Any], succeeded: bool) -> dict[str, Any]:
+    def _document(self, pods: Mapping[str, Any]) -> dict[str, Any]:
         master = pods.get(self.master.name)
-        text = self.hook.read_output(self.namespace, master) if master is not None else None
-        try:
-            return parse_output_document(text)
-        except ValueError:
-            if succeeded:
-                raise
-            # A crashed master may leave half a document: the failure is what the user needs to see.
-            self.log.warning("the failed master's output document is not readable JSON; ignoring it")
-            return _empty_document()
+        document = parse_output_document(
+            self.hook.read_output(self.namespace, master) if master is not None else None)
+        if (warning := document_warning(document)) is not None:
+            self.log.warning("%s", warning)
+        return document
 
     def policy(self, succeeded: bool) -> str:
         return self.settings.clean_pod_policy or ("all" if succeeded else "running")

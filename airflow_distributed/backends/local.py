@@ -24,7 +24,13 @@ from airflow_distributed.backends.base import (
 from airflow_distributed.backends.local_live import LIVE_XCOM_KEY, LiveJobReport
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.outcome import JobOutcome, failure_message
-from airflow_distributed.outputs import job_record, job_result, parse_output_document
+from airflow_distributed.outputs import (
+    DOCUMENT_TEXT_LIMIT,
+    document_warning,
+    job_record,
+    job_result,
+    parse_output_document,
+)
 from airflow_distributed.plan import Layout, LocalAddressing, build_plan, replica_count
 from airflow_distributed.spec.models import SECTION_OF
 from airflow_distributed.status import render_table
@@ -138,6 +144,8 @@ class LocalBackend:
         log.info("replicas of %s (final):\n%s", name, render_table(outcome.replicas))
         # Read on failure too: metrics logged before a crash help whoever looks at the failed run.
         document = parse_output_document(_read_text(output_path))
+        if (warning := document_warning(document)) is not None:
+            log.warning("%s", warning)
         result = job_result(
             job_name=name, framework=spec.framework, backend="local",
             state="succeeded" if outcome.succeeded else "failed", document=document, replicas=outcome.replicas,
@@ -150,7 +158,7 @@ class LocalBackend:
             removed = hook.remove_checkpoints(checkpoint_dir)
             if removed:
                 log.info("job %s succeeded: removed its %d checkpoint files (keep_checkpoints=False)", name, removed)
-        if document["metrics"] == {} and document["model_path"] is None:
+        if document["metrics"] == {} and document["model_path"] is None and document_warning(document) is None:
             log.warning("the master wrote no output document at %s: no metrics or model path", output_path)
         log.info(
             "job %s succeeded in %.1fs; metrics: %s; model path: %s",
@@ -232,10 +240,12 @@ def cleanup_note(outcome: JobOutcome) -> str:
 
 
 def _read_text(path: str) -> str | None:
+    """The master's output document, or ``None`` when there is none to read; never more than one character past
+    the limit (which then says it is too large), and bytes that are not UTF-8 replaced (which then fail to parse)."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read(DOCUMENT_TEXT_LIMIT + 1)
+    except OSError:  # none, or not a file: the job's report is missing, its result stands
         return None
 
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from airflow_distributed.outputs import job_record, job_result, parse_output_document
+from airflow_distributed.outputs import UNREADABLE, job_record, job_result, parse_output_document
 from airflow_distributed.status import ReplicaStatus, progress_text
 
 #: XCom key of the running job's record (the final one is ``job``).
@@ -44,9 +44,8 @@ class LiveJobReport:
         if now < self._next:
             return
         self._next = now + self.interval
-        try:
-            document = parse_output_document(self._read())
-        except ValueError:
+        document = parse_output_document(self._read())
+        if document.get(UNREADABLE):
             return  # a document being written by hand, not yet whole: read it at the next interval
         progress = document.get("progress")
         if progress and progress != self._last_progress:
@@ -54,7 +53,8 @@ class LiveJobReport:
         self._last_progress = progress
         result = job_result(job_name=self.job_name, framework=self.framework, backend="local", state="running",
                             document=document, replicas=replicas)
-        state = (result["replicas"], result["metrics"], progress, len(document["history"]))
+        # The history is downsampled to a fixed number of points: its newest point, not its length, tells of a new one.
+        state = (result["replicas"], result["metrics"], progress, document["history"][-1:])
         if state == self._last_published:
             return
         self._last_published = state

@@ -40,7 +40,7 @@ from airflow_distributed.jobstate.job_watch import (
     replica_table,
     slots_to_json,
 )
-from airflow_distributed.outputs import job_result, parse_output_document
+from airflow_distributed.outputs import document_warning, job_result, parse_output_document
 from airflow_distributed.status import FAILED, SUCCEEDED
 
 if TYPE_CHECKING:
@@ -262,13 +262,12 @@ class DistributedJobSensor(BaseSensorOperator):
 
     def _succeed(self, context: Context, text: str | None, framework: str, backend: str, namespace: str,
                  statuses: Sequence[Any]) -> PokeReturnValue:
-        try:
-            document = parse_output_document(text)
-        except ValueError as error:
-            raise AirflowFailException(f"job {namespace}/{self.job_name} succeeded, but {error}") from error
+        document = parse_output_document(text)
+        if (warning := document_warning(document)) is not None:
+            self.log.warning("job %s/%s succeeded; %s", namespace, self.job_name, warning)
         result = job_result(job_name=self.job_name, framework=framework, backend=backend, state="succeeded",
                             document=document, replicas=statuses, namespace=namespace)
-        if document["metrics"] == {} and document["model_path"] is None:
+        if document["metrics"] == {} and document["model_path"] is None and warning is None:
             self.log.warning("job %s/%s succeeded without an output document: no metrics or model path", namespace,
                              self.job_name)
         return PokeReturnValue(is_done=True, xcom_value=result)

@@ -54,6 +54,10 @@ deferrable = _dag("k8s_deferrable", deferrable=True)
 # The master reports metrics and no model path: the downstream task still runs, with None.
 metrics_only = _dag("k8s_metrics_only", report=True)
 metrics_only_deferrable = _dag("k8s_metrics_only_deferrable", report=True, deferrable=True)
+# The master's report is not strict JSON (NaN, Infinity): a retry would run the training again, and must not happen.
+bad_report = _dag("k8s_bad_report", report=True, retries=1, retry_delay=timedelta(0))
+bad_report_deferrable = _dag("k8s_bad_report_deferrable", report=True, deferrable=True, retries=1,
+                             retry_delay=timedelta(0))
 worker_failure = _dag("k8s_worker_failure")
 master_oom = _dag("k8s_master_oom", clean_pod_policy="all")
 unschedulable = _dag("k8s_unschedulable", startup_timeout=SHORT_STARTUP)

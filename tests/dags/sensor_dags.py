@@ -47,7 +47,7 @@ with _dag("sensor_after_operator"):
 
     @task
     def report(metrics: dict, model_path: str | None) -> dict:
-        return {"loss": metrics["loss"], "model_path": model_path}
+        return {"loss": metrics.get("loss"), "model_path": model_path}
 
     train >> wait
     report(wait.output["metrics"], wait.output["model_path"])
@@ -57,6 +57,12 @@ with _dag("sensor_after_operator"):
 with _dag("sensor_metrics_only"):
     wait = PytorchJobSensor(task_id="wait", job_name=JOB, namespace=namespace_of("sensor_metrics_only"), **FAST)
     report(wait.output["metrics"], wait.output["model_path"])
+
+# A job whose master's report is not strict JSON, or not JSON at all: the sensor succeeds all the same.
+for _dag_id in ("sensor_bad_report", "sensor_unreadable_report"):
+    with _dag(_dag_id):
+        wait = PytorchJobSensor(task_id="wait", job_name=JOB, namespace=namespace_of(_dag_id), **FAST)
+        report(wait.output["metrics"], wait.output["model_path"])
 
 
 def _sensor_dag(dag_id: str, sensor_class: type = DistributedJobSensor, **kwargs) -> DAG:

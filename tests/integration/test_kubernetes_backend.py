@@ -112,6 +112,36 @@ def test_a_master_with_metrics_and_no_model_path_hands_none_downstream(emulator,
     settled(emulator, namespace, NOTHING)
 
 
+@pytest.mark.parametrize("dag_id", ["k8s_bad_report", "k8s_bad_report_deferrable"])
+def test_a_master_whose_report_is_not_strict_json_succeeds_at_its_first_try_with_nulls(emulator, dag_id, capfd):
+    """NaN, an infinity and a number beyond the float range in the termination message, as json.dumps writes them
+    (``NaN``, ``Infinity``), and a percent as a string: the task succeeds once, every XCom strict JSON."""
+    namespace = namespace_of(dag_id)
+    emulator.create_namespace(namespace)
+    document = {"metrics": {"loss": float("nan"), "accuracy": 0.9, "nested": {"a": {"b": {"c": {"d": {
+        "e": float("inf")}}}}}}, "model_path": "s3://models/bad", "history": [{"step": 1, "loss": float("-inf")}],
+        "progress": {"step": 5, "total": 10, "percent": "10", "eta_seconds": float("inf")}}
+
+    def script(kubelet: Kubelet) -> None:
+        wait_until(lambda: any(r.is_watch for r in task_requests(emulator, namespace)), timeout=60)
+        train_and_succeed(kubelet, document=document)
+
+    kubelet = Kubelet(emulator, namespace).play(script)
+    run, states = run_dag_at(dag_id)
+    kubelet.check()
+
+    assert states == {"train": "success", "report_metrics": "success"}
+    assert [ti.try_number for ti in run.get_task_instances() if ti.task_id == "train"] == [1]
+    metrics = {"loss": None, "accuracy": 0.9, "nested": {"a": {"b": {"c": {"d": {"e": None}}}}}}
+    assert xcom(run, "train", "metrics") == metrics
+    assert xcom(run, "report_metrics") == {"loss": None, "model_path": "s3://models/bad"}
+    record = xcom(run, "train", "job")
+    assert record["history"] == [{"step": 1, "loss": None}]
+    assert record["progress"] == {"step": 5, "total": 10, "percent": None, "eta_seconds": None}
+    assert "the master's output document was sanitised: " in capfd.readouterr().out
+    settled(emulator, namespace, NOTHING)
+
+
 def test_wait_for_completion_false_starts_the_job_and_returns(emulator):
     namespace = namespace_of("k8s_no_wait")
     emulator.create_namespace(namespace)

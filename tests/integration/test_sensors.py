@@ -108,6 +108,29 @@ def test_a_sensor_hands_none_downstream_when_the_master_reported_no_model_path(e
     assert xcom(run, "report") == {"loss": 0.25, "model_path": None}
 
 
+@pytest.mark.parametrize(("dag_id", "message", "metrics", "warning"), [
+    ("sensor_bad_report",
+     json.dumps({"metrics": {"loss": float("nan"), "deep": {"a": {"b": {"c": {"d": float("inf")}}}}},
+                 "model_path": "s3://models/m", "return_value": [float("-inf")]}),
+     {"loss": None, "deep": {"a": {"b": {"c": {"d": None}}}}}, "the master's output document was sanitised: "),
+    ("sensor_unreadable_report", "{metrics: garbage",
+     {}, "the master's output document could not be read, so no metrics were taken from it: it is not JSON"),
+])
+def test_a_sensor_succeeds_on_a_job_whose_report_is_not_strict_json(emulator, dag_id, message, metrics, warning,
+                                                                     capfd):
+    namespace = namespace_of(dag_id)
+    emulator.create_namespace(namespace)
+    pods = labelled_pods(emulator, namespace)
+    emulator.succeed_pod(namespace, pods["master-0"], message=message)
+
+    run, states = run_dag_at(dag_id)
+
+    assert states == {"wait": "success", "report": "success"}
+    assert xcom(run, "wait", "metrics") == metrics
+    assert xcom(run, "report") == {"loss": None, "model_path": "s3://models/m" if metrics else None}
+    assert warning in capfd.readouterr().out
+
+
 @pytest.mark.parametrize(("dag_id", "state"), [("sensor_failure", "failed"), ("sensor_soft_fail", "skipped")])
 def test_a_failed_job_fails_the_sensor_at_once_naming_the_replica_without_retry(emulator, dag_id, state, capfd):
     namespace = namespace_of(dag_id)

@@ -60,6 +60,9 @@ def test_bad_progress_is_refused(master, step, total, error):
     ({"step": 1, "total": 3, "percent": 33.3, "eta_seconds": None}, "33.3% (1/3 steps)"),
     ({"step": 3, "total": 3, "percent": 100.0, "eta_seconds": 0.0}, "100% (3/3 steps)"),
     ({"step": 5, "total": 100, "percent": 5.0, "eta_seconds": 7300}, "5% (5/100 steps), about 2 h 02 min left"),
+    # what the master reported wrong was sanitised to None: left out, never an error
+    ({"step": 5, "total": 10, "percent": None, "eta_seconds": None}, "(5/10 steps)"),
+    ({"percent": None, "eta_seconds": 30}, "progress unknown, about 30 s left"),
 ])
 def test_progress_text(progress, text):
     assert progress_text(progress) == text

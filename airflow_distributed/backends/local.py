@@ -125,7 +125,7 @@ class LocalBackend:
         if not outcome.succeeded:
             raise DistributedJobError(failure_message(name, outcome, elapsed, cleanup_note(outcome)))
         if not settings.keep_checkpoints:
-            removed = hook.remove_checkpoints(checkpoint_dir)
+            removed = hook.remove_checkpoints(checkpoint_dir, name)
             if removed:
                 log.info("job %s succeeded: removed its %d checkpoint files (keep_checkpoints=False)", name, removed)
         if document["metrics"] == {} and document["model_path"] is None:

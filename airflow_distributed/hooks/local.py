@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import glob
 import logging
 import os
 import shlex
@@ -333,23 +335,35 @@ class LocalProcessHook:
                 handle.write(text)
 
     @staticmethod
-    def remove_checkpoints(directory: str) -> int:
-        """Remove the checkpoint files ``tracking.save_checkpoint`` wrote in ``directory`` (and in its per-replica
-        folders), then the folders left empty; other files are left alone. Returns how many files were removed."""
-        from airflow_distributed.tracking import CHECKPOINT_FILE
+    def remove_checkpoints(directory: str, job: str) -> int:
+        """Remove what job ``job`` wrote in checkpoint directory ``directory``, as its list says
+        (``tracking.written_checkpoints``): its checkpoint files (and the temporary files of a write cut short),
+        then the folders it created, if empty, and the list. Nothing else in the directory is touched, so a shared
+        directory keeps every other job's files. Returns how many checkpoint files were removed."""
+        from airflow_distributed.tracking import CHECKPOINT_FILE, written_checkpoints, written_list_path
 
+        files, folders = written_checkpoints(directory, job)
         removed = 0
-        if not os.path.isdir(directory):
-            return 0
-        for folder, _, names in os.walk(directory, topdown=False):
-            for name in names:
-                if CHECKPOINT_FILE.match(name):
-                    os.unlink(os.path.join(folder, name))
-                    removed += 1
+        for name in files:
+            path = os.path.join(directory, name)
+            folder, base = os.path.split(path)
+            if not CHECKPOINT_FILE.match(base):
+                continue
             try:
-                os.rmdir(folder)  # only succeeds when empty
-            except OSError:
-                pass
+                os.unlink(path)
+                removed += 1
+            except FileNotFoundError:
+                pass  # pruned by save_checkpoint's keep, or never finished
+            for leftover in glob.glob(os.path.join(glob.escape(folder), f".{glob.escape(base)}.*.tmp")):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(leftover)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(written_list_path(directory, job))
+        # Deepest first, so that a folder is empty by the time its parent is tried.
+        paths = {os.path.normpath(os.path.join(directory, name)) for name in folders}
+        for path in sorted(paths, key=lambda folder: folder.count(os.sep), reverse=True):
+            with contextlib.suppress(OSError):
+                os.rmdir(path)  # only succeeds when empty
         return removed
 
     def start(self, specs: Sequence[ProcessSpec], *, cwd: str, elastic: ElasticPlan | None = None) -> LocalJob:

@@ -61,7 +61,8 @@ class DistributedTrainingOperator(BaseOperator):
         ``<model_dir>/checkpoints/<job_name>`` when ``model_dir`` is a path (it outlives the pods only on a
         ``model_volume`` claim), else ``<model_dir>/checkpoints/<job_name>`` as a URL for the framework. (templated)
     :param keep_checkpoints: keep the checkpoints after the job succeeds; by default the local backend removes the
-        checkpoint files of a succeeded job (a failed job always keeps them, for the retry).
+        checkpoint files a succeeded job saved (``tracking.save_checkpoint``) and the folders it created, nothing
+        else of the directory (a failed job always keeps them, for the retry).
     :param model_asset: a URI template of the trained model as an Airflow Asset, e.g.
         ``"s3://models/{dag_id}/{task_id}"``: a successful job emits an event on it whose ``extra`` holds
         ``model_path``, ``metrics`` and ``job_name``, so a DAG scheduled on it (deploy) can read them. A template

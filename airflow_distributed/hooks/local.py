@@ -7,7 +7,6 @@ import ctypes
 import glob
 import logging
 import os
-import shlex
 import shutil
 import signal
 import socket
@@ -30,6 +29,9 @@ log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
 TAIL_LINES = 40
+#: A job's work folder and files: its user's only (they may hold rendered secrets).
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -328,10 +330,26 @@ class LocalProcessHook:
             return []
         return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
 
+    @staticmethod
+    def make_work_dir(work_dir: str) -> None:
+        """Create the job's work folder (its files, output document) readable by this user only (0700): the files
+        may hold a function's arguments, and the output its return value."""
+        os.makedirs(work_dir, mode=PRIVATE_DIR_MODE, exist_ok=True)
+        os.chmod(work_dir, PRIVATE_DIR_MODE)  # makedirs leaves an existing folder's mode, and applies the umask
+
+    @staticmethod
+    def remove_work_dir(work_dir: str) -> None:
+        """Remove the job's work folder and everything in it, once the job has ended and its output was read."""
+        shutil.rmtree(work_dir, ignore_errors=True)
+
     def write_files(self, files_dir: str, files: Mapping[str, str]) -> None:
-        os.makedirs(files_dir, exist_ok=True)
+        """Write the job's files, each readable by this user only (0600), in a folder of mode 0700."""
+        os.makedirs(files_dir, mode=PRIVATE_DIR_MODE, exist_ok=True)
+        os.chmod(files_dir, PRIVATE_DIR_MODE)
         for name, text in files.items():
-            with open(os.path.join(files_dir, name), "w", encoding="utf-8") as handle:
+            fd = os.open(os.path.join(files_dir, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
+            os.fchmod(fd, PRIVATE_FILE_MODE)  # a file left by an earlier try keeps its mode otherwise
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(text)
 
     @staticmethod
@@ -376,7 +394,9 @@ class LocalProcessHook:
         count_restarts = agent_restarted if elastic is not None else None
         try:
             for spec in specs:
-                self.log.info("starting %s: %s", spec.name, _shorten(shlex.join(spec.argv)))
+                # The arguments may be rendered secrets (a password from a connection, a token from conf).
+                self.log.info("starting %s: %s with %d arguments", spec.name, spec.argv[0] if spec.argv else "",
+                              max(0, len(spec.argv) - 1))
                 started.append(LocalReplicaProcess(spec, cwd, self._emit, count_restarts=count_restarts))
         except OSError as err:
             LocalJob(started).stop()
@@ -386,6 +406,3 @@ class LocalProcessHook:
     def _emit(self, name: str, line: str) -> None:
         self.log.info("[%s] %s", name, line)
 
-
-def _shorten(text: str, limit: int = 300) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -32,6 +32,7 @@ from airflow_distributed.manifests.kubernetes import (
     MODEL_DIR,
     OUTPUT_PATH,
     READINESS_CONTAINER,
+    SECRET_FILES_DIR,
     SIDECAR_CONTAINER,
     JobManifestOptions,
     JobObjects,
@@ -681,7 +682,8 @@ def test_model_dir_volume(setting, expected):
 
 
 def test_layout_for_kubernetes():
-    assert layout_for_kubernetes() == Layout(model_dir=MODEL_DIR, output_path=OUTPUT_PATH, files_dir=FILES_DIR)
+    assert layout_for_kubernetes() == Layout(model_dir=MODEL_DIR, output_path=OUTPUT_PATH, files_dir=FILES_DIR,
+                                             secret_files_dir=SECRET_FILES_DIR)
     assert layout_for_kubernetes("/mnt/models").model_dir == "/mnt/models"
 
 

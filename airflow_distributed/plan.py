@@ -61,6 +61,19 @@ class Layout:
     files_dir: str
     #: the same for every try of one task instance, so that a retry resumes from what the failed try saved
     checkpoint_dir: str | None = None
+    #: where the plan's ``secret_files`` are (a Secret's volume on Kubernetes); ``files_dir`` when ``None``
+    secret_files_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class ReplicaProgram:
+    """What every replica of a job runs, and the files it needs besides the framework's."""
+
+    command: list[str]
+    #: for the layout's ``files_dir`` (a ConfigMap on Kubernetes)
+    files: Mapping[str, str] = field(default_factory=dict)
+    #: for the layout's ``secret_files_dir``: contents that may be secret (a Secret on Kubernetes)
+    secret_files: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -93,6 +106,9 @@ class ClusterPlan:
     replicas: tuple[Replica, ...]
     layout: Layout
     files: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    #: files whose contents may be secret (a ``@task.distributed`` function's arguments), in
+    #: ``layout.secret_files_dir``: kept out of ConfigMaps and logs, readable by the job's user only
+    secret_files: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     #: the Airflow try the job runs in (1 for the first)
     try_number: int = 1
     #: replicas run under an elastic agent and are restarted within this budget (``environment.pytorch.elastic``)
@@ -131,6 +147,7 @@ def build_plan(
     env: Mapping[str, str] | None = None,
     try_number: int = 1,
     files: Mapping[str, str] | None = None,
+    secret_files: Mapping[str, str] | None = None,
 ) -> ClusterPlan:
     """Expand a validated spec into the ordered replicas of one job.
 
@@ -139,6 +156,8 @@ def build_plan(
     :param try_number: the Airflow try (``AIRFLOW_DISTRIBUTED_TRY_NUMBER``), e.g. to resume from a checkpoint.
     :param files: more files for the job's files directory besides the framework's (e.g. the script of a
         ``@task.distributed`` function).
+    :param secret_files: files whose contents may be secret, for ``layout.secret_files_dir`` (e.g. that function's
+        arguments).
     """
     framework = get_framework(spec.framework)
     replicas = []
@@ -148,7 +167,7 @@ def build_plan(
         host, port = addressing.endpoint(ordinal, job_name, name, framework.default_port)
         replicas.append(Replica(role, index, name, host, port, ordinal == 0, settings))
     plan = ClusterPlan(job_name, framework.name, backend, tuple(replicas), layout, try_number=try_number,
-                       elastic=elastic_plan(spec))
+                       elastic=elastic_plan(spec), secret_files=MappingProxyType(dict(secret_files or {})))
     job_files = dict(framework.files(plan, backend))
     clash = sorted(set(job_files) & set(files or {}))
     if clash:

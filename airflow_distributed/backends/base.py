@@ -23,6 +23,8 @@ from airflow_distributed.spec import TrainingSpec
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_distributed.plan import Layout, ReplicaProgram
+
 #: ``(argument or spec path, message)``, as ``SpecValidationError`` takes them.
 Problem = tuple[str, str]
 
@@ -120,9 +122,9 @@ class TaskCalls:
     log: Any
     #: ``BaseOperator.defer(trigger=..., method_name=..., timeout=...)``
     defer: Callable[..., Any]
-    #: ``(command, files_dir) -> (command, files)``: what every replica runs and the files it needs besides the
-    #: framework's (``@task.distributed`` ships its function this way)
-    replica_program: Callable[[list[str], str], tuple[list[str], dict[str, str]]]
+    #: ``(command, layout) -> ReplicaProgram``: what every replica runs and the files it needs besides the
+    #: framework's (``@task.distributed`` ships its function and, as a secret file, its arguments this way)
+    replica_program: Callable[[list[str], Layout], ReplicaProgram]
     #: the spec of this try, from the rendered arguments, parsed at most once per try: for a backend that needs
     #: more of it after a deferral than the trigger's event carries
     spec: Callable[[], TrainingSpec]

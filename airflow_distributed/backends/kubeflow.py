@@ -193,9 +193,10 @@ class KubeflowJobRun:
         hook = cls.hook_class()(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
         namespace = job_namespace(settings, hook, context["ti"].task_id)  # before anything is created
         layout = layout_for_kubernetes(settings.model_dir, job_name=job_name, checkpoint_dir=settings.checkpoint_dir)
-        command, files = task.replica_program(list(command), layout.files_dir)
-        plan = build_plan(spec, job_name, KubeflowAddressing(namespace, spec.framework), layout, command,
-                          backend="kubeflow", env=settings.env, try_number=context["ti"].try_number, files=files)
+        program = task.replica_program(list(command), layout)
+        plan = build_plan(spec, job_name, KubeflowAddressing(namespace, spec.framework), layout, program.command,
+                          backend="kubeflow", env=settings.env, try_number=context["ti"].try_number,
+                          files=program.files, secret_files=program.secret_files)
         # "All" would let the Kubeflow operator delete the master's pod (and its output) before it is read.
         pod_policy: Literal["none", "running"] = "none" if settings.clean_pod_policy == "none" else "running"
         options = KubeflowJobOptions(manifest_options(settings, context, namespace), clean_pod_policy=pod_policy)

@@ -16,7 +16,8 @@ clients are imported when a job runs.
 Clean-up (``clean_pod_policy``): ``all`` deletes the job (its Service; the rest goes by cascade), ``running``
 deletes the pods still pending or running and keeps the finished ones (their logs) until the next try,
 ``none`` deletes nothing. Default: ``all`` after success, ``running`` after failure. A killed task deletes its
-job whatever the policy.
+job whatever the policy. Whatever the policy, the job's Secrets (its SSH private key, its function's arguments) are
+deleted when it ends: pods may be kept to look at, secrets are not.
 """
 
 from __future__ import annotations
@@ -187,7 +188,9 @@ def kill_kubernetes(run: KubernetesJobRun | None) -> None:
     run.log.info("task killed: deleting job %s/%s", run.namespace, run.name)
     try:
         # A hook of its own: the waiting one may be in the middle of a request on this very thread.
-        run.new_hook().delete_job(run.namespace, run.name)
+        hook = run.new_hook()
+        hook.delete_job(run.namespace, run.name)
+        delete_secrets(hook, run.namespace, run.name)
     except Exception as error:
         run.log.error("could not delete job %s/%s: %s; delete its Service by hand", run.namespace, run.name, error)
 
@@ -248,10 +251,10 @@ class KubernetesJobRun:
 
         settings = self.settings
         layout = layout_for_kubernetes(settings.model_dir, job_name=self.name, checkpoint_dir=settings.checkpoint_dir)
-        command, files = self.task.replica_program(list(command), layout.files_dir)
-        plan = build_plan(spec, self.name, KubernetesAddressing(self.namespace), layout, command,
+        program = self.task.replica_program(list(command), layout)
+        plan = build_plan(spec, self.name, KubernetesAddressing(self.namespace), layout, program.command,
                           backend="kubernetes", env=settings.env, try_number=self.context["ti"].try_number,
-                          files=files)
+                          files=program.files, secret_files=program.secret_files)
         options = manifest_options(settings, self.context, self.namespace)
         # One key pair per job (its pods get the Service's uid through ``owned_by``, not a second build).
         ssh_key = generate_ssh_key_pair(f"airflow-distributed-{self.name}") if any(
@@ -501,12 +504,16 @@ class KubernetesJobRun:
         return self.settings.clean_pod_policy or ("all" if succeeded else "running")
 
     def clean_up(self, succeeded: bool, kill: bool = False) -> bool:
-        """Apply the clean-up policy (a kill deletes everything); returns whether unfinished pods were deleted."""
+        """Apply the clean-up policy (a kill deletes everything), then delete the job's Secrets whatever the policy;
+        returns whether unfinished pods were deleted."""
         policy = "all" if kill else self.policy(succeeded)
-        if policy == "all":
-            self.hook.delete_job(self.namespace, self.name)
-        elif policy == "running":
-            self.hook.delete_unfinished_pods(self.namespace, self.name)
+        try:
+            if policy == "all":
+                self.hook.delete_job(self.namespace, self.name)
+            elif policy == "running":
+                self.hook.delete_unfinished_pods(self.namespace, self.name)
+        finally:
+            delete_secrets(self.hook, self.namespace, self.name)
         return policy != "none"
 
     def cleanup_note(self, succeeded: bool) -> str:
@@ -602,6 +609,14 @@ def manifest_options(settings: BackendSettings, context: Context, namespace: str
         queue_name=settings.queue_name,
         active_deadline_seconds=deadline,
     )
+
+
+def delete_secrets(hook: DistributedTrainingHook, namespace: str, name: str) -> None:
+    """Delete the Secrets of job ``name`` (its SSH key pair, its secret files) by name: the cascade from the Service
+    does it only when the Service goes, which a clean-up policy that keeps pods does not do."""
+    from airflow_distributed.manifests.kubernetes import job_secret_names
+
+    hook.delete_secrets(namespace, job_secret_names(name))
 
 
 def _elastic_of(spec: TrainingSpec) -> dict[str, int] | None:

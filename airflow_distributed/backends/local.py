@@ -38,7 +38,7 @@ from airflow_distributed.status import render_table
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_distributed.hooks.local import LocalJob
+    from airflow_distributed.hooks.local import LocalJob, LocalProcessHook
     from airflow_distributed.spec import TrainingSpec
     from airflow_distributed.spec.models import PodSettings
 
@@ -92,25 +92,37 @@ class LocalBackend:
     def run(self, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, name: str,
             command: Sequence[str]) -> dict[str, Any]:
         from airflow_distributed.hooks.local import LocalProcessHook
-        from airflow_distributed.manifests.local import process_specs, resolve_python
 
         log = self._log = task.log
         log_ignored(log, self.name, ignored_by_local(settings, spec))
         self._stop_grace_period = settings.stop_grace_period
         hook = LocalProcessHook(logger=log)
         work_dir, model_dir, checkpoint_dir = local_dirs(settings, name)
-        output_path = os.path.join(work_dir, "output.json")
         os.makedirs(model_dir, exist_ok=True)
-        os.makedirs(work_dir, exist_ok=True)
+        hook.make_work_dir(work_dir)
+        try:
+            return self._run_job(task, settings, context, spec, name, command, hook, work_dir,
+                                 Layout(model_dir=model_dir, output_path=os.path.join(work_dir, "output.json"),
+                                        files_dir=os.path.join(work_dir, "files"), checkpoint_dir=checkpoint_dir))
+        finally:
+            # Its files (a function's arguments) and output document go with the job, whatever its ending.
+            hook.remove_work_dir(work_dir)
+
+    def _run_job(self, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, name: str,
+                 command: Sequence[str], hook: LocalProcessHook, work_dir: str, layout: Layout) -> dict[str, Any]:
+        """Start the job in its work folder (the replicas' working directory), wait for it, report it."""
+        from airflow_distributed.manifests.local import process_specs, resolve_python
+
+        log = task.log
+        output_path, checkpoint_dir = layout.output_path, layout.checkpoint_dir or ""
         if os.path.exists(output_path):
             os.remove(output_path)  # a retry must not report the previous try's metrics
-        layout = Layout(model_dir=model_dir, output_path=output_path, files_dir=os.path.join(work_dir, "files"),
-                        checkpoint_dir=checkpoint_dir)
         interpreter = settings.python or sys.executable
         addressing = LocalAddressing(ports=hook.free_ports(replica_count(spec)))
-        program, files = task.replica_program(list(command), layout.files_dir)
-        plan = build_plan(spec, name, addressing, layout, resolve_python(program, interpreter), backend="local",
-                          env=settings.env, try_number=context["ti"].try_number, files=files)
+        program = task.replica_program(list(command), layout)
+        plan = build_plan(spec, name, addressing, layout, resolve_python(program.command, interpreter),
+                          backend="local", env=settings.env, try_number=context["ti"].try_number,
+                          files=program.files, secret_files=program.secret_files)
         specs = process_specs(
             plan,
             interpreter=interpreter,
@@ -118,7 +130,7 @@ class LocalBackend:
             cpu_count=os.cpu_count() or 1,
             base_env=os.environ,
         )
-        hook.write_files(layout.files_dir, plan.files)
+        hook.write_files(layout.files_dir, {**plan.files, **plan.secret_files})
         log.info("job %s: %s with %d replicas on the local backend", name, spec.framework, len(specs))
         started = time.monotonic()
         job = self._job = hook.start(specs, cwd=work_dir, elastic=plan.elastic)
@@ -155,7 +167,7 @@ class LocalBackend:
         if not outcome.succeeded:
             raise DistributedJobError(failure_message(name, outcome, elapsed, cleanup_note(outcome)))
         if not settings.keep_checkpoints:
-            removed = hook.remove_checkpoints(checkpoint_dir)
+            removed = hook.remove_checkpoints(checkpoint_dir, name)
             if removed:
                 log.info("job %s succeeded: removed its %d checkpoint files (keep_checkpoints=False)", name, removed)
         if document["metrics"] == {} and document["model_path"] is None and document_warning(document) is None:

@@ -97,9 +97,10 @@ class TrainJobRun(KubeflowJobRun):
         hook = cls.hook_class()(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
         namespace = job_namespace(settings, hook, context["ti"].task_id)  # before anything is created
         layout = layout_for_kubernetes(settings.model_dir, job_name=job_name, checkpoint_dir=settings.checkpoint_dir)
-        command, files = task.replica_program(list(command), layout.files_dir)
-        plan = build_plan(spec, job_name, TrainJobAddressing(namespace), layout, command, backend="trainjob",
-                          env=settings.env, try_number=context["ti"].try_number, files=files)
+        program = task.replica_program(list(command), layout)
+        plan = build_plan(spec, job_name, TrainJobAddressing(namespace), layout, program.command,
+                          backend="trainjob", env=settings.env, try_number=context["ti"].try_number,
+                          files=program.files, secret_files=program.secret_files)
         options = TrainJobOptions(manifest_options(settings, context, namespace), runtime=settings.runtime,
                                   runtime_kind=settings.runtime_kind,
                                   n_proc_per_node=getattr(spec.cluster, "n_proc_per_node", None))

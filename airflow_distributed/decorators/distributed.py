@@ -11,10 +11,11 @@
         ...
         return {"loss": loss}            # the master's value is the task's return_value
 
-The function's source and its (JSON-safe, possibly templated or XCom) arguments become a script in the job's files
-directory (a ConfigMap on Kubernetes), which every replica runs with the image's Python (the provider's package
-must be installed there for the result to be recorded). It takes the operator's arguments, except ``command`` and
-``args``.
+The function's source becomes a script in the job's files directory (a ConfigMap on Kubernetes), which every replica
+runs with the image's Python (the provider's package must be installed there for the result to be recorded); its
+(JSON-safe, possibly templated or XCom) arguments, which may be rendered secrets, go apart into a file readable by the
+job's user only (a Secret on Kubernetes), removed when the job ends. It takes the operator's arguments, except
+``command`` and ``args``.
 """
 
 from __future__ import annotations
@@ -26,12 +27,21 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.bases.decorator import DecoratedOperator, TaskDecorator, task_decorator_factory
 from airflow.sdk.definitions.context import KNOWN_CONTEXT_KEYS
 
-from airflow_distributed.manifests.function_script import FUNCTION_FILE, function_script, shipping_problems
+from airflow_distributed.manifests.function_script import (
+    ARGUMENTS_FILE,
+    FUNCTION_FILE,
+    function_arguments,
+    function_script,
+    shipping_problems,
+)
 from airflow_distributed.operators.training import DistributedTrainingOperator
+from airflow_distributed.plan import ReplicaProgram
 from airflow_distributed.spec.errors import SpecValidationError
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from airflow_distributed.plan import Layout
 
 
 class DistributedDecoratedOperator(DecoratedOperator, DistributedTrainingOperator):
@@ -65,10 +75,14 @@ class DistributedDecoratedOperator(DecoratedOperator, DistributedTrainingOperato
         # ``command`` is set per job by ``_replica_program``; ``python`` stands in for the interpreter until then.
         super().__init__(python_callable=python_callable, command=["python"], **kwargs)
 
-    def _replica_program(self, command: list[str], files_dir: str) -> tuple[list[str], dict[str, str]]:
-        script = function_script(self.get_python_source(), self.python_callable.__name__, list(self.op_args),
-                                 self.op_kwargs)
-        return ["python", posixpath.join(files_dir, FUNCTION_FILE)], {FUNCTION_FILE: script}
+    def _replica_program(self, command: list[str], layout: Layout) -> ReplicaProgram:
+        # The arguments may be rendered secrets: a secret file (a Secret on Kubernetes), apart from the source.
+        arguments = function_arguments(list(self.op_args), self.op_kwargs)
+        script = function_script(self.get_python_source(), self.python_callable.__name__)
+        return ReplicaProgram(
+            ["python", posixpath.join(layout.files_dir, FUNCTION_FILE),
+             posixpath.join(layout.secret_files_dir or layout.files_dir, ARGUMENTS_FILE)],
+            files={FUNCTION_FILE: script}, secret_files={ARGUMENTS_FILE: arguments})
 
     def execute(self, context: Context) -> Any:
         return _return_value(context, super().execute(context))

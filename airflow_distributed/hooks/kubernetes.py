@@ -362,6 +362,15 @@ class DistributedTrainingHook(KubeApiHook):
             self._wait_until_gone(f"deleting job {namespace}/{name}", present, timeout)
         return deleted
 
+    def delete_secrets(self, namespace: str, names: Sequence[str]) -> int:
+        """Delete these Secrets of a job now (those already gone count as done), rather than when the garbage
+        collector gets to them, or never, when the clean-up policy keeps the job's Service and pods.
+
+        :returns: how many there were to delete.
+        """
+        return sum(self._delete_one(f"deleting Secret {namespace}/{name}", self.core_v1_client.delete_namespaced_secret,
+                                    name, namespace) for name in names)
+
     def delete_unfinished_pods(self, namespace: str, name: str, keep: Sequence[str] = ()) -> None:
         """Delete the job's pods that are not Succeeded or Failed (one request), except those in ``keep``."""
         selector = ["status.phase!=Succeeded", "status.phase!=Failed", *(f"metadata.name!={pod}" for pod in keep)]

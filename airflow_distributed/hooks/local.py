@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import glob
 import logging
 import os
-import shlex
 import shutil
 import signal
 import socket
@@ -28,6 +29,9 @@ log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
 TAIL_LINES = 40
+#: A job's work folder and files: its user's only (they may hold rendered secrets).
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -326,30 +330,58 @@ class LocalProcessHook:
             return []
         return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
 
+    @staticmethod
+    def make_work_dir(work_dir: str) -> None:
+        """Create the job's work folder (its files, output document) readable by this user only (0700): the files
+        may hold a function's arguments, and the output its return value."""
+        os.makedirs(work_dir, mode=PRIVATE_DIR_MODE, exist_ok=True)
+        os.chmod(work_dir, PRIVATE_DIR_MODE)  # makedirs leaves an existing folder's mode, and applies the umask
+
+    @staticmethod
+    def remove_work_dir(work_dir: str) -> None:
+        """Remove the job's work folder and everything in it, once the job has ended and its output was read."""
+        shutil.rmtree(work_dir, ignore_errors=True)
+
     def write_files(self, files_dir: str, files: Mapping[str, str]) -> None:
-        os.makedirs(files_dir, exist_ok=True)
+        """Write the job's files, each readable by this user only (0600), in a folder of mode 0700."""
+        os.makedirs(files_dir, mode=PRIVATE_DIR_MODE, exist_ok=True)
+        os.chmod(files_dir, PRIVATE_DIR_MODE)
         for name, text in files.items():
-            with open(os.path.join(files_dir, name), "w", encoding="utf-8") as handle:
+            fd = os.open(os.path.join(files_dir, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
+            os.fchmod(fd, PRIVATE_FILE_MODE)  # a file left by an earlier try keeps its mode otherwise
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(text)
 
     @staticmethod
-    def remove_checkpoints(directory: str) -> int:
-        """Remove the checkpoint files ``tracking.save_checkpoint`` wrote in ``directory`` (and in its per-replica
-        folders), then the folders left empty; other files are left alone. Returns how many files were removed."""
-        from airflow_distributed.tracking import CHECKPOINT_FILE
+    def remove_checkpoints(directory: str, job: str) -> int:
+        """Remove what job ``job`` wrote in checkpoint directory ``directory``, as its list says
+        (``tracking.written_checkpoints``): its checkpoint files (and the temporary files of a write cut short),
+        then the folders it created, if empty, and the list. Nothing else in the directory is touched, so a shared
+        directory keeps every other job's files. Returns how many checkpoint files were removed."""
+        from airflow_distributed.tracking import CHECKPOINT_FILE, written_checkpoints, written_list_path
 
+        files, folders = written_checkpoints(directory, job)
         removed = 0
-        if not os.path.isdir(directory):
-            return 0
-        for folder, _, names in os.walk(directory, topdown=False):
-            for name in names:
-                if CHECKPOINT_FILE.match(name):
-                    os.unlink(os.path.join(folder, name))
-                    removed += 1
+        for name in files:
+            path = os.path.join(directory, name)
+            folder, base = os.path.split(path)
+            if not CHECKPOINT_FILE.match(base):
+                continue
             try:
-                os.rmdir(folder)  # only succeeds when empty
-            except OSError:
-                pass
+                os.unlink(path)
+                removed += 1
+            except FileNotFoundError:
+                pass  # pruned by save_checkpoint's keep, or never finished
+            for leftover in glob.glob(os.path.join(glob.escape(folder), f".{glob.escape(base)}.*.tmp")):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(leftover)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(written_list_path(directory, job))
+        # Deepest first, so that a folder is empty by the time its parent is tried.
+        paths = {os.path.normpath(os.path.join(directory, name)) for name in folders}
+        for path in sorted(paths, key=lambda folder: folder.count(os.sep), reverse=True):
+            with contextlib.suppress(OSError):
+                os.rmdir(path)  # only succeeds when empty
         return removed
 
     def start(self, specs: Sequence[ProcessSpec], *, cwd: str, elastic: ElasticPlan | None = None) -> LocalJob:
@@ -362,7 +394,9 @@ class LocalProcessHook:
         count_restarts = agent_restarted if elastic is not None else None
         try:
             for spec in specs:
-                self.log.info("starting %s: %s", spec.name, _shorten(shlex.join(spec.argv)))
+                # The arguments may be rendered secrets (a password from a connection, a token from conf).
+                self.log.info("starting %s: %s with %d arguments", spec.name, spec.argv[0] if spec.argv else "",
+                              max(0, len(spec.argv) - 1))
                 started.append(LocalReplicaProcess(spec, cwd, self._emit, count_restarts=count_restarts))
         except OSError as err:
             LocalJob(started).stop()
@@ -372,6 +406,3 @@ class LocalProcessHook:
     def _emit(self, name: str, line: str) -> None:
         self.log.info("[%s] %s", name, line)
 
-
-def _shorten(text: str, limit: int = 300) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."

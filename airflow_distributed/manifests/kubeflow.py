@@ -475,7 +475,8 @@ def _check_plan(plan: ClusterPlan, options: KubeflowJobOptions, kind: KubeflowKi
     if any(replica.role == PSERVER for replica in plan.replicas) and plan.framework == "paddle":
         raise ManifestError(f"job {plan.job_name}: {PADDLE_PS_REFUSED}")
     # The only file a framework ships today is Horovod's hostfile, which mpi-operator writes itself.
-    extra = sorted(name for name in plan.files if not (plan.framework == "horovod" and name == HOSTFILE))
+    extra = sorted(name for name in [*plan.files, *plan.secret_files]
+                   if not (plan.framework == "horovod" and name == HOSTFILE))
     if extra:
         raise ManifestError(f"job {plan.job_name}: {kind.a_kind} has no way to ship the files {', '.join(extra)}")
 

@@ -1,7 +1,8 @@
 """``ClusterPlan`` -> the Kubernetes objects of one job (pure: no I/O, no API call).
 
 A job is a headless Service that owns everything else, one Pod per replica, a ConfigMap with the plan's files,
-a Secret with the SSH key pair when replicas are on standby (Horovod), and a PodGroup with gang scheduling.
+a Secret with the plan's secret files (a ``@task.distributed`` function's arguments) when it has some, a Secret with
+the SSH key pair when replicas are on standby (Horovod), and a PodGroup with gang scheduling.
 
 What the hook does with them, in this order:
 
@@ -16,7 +17,8 @@ What the hook does with them, in this order:
    stopped), or, when exec is not allowed or the sidecar is gone, from the main container's
    ``state.terminated.message``, where the master's output relay copies it (4096 bytes at most: a longer
    document is cut down to ``metrics`` and ``model_path`` with ``"truncated": true``);
-4. delete the Service: the garbage collector removes every other object of the job.
+4. delete the Service: the garbage collector removes every other object of the job. The Secrets
+   (``job_secret_names``) are also deleted by name when the job ends, whatever the clean-up policy keeps of its pods.
 """
 
 from __future__ import annotations
@@ -74,12 +76,14 @@ from airflow_distributed.plan import ClusterPlan, Layout, Replica
 # Layout of the Kubernetes backend: where a replica finds its model dir, output path and the plan's files.
 MODEL_DIR = "/airflow-distributed/model"
 FILES_DIR = "/airflow-distributed/files"
+SECRET_FILES_DIR = "/airflow-distributed/secret-files"
 # Where the cncf provider's XCom sidecar reads a pod's result (ARCHITECTURE.md, "Outputs").
 OUTPUT_PATH = posixpath.join(PodDefaults.XCOM_MOUNT_PATH, "return.json")
 
 SIDECAR_CONTAINER = PodDefaults.SIDECAR_CONTAINER_NAME
 MODEL_VOLUME = "model-dir"
 FILES_VOLUME = "files"
+SECRET_FILES_VOLUME = "secret-files"
 CLUSTER_VARIABLE = "AIRFLOW_DISTRIBUTED_CLUSTER"
 #: Key of the cluster map in the job's ConfigMap (also a file in the files directory).
 CLUSTER_KEY = "cluster.json"
@@ -108,7 +112,23 @@ def layout_for_kubernetes(model_dir: str | None = None, *, job_name: str | None 
     model_dir = model_dir or MODEL_DIR
     if checkpoint_dir is None and job_name is not None:
         checkpoint_dir = posixpath.join(model_dir, "checkpoints", job_name)
-    return Layout(model_dir=model_dir, output_path=OUTPUT_PATH, files_dir=FILES_DIR, checkpoint_dir=checkpoint_dir)
+    return Layout(model_dir=model_dir, output_path=OUTPUT_PATH, files_dir=FILES_DIR, checkpoint_dir=checkpoint_dir,
+                  secret_files_dir=SECRET_FILES_DIR)
+
+
+def ssh_secret_name(job_name: str) -> str:
+    """The Secret of a job's SSH key pair (Horovod)."""
+    return f"{job_name}-ssh"
+
+
+def secret_files_name(job_name: str) -> str:
+    """The Secret of a job's secret files (a ``@task.distributed`` function's arguments)."""
+    return f"{job_name}-secret-files"
+
+
+def job_secret_names(job_name: str) -> tuple[str, ...]:
+    """Every Secret a job of this name may have: deleted by name when the job ends, whatever its pods' fate."""
+    return ssh_secret_name(job_name), secret_files_name(job_name)
 
 
 @dataclass(frozen=True)
@@ -279,6 +299,8 @@ def build_job_objects(
         )
     config_maps = [_files_config_map(plan, options, job)]
     secrets = [_ssh_secret(options, job, ssh_key)] if job.ssh_secret is not None and ssh_key is not None else []
+    if job.secret_files is not None:
+        secrets.append(_secret_files_secret(plan, options, job))
     pods = [_pod(plan, replica, options, job) for replica in plan.replicas]
     group = pod_group(plan.job_name, options.namespace, options.gang_scheduling, pods, job.labels, job.annotations)
     if group is not None and owner_uid:
@@ -349,6 +371,9 @@ def check_plan_layout(plan: ClusterPlan, backend: str, addressing: str) -> None:
 
 def _check_plan(plan: ClusterPlan, options: JobManifestOptions) -> None:
     check_plan_layout(plan, "kubernetes", "KubernetesAddressing")
+    if plan.secret_files and plan.layout.secret_files_dir in (None, plan.layout.files_dir):
+        raise ValueError(f"job {plan.job_name}: secret files need a secret_files_dir of their own (a Secret's "
+                         "volume); build the plan with layout_for_kubernetes()")
     for replica in plan.replicas:
         if not replica.host.startswith(f"{replica.name}.{plan.job_name}.{options.namespace}."):
             raise ValueError(
@@ -374,6 +399,8 @@ class _JobParts:
     owner_uid: str | None
     model_volume: client.V1Volume | None
     files_config_map: str
+    #: the Secret of the plan's secret files, if it has some
+    secret_files: str | None
     ssh_secret: str | None
     #: hosts of the replicas on standby (sshd), which a launcher connects to
     standby_hosts: tuple[str, ...]
@@ -398,7 +425,8 @@ class _JobParts:
             model_volume=model_volume(options.model_volume) if plan.layout.model_dir.startswith("/") else None,
             # Always present: it carries the cluster map every replica reads (see _files_config_map).
             files_config_map=f"{plan.job_name}-files",
-            ssh_secret=f"{plan.job_name}-ssh" if standby_hosts else None,
+            secret_files=secret_files_name(plan.job_name) if plan.secret_files else None,
+            ssh_secret=ssh_secret_name(plan.job_name) if standby_hosts else None,
             standby_hosts=standby_hosts,
         )
 
@@ -431,6 +459,20 @@ def _ssh_secret(options: JobManifestOptions, job: _JobParts, key_pair: horovod_s
     secret = horovod_ssh.ssh_secret(job.ssh_secret, options.namespace, key_pair, job.labels, job.annotations)
     secret.metadata.owner_references = job.owner_references()
     return secret
+
+
+def _secret_files_secret(plan: ClusterPlan, options: JobManifestOptions, job: _JobParts) -> client.V1Secret:
+    # Not the ConfigMap: whoever may read ConfigMaps of the namespace need not read these (rendered arguments).
+    assert job.secret_files is not None  # called only for a plan that has some
+    return model(
+        client.V1Secret,
+        api_version="v1",
+        kind="Secret",
+        metadata=_metadata(job.secret_files, options, job.labels, job.annotations, job.owner_references()),
+        type="Opaque",
+        immutable=True,
+        string_data=dict(plan.secret_files),
+    )
 
 
 def _service(plan: ClusterPlan, options: JobManifestOptions, job: _JobParts) -> client.V1Service:
@@ -633,6 +675,9 @@ def _volumes(replica: Replica, job: _JobParts) -> list[client.V1Volume]:
     if job.files_config_map:
         source = model(client.V1ConfigMapVolumeSource, name=job.files_config_map)
         volumes.append(model(client.V1Volume, name=FILES_VOLUME, config_map=source))
+    if job.secret_files is not None:
+        secret = model(client.V1SecretVolumeSource, secret_name=job.secret_files)
+        volumes.append(model(client.V1Volume, name=SECRET_FILES_VOLUME, secret=secret))
     if job.ssh_secret is not None:
         volumes.append(horovod_ssh.ssh_volume(job.ssh_secret, with_private_key=replica.command is not None))
     return volumes
@@ -644,6 +689,9 @@ def _volume_mounts(layout: Layout, job: _JobParts) -> list[client.V1VolumeMount]
         mounts.append(model(client.V1VolumeMount, name=MODEL_VOLUME, mount_path=layout.model_dir))
     if job.files_config_map:
         mounts.append(model(client.V1VolumeMount, name=FILES_VOLUME, mount_path=layout.files_dir, read_only=True))
+    if job.secret_files is not None:
+        mounts.append(model(client.V1VolumeMount, name=SECRET_FILES_VOLUME, mount_path=layout.secret_files_dir,
+                            read_only=True))
     if job.ssh_secret is not None:
         mounts.append(horovod_ssh.ssh_volume_mount())
     return mounts

@@ -209,8 +209,8 @@ def build_trainjob(plan: ClusterPlan, options: TrainJobOptions) -> dict[str, Any
     from airflow_distributed.manifests.kubernetes import JOB_LABEL, check_plan_layout
 
     check_plan_layout(plan, "trainjob", "TrainJobAddressing")
-    if plan.files:
-        names = ", ".join(sorted(plan.files))
+    if plan.files or plan.secret_files:
+        names = ", ".join(sorted([*plan.files, *plan.secret_files]))
         raise ValueError(f"job {plan.job_name}: a TrainJob has no way to ship the files {names}")
     pods = options.pods
     ti = pods.task_instance

@@ -24,6 +24,8 @@ from airflow_distributed.spec.kubernetes_rules import env_name_problems
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_distributed.plan import Layout, ReplicaProgram
+
 #: The ``backend=`` names, for type checkers; a test holds it equal to ``BACKENDS``.
 Backend = Literal["local", "kubernetes", "kubeflow", "trainjob"]
 #: The ``backend=`` names: the registry's (``backends.registry``), the only list of them.
@@ -64,7 +66,8 @@ class DistributedTrainingOperator(BaseOperator):
         ``<model_dir>/checkpoints/<job_name>`` when ``model_dir`` is a path (it outlives the pods only on a
         ``model_volume`` claim), else ``<model_dir>/checkpoints/<job_name>`` as a URL for the framework. (templated)
     :param keep_checkpoints: keep the checkpoints after the job succeeds; by default the local backend removes the
-        checkpoint files of a succeeded job (a failed job always keeps them, for the retry).
+        checkpoint files a succeeded job saved (``tracking.save_checkpoint``) and the folders it created, nothing
+        else of the directory (a failed job always keeps them, for the retry).
     :param model_asset: a URI template of the trained model as an Airflow Asset, e.g.
         ``"s3://models/{dag_id}/{task_id}"``: a successful job emits an event on it whose ``extra`` holds
         ``model_path``, ``metrics`` and ``job_name``, so a DAG scheduled on it (deploy) can read them. A template
@@ -293,10 +296,12 @@ class DistributedTrainingOperator(BaseOperator):
         result = self._chosen_backend().run(self._task_calls(), settings, context, spec, name, command)
         return self._succeeded(context, result)
 
-    def _replica_program(self, command: list[str], files_dir: str) -> tuple[list[str], dict[str, str]]:
-        """What every replica runs and the files it needs besides the framework's, given the job's files
-        directory; a subclass that ships code (``@task.distributed``) changes both."""
-        return command, {}
+    def _replica_program(self, command: list[str], layout: Layout) -> ReplicaProgram:
+        """What every replica runs and the files it needs besides the framework's, given where the job's files
+        go; a subclass that ships code (``@task.distributed``) changes both."""
+        from airflow_distributed.plan import ReplicaProgram
+
+        return ReplicaProgram(command)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resumes a deferred job with the trigger's event: output, logs, clean-up, XCom."""

@@ -36,3 +36,31 @@ def _dag(dag_id: str, extra: list[str], **task_kwargs) -> DAG:
 resumed = _dag("test_checkpoint_resume", ["--crash-at-step", str(CRASH_AT), "--crash-rank", "2", "--crash-on-try", "1"])
 # The same job without a crash, for the reference loss.
 uninterrupted = _dag("test_checkpoint_reference", [], keep_checkpoints=True)
+
+# A quick job in a checkpoint directory given by the run's conf (a shared volume's root, say): it saves checkpoints
+# on the master (and one per replica) when the conf says so, else none.
+SAVER = """
+import sys
+from airflow_distributed import tracking
+for step in range(1, int(sys.argv[1]) + 1):
+    tracking.save_checkpoint({"step": step}, step, keep=2)
+    tracking.save_checkpoint({"mine": step}, step, keep=2, every_replica=True)
+tracking.log_metrics(saved=int(sys.argv[1]))
+"""
+
+
+def _shared_dag(dag_id: str, steps: int) -> DAG:
+    with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test"]) as dag:
+        DistributedTrainingOperator(
+            task_id="train",
+            framework="pytorch",
+            environment={"pytorch": {"n_workers": 1}},
+            command=["python", "-c", SAVER, str(steps)],
+            checkpoint_dir="{{ dag_run.conf['checkpoint_dir'] }}",
+            stop_grace_period=3.0,
+        )
+    return dag
+
+
+shared_none = _shared_dag("test_checkpoint_shared_none", 0)
+shared_some = _shared_dag("test_checkpoint_shared_some", 3)

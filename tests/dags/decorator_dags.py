@@ -23,3 +23,20 @@ with DAG("k8s_task_distributed", schedule=None, start_date=pendulum.datetime(202
         return value["sum"]
 
     downstream(add(2, "{{ dag_run.conf.get('b', 3) }}"))
+
+# On the local backend: the function reports how its files are stored (the test passes a secret in the run's conf).
+with DAG("local_task_distributed_secret", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+         catchup=False, tags=["test"]) as local_dag:
+
+    @task.distributed(framework="pytorch", environment={"pytorch": {"n_workers": 1}}, stop_grace_period=3.0)
+    def stored(token: str) -> dict:
+        import os
+        import stat
+        import sys
+
+        paths = {"script": sys.argv[0], "arguments": sys.argv[1], "files": os.path.dirname(sys.argv[1]),
+                 "work": os.getcwd()}
+        return {"modes": {name: oct(stat.S_IMODE(os.stat(path).st_mode)) for name, path in paths.items()},
+                "paths": paths, "token_length": len(token)}
+
+    stored("{{ dag_run.conf['token'] }}")

@@ -69,3 +69,19 @@ image_pull_grace_over = _dag("k8s_image_pull_grace_over", startup_timeout=600.0,
 long_running = _dag("k8s_long_running", execution_timeout=timedelta(minutes=5))
 reattach = _dag("k8s_reattach")
 no_wait = _dag("k8s_no_wait", wait_for_completion=False)
+
+
+def _horovod_dag(dag_id: str, **task_kwargs) -> DAG:
+    with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]) as dag:
+        DistributedTrainingOperator(
+            task_id="train", framework="horovod", environment={"replicas": {"n_workers": 2}},
+            command=["python", "/opt/jobs/train.py"], image=IMAGE, backend="kubernetes",
+            namespace=namespace_of(dag_id), startup_timeout=30.0, **task_kwargs,
+        )
+    return dag
+
+
+# Horovod jobs carry their SSH key pair in a Secret: whatever a failure keeps, the key goes.
+horovod_failure = _horovod_dag("k8s_horovod_failure")
+horovod_failure_deferrable = _horovod_dag("k8s_horovod_failure_deferrable", deferrable=True)
+horovod_failure_kept = _horovod_dag("k8s_horovod_failure_kept", clean_pod_policy="none")

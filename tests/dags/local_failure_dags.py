@@ -66,3 +66,20 @@ with DAG(dag_id="test_paddle_ps_stand_in", schedule=None, start_date=START, catc
         command=["python", "-c", PSERVER_STAND_IN],
         stop_grace_period=3.0,
     )
+
+# A command whose arguments hold a value from the run's conf (a token, say), which the task log must not show.
+SECRET_ARGUMENT = """
+import os, sys
+from airflow_distributed import tracking
+tracking.log_metrics(token_length=len(sys.argv[2]), work_mode=oct(os.stat(os.getcwd()).st_mode & 0o777))
+print("work folder", os.getcwd(), flush=True)
+"""
+secret_argument = DAG(dag_id="test_secret_argument", schedule=None, start_date=START, catchup=False, tags=["test"])
+with secret_argument:
+    DistributedTrainingOperator(
+        task_id="train",
+        framework="pytorch",
+        environment={"pytorch": {"n_workers": 1}},
+        command=["python", "-c", SECRET_ARGUMENT, "--token", "{{ dag_run.conf['token'] }}"],
+        stop_grace_period=3.0,
+    )

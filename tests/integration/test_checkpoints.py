@@ -45,5 +45,52 @@ def test_a_job_that_keeps_its_checkpoints_keeps_the_newest_three(airflow_home):
     assert states == {"train": "success"}
     metrics = xcom(run, "train", "metrics")
     assert metrics["resumed_from_step"] == 0
-    folder = _checkpoint_dir(airflow_home, "test_checkpoint_reference", xcom(run, "train", "job_name"))
-    assert sorted(os.listdir(folder)) == [f"checkpoint-{step:012d}.pkl" for step in (40, 50, 60)]
+    job_name = xcom(run, "train", "job_name")
+    folder = _checkpoint_dir(airflow_home, "test_checkpoint_reference", job_name)
+    # Beside them, the list of what the job wrote there, for a later clean-up of exactly those.
+    assert sorted(os.listdir(folder)) == [f".airflow-distributed-{job_name}.checkpoints",
+                                          *(f"checkpoint-{step:012d}.pkl" for step in (40, 50, 60))]
+
+
+def _another_jobs_files(root) -> list[str]:
+    """Checkpoints of another job in a shared directory: 4 files in 6 folders (three of them empty), one of them
+    the folder this job's master saves its own checkpoints in (``every_replica``)."""
+    made = []
+    for relative in ("checkpoint-000000000007.pkl", "master-0/checkpoint-000000000009.pkl",
+                     "other/checkpoint-000000000001.pkl", "other/worker-0/checkpoint-000000000003.pkl"):
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"not this job's")
+        made.append(relative)
+    (root / "empty-a").mkdir()
+    (root / "empty-b" / "inner").mkdir(parents=True)
+    return made
+
+
+def _tree(root) -> set[str]:
+    return {str(path.relative_to(root)) for path in root.rglob("*")}
+
+
+def test_a_job_that_saved_no_checkpoint_removes_nothing_of_a_shared_directory(tmp_path):
+    shared = tmp_path / "shared"
+    _another_jobs_files(shared)
+    before = _tree(shared)
+
+    run, states = run_dag("test_checkpoint_shared_none", conf={"checkpoint_dir": str(shared)})
+
+    assert states == {"train": "success"}
+    assert _tree(shared) == before
+
+
+def test_a_job_removes_exactly_the_checkpoints_and_folders_it_wrote(tmp_path):
+    shared = tmp_path / "shared"
+    _another_jobs_files(shared)
+    before = _tree(shared)
+
+    run, states = run_dag("test_checkpoint_shared_some", conf={"checkpoint_dir": str(shared)})
+
+    assert states == {"train": "success"}
+    assert xcom(run, "train", "metrics") == {"saved": 3}
+    # Its files and the folder it created (worker-0) are gone; the other job's files and folders (master-0, which
+    # this job only wrote in) are all there.
+    assert _tree(shared) == before

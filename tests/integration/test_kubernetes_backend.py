@@ -193,6 +193,34 @@ def test_a_failing_worker_fails_the_task_at_once_naming_it(emulator, capfd):
     settled(emulator, namespace, {"services": [job], "pods": [worker], "configmaps": [f"{job}-files"], "secrets": []})
 
 
+@pytest.mark.parametrize(("dag_id", "kept_pods"), [
+    ("k8s_horovod_failure", ["launcher-0"]),
+    ("k8s_horovod_failure_deferrable", ["launcher-0"]),
+    ("k8s_horovod_failure_kept", ["launcher-0", "worker-0", "worker-1"]),
+])
+def test_a_failed_horovod_job_keeps_pods_for_a_look_but_never_its_ssh_key(emulator, dag_id, kept_pods):
+    namespace = namespace_of(dag_id)
+    emulator.create_namespace(namespace)
+
+    def script(kubelet: Kubelet) -> None:
+        wait_until(lambda: any(r.is_watch for r in task_requests(emulator, namespace)), timeout=60)
+        job = kubelet.seen[kubelet.master]["metadata"]["labels"][JOB_LABEL]
+        assert [s["metadata"]["name"] for s in emulator.list("secrets", namespace)] == [f"{job}-ssh"]
+        kubelet.run_all()
+        kubelet.fail(kubelet.master, 1)
+
+    kubelet = Kubelet(emulator, namespace).play(script)
+    run, states = run_dag_at(dag_id)
+    kubelet.check()
+
+    assert states == {"train": "failed"}
+    job = xcom(run, "train", "job")["job_name"]
+    # The policy keeps the Service and some pods (default: the finished launcher; "none": all of them), never the
+    # Secret with the private key.
+    settled(emulator, namespace, {"services": [job], "pods": sorted(kubelet.pod(key) for key in kept_pods),
+                                  "configmaps": [f"{job}-files"], "secrets": []})
+
+
 def test_an_oom_killed_master_fails_the_task_with_the_reason(emulator, capfd):
     namespace = namespace_of("k8s_master_oom")
     emulator.create_namespace(namespace)

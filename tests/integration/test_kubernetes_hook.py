@@ -16,7 +16,7 @@ from airflow_distributed.hooks.api_retry import KubernetesJobError
 from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
 from airflow_distributed.hooks.pod_logs import PodLogFollower
 from airflow_distributed.jobstate.outcome import describe
-from airflow_distributed.manifests.kubernetes import to_dict
+from airflow_distributed.manifests.kubernetes import job_secret_names, to_dict
 from tests.helpers import wait_until
 from tests.k8s_emulator import KubeEmulator
 from tests.kubernetes_helpers import (
@@ -254,6 +254,25 @@ def test_a_job_found_failed_is_replaced_and_one_found_succeeded_is_collected(emu
     Kubelet(emulator, ns).play(lambda k: (k.run_all(), k.master_exits(0, document=DOCUMENT))).check()
     again = hook.ensure_job(ns, build(None), slots)  # a retry after the job succeeded: nothing to create
     assert (again.reattached, again.created, again.uid) == ("succeeded", 0, fresh.uid)
+
+
+def test_a_job_whose_secrets_went_with_its_pods_gets_them_again_when_a_retry_completes_it(emulator, hook, ns):
+    """A failure that leaves the Service and no pod (every pod was pending, so the ``running`` policy deleted them
+    all) also deleted the Secrets: the retry that creates the missing pods creates the Secrets again first."""
+    build, slots, name = make_job(ns, {"replicas": {"n_workers": 1}}, framework="horovod")
+    hook.ensure_job(ns, build(None), slots)
+    hook.delete_unfinished_pods(ns, name)
+    assert hook.delete_secrets(ns, job_secret_names(name)) == 1  # the SSH key pair; there are no secret files
+    settled(emulator, ns, {"services": [name], "pods": [], "configmaps": [f"{name}-files"], "secrets": []})
+    emulator.reset_requests()
+
+    handle = hook.ensure_job(ns, build(None), slots)
+
+    assert handle.reattached == "running"
+    posts = [r.path.rsplit("/", 1)[-1] for r in task_requests(emulator, ns) if r.method == "POST"]
+    assert posts == ["secrets", "configmaps", "pods", "pods"]
+    assert objects(emulator, ns)["secrets"] == [f"{name}-ssh"]
+    assert hook.delete_secrets(ns, job_secret_names(name)) == 1 and hook.delete_secrets(ns, [f"{name}-ssh"]) == 0
 
 
 # ---------------------------------------------------------------------------------------------- logs, output

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 
 import yaml
 
+from airflow_distributed.manifests.kubernetes import job_secret_names
 from tests.conftest import ROOT
 from tests.k8s_emulator import KubeEmulator, RecordedRequest
 from tests.kubernetes_helpers import Kubelet, make_job, new_hook, settled, train_and_succeed, trigger_for
@@ -92,6 +93,8 @@ def test_the_role_allows_every_request_of_whole_jobs_and_holds_nothing_unused(tm
         uid = emu.get("services", NAMESPACE, name)["metadata"]["uid"]
         hook.recreate_pod(NAMESPACE, next(p for p in build(uid).pods if p.metadata.name == slots[1].name))
         hook.delete_unfinished_pods(NAMESPACE, name)
+        # Whatever the policy keeps of the pods, the job's Secrets go when it ends.
+        hook.delete_secrets(NAMESPACE, job_secret_names(name))
 
         # The retry replaces the failed job; a replica that cannot start; its events.
         hook.ensure_job(NAMESPACE, build(None), slots)

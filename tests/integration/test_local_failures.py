@@ -88,3 +88,18 @@ def test_paddle_ps_job_succeeds_when_the_master_ends_and_its_pservers_are_stoppe
     assert sorted((r["role"], r["index"]) for r in job["replicas"]) == [
         ("master", 0), ("pserver", 0), ("pserver", 1), ("worker", 0)]
     assert replica_processes("train-") == []
+
+
+def test_a_commands_rendered_arguments_stay_out_of_the_log_and_its_work_folder_goes_with_it(capfd):
+    token = "s3cr3t-token-0815"
+    run, states = run_dag("test_secret_argument", conf={"token": token})
+
+    assert states == {"train": "success"}
+    metrics = xcom(run, "train", "metrics")
+    assert metrics == {"token_length": len(token), "work_mode": "0o700"}
+    out = capfd.readouterr().out
+    job_name = xcom(run, "train", "job_name")
+    assert f"starting {job_name}-master-0: {sys.executable} with 4 arguments" in out
+    assert token not in out
+    work_dir = re.search(r"work folder (\S+)", out).group(1)
+    assert not os.path.exists(work_dir)

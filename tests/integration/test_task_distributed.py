@@ -9,7 +9,13 @@ import pytest
 from airflow.sdk import DAG, task
 
 from airflow_distributed.decorators.distributed import DistributedDecoratedOperator
-from airflow_distributed.manifests.function_script import FUNCTION_FILE, function_script, shipping_problems
+from airflow_distributed.manifests.function_script import (
+    ARGUMENTS_FILE,
+    FUNCTION_FILE,
+    function_arguments,
+    function_script,
+    shipping_problems,
+)
 from airflow_distributed.spec.errors import SpecValidationError
 from tests.helpers import replica_processes, run_dag, xcom
 
@@ -32,8 +38,28 @@ def test_a_dag_of_decorated_tasks_trains_with_ddp_and_hands_the_masters_value_do
     # Every replica ran the function (each set up its process group), as the job's own script.
     for replica in ("master-0", "worker-0", "worker-1"):
         assert f"starting {xcom(run, 'train', 'job_name')}-{replica}" in out
-    assert FUNCTION_FILE in out
     assert replica_processes(xcom(run, "train", "job_name")) == []
+
+
+@pytest.mark.usefixtures("airflow_db")
+def test_a_functions_arguments_stay_out_of_the_log_readable_by_its_user_only_and_go_with_the_job(capfd):
+    import os
+
+    token = "s3cr3t-token-4711"
+    run, states = run_dag("local_task_distributed_secret", conf={"token": token})
+
+    assert states == {"stored": "success"}
+    seen = xcom(run, "stored")
+    assert seen["token_length"] == len(token)  # the function got it
+    # Script and arguments readable by the job's user only, in a work folder that is its user's only...
+    assert seen["modes"] == {"script": "0o600", "arguments": "0o600", "files": "0o700", "work": "0o700"}
+    assert os.path.basename(seen["paths"]["script"]) == FUNCTION_FILE
+    # ... and gone with the job.
+    assert not any(os.path.exists(path) for path in seen["paths"].values())
+    # Nowhere in the task's log: no replica's command line, where the values of arguments are, is logged.
+    out = capfd.readouterr().out
+    assert f"starting {xcom(run, 'stored', 'job_name')}-master-0: " in out
+    assert token not in out
 
 
 def _dag():
@@ -85,10 +111,12 @@ def test_the_script_calls_the_function_with_json_arguments_and_records_the_retur
         def add(a, b=0):
             return {"sum": a + b}
     ''')
-    script = function_script(source, "add", [2], {"b": {"x": 1}["x"]})
+    script = function_script(source, "add")
     output = tmp_path / "output.json"
     path = tmp_path / FUNCTION_FILE
     path.write_text(script)
+    arguments = tmp_path / ARGUMENTS_FILE
+    arguments.write_text(function_arguments([2], {"b": {"x": 1}["x"]}))
     import os
     import subprocess
     import sys
@@ -97,12 +125,12 @@ def test_the_script_calls_the_function_with_json_arguments_and_records_the_retur
 
     env = {**os.environ, "AIRFLOW_DISTRIBUTED_OUTPUT": str(output), "PYTHONPATH": str(ROOT)}
     env.pop("RANK", None)
-    subprocess.run([sys.executable, str(path)], check=True, env=env)
+    subprocess.run([sys.executable, str(path), str(arguments)], check=True, env=env)
     import json
 
     assert json.loads(output.read_text())["return_value"] == {"sum": 3}
     with pytest.raises(TypeError, match=r"argument 'b' \(set\) cannot be sent"):
-        function_script(source, "add", [1], {"b": {1}})
+        function_arguments([1], {"b": {1}})
 
 
 def test_the_decorated_operator_keeps_the_operators_template_fields_but_command():
@@ -112,16 +140,20 @@ def test_the_decorated_operator_keeps_the_operators_template_fields_but_command(
 
 
 @pytest.mark.usefixtures("airflow_db", "kubernetes_connection")
-def test_on_kubernetes_the_function_ships_in_the_jobs_configmap_and_its_script_runs(emulator, tmp_path):
-    """The ConfigMap's script is run here as the master's container would run it, with the pod's variables."""
+def test_on_kubernetes_the_function_ships_in_a_configmap_its_arguments_in_a_secret_and_its_script_runs(emulator,
+                                                                                                       tmp_path):
+    """The ConfigMap's script is run here with the Secret's arguments, as the master's container would run them, with
+    the pod's variables."""
+    import base64
     import json
     import os
     import subprocess
     import sys
 
+    from airflow_distributed.manifests.kubernetes import SECRET_FILES_DIR
     from tests.conftest import ROOT
     from tests.dags.kubernetes_dags import namespace_of
-    from tests.helpers import run_dag_at, wait_until
+    from tests.helpers import wait_until
     from tests.kubernetes_helpers import NOTHING, Kubelet, settled, task_requests
 
     namespace = namespace_of("k8s_task_distributed")
@@ -133,25 +165,39 @@ def test_on_kubernetes_the_function_ships_in_the_jobs_configmap_and_its_script_r
         wait_until(lambda: any(r.is_watch for r in task_requests(emulator, namespace)), timeout=60)
         kubelet.run_all()
         (config_map,) = emulator.list("configmaps", namespace)
+        (secret,) = emulator.list("secrets", namespace)
         master = kubelet.seen[kubelet.master]
         container = master["spec"]["containers"][0]
-        seen.update(config_map=config_map, command=container["command"])
+        seen.update(config_map=config_map, secret=secret, command=container["command"], pod=master)
         (tmp_path / FUNCTION_FILE).write_text(config_map["data"][FUNCTION_FILE])
+        (tmp_path / ARGUMENTS_FILE).write_bytes(base64.b64decode(secret["data"][ARGUMENTS_FILE]))
         env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
         env.update(AIRFLOW_DISTRIBUTED_OUTPUT=str(tmp_path / "return.json"), PYTHONPATH=str(ROOT),
                    PATH=os.environ["PATH"])
-        subprocess.run([sys.executable, str(tmp_path / FUNCTION_FILE)], check=True, env=env)
+        subprocess.run([sys.executable, str(tmp_path / FUNCTION_FILE), str(tmp_path / ARGUMENTS_FILE)], check=True,
+                       env=env)
         kubelet.master_exits(0, document=json.loads((tmp_path / "return.json").read_text()))
 
     kubelet = Kubelet(emulator, namespace).play(script)
-    run, states = run_dag_at("k8s_task_distributed")
+    run, states = run_dag("k8s_task_distributed", conf={"b": "4711"})
     kubelet.check()
 
     assert states == {"add": "success", "downstream": "success"}
-    assert xcom(run, "add") == {"sum": 5, "rank": 0, "world_size": 3}
-    assert xcom(run, "downstream") == 5
-    # One ConfigMap carries the function; every pod runs it from the files volume.
+    assert xcom(run, "add") == {"sum": 4713, "rank": 0, "world_size": 3}
+    assert xcom(run, "downstream") == 4713
+    # One ConfigMap carries the function's source, and no argument; every pod runs it from the files volume.
     source = seen["config_map"]["data"][FUNCTION_FILE]
     assert "def add(a: int, b: str) -> dict:" in source and "@task.distributed(" not in source
-    assert seen["command"][-2:] == ["python", f"/airflow-distributed/files/{FUNCTION_FILE}"]
+    assert "4711" not in json.dumps(seen["config_map"]) and "4711" not in json.dumps(seen["pod"])
+    # The arguments are in the job's Secret, mounted read-only where the command reads them.
+    job = seen["secret"]["metadata"]["name"].removesuffix("-secret-files")
+    assert seen["secret"]["metadata"]["name"] == f"{job}-secret-files"
+    assert seen["secret"]["metadata"]["ownerReferences"][0]["name"] == job
+    assert json.loads(base64.b64decode(seen["secret"]["data"][ARGUMENTS_FILE])) == {"args": [2, "4711"], "kwargs": {}}
+    assert seen["command"][-3:] == ["python", f"/airflow-distributed/files/{FUNCTION_FILE}",
+                                    f"{SECRET_FILES_DIR}/{ARGUMENTS_FILE}"]
+    mounts = {m["name"]: m for m in seen["pod"]["spec"]["containers"][0]["volumeMounts"]}
+    assert mounts["secret-files"] == {"name": "secret-files", "mountPath": SECRET_FILES_DIR, "readOnly": True}
+    volumes = {v["name"]: v for v in seen["pod"]["spec"]["volumes"]}
+    assert volumes["secret-files"]["secret"]["secretName"] == f"{job}-secret-files"
     settled(emulator, namespace, NOTHING)

@@ -107,3 +107,33 @@ def test_a_restarted_elastic_worker_group_carries_on_the_masters_history(tmp_pat
     monkeypatch.delenv("TORCHELASTIC_RUN_ID")
     tracking.log_metrics(step=30, loss=0.125)
     assert [point["step"] for point in json.loads(output.read_text())["history"]] == [30]
+
+
+def test_in_a_shared_directory_a_job_reads_and_prunes_only_its_own_checkpoints(master, monkeypatch):
+    monkeypatch.setenv(tracking.ENV_JOB, "job-a")
+    master.mkdir()
+    theirs = master / "checkpoint-000000000099.pkl"
+    theirs.write_bytes(pickle.dumps({"step": 99, "state": "another job's"}))
+    assert tracking.latest_checkpoint() is None  # never resume from another job's state
+    for step in (1, 2, 3):
+        tracking.save_checkpoint(step, step, keep=2)
+    assert tracking.latest_checkpoint() == (3, 3)
+    assert theirs.exists()
+    assert tracking.written_checkpoints(str(master), "job-a") == (
+        ["checkpoint-000000000001.pkl", "checkpoint-000000000002.pkl", "checkpoint-000000000003.pkl"], [])
+
+
+def test_the_clean_up_removes_no_file_the_list_names_outside_its_directory(tmp_path):
+    from airflow_distributed.hooks.local import LocalProcessHook
+
+    outside = tmp_path / "outside" / "checkpoint-000000000001.pkl"
+    outside.parent.mkdir()
+    outside.write_bytes(b"x")
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("not a checkpoint")
+    (folder / ".airflow-distributed-job-a.checkpoints").write_text(
+        f"../outside/checkpoint-000000000001.pkl\n{outside}\nnotes.txt\n../outside/\n")
+    assert LocalProcessHook.remove_checkpoints(str(folder), "job-a") == 0
+    assert outside.exists() and (folder / "notes.txt").exists()
+    assert sorted(os.listdir(folder)) == ["notes.txt"]

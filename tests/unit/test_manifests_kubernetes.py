@@ -32,11 +32,13 @@ from airflow_distributed.manifests.kubernetes import (
     MODEL_DIR,
     OUTPUT_PATH,
     READINESS_CONTAINER,
+    SECRET_FILES_DIR,
     SIDECAR_CONTAINER,
     JobManifestOptions,
     JobObjects,
     TaskInstanceRef,
     build_job_objects,
+    job_secret_names,
     layout_for_kubernetes,
     to_dict,
     with_owner,
@@ -608,6 +610,37 @@ def test_horovod_hostfile_config_map_is_mounted_where_the_plan_points():
         assert _env(pod)["OMPI_MCA_orte_default_hostfile"] == f"{FILES_DIR}/hostfile"
 
 
+def test_secret_files_go_to_a_secret_of_the_job_mounted_on_every_pod_never_to_the_config_map():
+    spec = load_spec("horovod", {"replicas": {"n_workers": 1}})
+    plan = build_plan(spec, JOB, KubernetesAddressing(NAMESPACE), layout_for_kubernetes(), list(COMMAND),
+                      backend="kubernetes", files={"task.py": "print(1)"},
+                      secret_files={"arguments.json": '{"token": "s3cr3t"}'})
+    objects = build_job_objects(plan, _options(), ssh_key=KEY, owner_uid=UID)
+
+    (config_map,) = objects.config_maps
+    assert "arguments.json" not in config_map.data and "s3cr3t" not in str(to_dict(config_map))
+    secret = next(s for s in objects.secrets if s.metadata.name == f"{JOB}-secret-files")
+    assert secret.string_data == {"arguments.json": '{"token": "s3cr3t"}'} and secret.immutable is True
+    assert [ref.uid for ref in secret.metadata.owner_references] == [UID]  # goes with the job's Service
+    assert job_secret_names(JOB) == (f"{JOB}-ssh", f"{JOB}-secret-files")
+    assert sorted(s.metadata.name for s in objects.secrets) == sorted(job_secret_names(JOB))
+    for pod in objects.pods:  # standby workers too: the launcher runs the command on them over SSH
+        mount = next(m for m in _container(pod).volume_mounts if m.name == "secret-files")
+        assert (mount.mount_path, mount.read_only) == (SECRET_FILES_DIR, True)
+        volume = next(v for v in pod.spec.volumes if v.name == "secret-files")
+        assert volume.secret.secret_name == f"{JOB}-secret-files"
+        assert "s3cr3t" not in str(to_dict(pod))
+
+
+def test_secret_files_without_a_directory_of_their_own_are_refused():
+    spec = load_spec("pytorch", {"pytorch": {"n_workers": 1}})
+    layout = Layout(model_dir=MODEL_DIR, output_path=OUTPUT_PATH, files_dir=FILES_DIR)
+    plan = build_plan(spec, JOB, KubernetesAddressing(NAMESPACE), layout, list(COMMAND), backend="kubernetes",
+                      secret_files={"arguments.json": "{}"})
+    with pytest.raises(ValueError, match="secret files need a secret_files_dir of their own"):
+        build_job_objects(plan, _options())
+
+
 def test_generated_key_pair_is_a_matching_ed25519_pair():
     from cryptography.hazmat.primitives import serialization
 
@@ -681,7 +714,8 @@ def test_model_dir_volume(setting, expected):
 
 
 def test_layout_for_kubernetes():
-    assert layout_for_kubernetes() == Layout(model_dir=MODEL_DIR, output_path=OUTPUT_PATH, files_dir=FILES_DIR)
+    assert layout_for_kubernetes() == Layout(model_dir=MODEL_DIR, output_path=OUTPUT_PATH, files_dir=FILES_DIR,
+                                             secret_files_dir=SECRET_FILES_DIR)
     assert layout_for_kubernetes("/mnt/models").model_dir == "/mnt/models"
 
 

@@ -1,0 +1,95 @@
+"""The kubernetes backend's hook against a real API server, as the task's service account bound to exactly the
+Role of docs/rbac.yaml: submit and succeed with the master's log followed (sync), a worker's exit failing the job,
+clean-up by the real garbage collector leaving nothing, and no request of the task refused (from the audit log).
+
+The pods are played by the test kubelet with the same scripts as on the emulator (``tests/kubernetes_helpers``).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from tests.kube_control_plane.control_plane import ControlPlane
+from tests.kube_control_plane.kubelet import KubeletNode
+from tests.kubernetes_helpers import Kubelet, comes_to, make_job, new_hook, train_and_succeed
+
+NOTHING = {"services": [], "pods": [], "configmaps": [], "secrets": []}
+
+
+def job_objects(node: KubeletNode, namespace: str) -> dict[str, list[str]]:
+    """What is left in the namespace, per kind: its own service-account tokens (and root CA map) aside."""
+    left = {}
+    for plural in NOTHING:
+        left[plural] = sorted(o["metadata"]["name"] for o in node.list(plural, namespace)
+                              if o.get("type") != "kubernetes.io/service-account-token")
+    return left
+
+
+def test_a_job_succeeds_with_the_masters_lines_followed_and_leaves_nothing(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str, task_kubeconfig: str, task_user: str):
+    hook = new_hook(task_kubeconfig)
+    build, slots, name = make_job(namespace)
+    hook.ensure_job(namespace, build(None), slots)
+    kubelet = Kubelet(node, namespace).play(train_and_succeed)
+    lines: list[str] = []
+    lock = threading.Lock()
+
+    def emit(replica: str, line: str) -> None:
+        with lock:
+            lines.append(line)
+
+    outcome = hook.wait_for_job(namespace, name, slots, startup_timeout=30, follow=[slots[0].name], emit=emit)
+    kubelet.check()
+    assert outcome.succeeded
+    # The API server proxies pods/log to the kubelet: the follower must ask for what it serves (text/plain
+    # answers to an Accept the server can negotiate).
+    comes_to(lambda: list(lines), ["step 1 loss 0.500", "step 2 loss 0.250", "step 3 loss 0.125"], timeout=10)
+    assert outcome.pods[slots[0].name]["status"]["containerStatuses"][0]["state"]["terminated"]["message"]
+
+    hook.delete_job(namespace, name)
+    # The real garbage collector deletes what the Service owns; the kubelet finishes the pods' deletion.
+    comes_to(lambda: job_objects(node, namespace), NOTHING, timeout=60)
+    assert control_plane.refused(task_user) == []
+
+
+def test_a_worker_exit_fails_the_job_with_its_code_and_log(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str, task_kubeconfig: str, task_user: str):
+    hook = new_hook(task_kubeconfig)
+    build, slots, name = make_job(namespace)
+    hook.ensure_job(namespace, build(None), slots)
+
+    def script(k: Kubelet) -> None:
+        k.run_all()
+        k.log(k.pod("worker-0"), "loading shard 3", "RuntimeError: CUDA error: device-side assert triggered")
+        k.fail(k.pod("worker-0"), 2)
+
+    kubelet = Kubelet(node, namespace).play(script)
+    outcome = hook.wait_for_job(namespace, name, slots, startup_timeout=30)
+    kubelet.check()
+    assert (outcome.ending, outcome.replica, outcome.exit_code) == ("exit", slots[1].name, 2)
+    assert hook.read_log_tail(namespace, slots[1].name)[-1] == "RuntimeError: CUDA error: device-side assert triggered"
+
+    hook.delete_unfinished_pods(namespace, name)
+    hook.delete_job(namespace, name)
+    comes_to(lambda: job_objects(node, namespace), NOTHING, timeout=60)
+    assert control_plane.refused(task_user) == []
+
+
+def test_an_oom_kill_is_read_from_the_real_pod_status(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str, task_kubeconfig: str, task_user: str):
+    hook = new_hook(task_kubeconfig)
+    build, slots, name = make_job(namespace)
+    hook.ensure_job(namespace, build(None), slots)
+
+    def script(k: Kubelet) -> None:
+        k.run_all()
+        k.fail(k.pod("worker-1"), 137, reason="OOMKilled")
+
+    kubelet = Kubelet(node, namespace).play(script)
+    outcome = hook.wait_for_job(namespace, name, slots, startup_timeout=30)
+    kubelet.check()
+    assert (outcome.ending, outcome.replica, outcome.exit_code, outcome.reason) == (
+        "exit", slots[2].name, 137, "OOMKilled")
+    hook.delete_job(namespace, name)
+    comes_to(lambda: job_objects(node, namespace), NOTHING, timeout=60)
+    assert control_plane.refused(task_user) == []

@@ -10,6 +10,7 @@ controller-manager), the service-account key pair, the audit log of every reques
 from __future__ import annotations
 
 import base64
+import ctypes
 import json
 import os
 import secrets
@@ -58,6 +59,15 @@ def missing() -> str | None:
     if shutil.which("etcd") is None:
         return "no etcd on PATH: run `make kube` (it installs Debian's etcd-server)"
     return None
+
+
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # looked up before any fork: the child only calls it
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child: SIGTERM when the test process dies, so a killed run leaves no control plane behind."""
+    _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def free_port() -> int:
@@ -203,7 +213,7 @@ class ControlPlane:
         log = self.workdir / f"{name}.log"
         with log.open("wb") as out:
             popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     cwd=self.workdir, start_new_session=True)
+                                     cwd=self.workdir, start_new_session=True, preexec_fn=_die_with_parent)
         self.processes.append(Process(name, popen, log))
 
     def _keys(self) -> None:

@@ -3,6 +3,7 @@ status writes and logs reach clients through the real API server, and deletion i
 
 from __future__ import annotations
 
+import pytest
 from kubernetes import client
 
 from tests.helpers import wait_until
@@ -59,3 +60,14 @@ def test_a_pod_asking_for_more_than_the_node_has_is_left_unschedulable_by_the_re
     scheduled = wait_until(condition, timeout=30, interval=0.1)
     assert scheduled.reason == "Unschedulable"
     assert "Insufficient nvidia.com/gpu" in scheduled.message
+
+
+def test_the_audit_log_names_a_request_the_role_refuses(
+        control_plane: ControlPlane, namespace: str, task_kubeconfig: str, task_user: str):
+    """What the backend tests' ``refused(...) == []`` relies on: a refused request of the task is in the audit log."""
+    core = client.CoreV1Api(control_plane.api_client(task_kubeconfig))
+    core.list_namespaced_pod(namespace)
+    with pytest.raises(client.ApiException) as refused:
+        core.list_namespaced_secret(namespace)
+    assert refused.value.status == 403
+    assert control_plane.refused(task_user) == [f"list /api/v1/namespaces/{namespace}/secrets -> 403"]

@@ -5,12 +5,17 @@ kube-controller-manager lifts the ``node.kubernetes.io/not-ready`` taint, and fi
 its pods. The pods the real scheduler binds to it are moved through ``pods/status`` by the test's script, with the
 same calls as on the emulator (``run_pod``, ``set_pod_phase``, ``fail_pod``, ``append_log``...), so the players of
 ``tests/kubernetes_helpers.py`` drive either. Container logs are served over HTTPS at the node's
-``status.daemonEndpoints.kubeletEndpoint`` port, the way the API server proxies ``pods/log`` to a kubelet.
+``status.daemonEndpoints.kubeletEndpoint`` port, the way the API server proxies ``pods/log`` to a kubelet, and so
+is exec over the websocket channel protocol (``v4.channel.k8s.io``), as much of it as the XCom sidecar's reads take:
+``cat`` of its output file (``write_file``) and the ``kill`` that ends the sidecar.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
+import hashlib
+import json
 import ssl
 import subprocess
 import threading
@@ -20,6 +25,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from airflow.providers.cncf.kubernetes.utils.pod_manager import EMPTY_XCOM_RESULT
+from airflow.providers.cncf.kubernetes.utils.xcom_sidecar import PodDefaults
 from kubernetes import client
 
 from airflow_distributed.jobstate.job_watch import parse_timestamp_ns
@@ -30,6 +37,9 @@ from tests.kube_control_plane.control_plane import ControlPlane, wait_for
 
 CAPACITY = {"cpu": "16", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "8", "ephemeral-storage": "100Gi"}
 HOST_IP = "127.0.0.1"
+WEBSOCKET_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+STDIN, STDOUT, STDERR, ERROR = 0, 1, 2, 3
+XCOM_FILE = f"{PodDefaults.XCOM_MOUNT_PATH}/return.json"
 
 
 @dataclass
@@ -55,6 +65,9 @@ class KubeletNode:
         self.capacity = dict(capacity or CAPACITY)
         self.errors: list[str] = []
         self._logs: dict[tuple[str, str, str], ContainerLog] = {}
+        self._files: dict[tuple[str, str, str], str] = {}
+        #: (namespace, pod, container, command) of every exec served
+        self.execs: list[tuple[str, str, str, list[str]]] = []
         self._ips: dict[str, str] = {}
         self._changed = threading.Condition()
         self._stop = threading.Event()
@@ -300,10 +313,13 @@ class KubeletNode:
             def do_GET(self) -> None:
                 url = urllib.parse.urlsplit(self.path)
                 parts = url.path.strip("/").split("/")
-                if len(parts) != 4 or parts[0] != "containerLogs":
-                    self.send_error(404, f"the test kubelet serves only containerLogs, not {url.path}")
-                    return
-                node._serve_log(self, *parts[1:], urllib.parse.parse_qs(url.query))
+                query = urllib.parse.parse_qs(url.query)
+                if len(parts) == 4 and parts[0] == "containerLogs":
+                    node._serve_log(self, *parts[1:], query)
+                elif len(parts) == 4 and parts[0] == "exec":
+                    node._serve_exec(self, *parts[1:], query)
+                else:
+                    self.send_error(404, f"the test kubelet serves containerLogs and exec, not {url.path}")
 
         self._server = ThreadingHTTPServer((HOST_IP, 0), Handler)
         self._server.daemon_threads = True
@@ -354,3 +370,100 @@ class KubeletNode:
             sent = len(current)
             if ended:
                 return
+
+    # ------------------------------------------------------------ exec
+
+    def write_file(self, namespace: str, pod: str, path: str, text: str) -> None:
+        """What ``cat path`` in the pod shows (the XCom sidecar's output file: ``XCOM_FILE``)."""
+        self._files[(namespace, pod, path)] = text
+
+    def _serve_exec(self, handler: BaseHTTPRequestHandler, namespace: str, pod: str, container: str,
+                    query: dict[str, list[str]]) -> None:
+        key = handler.headers.get("Sec-WebSocket-Key")
+        if not key or (handler.headers.get("Upgrade") or "").lower() != "websocket":
+            handler.send_error(400, "the test kubelet serves exec over websockets only (no SPDY)")
+            return
+        offered = [p.strip() for p in (handler.headers.get("Sec-WebSocket-Protocol") or "").split(",") if p.strip()]
+        protocol = "v4.channel.k8s.io" if "v4.channel.k8s.io" in offered else (offered[0] if offered else "")
+        accept = base64.b64encode(hashlib.sha1((key + WEBSOCKET_GUID).encode()).digest()).decode()
+        handler.wfile.write(("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                             f"Sec-WebSocket-Accept: {accept}\r\n"
+                             + (f"Sec-WebSocket-Protocol: {protocol}\r\n" if protocol else "") + "\r\n").encode())
+        command = query.get("command", [])
+        self.execs.append((namespace, pod, container, command))
+        out, code = self._run(handler, namespace, pod, container, command,
+                              stdin=(query.get("input") or [""])[-1] in ("true", "1"))  # the kubelet's name
+        if out:
+            handler.wfile.write(_frame(bytes([STDOUT]) + out.encode()))
+        status: dict[str, Any] = {"metadata": {}, "status": "Success"}
+        if code:
+            status = {"metadata": {}, "status": "Failure", "reason": "NonZeroExitCode",
+                      "message": f"command terminated with non-zero exit code: exit status {code}",
+                      "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]}}
+        handler.wfile.write(_frame(bytes([ERROR]) + json.dumps(status).encode()))
+        handler.wfile.write(_frame(b"\x03\xe8", opcode=0x8))  # close, normal
+        handler.wfile.flush()
+        handler.close_connection = True
+
+    def _run(self, handler: BaseHTTPRequestHandler, namespace: str, pod: str, container: str, command: list[str],
+             stdin: bool) -> tuple[str, int]:
+        """The XCom sidecar's two commands: reading its output file, and (a shell reading stdin) its kill."""
+        if command[:2] == ["/bin/sh", "-c"] and f"cat {XCOM_FILE}" in command[2]:
+            return self._files.get((namespace, pod, XCOM_FILE)) or EMPTY_XCOM_RESULT + "\n", 0
+        if command == ["/bin/sh"] and stdin:
+            line = _read_stdin_line(handler)
+            if line.startswith("kill"):
+                # The sidecar's shell ends; the kubelet reports it soon after, as a real one would.
+                threading.Thread(target=self._sidecar_ended, args=(namespace, pod, container), daemon=True).start()
+            return "", 0
+        return "", 127
+
+    def _sidecar_ended(self, namespace: str, pod: str, container: str) -> None:
+        found = self.bound(namespace, pod)
+        states = {c["name"]: c["state"] for c in (found.get("status") or {}).get("containerStatuses") or []}
+        now = now_rfc3339()
+        started = (states.get(container) or {}).get("running", {}).get("startedAt", now)
+        states[container] = {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": started,
+                                            "finishedAt": now}}
+        ended = [state.get("terminated") for state in states.values()]
+        if all(ended):
+            phase = "Succeeded" if all(t["exitCode"] == 0 for t in ended if t) else "Failed"
+        else:
+            phase = "Running"
+        try:
+            self.set_pod_phase(namespace, pod, phase, container_states=states)
+        except Exception as error:
+            self.errors.append(f"ending the sidecar of {namespace}/{pod}: {error!r}")
+
+
+def _frame(payload: bytes, opcode: int = 0x2) -> bytes:
+    """One unmasked websocket frame (a server's), FIN set."""
+    size = len(payload)
+    if size < 126:
+        head = bytes([0x80 | opcode, size])
+    elif size < 1 << 16:
+        head = bytes([0x80 | opcode, 126]) + size.to_bytes(2, "big")
+    else:
+        head = bytes([0x80 | opcode, 127]) + size.to_bytes(8, "big")
+    return head + payload
+
+
+def _read_stdin_line(handler: BaseHTTPRequestHandler) -> str:
+    """The client's stdin (channel 0) up to its first newline, from masked websocket frames."""
+    text = ""
+    while "\n" not in text:
+        head = handler.rfile.read(2)
+        if len(head) < 2:
+            break
+        opcode, size = head[0] & 0x0F, head[1] & 0x7F
+        if size == 126:
+            size = int.from_bytes(handler.rfile.read(2), "big")
+        elif size == 127:
+            size = int.from_bytes(handler.rfile.read(8), "big")
+        mask = handler.rfile.read(4) if head[1] & 0x80 else b"\0\0\0\0"
+        data = bytes(b ^ mask[i % 4] for i, b in enumerate(handler.rfile.read(size)))
+        if opcode == 0x8:
+            break
+        if opcode in (0x1, 0x2) and data[:1] == bytes([STDIN]):
+            text += data[1:].decode(errors="replace")
+    return text

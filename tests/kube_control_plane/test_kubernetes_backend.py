@@ -1,17 +1,19 @@
 """The kubernetes backend's hook against a real API server, as the task's service account bound to exactly the
-Role of docs/rbac.yaml: submit and succeed with the master's log followed (sync), a worker's exit failing the job,
-clean-up by the real garbage collector leaving nothing, and no request of the task refused (from the audit log).
+Role of docs/rbac.yaml: submit and succeed with the master's log followed (sync), the master's output read from its
+XCom sidecar over exec, a worker's exit or OOM kill failing the job, clean-up by the real garbage collector leaving
+nothing, and no request of the task refused (from the audit log).
 
 The pods are played by the test kubelet with the same scripts as on the emulator (``tests/kubernetes_helpers``).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 
 from tests.kube_control_plane.control_plane import ControlPlane
-from tests.kube_control_plane.kubelet import KubeletNode
-from tests.kubernetes_helpers import Kubelet, comes_to, make_job, new_hook, train_and_succeed
+from tests.kube_control_plane.kubelet import XCOM_FILE, KubeletNode
+from tests.kubernetes_helpers import DOCUMENT, Kubelet, comes_to, make_job, new_hook, train_and_succeed
 
 NOTHING = {"services": [], "pods": [], "configmaps": [], "secrets": []}
 
@@ -90,6 +92,37 @@ def test_an_oom_kill_is_read_from_the_real_pod_status(
     kubelet.check()
     assert (outcome.ending, outcome.replica, outcome.exit_code, outcome.reason) == (
         "exit", slots[2].name, 137, "OOMKilled")
+    hook.delete_job(namespace, name)
+    comes_to(lambda: job_objects(node, namespace), NOTHING, timeout=60)
+    assert control_plane.refused(task_user) == []
+
+
+def test_the_masters_whole_output_is_read_from_its_xcom_sidecar_over_exec(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str, task_kubeconfig: str, task_user: str):
+    """The exec goes through the real API server (authorized as ``get pods/exec`` by 1.20) to the kubelet; the
+    document is larger than a termination message holds, which keeps only its brief."""
+    hook = new_hook(task_kubeconfig)
+    build, slots, name = make_job(namespace)
+    hook.ensure_job(namespace, build(None), slots)
+    document = {**DOCUMENT, "history": [{"step": step, "loss": 1 / step} for step in range(1, 400)]}
+    brief = {"metrics": DOCUMENT["metrics"], "model_path": DOCUMENT["model_path"], "truncated": True}
+
+    def script(k: Kubelet) -> None:
+        k.run_all()
+        node.write_file(namespace, k.master, XCOM_FILE, json.dumps(document))
+        k.master_exits(0, document=brief)
+
+    kubelet = Kubelet(node, namespace).play(script)
+    outcome = hook.wait_for_job(namespace, name, slots, startup_timeout=30)
+    kubelet.check()
+    assert outcome.succeeded
+    assert json.loads(hook.read_output(namespace, outcome.pods[slots[0].name]) or "null") == document
+    # The sidecar was told to end: the kubelet reports it, and the master's pod is done.
+    comes_to(lambda: node.get("pods", namespace, slots[0].name)["status"]["phase"], "Succeeded", timeout=30)
+    execs = {(event["verb"], event["objectRef"].get("subresource")) for event in control_plane.audit_events(task_user)
+             if (event.get("objectRef") or {}).get("subresource") == "exec"}
+    assert execs == {("get", "exec")}  # a websocket exec is a GET; 1.30 and later authorize it as "create"
+
     hook.delete_job(namespace, name)
     comes_to(lambda: job_objects(node, namespace), NOTHING, timeout=60)
     assert control_plane.refused(task_user) == []

@@ -12,11 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.integration.test_kubernetes_rbac import role
-from tests.kube_control_plane.control_plane import ControlPlane, missing
+from tests.kube_control_plane.control_plane import TASK_ACCOUNT, ControlPlane, missing
 from tests.kube_control_plane.kubelet import KubeletNode
-
-#: The service account the task runs as, as in docs/rbac.yaml's bindings.
-TASK_ACCOUNT = "airflow-worker"
 
 
 @pytest.fixture(scope="session")

@@ -40,6 +40,10 @@ BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 CONTROLLERS = ("garbagecollector", "namespace", "serviceaccount", "serviceaccount-token", "nodelifecycle")
 SERVICE_CIDR = "10.96.0.0/16"
 ADMIN = "admin"
+#: The service account the task runs as, as in docs/rbac.yaml's bindings.
+TASK_ACCOUNT = "airflow-worker"
+#: What a job leaves in its namespace once cleaned up (``left``).
+NOTHING: dict[str, list[str]] = {"services": [], "pods": [], "configmaps": [], "secrets": []}
 
 
 def bin_dir() -> Path:
@@ -333,6 +337,15 @@ class ControlPlane:
         })
         token = self.service_account_token(namespace, account)
         return self.kubeconfig(self.workdir / f"{namespace}-{account}.kubeconfig", token, namespace)
+
+    def left(self, namespace: str) -> dict[str, list[str]]:
+        """Names of what is left in a namespace, per kind of ``NOTHING``: its service-account tokens aside."""
+        found = {}
+        for plural in NOTHING:
+            items = self.request("GET", f"/api/v1/namespaces/{namespace}/{plural}")["items"]
+            found[plural] = sorted(o["metadata"]["name"] for o in items
+                                   if o.get("type") != "kubernetes.io/service-account-token")
+        return found
 
     # ------------------------------------------------------------ audit
 

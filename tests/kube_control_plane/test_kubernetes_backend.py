@@ -11,20 +11,9 @@ from __future__ import annotations
 import json
 import threading
 
-from tests.kube_control_plane.control_plane import ControlPlane
+from tests.kube_control_plane.control_plane import NOTHING, ControlPlane
 from tests.kube_control_plane.kubelet import XCOM_FILE, KubeletNode
 from tests.kubernetes_helpers import DOCUMENT, Kubelet, comes_to, make_job, new_hook, train_and_succeed
-
-NOTHING = {"services": [], "pods": [], "configmaps": [], "secrets": []}
-
-
-def job_objects(node: KubeletNode, namespace: str) -> dict[str, list[str]]:
-    """What is left in the namespace, per kind: its own service-account tokens (and root CA map) aside."""
-    left = {}
-    for plural in NOTHING:
-        left[plural] = sorted(o["metadata"]["name"] for o in node.list(plural, namespace)
-                              if o.get("type") != "kubernetes.io/service-account-token")
-    return left
 
 
 def test_a_job_succeeds_with_the_masters_lines_followed_and_leaves_nothing(
@@ -50,7 +39,7 @@ def test_a_job_succeeds_with_the_masters_lines_followed_and_leaves_nothing(
 
     hook.delete_job(namespace, name)
     # The real garbage collector deletes what the Service owns; the kubelet finishes the pods' deletion.
-    comes_to(lambda: job_objects(node, namespace), NOTHING, timeout=60)
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
     assert control_plane.refused(task_user) == []
 
 
@@ -73,7 +62,7 @@ def test_a_worker_exit_fails_the_job_with_its_code_and_log(
 
     hook.delete_unfinished_pods(namespace, name)
     hook.delete_job(namespace, name)
-    comes_to(lambda: job_objects(node, namespace), NOTHING, timeout=60)
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
     assert control_plane.refused(task_user) == []
 
 
@@ -93,7 +82,7 @@ def test_an_oom_kill_is_read_from_the_real_pod_status(
     assert (outcome.ending, outcome.replica, outcome.exit_code, outcome.reason) == (
         "exit", slots[2].name, 137, "OOMKilled")
     hook.delete_job(namespace, name)
-    comes_to(lambda: job_objects(node, namespace), NOTHING, timeout=60)
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
     assert control_plane.refused(task_user) == []
 
 
@@ -124,5 +113,5 @@ def test_the_masters_whole_output_is_read_from_its_xcom_sidecar_over_exec(
     assert execs == {("get", "exec")}  # a websocket exec is a GET; 1.30 and later authorize it as "create"
 
     hook.delete_job(namespace, name)
-    comes_to(lambda: job_objects(node, namespace), NOTHING, timeout=60)
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
     assert control_plane.refused(task_user) == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 
+from tests.helpers import wait_until
 from tests.kube_control_plane.control_plane import NOTHING, ControlPlane
 from tests.kube_control_plane.kubelet import XCOM_FILE, KubeletNode
 from tests.kubernetes_helpers import DOCUMENT, Kubelet, comes_to, make_job, new_hook, train_and_succeed
@@ -111,6 +112,55 @@ def test_the_masters_whole_output_is_read_from_its_xcom_sidecar_over_exec(
     execs = {(event["verb"], event["objectRef"].get("subresource")) for event in control_plane.audit_events(task_user)
              if (event.get("objectRef") or {}).get("subresource") == "exec"}
     assert execs == {("get", "exec")}  # a websocket exec is a GET; 1.30 and later authorize it as "create"
+
+    hook.delete_job(namespace, name)
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
+    assert control_plane.refused(task_user) == []
+
+
+def test_a_replica_the_real_scheduler_cannot_place_fails_the_job_with_the_schedulers_message(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str, task_kubeconfig: str, task_user: str):
+    hook = new_hook(task_kubeconfig)
+    environment = {"pytorch": {"n_workers": 2, "worker": [
+        {"index": 1, "resources": {"gpu": {"requests": 64, "limits": 64}}}]}}  # the node has 8
+    build, slots, name = make_job(namespace, environment)
+    hook.ensure_job(namespace, build(None), slots)
+
+    def script(k: Kubelet) -> None:
+        k.run_all(except_=("worker-1",))
+        wait_until(lambda: any(c["type"] == "PodScheduled" and c["status"] == "False" for c in
+                               (node.get("pods", namespace, k.pod("worker-1")) or {}).get("status", {}).get(
+                                   "conditions") or []), timeout=30, interval=0.05)
+
+    Kubelet(node, namespace).play(script).check(timeout=60)
+    outcome = hook.wait_for_job(namespace, name, slots, startup_timeout=0.5)
+    assert (outcome.ending, outcome.replica, outcome.reason) == ("startup", slots[2].name, "Unschedulable")
+    assert "1 Insufficient nvidia.com/gpu" in (outcome.message or "")
+    assert any("FailedScheduling" in event for event in hook.pod_events(namespace, slots[2].name))
+
+    hook.delete_job(namespace, name)
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
+    assert control_plane.refused(task_user) == []
+
+
+PULL_ERROR = 'rpc error: code = NotFound desc = failed to pull image "registry.example.com/trainer:1.0": not found'
+
+
+def test_a_failed_image_pull_fails_the_job_naming_the_image(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str, task_kubeconfig: str, task_user: str):
+    hook = new_hook(task_kubeconfig)
+    build, slots, name = make_job(namespace)
+    hook.ensure_job(namespace, build(None), slots)
+
+    def script(k: Kubelet) -> None:
+        k.run_all(except_=("worker-1",))
+        k.emu.pending_pod(namespace, k.pod("worker-1"), reason="ErrImagePull", message=PULL_ERROR)
+
+    kubelet = Kubelet(node, namespace).play(script)
+    outcome = hook.wait_for_job(namespace, name, slots, startup_timeout=60)
+    kubelet.check()
+    assert (outcome.ending, outcome.replica, outcome.reason, outcome.message, outcome.image) == (
+        "image", slots[2].name, "ErrImagePull", PULL_ERROR, "registry.example.com/trainer:1.0")
 
     hook.delete_job(namespace, name)
     comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)

@@ -46,6 +46,11 @@ missing_packages() {
     done
 }
 
+# One install and build at a time (two clones may run make test at once): the second reuses the first's.
+mkdir -p "$(dirname "$cache")"
+exec 9>"$cache.lock"
+flock 9
+
 # Only etcd is needed at test time once the binaries are cached.
 if built; then
     needed=(etcd-server)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 
+from airflow_distributed.hooks.watch_loop import WatchTimings
 from tests.helpers import wait_until
 from tests.kube_control_plane.control_plane import NOTHING, ControlPlane
 from tests.kube_control_plane.kubelet import XCOM_FILE, KubeletNode
@@ -164,4 +165,34 @@ def test_a_failed_image_pull_fails_the_job_naming_the_image(
 
     hook.delete_job(namespace, name)
     comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
+    assert control_plane.refused(task_user) == []
+
+
+def test_a_quiet_job_outlives_many_watches_ended_by_the_real_server_with_a_single_list(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str, task_kubeconfig: str, task_user: str):
+    """Each watch asks the server to end it after 1 s; it is resumed from its resourceVersion, never re-listed. The
+    client's read timeout is far longer than the script waits: only the server can end these watches."""
+    hook = new_hook(task_kubeconfig)
+    build, slots, name = make_job(namespace)
+    hook.ensure_job(namespace, build(None), slots)
+
+    def pod_collection(verb: str) -> int:
+        return len({e["auditID"] for e in control_plane.audit_events(task_user) if e["verb"] == verb
+                    and (e.get("objectRef") or {}).get("resource") == "pods" and not e["objectRef"].get("name")})
+
+    lists = pod_collection("list")
+
+    def script(k: Kubelet) -> None:
+        k.run_all()
+        wait_until(lambda: pod_collection("watch") >= 5, timeout=60, interval=0.1)
+        k.master_exits(0, document=DOCUMENT)
+
+    kubelet = Kubelet(node, namespace).play(script)
+    outcome = hook.wait_for_job(namespace, name, slots, startup_timeout=30,
+                                watch_timings=WatchTimings(server_timeout=1, read_timeout_margin=600.0))
+    kubelet.check()
+    assert outcome.succeeded
+    assert pod_collection("watch") >= 5
+    assert pod_collection("list") == lists + 1
+    hook.delete_job(namespace, name)
     assert control_plane.refused(task_user) == []

@@ -324,19 +324,46 @@ class ControlPlane:
             if error.status != 404:
                 raise
 
-    def bind_role(self, namespace: str, role: dict, account: str) -> str:
-        """Create ``role`` in the namespace, a service account bound to exactly it, and a kubeconfig that talks
-        as that account; returns the kubeconfig's path."""
-        self.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles",
-                     {**role, "metadata": {"name": role["metadata"]["name"]}})
+    def bind_role(self, namespace: str, role: dict | list[dict], account: str) -> str:
+        """Create the Role(s) in the namespace, a service account bound to exactly them, and a kubeconfig that
+        talks as that account; returns the kubeconfig's path."""
         self.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": account}})
-        self.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings", {
-            "metadata": {"name": f"{role['metadata']['name']}-{account}"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]},
-            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
-        })
+        for each in role if isinstance(role, list) else [role]:
+            name = each["metadata"]["name"]
+            self.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles",
+                         {**each, "metadata": {"name": name}})
+            self.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings", {
+                "metadata": {"name": f"{name}-{account}"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+            })
         token = self.service_account_token(namespace, account)
         return self.kubeconfig(self.workdir / f"{namespace}-{account}.kubeconfig", token, namespace)
+
+    def install_crd(self, group: str, version: str, plural: str, kind: str) -> None:
+        """A namespaced custom resource with a status subresource and any content (the stand-in controllers'
+        kinds), once the server serves it."""
+        name = f"{plural}.{group}"
+        if self.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}") is None:
+            self.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", {
+                "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": name},
+                "spec": {"group": group, "scope": "Namespaced",
+                         "names": {"plural": plural, "kind": kind, "singular": kind.lower()},
+                         "versions": [{"name": version, "served": True, "storage": True,
+                                       "subresources": {"status": {}},
+                                       "schema": {"openAPIV3Schema": {"type": "object",
+                                                                      "x-kubernetes-preserve-unknown-fields": True}}}]},
+            })
+
+        def served() -> bool:
+            try:
+                found = self.request("GET", f"/apis/{group}/{version}")
+            except client.ApiException:
+                return False
+            return any(r["name"] == plural for r in found["resources"])
+
+        wait_for(served, 30, f"the custom resource {name}", interval=0.1)
 
     def left(self, namespace: str) -> dict[str, list[str]]:
         """Names of what is left in a namespace, per kind of ``NOTHING``: its service-account tokens aside."""

@@ -185,6 +185,26 @@ class KubeletNode:
         return self.plane.get(f"{base}/namespaces/{namespace}/{kind_plural}/{name}" if namespace
                               else f"{base}/{kind_plural}/{name}")
 
+    def create(self, kind_plural: str, namespace: str | None, body: dict, group: str = "", version: str = "v1") -> dict:
+        """Create an object as the admin (what a stand-in controller of ``tests/integration`` does)."""
+        base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
+        return self.plane.request("POST", f"{base}/namespaces/{namespace}/{kind_plural}" if namespace
+                                  else f"{base}/{kind_plural}", body)
+
+    def update_status(self, kind_plural: str, namespace: str | None, name: str, status: dict, group: str = "",
+                      version: str = "v1") -> dict:
+        """Replace an object's status through its status subresource, as its controller would."""
+        while True:
+            found = self.get(kind_plural, namespace, name, group, version)
+            assert found is not None, f"no {kind_plural} {namespace}/{name}"
+            base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
+            try:
+                return self.plane.request("PUT", f"{base}/namespaces/{namespace}/{kind_plural}/{name}/status",
+                                          {**found, "status": status})
+            except client.ApiException as error:
+                if error.status != 409:
+                    raise
+
     # ------------------------------------------------------------ playing pods, as on the emulator
 
     def bound(self, namespace: str, name: str, timeout: float = 30.0) -> dict:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from airflow_distributed.manifests.kubeflow import KINDS, kubeflow_resource
 from tests.integration.test_kubernetes_rbac import role
 from tests.kube_control_plane.control_plane import TASK_ACCOUNT, ControlPlane, missing
 from tests.kube_control_plane.kubelet import KubeletNode
@@ -21,7 +22,8 @@ def control_plane() -> Iterator[ControlPlane]:
     reason = missing()
     if reason is not None:
         pytest.skip(f"no real Kubernetes control plane: {reason}")
-    with ControlPlane(min_request_timeout=5) as plane:
+    kinds = tuple((r.group, r.version, r.plural, r.kind) for r in map(kubeflow_resource, KINDS))
+    with ControlPlane(min_request_timeout=5, crds=kinds) as plane:
         yield plane
 
 

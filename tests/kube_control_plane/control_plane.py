@@ -112,10 +112,14 @@ class ControlPlane:
         is ended by the server after between this and twice this many seconds.
     :param progress_notify_interval: etcd's ``--experimental-watch-progress-notify-interval``, what lets quiet
         watches get bookmarks (with the ``EfficientWatchResumption`` gate).
+    :param crds: ``(group, version, plural, kind)`` of custom resources to serve, installed before the
+        controller-manager starts: its garbage collector finds a kind installed later only at its next discovery
+        (every 30 s), so objects owned by one would outlive their owner until then.
     """
 
     min_request_timeout: int = 1800
     progress_notify_interval: str = "5s"
+    crds: tuple[tuple[str, str, str, str], ...] = ()
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="kube-control-plane-")))
     processes: list[Process] = field(default_factory=list)
     tokens: dict[str, str] = field(default_factory=dict)
@@ -177,6 +181,8 @@ class ControlPlane:
         ])
         self._wait_ready()
         self.admin = self.api_client(self.kubeconfig(self.workdir / "admin.kubeconfig", self.tokens[ADMIN]))
+        for crd in self.crds:
+            self.install_crd(*crd)
         self._run("kube-controller-manager", [
             str(binaries / "kube-controller-manager"),
             "--kubeconfig", self.kubeconfig(self.workdir / "kcm.kubeconfig",

@@ -24,8 +24,7 @@ FRAMEWORK = "pytorch"
 
 @pytest.fixture
 def kubeflow_kubeconfig(control_plane: ControlPlane, namespace: str) -> Iterator[str]:
-    resource = kubeflow_resource(FRAMEWORK)
-    control_plane.install_crd(resource.group, resource.version, resource.plural, resource.kind)
+    """The Kubeflow kinds' CRDs are installed with the control plane (the conftest)."""
     yield control_plane.bind_role(namespace, [role("airflow-distributed"), role("airflow-distributed-kubeflow")],
                                   TASK_ACCOUNT)
 

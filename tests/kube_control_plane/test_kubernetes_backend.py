@@ -196,3 +196,26 @@ def test_a_quiet_job_outlives_many_watches_ended_by_the_real_server_with_a_singl
     assert pod_collection("list") == lists + 1
     hook.delete_job(namespace, name)
     assert control_plane.refused(task_user) == []
+
+
+def test_a_lost_replica_is_created_again_under_its_name_and_bound_by_the_real_scheduler(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str, task_kubeconfig: str, task_user: str):
+    """What an elastic job does with a lost worker: delete its pod (at once: grace 0) and create it again."""
+    hook = new_hook(task_kubeconfig)
+    build, slots, name = make_job(namespace)
+    hook.ensure_job(namespace, build(None), slots)
+    Kubelet(node, namespace).play(lambda k: (k.run_all(), k.fail(k.pod("worker-0"), 1))).check(timeout=60)
+    outcome = hook.wait_for_job(namespace, name, slots, startup_timeout=30)
+    assert (outcome.ending, outcome.replica) == ("exit", slots[1].name)
+
+    owner = (node.get("services", namespace, name) or {})["metadata"]["uid"]
+    lost = (node.get("pods", namespace, slots[1].name) or {})["metadata"]["uid"]
+    hook.recreate_pod(namespace, next(p for p in build(owner).pods if p.metadata.name == slots[1].name))
+    again = node.bound(namespace, slots[1].name)
+    assert again["metadata"]["uid"] != lost
+    assert [ref["uid"] for ref in again["metadata"]["ownerReferences"]] == [owner]
+    node.run_pod(namespace, slots[1].name)
+
+    hook.delete_job(namespace, name)
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
+    assert control_plane.refused(task_user) == []

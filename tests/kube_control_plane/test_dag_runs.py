@@ -1,6 +1,6 @@
-"""DAG runs of the kubernetes backend against the real control plane, the task talking as the service account bound
-to exactly the Role of docs/rbac.yaml: the same DAGs and kubelet script as the emulator's tests
-(``tests/integration/test_kubernetes_backend.py``), sync and deferrable."""
+"""DAG runs of the kubernetes backend and its sensor against the real control plane, the tasks talking as the
+service account bound to exactly the Role of docs/rbac.yaml: the same DAGs and kubelet scripts as the emulator's
+tests (``tests/integration/test_kubernetes_backend.py``, ``test_sensors.py``), sync and deferrable."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.dags.kubernetes_dags import namespace_of
 from tests.helpers import run_dag_at, wait_until, xcom
 from tests.integration.test_kubernetes_rbac import role
 from tests.kube_control_plane.control_plane import NOTHING, TASK_ACCOUNT, ControlPlane
@@ -22,7 +21,7 @@ pytestmark = [pytest.mark.usefixtures("airflow_db")]
 @pytest.fixture
 def dag_namespace(request, control_plane: ControlPlane, node: KubeletNode) -> Iterator[tuple[str, str]]:
     """``(namespace, user)``: the DAG's namespace, and ``kubernetes_default`` talking as the task's account there."""
-    namespace = namespace_of(request.param)
+    namespace = request.param.replace("_", "-")  # namespace_of of both DAG files
     control_plane.create_namespace(namespace)
     try:
         kubeconfig = control_plane.bind_role(namespace, role("airflow-distributed"), TASK_ACCOUNT)
@@ -62,5 +61,33 @@ def test_a_dag_run_succeeds_with_the_masters_lines_in_the_task_log_and_leaves_no
     else:
         assert "waiting in the triggerer" in out
     # The Service deleted, the garbage collector deletes the rest; the test kubelet ends the pods' deletion.
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
+    assert control_plane.refused(user) == []
+
+
+@pytest.mark.parametrize("dag_namespace", ["sensor_after_operator"], indirect=True)
+def test_a_sensor_pokes_the_job_an_operator_started_until_it_succeeds_and_leaves_it(
+        control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str]):
+    namespace, user = dag_namespace
+
+    def pod_lists() -> int:
+        return len({e["auditID"] for e in control_plane.audit_events(user) if e["verb"] == "list"
+                    and (e.get("objectRef") or {}).get("resource") == "pods"})
+
+    def script(kubelet: Kubelet) -> None:
+        kubelet.run_all()
+        wait_until(lambda: pod_lists() >= 2, timeout=60, interval=0.05)  # the sensor pokes
+        kubelet.master_exits(0, document=DOCUMENT)
+
+    kubelet = Kubelet(node, namespace).play(script)
+    run, states = run_dag_at("sensor_after_operator")
+    kubelet.check()
+
+    assert states == {"train": "success", "wait": "success", "report": "success"}
+    assert xcom(run, "wait", "metrics") == DOCUMENT["metrics"]
+    job = xcom(run, "train", "job_name")
+    # Waiting is not owning: the job is left as it is, until deleted; then the garbage collector takes the rest.
+    assert control_plane.left(namespace)["services"] == [job]
+    control_plane.request("DELETE", f"/api/v1/namespaces/{namespace}/services/{job}")
     comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
     assert control_plane.refused(user) == []

@@ -343,7 +343,7 @@ class KubeletNode:
 
         self._server = ThreadingHTTPServer((HOST_IP, 0), Handler)
         self._server.daemon_threads = True
-        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+        self._server.socket = context.wrap_socket(self._server.socket, server_side=True, do_handshake_on_connect=False)
         thread = threading.Thread(target=self._server.serve_forever, name=f"{self.name}-https", daemon=True)
         thread.start()
 

@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 TAIL_LINES = 40
 #: Client-side read timeout of a follow: a quiet log is reconnected after this long (cheap), never hung on.
 FOLLOW_READ_TIMEOUT = 300.0
+#: What the generated client's ``read_namespaced_pod_log`` accepts: an API server of 1.20 refuses ``text/plain``
+#: alone with 406 (its pods/log negotiates only json, yaml and protobuf) and streams the plain log all the same.
+LOG_ACCEPT = "text/plain, application/json, application/yaml, application/vnd.kubernetes.protobuf"
 
 
 class PodLogFollower:
@@ -125,7 +128,7 @@ class PodLogFollower:
             "GET",
             path_params={"namespace": self.namespace, "name": self.pod},
             query_params=query,
-            header_params={"Accept": "text/plain"},
+            header_params={"Accept": LOG_ACCEPT},
             auth_settings=["BearerToken"],
             _preload_content=False,
             _return_http_data_only=True,

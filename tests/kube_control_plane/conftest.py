@@ -1,0 +1,59 @@
+"""Fixtures of the tests on the real control plane: one control plane and one node per session, a namespace per
+test, and the task's identity (a service account bound to exactly a Role of docs/rbac.yaml).
+
+Without the binaries (``make kube`` builds them) every test here is skipped, with the reason.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from airflow_distributed.manifests.kubeflow import KINDS, kubeflow_resource
+from tests.integration.test_kubernetes_rbac import role
+from tests.kube_control_plane.control_plane import TASK_ACCOUNT, ControlPlane, missing
+from tests.kube_control_plane.kubelet import KubeletNode
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    reason = missing()
+    if reason is not None:
+        pytest.skip(f"no real Kubernetes control plane: {reason}")
+    kinds = tuple((r.group, r.version, r.plural, r.kind) for r in map(kubeflow_resource, KINDS))
+    with ControlPlane(min_request_timeout=5, crds=kinds) as plane:
+        yield plane
+
+
+@pytest.fixture(scope="session")
+def node(control_plane: ControlPlane) -> Iterator[KubeletNode]:
+    kubelet = KubeletNode(control_plane)
+    try:
+        yield kubelet.start()
+    finally:
+        kubelet.stop()
+    assert kubelet.errors == [], "\n".join(kubelet.errors)
+
+
+@pytest.fixture
+def namespace(control_plane: ControlPlane, node: KubeletNode) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    control_plane.create_namespace(name)
+    try:
+        yield name
+    finally:
+        control_plane.delete_namespace(name)
+
+
+@pytest.fixture
+def task_kubeconfig(control_plane: ControlPlane, namespace: str) -> str:
+    """A kubeconfig of the task's service account, bound to exactly the kubernetes backend's Role."""
+    return control_plane.bind_role(namespace, role("airflow-distributed"), TASK_ACCOUNT)
+
+
+@pytest.fixture
+def task_user(namespace: str) -> str:
+    """The audit log's name of the task's identity."""
+    return f"system:serviceaccount:{namespace}:{TASK_ACCOUNT}"

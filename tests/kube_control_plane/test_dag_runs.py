@@ -1,0 +1,93 @@
+"""DAG runs of the kubernetes backend and its sensor against the real control plane, the tasks talking as the
+service account bound to exactly the Role of docs/rbac.yaml: the same DAGs and kubelet scripts as the emulator's
+tests (``tests/integration/test_kubernetes_backend.py``, ``test_sensors.py``), sync and deferrable."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from tests.helpers import run_dag_at, wait_until, xcom
+from tests.integration.test_kubernetes_rbac import role
+from tests.kube_control_plane.control_plane import NOTHING, TASK_ACCOUNT, ControlPlane
+from tests.kube_control_plane.kubelet import KubeletNode
+from tests.kubernetes_helpers import DOCUMENT, Kubelet, comes_to, train_and_succeed
+
+pytestmark = [pytest.mark.usefixtures("airflow_db")]
+
+
+@pytest.fixture
+def dag_namespace(request, control_plane: ControlPlane, node: KubeletNode) -> Iterator[tuple[str, str]]:
+    """``(namespace, user)``: the DAG's namespace, and ``kubernetes_default`` talking as the task's account there."""
+    namespace = request.param.replace("_", "-")  # namespace_of of both DAG files
+    control_plane.create_namespace(namespace)
+    try:
+        kubeconfig = control_plane.bind_role(namespace, role("airflow-distributed"), TASK_ACCOUNT)
+        connection = json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig}})
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", connection)
+            yield namespace, f"system:serviceaccount:{namespace}:{TASK_ACCOUNT}"
+    finally:
+        control_plane.delete_namespace(namespace)
+
+
+@pytest.mark.parametrize("dag_namespace", ["k8s_success", "k8s_deferrable"], indirect=True)
+def test_a_dag_run_succeeds_with_the_masters_lines_in_the_task_log_and_leaves_nothing(
+        control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str], capfd):
+    namespace, user = dag_namespace
+    dag_id = namespace.replace("-", "_")
+
+    def script(kubelet: Kubelet) -> None:
+        # The master ends once the job is watched (here or in the triggerer), not before: the audit log says when.
+        wait_until(lambda: any(e["verb"] == "watch" for e in control_plane.audit_events(user)), timeout=60)
+        train_and_succeed(kubelet)
+
+    kubelet = Kubelet(node, namespace).play(script)
+    run, states = run_dag_at(dag_id)
+    kubelet.check()
+
+    assert set(states.values()) == {"success"}
+    result = xcom(run, "train")
+    assert result["state"] == "succeeded" and result["metrics"] == DOCUMENT["metrics"]
+    job = result["job_name"]
+    out = capfd.readouterr().out
+    if dag_id == "k8s_success":
+        # The master's log, followed into the task log through the API server's pods/log proxy.
+        assert f"[{job}-master-0] step 2 loss 0.250" in out
+        assert xcom(run, "train", "job")["logs"][f"{job}-master-0"] == [
+            "step 1 loss 0.500", "step 2 loss 0.250", "step 3 loss 0.125"]
+    else:
+        assert "waiting in the triggerer" in out
+    # The Service deleted, the garbage collector deletes the rest; the test kubelet ends the pods' deletion.
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
+    assert control_plane.refused(user) == []
+
+
+@pytest.mark.parametrize("dag_namespace", ["sensor_after_operator"], indirect=True)
+def test_a_sensor_pokes_the_job_an_operator_started_until_it_succeeds_and_leaves_it(
+        control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str]):
+    namespace, user = dag_namespace
+
+    def pod_lists() -> int:
+        return len({e["auditID"] for e in control_plane.audit_events(user) if e["verb"] == "list"
+                    and (e.get("objectRef") or {}).get("resource") == "pods"})
+
+    def script(kubelet: Kubelet) -> None:
+        kubelet.run_all()
+        wait_until(lambda: pod_lists() >= 2, timeout=60, interval=0.05)  # the sensor pokes
+        kubelet.master_exits(0, document=DOCUMENT)
+
+    kubelet = Kubelet(node, namespace).play(script)
+    run, states = run_dag_at("sensor_after_operator")
+    kubelet.check()
+
+    assert states == {"train": "success", "wait": "success", "report": "success"}
+    assert xcom(run, "wait", "metrics") == DOCUMENT["metrics"]
+    job = xcom(run, "train", "job_name")
+    # Waiting is not owning: the job is left as it is, until deleted; then the garbage collector takes the rest.
+    assert control_plane.left(namespace)["services"] == [job]
+    control_plane.request("DELETE", f"/api/v1/namespaces/{namespace}/services/{job}")
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
+    assert control_plane.refused(user) == []

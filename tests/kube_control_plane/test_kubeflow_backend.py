@@ -1,0 +1,64 @@
+"""The kubeflow backend's hook against a real API server: a PyTorchJob (its CRD installed on the server) submitted,
+read back on a retry's 409, watched until the stand-in controller says Succeeded, its master's output read and the
+job deleted, the real garbage collector deleting the pods it owns. The task talks as a service account bound to
+exactly the ``airflow-distributed`` and ``airflow-distributed-kubeflow`` Roles of docs/rbac.yaml."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from airflow_distributed.hooks.kubeflow import KubeflowJobHook
+from airflow_distributed.manifests.kubeflow import KINDS, kubeflow_resource
+from tests.helpers import wait_until
+from tests.integration.kubeflow_controller import KubeflowController
+from tests.integration.test_kubernetes_rbac import role
+from tests.kube_control_plane.control_plane import NOTHING, TASK_ACCOUNT, ControlPlane
+from tests.kube_control_plane.kubelet import KubeletNode
+from tests.kubernetes_helpers import comes_to
+
+FRAMEWORK = "pytorch"
+
+
+@pytest.fixture
+def kubeflow_kubeconfig(control_plane: ControlPlane, namespace: str) -> Iterator[str]:
+    """The Kubeflow kinds' CRDs are installed with the control plane (the conftest)."""
+    yield control_plane.bind_role(namespace, [role("airflow-distributed"), role("airflow-distributed-kubeflow")],
+                                  TASK_ACCOUNT)
+
+
+def test_a_pytorchjob_is_submitted_watched_to_success_read_and_deleted_with_its_pods(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str, kubeflow_kubeconfig: str, task_user: str):
+    hook = KubeflowJobHook(kubernetes_conn_id=None, config_file=kubeflow_kubeconfig,
+                           client_configuration=client.Configuration())
+    resource, kind = kubeflow_resource(FRAMEWORK), KINDS[FRAMEWORK]
+    name = "job-pytorch"
+    body = {"apiVersion": kind.api_version, "kind": kind.kind,
+            "metadata": {"name": name, "labels": {"airflow-distributed/job": name}},
+            "spec": {kind.replica_specs_key: {kind.master_type: {"replicas": 1, "template": {"spec": {
+                "containers": [{"name": kind.container, "image": "trainer:1"}]}}}}}}
+    hook.submit_kubeflow_job(namespace, resource, body)
+    assert hook.submit_kubeflow_job(namespace, resource, body).reattached == "pending"
+    controller = KubeflowController(node, namespace, resource.plural)  # type: ignore[arg-type]
+    controller.job = controller.get(name)
+    controller.create_pods()
+
+    def finish(controller: KubeflowController) -> None:
+        controller.run_all()
+        wait_until(lambda: any(e["verb"] == "watch" and (e.get("objectRef") or {}).get("resource") == resource.plural
+                               for e in control_plane.audit_events(task_user)), timeout=60, interval=0.05)
+        controller.succeed(f"{kind.master_type.lower()}-0", {"metrics": {"loss": 0.1}})
+        controller.conditions(("Succeeded", "Succeeded", ""))
+
+    controller.play(finish)
+    outcome = hook.wait_for_kubeflow_job(namespace, resource, name)
+    controller.check(timeout=60)
+    assert outcome.ending == "succeeded"
+    assert hook.kubeflow_output(namespace, outcome.job_object or {}) == '{"metrics": {"loss": 0.1}}'
+
+    hook.delete_kubeflow_job(namespace, resource, name)
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
+    assert node.get(resource.plural, namespace, name, resource.group, resource.version) is None
+    assert control_plane.refused(task_user) == []

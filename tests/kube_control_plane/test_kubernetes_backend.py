@@ -1,0 +1,221 @@
+"""The kubernetes backend's hook against a real API server, as the task's service account bound to exactly the
+Role of docs/rbac.yaml: submit and succeed with the master's log followed (sync), the master's output read from its
+XCom sidecar over exec, a worker's exit or OOM kill failing the job, clean-up by the real garbage collector leaving
+nothing, and no request of the task refused (from the audit log).
+
+The pods are played by the test kubelet with the same scripts as on the emulator (``tests/kubernetes_helpers``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from airflow_distributed.hooks.watch_loop import WatchTimings
+from tests.helpers import wait_until
+from tests.kube_control_plane.control_plane import NOTHING, ControlPlane
+from tests.kube_control_plane.kubelet import XCOM_FILE, KubeletNode
+from tests.kubernetes_helpers import DOCUMENT, Kubelet, comes_to, make_job, new_hook, train_and_succeed
+
+
+def test_a_job_succeeds_with_the_masters_lines_followed_and_leaves_nothing(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str, task_kubeconfig: str, task_user: str):
+    hook = new_hook(task_kubeconfig)
+    build, slots, name = make_job(namespace)
+    hook.ensure_job(namespace, build(None), slots)
+    kubelet = Kubelet(node, namespace).play(train_and_succeed)
+    lines: list[str] = []
+    lock = threading.Lock()
+
+    def emit(replica: str, line: str) -> None:
+        with lock:
+            lines.append(line)
+
+    outcome = hook.wait_for_job(namespace, name, slots, startup_timeout=30, follow=[slots[0].name], emit=emit)
+    kubelet.check()
+    assert outcome.succeeded
+    # The API server proxies pods/log to the kubelet: the follower must ask for what it serves (text/plain
+    # answers to an Accept the server can negotiate).
+    comes_to(lambda: list(lines), ["step 1 loss 0.500", "step 2 loss 0.250", "step 3 loss 0.125"], timeout=10)
+    assert outcome.pods[slots[0].name]["status"]["containerStatuses"][0]["state"]["terminated"]["message"]
+
+    hook.delete_job(namespace, name)
+    # The real garbage collector deletes what the Service owns; the kubelet finishes the pods' deletion.
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
+    assert control_plane.refused(task_user) == []
+
+
+def test_a_worker_exit_fails_the_job_with_its_code_and_log(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str, task_kubeconfig: str, task_user: str):
+    hook = new_hook(task_kubeconfig)
+    build, slots, name = make_job(namespace)
+    hook.ensure_job(namespace, build(None), slots)
+
+    def script(k: Kubelet) -> None:
+        k.run_all()
+        k.log(k.pod("worker-0"), "loading shard 3", "RuntimeError: CUDA error: device-side assert triggered")
+        k.fail(k.pod("worker-0"), 2)
+
+    kubelet = Kubelet(node, namespace).play(script)
+    outcome = hook.wait_for_job(namespace, name, slots, startup_timeout=30)
+    kubelet.check()
+    assert (outcome.ending, outcome.replica, outcome.exit_code) == ("exit", slots[1].name, 2)
+    assert hook.read_log_tail(namespace, slots[1].name)[-1] == "RuntimeError: CUDA error: device-side assert triggered"
+
+    hook.delete_unfinished_pods(namespace, name)
+    hook.delete_job(namespace, name)
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
+    assert control_plane.refused(task_user) == []
+
+
+def test_an_oom_kill_is_read_from_the_real_pod_status(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str, task_kubeconfig: str, task_user: str):
+    hook = new_hook(task_kubeconfig)
+    build, slots, name = make_job(namespace)
+    hook.ensure_job(namespace, build(None), slots)
+
+    def script(k: Kubelet) -> None:
+        k.run_all()
+        k.fail(k.pod("worker-1"), 137, reason="OOMKilled")
+
+    kubelet = Kubelet(node, namespace).play(script)
+    outcome = hook.wait_for_job(namespace, name, slots, startup_timeout=30)
+    kubelet.check()
+    assert (outcome.ending, outcome.replica, outcome.exit_code, outcome.reason) == (
+        "exit", slots[2].name, 137, "OOMKilled")
+    hook.delete_job(namespace, name)
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
+    assert control_plane.refused(task_user) == []
+
+
+def test_the_masters_whole_output_is_read_from_its_xcom_sidecar_over_exec(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str, task_kubeconfig: str, task_user: str):
+    """The exec goes through the real API server (authorized as ``get pods/exec`` by 1.20) to the kubelet; the
+    document is larger than a termination message holds, which keeps only its brief."""
+    hook = new_hook(task_kubeconfig)
+    build, slots, name = make_job(namespace)
+    hook.ensure_job(namespace, build(None), slots)
+    document = {**DOCUMENT, "history": [{"step": step, "loss": 1 / step} for step in range(1, 400)]}
+    brief = {"metrics": DOCUMENT["metrics"], "model_path": DOCUMENT["model_path"], "truncated": True}
+
+    def script(k: Kubelet) -> None:
+        k.run_all()
+        node.write_file(namespace, k.master, XCOM_FILE, json.dumps(document))
+        k.master_exits(0, document=brief)
+
+    kubelet = Kubelet(node, namespace).play(script)
+    outcome = hook.wait_for_job(namespace, name, slots, startup_timeout=30)
+    kubelet.check()
+    assert outcome.succeeded
+    assert json.loads(hook.read_output(namespace, outcome.pods[slots[0].name]) or "null") == document
+    # The sidecar was told to end: the kubelet reports it, and the master's pod is done.
+    comes_to(lambda: node.get("pods", namespace, slots[0].name)["status"]["phase"], "Succeeded", timeout=30)
+    execs = {(event["verb"], event["objectRef"].get("subresource")) for event in control_plane.audit_events(task_user)
+             if (event.get("objectRef") or {}).get("subresource") == "exec"}
+    assert execs == {("get", "exec")}  # a websocket exec is a GET; 1.30 and later authorize it as "create"
+
+    hook.delete_job(namespace, name)
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
+    assert control_plane.refused(task_user) == []
+
+
+def test_a_replica_the_real_scheduler_cannot_place_fails_the_job_with_the_schedulers_message(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str, task_kubeconfig: str, task_user: str):
+    hook = new_hook(task_kubeconfig)
+    environment = {"pytorch": {"n_workers": 2, "worker": [
+        {"index": 1, "resources": {"gpu": {"requests": 64, "limits": 64}}}]}}  # the node has 8
+    build, slots, name = make_job(namespace, environment)
+    hook.ensure_job(namespace, build(None), slots)
+
+    def script(k: Kubelet) -> None:
+        k.run_all(except_=("worker-1",))
+        wait_until(lambda: any(c["type"] == "PodScheduled" and c["status"] == "False" for c in
+                               (node.get("pods", namespace, k.pod("worker-1")) or {}).get("status", {}).get(
+                                   "conditions") or []), timeout=30, interval=0.05)
+
+    Kubelet(node, namespace).play(script).check(timeout=60)
+    outcome = hook.wait_for_job(namespace, name, slots, startup_timeout=0.5)
+    assert (outcome.ending, outcome.replica, outcome.reason) == ("startup", slots[2].name, "Unschedulable")
+    assert "1 Insufficient nvidia.com/gpu" in (outcome.message or "")
+    assert any("FailedScheduling" in event for event in hook.pod_events(namespace, slots[2].name))
+
+    hook.delete_job(namespace, name)
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
+    assert control_plane.refused(task_user) == []
+
+
+PULL_ERROR = 'rpc error: code = NotFound desc = failed to pull image "registry.example.com/trainer:1.0": not found'
+
+
+def test_a_failed_image_pull_fails_the_job_naming_the_image(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str, task_kubeconfig: str, task_user: str):
+    hook = new_hook(task_kubeconfig)
+    build, slots, name = make_job(namespace)
+    hook.ensure_job(namespace, build(None), slots)
+
+    def script(k: Kubelet) -> None:
+        k.run_all(except_=("worker-1",))
+        k.emu.pending_pod(namespace, k.pod("worker-1"), reason="ErrImagePull", message=PULL_ERROR)
+
+    kubelet = Kubelet(node, namespace).play(script)
+    outcome = hook.wait_for_job(namespace, name, slots, startup_timeout=60)
+    kubelet.check()
+    assert (outcome.ending, outcome.replica, outcome.reason, outcome.message, outcome.image) == (
+        "image", slots[2].name, "ErrImagePull", PULL_ERROR, "registry.example.com/trainer:1.0")
+
+    hook.delete_job(namespace, name)
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
+    assert control_plane.refused(task_user) == []
+
+
+def test_a_quiet_job_outlives_many_watches_ended_by_the_real_server_with_a_single_list(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str, task_kubeconfig: str, task_user: str):
+    """Each watch asks the server to end it after 1 s; it is resumed from its resourceVersion, never re-listed. The
+    client's read timeout is far longer than the script waits: only the server can end these watches."""
+    hook = new_hook(task_kubeconfig)
+    build, slots, name = make_job(namespace)
+    hook.ensure_job(namespace, build(None), slots)
+
+    def pod_collection(verb: str) -> int:
+        return len({e["auditID"] for e in control_plane.audit_events(task_user) if e["verb"] == verb
+                    and (e.get("objectRef") or {}).get("resource") == "pods" and not e["objectRef"].get("name")})
+
+    lists = pod_collection("list")
+
+    def script(k: Kubelet) -> None:
+        k.run_all()
+        wait_until(lambda: pod_collection("watch") >= 5, timeout=60, interval=0.1)
+        k.master_exits(0, document=DOCUMENT)
+
+    kubelet = Kubelet(node, namespace).play(script)
+    outcome = hook.wait_for_job(namespace, name, slots, startup_timeout=30,
+                                watch_timings=WatchTimings(server_timeout=1, read_timeout_margin=600.0))
+    kubelet.check()
+    assert outcome.succeeded
+    assert pod_collection("watch") >= 5
+    assert pod_collection("list") == lists + 1
+    hook.delete_job(namespace, name)
+    assert control_plane.refused(task_user) == []
+
+
+def test_a_lost_replica_is_created_again_under_its_name_and_bound_by_the_real_scheduler(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str, task_kubeconfig: str, task_user: str):
+    """What an elastic job does with a lost worker: delete its pod (at once: grace 0) and create it again."""
+    hook = new_hook(task_kubeconfig)
+    build, slots, name = make_job(namespace)
+    hook.ensure_job(namespace, build(None), slots)
+    Kubelet(node, namespace).play(lambda k: (k.run_all(), k.fail(k.pod("worker-0"), 1))).check(timeout=60)
+    outcome = hook.wait_for_job(namespace, name, slots, startup_timeout=30)
+    assert (outcome.ending, outcome.replica) == ("exit", slots[1].name)
+
+    owner = (node.get("services", namespace, name) or {})["metadata"]["uid"]
+    lost = (node.get("pods", namespace, slots[1].name) or {})["metadata"]["uid"]
+    hook.recreate_pod(namespace, next(p for p in build(owner).pods if p.metadata.name == slots[1].name))
+    again = node.bound(namespace, slots[1].name)
+    assert again["metadata"]["uid"] != lost
+    assert [ref["uid"] for ref in again["metadata"]["ownerReferences"]] == [owner]
+    node.run_pod(namespace, slots[1].name)
+
+    hook.delete_job(namespace, name)
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
+    assert control_plane.refused(task_user) == []

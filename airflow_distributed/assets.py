@@ -29,7 +29,7 @@ def template_problems(template: Any) -> list[str]:
     try:
         names = template_fields(template)
     except ValueError as error:
-        return [f"{template!r} is not a valid template ({error}); write a literal brace as '{{' or '}}'"]
+        return [f"is not a valid template ({error}); write a literal brace as '{{{{' or '}}}}'"]
     unknown = sorted(names - set(PARSE_TIME_FIELDS) - set(RUN_TIME_FIELDS))
     if unknown:
         allowed = ", ".join("{" + name + "}" for name in (*PARSE_TIME_FIELDS, *RUN_TIME_FIELDS))

@@ -20,6 +20,7 @@ from airflow_distributed.links import JobLinks, operator_links
 from airflow_distributed.naming import job_name
 from airflow_distributed.spec import SpecValidationError, TrainingSpec, load_spec
 from airflow_distributed.spec.kubernetes_rules import env_name_problems
+from airflow_distributed.spec.limits import name_shown, shape_problems, shown, type_shown
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -204,7 +205,7 @@ class DistributedTrainingOperator(BaseOperator):
         self.queue_name = queue_name
         self.model_volume = model_volume
         self.log_replicas = log_replicas
-        self.watch_timings = dict(watch_timings) if watch_timings is not None else None
+        self.watch_timings = dict(watch_timings) if isinstance(watch_timings, Mapping) else watch_timings
         self.runtime = runtime
         self.runtime_kind = runtime_kind
         # Picked once: the backend object keeps the state of the job it runs (for on_kill).
@@ -218,7 +219,11 @@ class DistributedTrainingOperator(BaseOperator):
         #: the spec of the running try (``_spec_of_try``)
         self._try_spec: TrainingSpec | None = None
         spec_error = None
-        if not has_template(environment) and not has_template(framework):
+        # Measured first: has_template walks the environment recursively.
+        too_big = shape_problems(environment, "environment")
+        if too_big:
+            spec_error = SpecValidationError(too_big)
+        elif not has_template(environment) and not (isinstance(framework, str) and has_template(framework)):
             try:
                 self.spec = load_spec(framework, environment)
             except SpecValidationError as error:
@@ -239,28 +244,27 @@ class DistributedTrainingOperator(BaseOperator):
         in ``execute`` once rendered, before anything starts."""
         problems = []
         if self._backend is None:
-            problems.append(("backend", f"{self.backend!r} is not supported; allowed: {', '.join(BACKENDS)}"))
+            problems.append(("backend", f"{name_shown(self.backend)} is not supported; allowed: {', '.join(BACKENDS)}"))
         if isinstance(self.command, str) or not self.command:
             problems.append(("command", "must be a non-empty list of arguments, e.g. ['python', 'train.py']"))
-        if isinstance(self.env, Mapping) and not has_template(list(self.env)):
-            problems.extend(env_name_problems(self.env, "env"))
+        problems.extend(_env_problems(self.env))
         grace = self.image_pull_grace
         if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not 0 <= grace < float("inf"):
-            problems.append(("image_pull_grace", f"{grace!r} is not allowed: seconds, a number >= 0 (0: fail at the "
-                             "first failed pull)"))
-        if self.watch_timings is not None:
-            from airflow_distributed.hooks.watch_loop import WatchTimings  # not the Kubernetes client at parse time
-
-            try:
-                WatchTimings.of(self.watch_timings)
-            except ValueError as error:
-                problems.append(("watch_timings", str(error)))
+            problems.append(("image_pull_grace", f"{shown(grace)} is not allowed: seconds, a number >= 0 (0: fail at "
+                             "the first failed pull)"))
+        problems.extend(_watch_timings_problems(self.watch_timings))
         if self._backend is not None:
             problems.extend(self._backend.check(BackendSettings.of(self), spec))
         if self.model_asset is not None:
             from airflow_distributed.assets import template_problems
 
-            problems.extend(("model_asset", problem) for problem in template_problems(self.model_asset))
+            asset_problems = template_problems(self.model_asset)
+            problems.extend(("model_asset", problem) for problem in asset_problems)
+            if not asset_problems:
+                try:
+                    self._model_outlet()
+                except ValueError as error:  # Airflow's own rules of an Asset URI (length, reserved schemes)
+                    problems.append(("model_asset", f"is not a valid Asset URI once formatted: {error}"))
         if problems:
             raise SpecValidationError(problems, source=f"task {self.task_id}")
 
@@ -356,6 +360,44 @@ class DistributedTrainingOperator(BaseOperator):
     def on_kill(self) -> None:
         if self._backend is not None:
             self._backend.kill()
+
+
+def _env_problems(env: Any) -> list[tuple[str, str]]:
+    """``env`` is a mapping of variable names to strings; names are shown, values (maybe secrets) never."""
+    if env is None or (isinstance(env, str) and has_template(env)):
+        return []
+    if isinstance(env, (str, bytes, int, float, list, tuple, set)):
+        return [("env", f"expected a mapping of variable names to strings, got {type_shown(env)}")]
+    if not isinstance(env, Mapping):
+        return []  # an XComArg and the like, resolved at run time
+    problems = env_name_problems([name for name in env if not has_template(name)], "env")
+    for name, value in env.items():
+        if isinstance(name, str) and (value is None or isinstance(value, (bytes, int, float, list, tuple, dict, set))):
+            problems.append((f"env.{name}", f"expected a string, got {type_shown(value)}"))
+    return problems
+
+
+def _watch_timings_problems(timings: Any) -> list[tuple[str, str]]:
+    if timings is None:
+        return []
+    if not isinstance(timings, Mapping):
+        return [("watch_timings", "expected a mapping of WatchTimings field names to numbers, e.g. "
+                 f"{{'server_timeout': 60}}, got {type_shown(timings)}")]
+    if not all(isinstance(key, str) for key in timings):
+        return [("watch_timings", "keys must be WatchTimings field names (strings)")]
+    not_numbers = [(f"watch_timings.{key}", f"expected a number of seconds, got {type_shown(value)}")
+                   for key, value in timings.items() if isinstance(value, bool) or not isinstance(value, (int, float))]
+    not_numbers += [(f"watch_timings.{key}", "is out of range: at most 2^64 seconds")
+                    for key, value in timings.items() if isinstance(value, int) and value.bit_length() > 64]
+    if not_numbers:
+        return not_numbers
+    from airflow_distributed.hooks.watch_loop import WatchTimings  # not the Kubernetes client at parse time
+
+    try:
+        WatchTimings.of(timings)
+    except (ValueError, TypeError) as error:
+        return [("watch_timings", str(error))]
+    return []
 
 
 __all__ = ["BACKENDS", "Backend", "DistributedJobError", "DistributedTrainingOperator"]

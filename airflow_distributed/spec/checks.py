@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from airflow_distributed.spec import kubernetes_rules as k8s
+from airflow_distributed.spec.limits import name_shown, shown
 from airflow_distributed.spec.models import (
     FRAMEWORK_OF_SECTION,
     SECTION_OF,
@@ -79,8 +80,8 @@ def check_resources(resources: Resources, path: str) -> list[Problem]:
             continue  # already reported by the model
         if kind in k8s.DEVICE_KINDS and requested != limit:
             problems.append(
-                (f"{path}.{kind}", f"requests ({amount.requests}) must equal limits ({amount.limits}): "
-                 "Kubernetes does not overcommit devices")
+                (f"{path}.{kind}", f"requests ({name_shown(amount.requests)}) must equal limits "
+                 f"({name_shown(amount.limits)}): Kubernetes does not overcommit devices")
             )
         elif requested > limit:
             problems.append(
@@ -121,10 +122,11 @@ def _check_elastic(section: PytorchCluster, path: str) -> list[Problem]:
     problems: list[Problem] = []
     for key, value in (("min_workers", low), ("max_workers", high)):
         if value is not None and value > replicas:
-            problems.append((f"{path}.{key}", f"{value} is more than the job's {replicas} replicas (the master and "
-                             f"n_workers={section.n_workers}); allowed: 1..{replicas}"))
+            problems.append((f"{path}.{key}", f"{shown(value)} is more than the job's {replicas} replicas (the master "
+                             f"and n_workers={section.n_workers}); allowed: 1..{replicas}"))
     if low is not None and high is not None and low > high:
-        problems.append((f"{path}.min_workers", f"{low} is more than max_workers ({high}); min_workers <= max_workers"))
+        problems.append((f"{path}.min_workers", f"{shown(low)} is more than max_workers ({shown(high)}); "
+                         "min_workers <= max_workers"))
     return problems
 
 
@@ -135,9 +137,11 @@ def _check_overrides(overrides: list[IndexedReplica], count: int, path: str, cou
         where = f"{path}[{position}]"
         if not 0 <= entry.index < count:
             valid = f"valid: 0..{count - 1}" if count else "no replicas of this role"
-            problems.append((f"{where}.index", f"{entry.index} is out of range ({count_key} is {count}; {valid})"))
+            problems.append((f"{where}.index",
+                             f"{shown(entry.index)} is out of range ({count_key} is {count}; {valid})"))
         if entry.index in seen:
-            problems.append((f"{where}.index", f"{entry.index} is already overridden by {path}[{seen[entry.index]}]"))
+            problems.append((f"{where}.index",
+                             f"{shown(entry.index)} is already overridden by {path}[{seen[entry.index]}]"))
         seen.setdefault(entry.index, position)
         problems += check_pod_settings(entry, where)
     return problems
@@ -146,5 +150,5 @@ def _check_overrides(overrides: list[IndexedReplica], count: int, path: str, cou
 def _shown(kind: str, value: object) -> str:
     """An amount with its Polyaxon unit, so '2Gi' vs 1024 reads as the comparison it is."""
     if isinstance(value, str):
-        return value
-    return f"{value} MiB" if kind == "memory" else f"{value} cores" if kind == "cpu" else str(value)
+        return name_shown(value).strip("'")
+    return f"{shown(value)} MiB" if kind == "memory" else f"{shown(value)} cores" if kind == "cpu" else shown(value)

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from airflow_distributed.spec.limits import name_shown, type_shown
 from airflow_distributed.spec.quantities import QuantityError, amount_in_base_units
 
 Problem = tuple[str, str]
@@ -56,8 +57,8 @@ def is_subdomain(name: str) -> bool:
     return len(name) <= 253 and bool(_DNS_SUBDOMAIN.match(name))
 
 
-def is_env_name(name: str) -> bool:
-    return bool(_ENV_NAME.match(name))
+def is_env_name(name: Any) -> bool:
+    return isinstance(name, str) and bool(_ENV_NAME.match(name))
 
 
 def label_problems(labels: Mapping[str, str] | None, path: str) -> list[Problem]:
@@ -65,9 +66,10 @@ def label_problems(labels: Mapping[str, str] | None, path: str) -> list[Problem]
     problems: list[Problem] = []
     for key, value in (labels or {}).items():
         if not is_qualified_name(key):
-            problems.append((path, f"key {key!r} is not valid: a key must be {QUALIFIED_NAME_RULE}"))
+            problems.append((path, f"key {name_shown(key)} is not valid: a key must be {QUALIFIED_NAME_RULE}"))
         if not is_label_value(value):
-            problems.append((f"{path}.{key}", f"value {value!r} is not valid: a value must be {LABEL_VALUE_RULE}"))
+            problems.append((f"{path}.{key}", f"the value ({type_shown(value)}) is not valid: a value must be "
+                             f"{LABEL_VALUE_RULE}"))
     return problems
 
 
@@ -75,7 +77,7 @@ def annotation_problems(annotations: Mapping[str, str] | None, path: str) -> lis
     """Annotation keys follow the label-key rule (the API server checks them lower-cased); values are free text."""
     annotations = annotations or {}
     problems: list[Problem] = [
-        (path, f"key {key!r} is not valid: a key must be {QUALIFIED_NAME_RULE}")
+        (path, f"key {name_shown(key)} is not valid: a key must be {QUALIFIED_NAME_RULE}")
         for key in annotations if not is_qualified_name(key.lower())
     ]
     size = sum(len(key.encode()) + len(value.encode()) for key, value in annotations.items())
@@ -93,13 +95,15 @@ def name_problems(names: str | Sequence[str] | None, path: str, what: str) -> li
     if names is None:
         return []
     if isinstance(names, str):
-        return [] if is_subdomain(names) else [(path, f"{names!r} is not a valid {what} name: it must be "
-                                                      f"{SUBDOMAIN_RULE}")]
+        return [] if is_subdomain(names) else [(path, f"{name_shown(names)} is not a valid {what} name: it must "
+                                                      f"be {SUBDOMAIN_RULE}")]
     return [problem for i, name in enumerate(names) for problem in name_problems(name, f"{path}[{i}]", what)]
 
 
 def env_name_problems(env: Iterable[Any] | None, path: str) -> list[Problem]:
-    return [(path, f"{name!r} is not a valid variable name: use {ENV_NAME_RULE}")
+    """Variable names (never their values, which may be secrets)."""
+    return [(path, f"{name_shown(name)} is not a valid variable name: use {ENV_NAME_RULE}" if isinstance(name, str)
+             else f"variable names must be strings, got {type_shown(name)}")
             for name in env or {} if not is_env_name(name)]
 
 
@@ -110,7 +114,7 @@ def device_count_problems(kind: str, amount: Any, path: str) -> list[Problem]:
     except QuantityError:
         return []  # reported by the model
     if value != value.to_integral_value():
-        return [(path, f"{amount!r} is not a whole number: {kind} is counted in whole devices "
+        return [(path, f"{name_shown(amount)} is not a whole number: {kind} is counted in whole devices "
                        "(Kubernetes extended resources cannot be fractional)")]
     return []
 
@@ -129,19 +133,20 @@ def toleration_problems(tolerations: Sequence[Mapping[str, Any]] | None, path: s
         effect = toleration.get("effect") or ""
         seconds = toleration.get("tolerationSeconds", toleration.get("toleration_seconds"))
         if key and not is_qualified_name(key):
-            problems.append((f"{where}.key", f"{key!r} is not valid: a key must be {QUALIFIED_NAME_RULE}"))
+            problems.append((f"{where}.key", f"{name_shown(key)} is not valid: a key must be {QUALIFIED_NAME_RULE}"))
         if operator not in TOLERATION_OPERATORS:
-            problems.append((f"{where}.operator", f"{operator!r} is not supported; allowed: "
+            problems.append((f"{where}.operator", f"{name_shown(operator)} is not supported; allowed: "
                              f"{', '.join(TOLERATION_OPERATORS)}"))
         elif operator == "Exists" and value:
-            problems.append((f"{where}.value", f"must be empty when operator is 'Exists' (got {value!r})"))
+            problems.append((f"{where}.value", f"must be empty when operator is 'Exists' (got {type_shown(value)})"))
         elif operator == "Equal" and not key:
             problems.append((f"{where}.operator", "must be 'Exists' when key is empty (which matches every taint)"))
         elif operator == "Equal" and not is_label_value(value):
-            problems.append((f"{where}.value", f"{value!r} is not valid: a value must be {LABEL_VALUE_RULE}"))
+            problems.append((f"{where}.value", f"is not valid ({type_shown(value)}): a value must be "
+                             f"{LABEL_VALUE_RULE}"))
         if effect and effect not in TAINT_EFFECTS:
-            problems.append((f"{where}.effect", f"{effect!r} is not supported; allowed: {', '.join(TAINT_EFFECTS)} "
-                             "or empty (every effect)"))
+            problems.append((f"{where}.effect", f"{name_shown(effect)} is not supported; allowed: "
+                             f"{', '.join(TAINT_EFFECTS)} or empty (every effect)"))
         if seconds is not None and effect != "NoExecute":
             problems.append((f"{where}.tolerationSeconds", "only allowed with effect 'NoExecute'"))
     return problems
@@ -214,7 +219,7 @@ def snake_case(name: str) -> str:
 
 def _unknown_fields(value: Any, table: _Table, path: str) -> list[Problem]:
     if not isinstance(value, Mapping):
-        return [(path, f"expected a mapping, got {type(value).__name__} {value!r}")]
+        return [(path, f"expected a mapping, got {type_shown(value)}")]
     names = [name for name in table if name != REQUIRED]
     fields = {**{snake_case(name): name for name in names}, **{name: name for name in names}}
     problems: list[Problem] = []
@@ -222,7 +227,7 @@ def _unknown_fields(value: Any, table: _Table, path: str) -> list[Problem]:
     for key, item in value.items():
         name = fields.get(key)
         if name is None:
-            problems.append((path, f"unknown field {key!r}; allowed: {', '.join(sorted(names))}"))
+            problems.append((path, f"unknown field {name_shown(key)}; allowed: {', '.join(sorted(names))}"))
         elif item is not None:
             given.add(name)
             problems += _value_problems(item, table[name], f"{path}.{key}")
@@ -243,13 +248,15 @@ def _value_problems(value: Any, rule: Any, path: str) -> list[Problem]:
         return checks[type(rule)]()
     # bool is an int in Python, not in Kubernetes JSON.
     if not isinstance(value, rule) or (rule is int and isinstance(value, bool)):
-        return [(path, f"expected {_TYPE_NAMES[rule]}, got {type(value).__name__} {value!r}")]
+        return [(path, f"expected {_TYPE_NAMES[rule]}, got {type_shown(value)}")]
+    if rule is int and not -(2**63) <= value < 2**63:
+        return [(path, "is out of range: Kubernetes integers are 64-bit (-2^63 to 2^63-1)")]
     return []
 
 
 def _list_problems(value: Any, item_rule: Any, path: str) -> list[Problem]:
     if not isinstance(value, list):
-        return [(path, f"expected a list, got {type(value).__name__} {value!r}")]
+        return [(path, f"expected a list, got {type_shown(value)}")]
     return [problem for i, item in enumerate(value) for problem in _value_problems(item, item_rule, f"{path}[{i}]")]
 
 
@@ -258,5 +265,5 @@ def _tuple_rule(value: Any, rule: tuple[Any, ...], path: str) -> list[Problem]:
     if len(rule) == 1 and isinstance(rule[0], type):
         return _list_problems(value, rule[0], path)
     if value not in rule:
-        return [(path, f"{value!r} is not supported; allowed: {', '.join(rule)}")]
+        return [(path, f"{name_shown(value)} is not supported; allowed: {', '.join(rule)}")]
     return []

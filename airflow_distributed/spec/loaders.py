@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import difflib
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,7 +15,11 @@ from pydantic import BaseModel, ValidationError
 from airflow_distributed.spec import models
 from airflow_distributed.spec.checks import check_environment, resolve_framework
 from airflow_distributed.spec.errors import SpecValidationError
+from airflow_distributed.spec.limits import name_shown, shape_problems, shown, type_shown, yaml_problems
 from airflow_distributed.spec.models import FRAMEWORKS, MAX_REPLICAS_PER_ROLE, Environment, TrainingSpec
+
+#: longest spec text (YAML or JSON, or a file of it) read; real ones are a few kilobytes
+MAX_SPEC_CHARS = 1_000_000
 
 
 def load_spec(framework: str | None = None, environment: Any = None) -> TrainingSpec:
@@ -28,6 +33,9 @@ def load_spec(framework: str | None = None, environment: Any = None) -> Training
     """
     source = environment if isinstance(environment, str) and _looks_like_path(environment) else None
     data = _read(environment, source)
+    too_big = shape_problems(data, "environment")
+    if too_big:  # before anything walks it: a bigger spec is a mistake or an attack
+        raise SpecValidationError(too_big, source=source)
     # The environment section has no key of that name, so a mapping holding one is a whole polyaxonfile
     # (version, kind, build, run, logging, hptuning, ... are the polyaxonfile's business, not ours).
     if isinstance(data, Mapping) and "environment" in data:
@@ -62,9 +70,9 @@ def framework_problems(framework: Any) -> list[tuple[str, str]]:
     if framework is None:
         return []
     if not isinstance(framework, str):
-        return [("framework", f"expected a string, got {type(framework).__name__} {framework!r}; allowed: {allowed}")]
+        return [("framework", f"expected a string, got {type_shown(framework)}; allowed: {allowed}")]
     if framework not in FRAMEWORKS:
-        return [("framework", f"{framework!r} is not supported; allowed: {allowed}")]
+        return [("framework", f"{name_shown(framework)} is not supported; allowed: {allowed}")]
     return []
 
 
@@ -81,7 +89,10 @@ def _validate_structure(data: dict[str, Any]) -> tuple[Environment, list[tuple[s
             problems += _translate(err, "environment")
             pruned = copy.deepcopy(data)
             for item in err.errors(include_url=False):
-                _drop(pruned, _drop_union_branches(item["loc"]))
+                if item["type"] == "invalid_key":
+                    _drop_keys_that_are_not_strings(pruned, _value_loc(item))
+                else:
+                    _drop(pruned, _value_loc(item))
             if pruned == data:
                 break
             data = pruned
@@ -107,6 +118,20 @@ def _drop(data: Any, loc: tuple[Any, ...]) -> None:
         parent.pop(key)
 
 
+def _drop_keys_that_are_not_strings(data: Any, loc: tuple[Any, ...]) -> None:
+    node = data
+    for part in loc:
+        if not isinstance(node, (dict, list)) or (isinstance(node, list) and not isinstance(part, int)):
+            return
+        try:
+            node = node[part]
+        except (KeyError, IndexError):
+            return
+    if isinstance(node, dict):
+        for key in [key for key in node if not isinstance(key, str)]:
+            del node[key]
+
+
 def _unique(problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return list(dict.fromkeys(problems))
 
@@ -118,68 +143,107 @@ def _looks_like_path(text: str) -> bool:
 def _read(environment: Any, source: str | None) -> Any:
     if not isinstance(environment, str):
         return environment
+    text = environment
     try:
         if source is not None:
             with open(source, encoding="utf-8") as handle:
-                return yaml.safe_load(handle)
-        return yaml.safe_load(environment)
-    except OSError as err:
-        raise SpecValidationError([("environment", f"cannot read {source}: {err.strerror}")]) from None
-    except yaml.YAMLError as err:
-        raise SpecValidationError([("environment", f"is not valid YAML: {err}")], source=source) from None
+                text = handle.read(MAX_SPEC_CHARS + 1)
+    except (OSError, ValueError) as err:  # ValueError: a NUL in the path, a file that is not UTF-8
+        reason = err.strerror if isinstance(err, OSError) else "not a readable UTF-8 text file"
+        raise SpecValidationError([("environment", f"cannot read the spec file: {reason}")], source=source) from None
+    if len(text) > MAX_SPEC_CHARS:
+        raise SpecValidationError([("environment", f"is too large: a spec is at most {MAX_SPEC_CHARS:,} characters")],
+                                  source=source)
+    try:
+        # Sized on the YAML events first: aliases expand only once the objects are built.
+        problems = yaml_problems(text, "environment")
+        data = None if problems else yaml.safe_load(text)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        reason = _yaml_reason(err.problem or err.context or "")
+        raise SpecValidationError([("environment", f"is not valid YAML: {reason}{where}")], source=source) from None
+    except yaml.YAMLError:
+        raise SpecValidationError([("environment", "is not valid YAML")], source=source) from None
+    except (ValueError, OverflowError):  # a scalar Python cannot hold as its YAML type (a 5000-digit int, 2020-13-45)
+        raise SpecValidationError([("environment", "is not valid YAML: a value cannot be read as its YAML type "
+                                    "(an integer of more than 4300 digits, an impossible date)")],
+                                  source=source) from None
+    if problems:
+        raise SpecValidationError(problems, source=source)
+    return data
+
+
+def _yaml_reason(problem: str) -> str:
+    """The parser's words without what it quotes of the document (an alias, a tag, a character may be a value)."""
+    return re.sub(r"'[^']*'|\"[^\"]*\"", "'...'", problem)[:120]
 
 
 def format_path(root: str, loc: tuple[Any, ...]) -> str:
     path = root
     for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+        if isinstance(part, int) and not isinstance(part, bool):
+            path += f"[{shown(part)}]"
+        else:
+            path += "." + (part if isinstance(part, str) and part.isprintable() else f"<{name_shown(part)}>")
     return path
 
 
 def _translate(err: ValidationError, root: str) -> list[tuple[str, str]]:
-    """pydantic's errors as (path, message), without union noise and with suggestions for unknown keys."""
+    """pydantic's errors as (path, message), one per place, with suggestions for unknown keys."""
     problems: dict[str, str] = {}
     for item in err.errors(include_url=False):
-        loc = _drop_union_branches(item["loc"])
+        loc = _value_loc(item)
         path = format_path(root, loc)
-        if path in problems:
-            continue  # one message per place: a union reports each failed branch
-        problems[path] = _message(item, loc)
+        if path not in problems:  # one message per place
+            problems[path] = _message(item, loc)
     return list(problems.items())
 
 
-def _drop_union_branches(loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    # pydantic names the tried branch of a union ("int", "list[tuple[str,str]]", "function-after[...]").
-    return tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in {"int", "float", "str"})))
+def _value_loc(item: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Where the problem is; a key that is not a string is reported at its mapping."""
+    loc = tuple(item["loc"])
+    return loc[:-1] if item["type"] == "invalid_key" else loc
+
+
+_EXPECTED = {"int_type": "an integer", "float_type": "a number", "string_type": "a string", "dict_type": "a mapping",
+             "list_type": "a list", "model_type": "a mapping", "bool_type": "true or false",
+             "tuple_type": "a list"}
 
 
 def _message(item: Mapping[str, Any], loc: tuple[Any, ...]) -> str:
+    """pydantic's error in the project's words; of the value only its type (and a short number) is shown."""
     kind, value = item["type"], item.get("input")
-    if kind == "extra_forbidden":
+    if kind == "extra_forbidden" and loc:
         return _unknown_key(loc)
     if kind == "missing":
         return "is required"
-    if kind in {"int_type", "float_type", "string_type", "dict_type", "list_type", "model_type", "bool_type"}:
-        expected = {"int_type": "an integer", "float_type": "a number", "string_type": "a string",
-                    "dict_type": "a mapping", "list_type": "a list", "model_type": "a mapping",
-                    "bool_type": "true or false"}[kind]
-        return f"expected {expected}, got {type(value).__name__} {value!r}"
+    if kind == "invalid_key":
+        return f"keys must be strings, got {type_shown(value)}"
+    if kind in _EXPECTED:
+        return f"expected {_EXPECTED[kind]}, got {type_shown(value)}"
     if kind == "greater_than_equal":
-        return f"{value!r} is out of range (must be >= {item['ctx']['ge']})"
+        return f"{shown(value)} is out of range (must be >= {item['ctx']['ge']})"
     if kind == "less_than_equal":
-        return f"{value!r} is out of range (must be <= {item['ctx']['le']})"
-    message = item["msg"].removeprefix("Value error, ")
-    return message if kind == "value_error" else f"{message} (got {value!r})"
+        return f"{shown(value)} is out of range (must be <= {item['ctx']['le']})"
+    if kind == "value_error":
+        return str(item["msg"]).removeprefix("Value error, ")
+    return f"is not valid ({kind}, got {type_shown(value)})"
 
 
 def _unknown_key(loc: tuple[Any, ...]) -> str:
-    key = str(loc[-1])
+    key = loc[-1]
     allowed = _keys_at(loc[:-1])
     if key in ("n_ps", "default_ps", "ps", "ps_resources", "default_ps_resources") and "n_ps" not in allowed:
-        return f"unknown key '{key}': this framework has no parameter servers; allowed: {', '.join(sorted(allowed))}"
-    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+        return (f"unknown key {name_shown(key)}: this framework has no parameter servers; allowed: "
+                f"{', '.join(sorted(allowed))}")
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6) if _short_name(key) else []
     hint = f"; did you mean '{close[0]}'?" if close else f"; allowed: {', '.join(sorted(allowed))}"
-    return f"unknown key '{key}'{hint}"
+    return f"unknown key {name_shown(key)}{hint}"
+
+
+def _short_name(key: Any) -> bool:
+    return isinstance(key, str) and len(key) <= 64
 
 
 def _keys_at(loc: tuple[Any, ...]) -> list[str]:

@@ -8,8 +8,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StrictInt,
+    StrictStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
+from airflow_distributed.spec.limits import type_shown
 from airflow_distributed.spec.quantities import amount_in_base_units
 
 Framework = Literal["tensorflow", "mxnet", "pytorch", "horovod", "jax", "xgboost", "paddle"]
@@ -24,7 +35,15 @@ MAX_REPLICAS_PER_ROLE = 2000
 RESOURCE_KINDS = ("cpu", "memory", "gpu", "tpu")
 
 Count = Annotated[StrictInt, Field(ge=0, le=MAX_REPLICAS_PER_ROLE)]
-Amount = StrictInt | StrictFloat | StrictStr
+
+
+def _amount(value: Any) -> int | float | str:
+    amount_in_base_units("cpu", value)  # raises a QuantityError (a ValueError) saying what is wrong, not the value
+    return value
+
+
+# One validator instead of a union, whose every failed branch pydantic would report.
+Amount = Annotated[int | float | str, PlainValidator(_amount)]
 
 
 class _Section(BaseModel):
@@ -55,13 +74,6 @@ class ResourceAmount(_Section):
     def _singular(cls, data: Any) -> Any:
         return _rename_singular(data, (("request", "requests"), ("limit", "limits")))
 
-    @field_validator("requests", "limits")
-    @classmethod
-    def _parses(cls, value: Amount | None) -> Amount | None:
-        if value is not None:
-            amount_in_base_units("cpu", value)  # raises with a message naming the value
-        return value
-
 
 class Resources(_Section):
     """``cpu``/``memory``/``gpu``/``tpu``, or the Kubernetes form ``{requests: {...}, limits: {...}}``."""
@@ -81,7 +93,7 @@ class Resources(_Section):
         for side in ("requests", "limits"):
             amounts = data.get(side) or {}
             if not isinstance(amounts, dict):
-                raise ValueError(f"'{side}' must map resource names to amounts, got {amounts!r}")
+                raise ValueError(f"'{side}' must map resource names to amounts, got {type_shown(amounts)}")
             for kind, amount in amounts.items():
                 key = "gpu" if kind == "nvidia.com/gpu" else kind
                 by_kind.setdefault(key, {})[side] = amount
@@ -106,7 +118,19 @@ class Resources(_Section):
         return None if value is None else float(amount_in_base_units("cpu", value))
 
 
-EnvVars = dict[str, str] | list[tuple[str, str]]
+
+
+def _env_pairs(value: Any) -> Any:
+    """Polyaxon wrote env_vars as ``[[name, value], ...]``: read as a mapping, so one shape goes downstream."""
+    if not isinstance(value, list):
+        return value
+    for position, pair in enumerate(value):
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise ValueError(f"entry [{position}] is not a [name, value] pair: env_vars is a mapping of names to "
+                             "strings, or a list of [name, value] pairs")
+        if not isinstance(pair[0], str):
+            raise ValueError(f"entry [{position}]: a variable name must be a string, got {type_shown(pair[0])}")
+    return dict(value)
 
 
 class PodSettings(_Section):
@@ -120,16 +144,21 @@ class PodSettings(_Section):
     annotations: dict[str, str] | None = None
     service_account: StrictStr | None = None
     image_pull_secrets: list[StrictStr] | None = None
-    env_vars: EnvVars | None = None
+    env_vars: dict[str, str] | None = None
     secret_refs: list[StrictStr] | None = None
     config_map_refs: list[StrictStr] | None = None
     security_context: dict[str, Any] | None = None
 
-    @field_validator("env_vars")
+    @field_validator("node_selector", "labels", "annotations", "env_vars", mode="before")
     @classmethod
-    def _env_as_dict(cls, value: EnvVars | None) -> dict[str, str] | None:
-        # Polyaxon wrote env_vars as [[name, value], ...]; one shape downstream is simpler.
-        return dict(value) if isinstance(value, list) else value
+    def _string_keys(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.field_name == "env_vars":
+            value = _env_pairs(value)
+        # Said here, at the mapping: pydantic would report the key as a path of its own.
+        bad = [key for key in value if not isinstance(key, str)] if isinstance(value, dict) else []
+        if bad:
+            raise ValueError(f"keys must be strings, got {type_shown(bad[0])}")
+        return value
 
 
 class IndexedReplica(PodSettings):
@@ -145,7 +174,10 @@ def _fold_legacy_resources(data: Any, role: str) -> Any:
     data = dict(data)
     default_key, list_key = f"default_{role}_resources", f"{role}_resources"
     if default_key in data:
-        default = dict(data.get(f"default_{role}") or {})
+        default = data.get(f"default_{role}") or {}
+        if not isinstance(default, dict):
+            raise ValueError(f"'default_{role}' must be a mapping of settings when '{default_key}' is given")
+        default = dict(default)
         if "resources" in default:
             raise ValueError(f"give either '{default_key}' or 'default_{role}.resources', not both")
         default["resources"] = data.pop(default_key)
@@ -154,10 +186,14 @@ def _fold_legacy_resources(data: Any, role: str) -> Any:
         legacy = data.pop(list_key)
         if not isinstance(legacy, list):
             raise ValueError(f"'{list_key}' must be a list of {{index, cpu, memory, gpu}} entries")
-        entries = list(data.get(role) or [])
-        for item in legacy:
+        entries = data.get(role) or []
+        if not isinstance(entries, list):
+            raise ValueError(f"'{role}' must be a list of overrides, like '{list_key}'")
+        entries = list(entries)
+        for position, item in enumerate(legacy):
             if not isinstance(item, dict) or "index" not in item:
-                raise ValueError(f"every '{list_key}' entry needs an 'index', got {item!r}")
+                raise ValueError(f"'{list_key}' entry [{position}] needs an 'index' (a mapping of index, cpu, "
+                                 "memory, gpu)")
             rest = {k: v for k, v in item.items() if k != "index"}
             entries.append({"index": item["index"], "resources": rest})
         data[role] = entries

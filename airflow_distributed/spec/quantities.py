@@ -6,8 +6,9 @@ Kubernetes quantity strings (``"500m"``, ``"2Gi"``) are kept as the user wrote t
 
 from __future__ import annotations
 
+import math
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 _SUFFIX = {
     "": Decimal(1),
@@ -31,6 +32,12 @@ _SUFFIX = {
 _QUANTITY = re.compile(r"^\+?(?P<num>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?P<suffix>[KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?$")
 
 MIB = Decimal(2) ** 20
+# Kubernetes keeps a quantity in 64 bits: larger ones cannot be stored or scheduled.
+MAX_AMOUNT = Decimal(2) ** 63 - 1
+AMOUNT_RANGE = "at most 2^63-1 (about 9.2e18) cores, bytes or devices"
+# Beyond this any non-zero amount is out of range (too large, or smaller than a nano-unit).
+_MAX_EXPONENT = 40
+QUANTITY_EXAMPLES = "'500m', '2', '1.5', '256Mi', '2Gi', '1e3'"
 
 
 class QuantityError(ValueError):
@@ -41,30 +48,38 @@ def parse_quantity(value: str) -> Decimal:
     """Value of a Kubernetes quantity string in base units (cores, bytes, devices)."""
     match = _QUANTITY.match(value.strip())
     if not match:
-        raise QuantityError(
-            f"{value!r} is not a Kubernetes quantity (examples: '500m', '2', '1.5', '256Mi', '2Gi', '1e3')"
-        )
+        raise QuantityError(f"is not a Kubernetes quantity (examples: {QUANTITY_EXAMPLES})")
     suffix = match.group("suffix") or ""
-    if suffix[:1] in ("e", "E"):
-        return Decimal(match.group("num")) * (Decimal(10) ** int(suffix[1:]))
-    return Decimal(match.group("num")) * _SUFFIX[suffix]
+    number = Decimal(match.group("num"))
+    if suffix in _SUFFIX:
+        return _bounded(number * _SUFFIX[suffix])
+    exponent = int(suffix[1:]) if len(suffix) <= 8 else None  # 'e' and at most 6 digits after the sign
+    if number and (exponent is None or abs(exponent) > _MAX_EXPONENT):
+        raise QuantityError(f"is out of range: {AMOUNT_RANGE}")
+    return _bounded(number.scaleb(exponent or 0) if number else number)
 
 
 def amount_in_base_units(kind: str, value: int | float | str) -> Decimal:
     """Comparable value of an amount: cores for cpu, bytes for memory, devices for gpu/tpu."""
-    if isinstance(value, bool):
-        raise QuantityError(f"{value!r} is not a resource amount (a number or a quantity string)")
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise QuantityError(f"expected a number or a quantity string ({QUANTITY_EXAMPLES}), got "
+                            f"{type(value).__name__}")
     if isinstance(value, str):
         return parse_quantity(value)
-    try:
-        number = Decimal(str(value))
-    except InvalidOperation as err:  # pragma: no cover - ints and floats always convert
-        raise QuantityError(f"{value!r} is not a number") from err
-    if not number.is_finite():
-        raise QuantityError(f"{value!r} is not a finite number")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise QuantityError("is not a finite number")
+    if isinstance(value, int) and value.bit_length() > 64:
+        raise QuantityError(f"is out of range: {AMOUNT_RANGE}")
+    number = Decimal(str(value))
     if number < 0:
-        raise QuantityError(f"{value!r} is negative")
-    return number * MIB if kind == "memory" else number
+        raise QuantityError("is negative; an amount is a number >= 0")
+    return _bounded(number * MIB if kind == "memory" else number)
+
+
+def _bounded(amount: Decimal) -> Decimal:
+    if amount > MAX_AMOUNT:
+        raise QuantityError(f"is out of range: {AMOUNT_RANGE}")
+    return amount
 
 
 def to_kubernetes_quantity(kind: str, value: int | float | str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -13,12 +14,17 @@ if TYPE_CHECKING:
 
 
 def replica_processes(job_prefix: str = "") -> list[psutil.Process]:
-    """Live processes that carry a replica's contract variables (any job, or jobs whose name starts so)."""
+    """Live processes that carry a replica's contract variables (any job, or jobs whose name starts so), of this
+    test session: replicas inherit the worker's AIRFLOW_HOME, and another session's jobs on the machine are not ours."""
+    home = os.environ.get("AIRFLOW_HOME")
     found = []
     for proc in psutil.process_iter():
         try:
-            job = proc.environ().get("AIRFLOW_DISTRIBUTED_JOB")
-            if job is not None and job.startswith(job_prefix) and proc.status() != psutil.STATUS_ZOMBIE:
+            env = proc.environ()
+            job = env.get("AIRFLOW_DISTRIBUTED_JOB")
+            if job is None or not job.startswith(job_prefix) or (home and env.get("AIRFLOW_HOME") != home):
+                continue
+            if proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue

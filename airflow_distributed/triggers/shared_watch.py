@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
@@ -250,7 +251,9 @@ async def subscribe(key: Any, kind: WatchedKind, job: str,
     running = watches.get(key)
     if running is None:
         running = watches[key] = _Running(NamespaceWatch(kind))
-        running.task = asyncio.create_task(_follow(watches, key, running, follow), name=f"shared watch {key}")
+        # A context of its own: the watch serves every trigger, so its logs are the triggerer's, not the first job's.
+        running.task = asyncio.create_task(_follow(watches, key, running, follow), name="shared watch",
+                                           context=contextvars.Context())
     feed = running.watch.subscribe(job)
     try:
         yield feed

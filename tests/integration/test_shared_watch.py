@@ -16,12 +16,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from airflow.triggers.base import BaseTrigger
 
 from airflow_distributed.manifests.kubernetes import to_dict
 from airflow_distributed.triggers.api_clients import open_clients
-from airflow_distributed.triggers.kubernetes import DistributedJobTrigger
+from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
 from airflow_distributed.triggers.shared_watch import open_watches
 from tests.helpers import wait_until
+from tests.integration.kubeflow_controller import GROUP, KubeflowController, register_kubeflow_crds
 from tests.k8s_emulator import KubeEmulator
 from tests.kubernetes_helpers import PODS, comes_to, lists_and_watches, make_job, now, trigger_for
 
@@ -30,6 +32,7 @@ from tests.kubernetes_helpers import PODS, comes_to, lists_and_watches, make_job
 def emulator():
     # No bookmarks: a watch resumed after compact() is then older than what the server keeps (410 Gone).
     with KubeEmulator(kubernetes_version="1.31", bookmark_interval=None) as emu:
+        register_kubeflow_crds(emu)
         yield emu
         assert emu.errors == [], "\n".join(emu.errors)
 
@@ -84,9 +87,11 @@ class Triggerer:
         self.events: dict[str, dict] = {}
         self.after: dict[str, int] = {}
 
-    def start(self, job: Job) -> None:
+    def start(self, job: Job, trigger: BaseTrigger | None = None) -> None:
+        """Run the trigger of ``job`` (a ``DistributedJobTrigger`` unless ``trigger`` is given)."""
         name, slots = job
-        trigger = trigger_for(self.kubeconfig, self.namespace, name, slots, startup_timeout=3600.0)
+        if trigger is None:
+            trigger = trigger_for(self.kubeconfig, self.namespace, name, slots, startup_timeout=3600.0)
         started = threading.Event()
 
         def create() -> None:
@@ -96,7 +101,7 @@ class Triggerer:
         self.loop.call_soon_threadsafe(create)
         assert started.wait(10)
 
-    async def _run(self, name: str, trigger: DistributedJobTrigger) -> None:
+    async def _run(self, name: str, trigger: BaseTrigger) -> None:
         self.events[name] = (await anext(trigger.run())).payload
 
     def cancel(self, name: str) -> None:
@@ -265,4 +270,40 @@ def test_a_dropped_connection_is_one_resumed_watch_for_every_job(emulator, kubec
     lists, watches = lists_and_watches(emulator, ns)
     assert (len(lists), len(watches)) == (1, 2)  # a watch per job: 10 LISTs, 20 watches
     assert watches[1].query.get("resourceVersion")  # resumed, not started again
+    closed(emulator, t)
+
+
+@pytest.mark.usefixtures("airflow_db", "kubernetes_connection")
+def test_kubeflow_jobs_of_one_kind_in_a_namespace_share_one_watch_of_the_kind(emulator, kubeconfig, ns):
+    controllers = {}
+    for name in ("pt-succeeds", "pt-fails", "pt-deleted"):
+        controller = controllers[name] = KubeflowController(emulator, ns, "pytorchjobs")
+        controller.submit(name, {"Master": 1, "Worker": 1}, container="pytorch")
+        controller.create_pods()
+        controller.run_all()
+        controller.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""))
+    emulator.reset_requests()
+    jobs_path = f"/namespaces/{ns}/pytorchjobs$"
+
+    def script(t: Triggerer) -> None:
+        for name in controllers:
+            t.start((name, []), KubeflowJobTrigger(job_name=name, namespace=ns, group=GROUP, version="v1",
+                                                   plural="pytorchjobs", kubernetes_conn_id="kubernetes_default"))
+        emulator.wait_for_requests("watch", 1, jobs_path)
+        controllers["pt-succeeds"].conditions(("Created", "PyTorchJobCreated", ""),
+                                              ("Running", "PyTorchJobRunning", ""),
+                                              ("Succeeded", "PyTorchJobSucceeded", "done"))
+        controllers["pt-fails"].conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""),
+                                           ("Failed", "PyTorchJobFailed", "worker-0 exited 1"))
+        emulator.delete("pytorchjobs", ns, "pt-deleted", group=GROUP, version="v1")
+        for name in controllers:
+            t.event(name)
+
+    t = play(kubeconfig, ns, script)
+
+    assert {name: event["status"] for name, event in t.events.items()} == {
+        "pt-succeeds": "succeeded", "pt-fails": "failed", "pt-deleted": "deleted"}
+    assert t.events["pt-fails"]["message"] == "worker-0 exited 1"
+    counts = emulator.request_counts(jobs_path)
+    assert (counts.get("list"), counts.get("watch")) == (1, 1)  # a watch per job: 3 and 3
     closed(emulator, t)

@@ -234,3 +234,27 @@ def test_each_event_loop_has_watches_of_its_own():
 
     assert [asyncio.run(one()), asyncio.run(one())] == [1, 1]
     assert loop_watch.started == 2
+
+
+def test_a_trigger_that_does_not_read_holds_up_neither_the_watch_nor_the_others():
+    async def stream(watch: NamespaceWatch) -> None:
+        watch.on_list(listing(pod("job-slow", "slow-0"), pod("job-busy", "busy-0")))
+        for version in range(100, 1100):
+            job = "job-slow" if version % 2 else "job-busy"
+            watch.on_line(line("MODIFIED", pod(job, f"{job[4:]}-0", f"Phase{version}", str(version))))
+            await asyncio.sleep(0)
+        await asyncio.Event().wait()  # then quiet, until the last trigger leaves
+
+    async def scenario() -> tuple[int, list[str]]:
+        key = ("connection", "ns", JOB_PODS)
+        async with subscribe(key, JOB_PODS, "job-slow", stream) as slow, \
+                subscribe(key, JOB_PODS, "job-busy", stream) as busy:
+            seen: list[str] = []
+            while not seen or seen[-1] != "Phase1098":
+                delivery = await busy.next(None)
+                seen.extend(obj["status"]["phase"] for _, obj in delivery.events)
+            return slow.pending, seen
+
+    pending, seen = asyncio.run(scenario())
+    assert pending == 1  # 500 events of its one pod, unread: one entry, the latest
+    assert seen[-1] == "Phase1098" and seen == sorted(seen, key=lambda phase: int(phase[5:]))

@@ -2,8 +2,9 @@
 
 A triggerer holds hundreds of deferred jobs. A client per trigger costs an aiohttp session, a connector and an
 SSL context each (with no CA in the kubeconfig, the context holds the system's CA bundle: about 0.85 MB), and the
-kubeconfig parsed again; one client per connection costs that once. The connections themselves (one per open
-watch) stay one per trigger: a watch holds its connection for as long as it lasts.
+kubeconfig parsed again; one client per connection costs that once. The connections themselves are one per open
+watch (a watch holds its connection for as long as it lasts), and the triggers of a namespace share one watch per
+kind (``shared_watch``).
 
 A client is keyed by the event loop and the connection's identity (connection id and whatever else configures
 the hook), and counted: the first trigger to need it opens it through the cncf ``AsyncKubernetesHook.get_conn``,

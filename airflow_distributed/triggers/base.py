@@ -4,14 +4,16 @@ Every trigger of one connection in a triggerer process shares one API client (``
 its constructor arguments to ``JobWaitTrigger.__init__`` (they become attributes and what
 ``serialize`` writes back), says what it waits for (``what``, used in logs and messages) and implements
 ``_wait()``, which returns the event's status fields; ``run`` turns any error into an ``error`` event, so that
-``execute_complete`` always gets to clean up.
+``execute_complete`` always gets to clean up. A trigger does not watch on its own: it reads the feed of its job
+from the watch its namespace's triggers share (``_feed``, ``_read``; ``shared_watch``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from functools import cached_property
 from typing import Any
@@ -27,10 +29,13 @@ from airflow_distributed.hooks.watch_loop import (
     WatchTimings,
     arun_watch,
     lines,
-    seconds_until,
 )
-from airflow_distributed.jobstate.job_watch import ResumableWatch
 from airflow_distributed.triggers.api_clients import client_configuration, shared_client
+from airflow_distributed.triggers.shared_watch import Delivery, JobFeed, NamespaceWatch, WatchedKind, subscribe
+from airflow_distributed.triggers.shared_watch import log as shared_watch_log
+
+#: The shortest wait for a feed: a deadline a hair away is not waited for in a busy loop.
+_LEAST_WAIT = 0.01
 
 
 class JobWaitTrigger(BaseTrigger):
@@ -66,11 +71,13 @@ class JobWaitTrigger(BaseTrigger):
         """The arguments that configure ``hook``: triggers with the same identity share one API client."""
         return {"conn_id": self.kubernetes_conn_id}
 
+    def _connection_key(self) -> str:
+        return json.dumps(self.connection_identity(), sort_keys=True, default=str)
+
     def api_client(self) -> AbstractAsyncContextManager[Any]:
         """The API client of this trigger's connection, shared with the other triggers of the process
         (``api_clients``)."""
-        key = json.dumps(self.connection_identity(), sort_keys=True, default=str)
-        return shared_client(key, lambda: self.hook.get_conn())  # the hook is built only by the opener
+        return shared_client(self._connection_key(), lambda: self.hook.get_conn())  # the hook is built by the opener
 
     @property
     def what(self) -> str:
@@ -99,7 +106,7 @@ class JobWaitTrigger(BaseTrigger):
         """The event's ``status`` and what goes with it."""
         raise NotImplementedError
 
-    # ------------------------------------------------------------------ watch helpers
+    # ------------------------------------------------------------------ the shared watch
 
     @property
     def timings(self) -> WatchTimings:
@@ -111,16 +118,63 @@ class JobWaitTrigger(BaseTrigger):
     def _timeout_event(self) -> dict[str, Any]:
         return {"status": "timeout", "message": f"{self.what} reached the task's execution_timeout"}
 
-    def _until_deadline(self, seconds: int) -> int:
-        """A watch request's timeout, cut so that the request ends by the task's deadline."""
-        return seconds_until(self.execution_deadline, time.time(), seconds)
+    def _feed(self, kind: WatchedKind, job: str) -> AbstractAsyncContextManager[JobFeed]:
+        """The feed of ``job`` from the watch of ``kind`` in this trigger's namespace, shared by the triggers of
+        this connection, namespace and watch timings on this event loop (``shared_watch``)."""
+        timings = self.timings
+        key = (self._connection_key(), self.namespace, kind, json.dumps(timings.as_dict(), sort_keys=True))
+        return subscribe(key, kind, job, lambda watch: self._follow(watch, timings))
 
-    async def _watch(self, watch: ResumableWatch, calls: AsyncWatchCalls) -> None:
-        """``arun_watch`` with this trigger's timings and retry policy; ``calls.done`` also sees the deadline."""
-        done = calls.done
-        calls.done = lambda: self._deadline_passed() or done()
-        policy = WatchPolicy(f"watching {self.what}", self.timings, self.retry)
-        await arun_watch(watch, calls, policy, log=self.log)
+    async def _follow(self, watch: NamespaceWatch, timings: WatchTimings) -> None:
+        """The shared watch of ``watch.kind`` in this trigger's namespace, through ``arun_watch``, until cancelled."""
+        from kubernetes_asyncio import client as async_client
+
+        kind = watch.kind
+        selector: dict[str, Any] = {"label_selector": kind.label_selector} if kind.label_selector else {}
+        list_objects: Callable[..., Awaitable[Any]]
+        async with self.api_client() as api:
+            if kind.group:
+                list_objects = functools.partial(async_client.CustomObjectsApi(api).list_namespaced_custom_object,
+                                                 kind.group, kind.version, self.namespace, kind.plural)
+            elif kind.plural == "pods":
+                list_objects = functools.partial(async_client.CoreV1Api(api).list_namespaced_pod, self.namespace)
+            else:
+                raise ValueError(f"no shared watch of core {kind.plural!r}")
+            calls = AsyncWatchCalls(
+                list_=lambda: self._json(list_objects(**selector, _preload_content=False)),
+                open_watch=lambda version, seconds, timeout: self._answer(list_objects(
+                    **selector, watch=True, resource_version=version, allow_watch_bookmarks=True,  # type: ignore[arg-type]
+                    timeout_seconds=seconds, _request_timeout=timeout, _preload_content=False)),
+                on_list=watch.on_list,
+                on_line=watch.on_line,
+                done=lambda: False,  # until the last trigger leaves (cancelled)
+            )
+            policy = WatchPolicy(f"watching {kind.name} in namespace {self.namespace}", timings, self.retry)
+            await arun_watch(watch, calls, policy, log=shared_watch_log)
+
+    async def _read(self, feed: JobFeed, apply: Callable[[Delivery], Any], ended: Callable[[], bool],
+                    wake_in: Callable[[], float | None] = lambda: None,
+                    check: Callable[[], Awaitable[bool]] | None = None) -> bool:
+        """Hand what ``feed`` brings to ``apply`` until ``ended()`` (``True``) or the task's deadline (``False``).
+
+        :param wake_in: seconds until the job's state is to be looked at again with nothing new (a startup
+            deadline, the next paced LIST); ``None``: only when something comes.
+        :param check: a request of the trigger's own, made when due; returns whether it made one.
+        """
+        while not self._deadline_passed():
+            if feed.viewed:
+                if ended():
+                    return True
+                if check is not None and await check():
+                    continue
+            waits = [wait for wait in (wake_in() if feed.viewed else None, self._until_deadline()) if wait is not None]
+            delivery = await feed.next(max(_LEAST_WAIT, min(waits)) if waits else None)
+            if delivery is not None:
+                apply(delivery)
+        return False
+
+    def _until_deadline(self) -> float | None:
+        return None if self.execution_deadline is None else self.execution_deadline - time.time()
 
     @staticmethod
     async def _answer(call: Awaitable[Any]) -> Any:

@@ -1,10 +1,12 @@
 """``KubeflowJobTrigger``: wait in the triggerer for a Kubeflow training job (TFJob, PyTorchJob, MXJob, MPIJob).
 
-One LIST and one watch of the object (``fieldSelector=metadata.name=<job>``), resumed from its resourceVersion
-and relisted after 410 Gone (``object_watch``), through ``kubernetes_asyncio``; while a replica has not started,
-its pods are listed at a pace (``pending_pods``). It fires one event: ``succeeded`` or ``failed`` (with the
-status's reason and message, ``job_status``; or reason ``ImagePullFailed`` and a replica's pull-failure verdict),
-``deleted``, ``timeout`` (the task's ``execution_timeout``) or ``error``. The operator's or sensor's
+The job object is followed by the one LIST + watch of its kind that the triggers of the namespace share in the
+triggerer (``shared_watch``: resumed from its resourceVersion, relisted after 410 Gone), through
+``kubernetes_asyncio``, the trigger keeping its own ``object_watch.ObjectWatch`` of its job; while a replica has
+not started, its pods are listed at a pace (``pending_pods``), by each trigger for its own job. It fires one
+event: ``succeeded`` or ``failed`` (with the status's reason and message, ``job_status``; or reason
+``ImagePullFailed`` and a replica's pull-failure verdict), ``deleted``, ``timeout`` (the task's
+``execution_timeout``) or ``error``. The operator's or sensor's
 ``execute_complete`` reads the output.
 
 ``delete_on_kill``: the operator's trigger deletes the job when the user kills the deferred task (Airflow 3.3+
@@ -20,12 +22,16 @@ from typing import Any
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 
 from airflow_distributed.hooks.api_retry import acall_with_retries
-from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
+from airflow_distributed.hooks.object_watch import ObjectWatch
 from airflow_distributed.hooks.pending_pods import PendingPods, expected_pods
-from airflow_distributed.hooks.watch_loop import AsyncWatchCalls
 from airflow_distributed.manifests.kubeflow_status import job_status, job_suspended, pod_selector
 from airflow_distributed.status import FAILED, SUCCEEDED
 from airflow_distributed.triggers.base import JobWaitTrigger
+from airflow_distributed.triggers.shared_watch import Delivery, WatchedKind
+
+
+def _name_of(obj: Mapping[str, Any]) -> str | None:
+    return (obj.get("metadata") or {}).get("name")
 
 
 class KubeflowJobTrigger(JobWaitTrigger):
@@ -90,6 +96,11 @@ class KubeflowJobTrigger(JobWaitTrigger):
     def what(self) -> str:
         return f"{self.plural} {self.namespace}/{self.job_name}"
 
+    @property
+    def watched_kind(self) -> WatchedKind:
+        """Every object of this trigger's kind in the namespace, by name: one watch for the kind's triggers."""
+        return WatchedKind(self.group, self.version, self.plural, None, _name_of)
+
     async def _wait(self) -> dict[str, Any]:
         from kubernetes_asyncio import client as async_client
 
@@ -102,30 +113,34 @@ class KubeflowJobTrigger(JobWaitTrigger):
             return watch.deleted or pending.verdict is not None or (
                 watch.obj is not None and self.status_of(watch.obj).state in (SUCCEEDED, FAILED))
 
-        async with self.api_client() as api:
-            list_objects = async_client.CustomObjectsApi(api).list_namespaced_custom_object
-            list_pods = async_client.CoreV1Api(api).list_namespaced_pod
-            args = (self.group, self.version, self.namespace, self.plural)
-            selector = name_selector(self.job_name)
+        def apply(delivery: Delivery) -> None:
+            # A one-object view for the object watch: the job as listed or as the event left it.
+            if delivery.snapshot is not None:
+                watch.on_list({"items": delivery.snapshot})
+            for kind, obj in delivery.events:
+                watch.on_list({"items": [] if kind == "DELETED" else [obj]})
 
-            async def check_pods() -> None:
+        def next_list_in() -> float | None:
+            if not pending.pending or pending.suspended or pending.verdict is not None or watch.obj is None:
+                return None
+            return pending.next_at - pending.clock()
+
+        async with self._feed(self.watched_kind, self.job_name) as feed, self.api_client() as api:
+            list_pods = async_client.CoreV1Api(api).list_namespaced_pod
+
+            async def list_job_pods() -> None:
                 pods = await self._json(list_pods(self.namespace, label_selector=self.pods_selector(self.job_name),
                                                   _preload_content=False))
                 pending.on_pods(pods.get("items") or [], self.expected_pods(watch.obj))
 
-            calls = AsyncWatchCalls(
-                list_=lambda: self._json(list_objects(*args, field_selector=selector, _preload_content=False)),
-                open_watch=lambda version, seconds, timeout: self._answer(list_objects(
-                    *args, field_selector=selector, watch=True, resource_version=version, allow_watch_bookmarks=True,  # type: ignore[arg-type]
-                    timeout_seconds=seconds, _request_timeout=timeout, _preload_content=False)),
-                on_list=watch.on_list,
-                on_line=watch.on_line,
-                done=ended,
-                watch_seconds=lambda: self._until_deadline(pending.watch_seconds(timings.server_timeout)),
-                check=check_pods,
-                check_due=lambda: pending.due_for(watch.obj),
-            )
-            await self._watch(watch, calls)
+            async def check() -> bool:
+                if not pending.due_for(watch.obj):
+                    return False
+                await acall_with_retries(list_job_pods, what=f"listing the pods of {self.what}", policy=self.retry,
+                                         log=self.log)
+                return True
+
+            await self._read(feed, apply, ended, wake_in=next_list_in, check=check)
         if watch.obj is None and watch.deleted:
             return {"status": "deleted", "message": f"{self.what} was deleted before it finished"}
         if not ended():

@@ -1,8 +1,10 @@
 """``DistributedJobTrigger``: a deferred task's wait for its Kubernetes job, in the triggerer.
 
-The same LIST + one label-selector watch as ``DistributedTrainingHook.wait_for_job`` (the same ``job_watch``
-state machine and ``watch_loop`` policy), through ``kubernetes_asyncio`` and the cncf provider's
-``AsyncKubernetesHook``. It fires one event: ``succeeded``, ``failed`` (with the verdict), ``timeout`` (the
+The job's pods are followed by the one LIST + watch of the provider's pods (``airflow-distributed/job`` label) that
+every trigger of the namespace shares in the triggerer (``shared_watch``: the ``watch_loop`` policy, resumed,
+relisted after 410), through ``kubernetes_asyncio`` and the cncf provider's ``AsyncKubernetesHook``; the trigger
+keeps its own ``job_watch.JobTracker`` of its job's pods, as ``DistributedTrainingHook.wait_for_job`` does with a
+watch of its own. It fires one event: ``succeeded``, ``failed`` (with the verdict), ``timeout`` (the
 task's ``execution_timeout``) or ``error``; the operator's ``execute_complete`` collects the output and cleans up.
 
 A user killing the deferred task (mark failed/success, clear) deletes the job: ``on_kill()`` on Airflow 3.3+,
@@ -13,27 +15,36 @@ restart (the trigger moves, the task still waits) leaves the job running.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 
 from airflow_distributed.hooks.api_retry import acall_with_retries
-from airflow_distributed.hooks.watch_loop import AsyncWatchCalls
 from airflow_distributed.jobstate.job_watch import (
     TABLE_INTERVAL,
     TABLE_ROWS,
     JobTracker,
     JobVerdict,
-    JobWatch,
     TableReporter,
     pod_essentials,
     replica_table,
     slots_from_json,
 )
-from airflow_distributed.manifests.kubernetes import JOB_LABEL
+from airflow_distributed.manifests.pod_names import JOB_LABEL
 from airflow_distributed.triggers.api_clients import client_configuration
 from airflow_distributed.triggers.base import JobWaitTrigger
+from airflow_distributed.triggers.shared_watch import Delivery, WatchedKind
+
+
+def _job_of_pod(pod: Mapping[str, Any]) -> str | None:
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(JOB_LABEL)
+
+
+#: The provider's pods of a namespace (every job's), each kept as ``pod_essentials``: what the triggers of the jobs
+#: in one namespace share one watch of.
+JOB_PODS = WatchedKind("", "v1", "pods", JOB_LABEL, _job_of_pod, pod_essentials)
 
 
 def _airflow_version() -> tuple[int, int]:
@@ -143,28 +154,18 @@ class DistributedJobTrigger(JobWaitTrigger):
         """The job's verdict; ``None`` once the task's execution_timeout is over."""
         tracker = JobTracker(slots_from_json(self.replicas), startup_timeout=self.startup_timeout,
                              started_at=self.started_at, image_pull_grace=self.image_pull_grace)
-        watch = JobWatch(tracker, keep=pod_essentials)
         report = TableReporter(self._log_table, time.time, TABLE_INTERVAL if len(tracker.slots) > TABLE_ROWS else 0.0)
-        timings = self.timings
-        from kubernetes_asyncio import client as async_client
 
-        async with self.api_client() as api:
-            core = async_client.CoreV1Api(api)
-            selector = f"{JOB_LABEL}={self.job_name}"
-            calls = AsyncWatchCalls(
-                list_=lambda: self._json(core.list_namespaced_pod(self.namespace, label_selector=selector,
-                                                                  _preload_content=False)),
-                open_watch=lambda version, seconds, timeout: self._answer(core.list_namespaced_pod(
-                    self.namespace, label_selector=selector, watch=True, resource_version=version,  # type: ignore[arg-type]
-                    allow_watch_bookmarks=True, timeout_seconds=seconds, _request_timeout=timeout,
-                    _preload_content=False)),
-                on_list=lambda body: report(watch.on_list(body), tracker),
-                on_line=lambda line: report(watch.on_line(line), tracker),
-                done=lambda: tracker.verdict(time.time()) is not None,
-                watch_seconds=lambda: self._until_deadline(watch.watch_seconds(time.time(), timings.server_timeout)),
-            )
-            await self._watch(watch, calls)
-        verdict = tracker.verdict(time.time())
+        def apply(delivery: Delivery) -> None:
+            changed = tracker.reset(delivery.snapshot) if delivery.snapshot is not None else False
+            for kind, pod in delivery.events:
+                changed = tracker.apply(kind, pod) or changed
+            report(changed, tracker)
+
+        async with self._feed(JOB_PODS, self.job_name) as feed:
+            await self._read(feed, apply, ended=lambda: tracker.verdict(time.time()) is not None,
+                             wake_in=lambda: tracker.seconds_to_deadline(time.time()))
+        verdict = tracker.verdict(time.time()) if feed.viewed else None
         if verdict is not None:
             report.flush(tracker, force=True)
         return verdict

@@ -1,0 +1,162 @@
+"""``backend="ray"`` through a real Airflow against a real local Ray cluster (``tests.ray_cluster``).
+
+Every replica's address must be 127.0.0.1 (the cluster and the clients keep to loopback), every job leaves no
+replica process, no running Ray job and no live placement group behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.helpers import replica_processes, run_dag, run_dag_at, wait_until, xcom
+from tests.ray_cluster import LOOPBACK_ONLY, RayCluster
+
+pytestmark = pytest.mark.usefixtures("airflow_db")
+FINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in LOOPBACK_ONLY.items():
+            patch.setenv(name, value)
+        with RayCluster(cpus=4) as cluster:
+            patch.setenv("AIRFLOW_CONN_RAY_DEFAULT", cluster.connection())
+            yield cluster
+            assert_nothing_left(cluster)
+        assert cluster.family() == []
+
+
+def assert_nothing_left(cluster: RayCluster) -> None:
+    """No replica process, no Ray job still running, no placement group left."""
+    wait_until(lambda: replica_processes("train-") == [], timeout=30)
+    jobs = cluster.get("/api/jobs/")
+    assert [job["submission_id"] for job in jobs if job["status"] not in FINAL] == []  # type: ignore[union-attr]
+    assert cluster.placement_groups() != []  # the jobs' groups are listed, removed ones too
+    wait_until(lambda: not [g for g in cluster.placement_groups() if g["state"] != "REMOVED"], timeout=30)
+
+
+def jobs_of(cluster: RayCluster, dag_id: str) -> list[dict]:
+    return [job for job in cluster.get("/api/jobs/") if (job.get("metadata") or {}).get("dag_id") == dag_id]  # type: ignore[union-attr]
+
+
+def driver_report(cluster: RayCluster, job: str) -> dict:
+    """The driver's last report of the replicas, from the Ray Job's log."""
+    from airflow_distributed.manifests.ray import last_report
+
+    report = last_report(cluster.get(f"/api/jobs/{job}/logs")["logs"], "replicas")  # type: ignore[index]
+    assert report is not None
+    return report
+
+
+def failure_line(out: str) -> str:
+    return next(line for line in out.splitlines() if re.search(r"job \S+ failed after \d+\.\ds", line))
+
+
+@pytest.mark.parametrize("dag_id", ["ray_pytorch_ddp", "ray_pytorch_ddp_deferrable"])
+def test_pytorch_ddp_on_ray_trains_with_identical_parameters_on_every_rank(ray_cluster, dag_id):
+    run, states = run_dag(dag_id)
+
+    assert states == {"train": "success"}
+    result = xcom(run, "train")
+    assert result["backend"] == "ray" and result["state"] == "succeeded"
+    assert [(r["role"], r["index"], r["exit_code"]) for r in result["replicas"]] == [
+        ("master", 0, 0), ("worker", 0, 0), ("worker", 1, 0)]
+    # Every address came from an actor (the driver reports them), and every one is on loopback.
+    addresses = [r["where"] for r in driver_report(ray_cluster, result["job_name"])["replicas"]]
+    assert [address.rsplit(":", 1)[0] for address in addresses] == ["127.0.0.1"] * 3
+    assert len(set(addresses)) == 3
+    metrics = xcom(run, "train", "metrics")
+    assert metrics["world_size"] == 3 and metrics["final_loss"] < metrics["initial_loss"]
+    logs = xcom(run, "train", "job")["logs"]
+    # The script fails unless the all-gathered parameter checksums are equal; each rank says it checked them.
+    for rank, replica in enumerate(result["replicas"]):
+        assert any(f"rank {rank}/3: process group ready (127.0.0.1:" in line for line in logs[replica["name"]])
+    assert os.path.exists(result["model_path"])
+    assert_nothing_left(ray_cluster)
+
+
+def test_a_failing_worker_stops_the_others_and_fails_the_task_naming_it(ray_cluster, capfd):
+    run, states = run_dag("ray_worker_crash")
+
+    assert states == {"train": "failed"}
+    failure = failure_line(capfd.readouterr().out)
+    assert "-worker-1 exited with code 3" in failure
+    assert "no replica is left running" in failure
+    job = xcom(run, "train", "job")
+    assert job["state"] == "failed"
+    assert {r["name"].split("-", 2)[-1]: (r["state"], r.get("exit_code")) for r in job["replicas"]}["worker-1"] == (
+        "failed", 3)
+    assert [job["status"] for job in jobs_of(ray_cluster, "ray_worker_crash")] == ["FAILED"]
+    assert_nothing_left(ray_cluster)
+
+
+def _start_in_a_task_process(dag_id: str) -> subprocess.Popen:
+    code = textwrap.dedent(f"""
+        from tests.helpers import run_dag_at
+        import pendulum
+        run_dag_at({dag_id!r}, pendulum.datetime(2026, 2, 1, tz="UTC"))
+    """)
+    return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=os.environ.copy(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _running_replicas(cluster: RayCluster, dag_id: str) -> list:
+    jobs = jobs_of(cluster, dag_id)
+    return jobs and jobs[0]["status"] == "RUNNING" and len(replica_processes("train-")) == 3 and jobs
+
+
+def test_a_killed_task_stops_its_ray_job_and_leaves_nothing_running(ray_cluster):
+    proc = _start_in_a_task_process("ray_long_running")
+    wait_until(lambda: _running_replicas(ray_cluster, "ray_long_running"), timeout=120, interval=0.5)
+    proc.send_signal(signal.SIGTERM)  # what Airflow sends a task it kills; its handler runs on_kill()
+    proc.wait(timeout=60)
+
+    assert [job["status"] for job in jobs_of(ray_cluster, "ray_long_running")] == ["STOPPED"]
+    assert_nothing_left(ray_cluster)
+
+
+def test_execution_timeout_stops_the_ray_job(ray_cluster, capfd):
+    run, states = run_dag("ray_timeout")
+
+    assert states == {"train": "failed"}
+    assert "AirflowTaskTimeout" in capfd.readouterr().out
+    assert [job["status"] for job in jobs_of(ray_cluster, "ray_timeout")] == ["STOPPED"]
+    assert_nothing_left(ray_cluster)
+
+
+def test_a_retry_reattaches_to_the_running_ray_job_of_its_earlier_try(ray_cluster, capfd):
+    # The earlier try's task process dies (SIGKILL: no handler runs); its Ray Job goes on in the cluster.
+    proc = _start_in_a_task_process("ray_reattach")
+    wait_until(lambda: _running_replicas(ray_cluster, "ray_reattach"), timeout=120, interval=0.5)
+    proc.kill()
+    proc.wait(timeout=30)
+    [first] = jobs_of(ray_cluster, "ray_reattach")
+
+    import pendulum
+
+    run, states = run_dag_at("ray_reattach", pendulum.datetime(2026, 2, 1, tz="UTC"))
+
+    assert states == {"train": "success"}
+    assert "is already running on" in capfd.readouterr().out
+    [again] = jobs_of(ray_cluster, "ray_reattach")
+    assert again["submission_id"] == first["submission_id"] and again["start_time"] == first["start_time"]
+    assert again["status"] == "SUCCEEDED"
+    assert xcom(run, "train", "metrics")["world_size"] == 3
+    assert_nothing_left(ray_cluster)
+
+
+def test_the_ray_connection_is_read_from_airflow(ray_cluster):
+    from airflow_distributed.hooks.ray import RayJobHook
+
+    assert RayJobHook().address == ray_cluster.address
+    assert json.loads(ray_cluster.connection())["conn_type"] == RayJobHook.conn_type

@@ -6,6 +6,7 @@ replica process, no running Ray job and no live placement group behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -13,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 
 import pytest
 
@@ -100,14 +102,22 @@ def test_a_failing_worker_stops_the_others_and_fails_the_task_naming_it(ray_clus
     assert_nothing_left(ray_cluster)
 
 
-def _start_in_a_task_process(dag_id: str) -> subprocess.Popen:
+@contextlib.contextmanager
+def _in_a_task_process(dag_id: str) -> Iterator[subprocess.Popen]:
+    """The DAG run in a process of its own, as a task process; killed if the test leaves it running."""
     code = textwrap.dedent(f"""
         from tests.helpers import run_dag_at
         import pendulum
         run_dag_at({dag_id!r}, pendulum.datetime(2026, 2, 1, tz="UTC"))
     """)
-    return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=os.environ.copy(),
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=os.environ.copy(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
 
 
 def _running_replicas(cluster: RayCluster, dag_id: str) -> list:
@@ -116,10 +126,10 @@ def _running_replicas(cluster: RayCluster, dag_id: str) -> list:
 
 
 def test_a_killed_task_stops_its_ray_job_and_leaves_nothing_running(ray_cluster):
-    proc = _start_in_a_task_process("ray_long_running")
-    wait_until(lambda: _running_replicas(ray_cluster, "ray_long_running"), timeout=120, interval=0.5)
-    proc.send_signal(signal.SIGTERM)  # what Airflow sends a task it kills; its handler runs on_kill()
-    proc.wait(timeout=60)
+    with _in_a_task_process("ray_long_running") as proc:
+        wait_until(lambda: _running_replicas(ray_cluster, "ray_long_running"), timeout=120, interval=0.5)
+        proc.send_signal(signal.SIGTERM)  # what Airflow sends a task it kills; its handler runs on_kill()
+        proc.wait(timeout=60)
 
     assert [job["status"] for job in jobs_of(ray_cluster, "ray_long_running")] == ["STOPPED"]
     assert_nothing_left(ray_cluster)
@@ -136,10 +146,10 @@ def test_execution_timeout_stops_the_ray_job(ray_cluster, capfd):
 
 def test_a_retry_reattaches_to_the_running_ray_job_of_its_earlier_try(ray_cluster, capfd):
     # The earlier try's task process dies (SIGKILL: no handler runs); its Ray Job goes on in the cluster.
-    proc = _start_in_a_task_process("ray_reattach")
-    wait_until(lambda: _running_replicas(ray_cluster, "ray_reattach"), timeout=120, interval=0.5)
-    proc.kill()
-    proc.wait(timeout=30)
+    with _in_a_task_process("ray_reattach") as proc:
+        wait_until(lambda: _running_replicas(ray_cluster, "ray_reattach"), timeout=120, interval=0.5)
+        proc.kill()
+        proc.wait(timeout=30)
     [first] = jobs_of(ray_cluster, "ray_reattach")
 
     import pendulum

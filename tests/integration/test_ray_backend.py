@@ -19,7 +19,14 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import ROOT
-from tests.helpers import replica_processes, run_dag, run_dag_at, wait_until, xcom
+from tests.helpers import (
+    assert_master_and_two_workers_exchanged,
+    replica_processes,
+    run_dag,
+    run_dag_at,
+    wait_until,
+    xcom,
+)
 from tests.ray_cluster import LOOPBACK_ONLY, RayCluster
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
@@ -84,6 +91,31 @@ def test_pytorch_ddp_on_ray_trains_with_identical_parameters_on_every_rank(ray_c
     for rank, replica in enumerate(result["replicas"]):
         assert any(f"rank {rank}/3: process group ready (127.0.0.1:" in line for line in logs[replica["name"]])
     assert os.path.exists(result["model_path"])
+    assert_nothing_left(ray_cluster)
+
+
+def test_tensorflow_multiworker_on_ray_trains_across_a_chief_and_two_workers(ray_cluster):
+    pytest.importorskip("tensorflow", reason="tensorflow-cpu is part of the test extra")
+    run, states = run_dag("ray_tensorflow_multiworker")
+
+    assert states == {"train": "success"}
+    result = xcom(run, "train")
+    assert [(r["role"], r["exit_code"]) for r in result["replicas"]] == [("chief", 0), ("worker", 0), ("worker", 0)]
+    metrics = xcom(run, "train", "metrics")
+    assert metrics["final_loss"] < metrics["initial_loss"]
+    addresses = [r["where"] for r in driver_report(ray_cluster, result["job_name"])["replicas"]]
+    assert [address.rsplit(":", 1)[0] for address in addresses] == ["127.0.0.1"] * 3
+    assert_nothing_left(ray_cluster)
+
+
+def test_xgboost_on_ray_all_reduces_across_three_workers(ray_cluster):
+    pytest.importorskip("xgboost", reason="xgboost-cpu is part of the test extra")
+    run, states = run_dag("ray_xgboost")
+
+    assert states == {"train": "success"}
+    metrics = assert_master_and_two_workers_exchanged(run, "xgboost", lambda rank: [
+        f"worker {rank}/3: task {rank}", f"worker {rank}: all-reduce sum of ranks + 1 is 6.0"])
+    assert (metrics["allreduce_sum"], metrics["boosters_identical"]) == (6.0, True)
     assert_nothing_left(ray_cluster)
 
 

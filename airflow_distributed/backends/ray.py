@@ -23,7 +23,7 @@ from airflow_distributed.backends.base import (
     log_ignored,
     trainjob_only,
 )
-from airflow_distributed.backends.local import _pod_settings
+from airflow_distributed.backends.local import pod_settings
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.outcome import JobOutcome, failure_message
 from airflow_distributed.outputs import job_record, job_result, parse_output_document
@@ -118,7 +118,7 @@ class RayBackend:
                 spec=spec, job_name=name, command=program, layout=layout, files=files, env=settings.env,
                 try_number=context["ti"].try_number, startup_timeout=settings.startup_timeout,
                 settle_period=settings.settle_period, stop_grace_period=settings.stop_grace_period,
-                poll_interval=min(settings.poll_interval, 0.5),
+                poll_interval=min(settings.poll_interval, 0.5), keep_checkpoints=settings.keep_checkpoints,
             )
             entrypoint, runtime_env = ray_job(description, settings.python or "python")
             hook.submit(name, entrypoint, runtime_env, metadata={"dag_id": settings.dag_id, "job_name": name})
@@ -287,7 +287,7 @@ def check_ray_arguments(settings: BackendSettings, spec: TrainingSpec | None) ->
     if pytorch is not None and pytorch.elastic is not None:
         problems.append(("environment.pytorch.elastic", "backend='ray' restarts no replica: remove it, or use "
                          "backend='local' or 'kubernetes'"))
-    for path, settings_of in _pod_settings(spec):
+    for path, settings_of in pod_settings(spec):
         for name, why in REFUSED_POD_SETTINGS.items():
             if getattr(settings_of, name):
                 problems.append((f"{path}.{name}", f"is not honoured by backend='ray': {why}"))
@@ -301,7 +301,7 @@ def ignored_by_ray(settings: BackendSettings, spec: TrainingSpec) -> list[Proble
     if settings.image_pull_grace:
         ignored.append(("image_pull_grace", "the replicas pull no image"))
     for name in IGNORED_POD_SETTINGS:
-        paths = [f"{path}.{name}" for path, settings_of in _pod_settings(spec) if getattr(settings_of, name)]
+        paths = [f"{path}.{name}" for path, settings_of in pod_settings(spec) if getattr(settings_of, name)]
         if paths:
             ignored.append((", ".join(paths), "it is a pod's setting, and the replicas are processes of a Ray job"))
     return ignored

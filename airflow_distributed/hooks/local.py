@@ -30,7 +30,7 @@ _PR_SET_PDEATHSIG = 1
 TAIL_LINES = 40
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     # If the Airflow task process is SIGKILLed it cannot stop its replicas; the kernel does it instead.
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -66,7 +66,7 @@ class LocalReplicaProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         self._emit = emit
         self._pump = threading.Thread(target=self._read, name=f"log-{spec.name}", daemon=True)

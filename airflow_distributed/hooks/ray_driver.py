@@ -30,7 +30,7 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from airflow_distributed.hooks.local import TAIL_LINES, _die_with_parent
+from airflow_distributed.hooks.local import TAIL_LINES, LocalProcessHook, die_with_parent
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.manifests.local import PYTHON_NAMES, STANDBY_CODE, resolve_python
 from airflow_distributed.manifests.ray import JOB_VARIABLE, ActorAddressing, report_line
@@ -70,7 +70,7 @@ class ReplicaActor:
                 handle.write(text)
         self._process = subprocess.Popen(
             argv, env={**os.environ, **env}, cwd=os.path.dirname(files_dir), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent,
         )
         self._pump = threading.Thread(target=self._read, args=(name,), daemon=True)
         self._pump.start()
@@ -121,6 +121,10 @@ class ReplicaActor:
 
     def remove(self, folder: str) -> None:
         shutil.rmtree(folder, ignore_errors=True)
+
+    def remove_checkpoints(self, folder: str) -> int:
+        """The checkpoint files ``tracking.save_checkpoint`` wrote in ``folder`` on this node; how many."""
+        return LocalProcessHook.remove_checkpoints(folder)
 
 
 class Driver:
@@ -207,6 +211,11 @@ class Driver:
                     polls = ray.get([actor.poll.remote() for actor in self.actors])
                 stopped = self._stop_all(job["stop_grace_period"], polls)
                 polls = ray.get([actor.poll.remote() for actor in self.actors])
+                if not job.get("keep_checkpoints") and self.layout.checkpoint_dir:
+                    removed = ray.get(self.actors[0].remove_checkpoints.remote(self.layout.checkpoint_dir))
+                    if removed:
+                        print(f"job {job['job_name']} succeeded: removed its {removed} checkpoint files "
+                              "(keep_checkpoints=False)", flush=True)
                 return self._outcome(ending.SUCCEEDED, polls, stopped)
             time.sleep(job["poll_interval"])
 

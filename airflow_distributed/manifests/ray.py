@@ -89,8 +89,13 @@ def job_description(
     settle_period: float = 5.0,
     stop_grace_period: float = 5.0,
     poll_interval: float = 0.5,
+    keep_checkpoints: bool = False,
 ) -> dict[str, Any]:
-    """Everything the driver needs, JSON-safe."""
+    """Everything the driver needs, JSON-safe.
+
+    :param keep_checkpoints: keep the checkpoint files after the job succeeds (else the master's actor removes
+        them, as the local backend does).
+    """
     if strategy not in STRATEGIES:
         raise ValueError(f"placement strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
     return {
@@ -108,6 +113,7 @@ def job_description(
         "settle_period": settle_period,
         "stop_grace_period": stop_grace_period,
         "poll_interval": poll_interval,
+        "keep_checkpoints": keep_checkpoints,
     }
 
 

@@ -42,7 +42,8 @@ def _dag(dag_id: str, script: str, args: list[str], *, framework: str = "pytorch
 
 quick = ["--steps", "20"]
 slow = ["--steps", "100000", "--sleep-per-step", "0.05"]
-ddp = _dag("ray_pytorch_ddp", "pytorch_ddp.py", quick)
+# Checkpoints every 5 steps, removed once the job succeeds (keep_checkpoints=False).
+ddp = _dag("ray_pytorch_ddp", "pytorch_ddp.py", [*quick, "--checkpoint-every", "5"])
 ddp_deferrable = _dag("ray_pytorch_ddp_deferrable", "pytorch_ddp.py", quick, deferrable=True)
 worker_crash = _dag("ray_worker_crash", "pytorch_ddp.py", [*quick, "--sleep-per-step", "0.05", "--crash-at-step",
                                                           "5", "--crash-rank", "2"])

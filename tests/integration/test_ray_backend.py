@@ -15,9 +15,12 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from airflow_distributed.manifests.ray import DEFAULT_WORK_ROOT
+from airflow_distributed.tracking import CHECKPOINT_FILE
 from tests.conftest import ROOT
 from tests.helpers import (
     assert_master_and_two_workers_exchanged,
@@ -31,6 +34,7 @@ from tests.ray_cluster import LOOPBACK_ONLY, RayCluster
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 FINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+WORK_ROOT = Path(DEFAULT_WORK_ROOT)
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +50,9 @@ def ray_cluster():
 
 
 def assert_nothing_left(cluster: RayCluster) -> None:
-    """No replica process, no Ray job still running, no placement group left."""
+    """No replica process, no Ray job still running, no placement group, no job's work folder left."""
     wait_until(lambda: replica_processes("train-") == [], timeout=30)
+    assert sorted(os.listdir(WORK_ROOT / "jobs")) == []
     jobs = cluster.get("/api/jobs/")
     assert [job["submission_id"] for job in jobs if job["status"] not in FINAL] == []  # type: ignore[union-attr]
     assert cluster.placement_groups() != []  # the jobs' groups are listed, removed ones too
@@ -91,6 +96,11 @@ def test_pytorch_ddp_on_ray_trains_with_identical_parameters_on_every_rank(ray_c
     for rank, replica in enumerate(result["replicas"]):
         assert any(f"rank {rank}/3: process group ready (127.0.0.1:" in line for line in logs[replica["name"]])
     assert os.path.exists(result["model_path"])
+    if dag_id == "ray_pytorch_ddp":  # its master saved checkpoints; they went once the job succeeded
+        checkpoints = Path(result["model_path"]).parent / "checkpoints"
+        driver_log = ray_cluster.get(f"/api/jobs/{result['job_name']}/logs")["logs"]
+        assert re.search(r"removed its [1-9]\d* checkpoint files \(keep_checkpoints=False\)", driver_log)
+        assert [p.name for p in checkpoints.rglob("*") if CHECKPOINT_FILE.match(p.name)] == []
     assert_nothing_left(ray_cluster)
 
 

@@ -45,8 +45,17 @@ slow = ["--steps", "100000", "--sleep-per-step", "0.05"]
 # Checkpoints every 5 steps, removed once the job succeeds (keep_checkpoints=False).
 ddp = _dag("ray_pytorch_ddp", "pytorch_ddp.py", [*quick, "--checkpoint-every", "5"])
 ddp_deferrable = _dag("ray_pytorch_ddp_deferrable", "pytorch_ddp.py", quick, deferrable=True)
-worker_crash = _dag("ray_worker_crash", "pytorch_ddp.py", [*quick, "--sleep-per-step", "0.05", "--crash-at-step",
-                                                          "5", "--crash-rank", "2"])
+# Rank 2 (worker-1) fails; the others would run for an hour: only the backend stops them.
+CRASH = ("import os, sys, time; rank = int(os.environ['RANK']); print(f'rank {rank} up', flush=True); "
+         "time.sleep(2); print('worker-1 gives up', flush=True) if rank == 2 else None; "
+         "sys.exit(3) if rank == 2 else time.sleep(3600)")
+with DAG(dag_id="ray_worker_crash", schedule=None, start_date=START, catchup=False, tags=["test", "ray"]) as crash_dag:
+    DistributedTrainingOperator(
+        task_id="train", framework="pytorch", backend="ray", python=sys.executable, command=["python", "-c", CRASH],
+        environment={"pytorch": {"n_workers": 2, "default_worker": HALF_A_CORE}, **HALF_A_CORE},
+        model_dir=os.path.join(MODELS, "ray_worker_crash"), stop_grace_period=1.0,
+        execution_timeout=timedelta(seconds=120),
+    )
 long_running = _dag("ray_long_running", "pytorch_ddp.py", slow)
 timeout = _dag("ray_timeout", "pytorch_ddp.py", slow, execution_timeout=timedelta(seconds=25))
 # A retry of a task whose worker died: the Ray Job of the earlier try is still running and is waited for again.

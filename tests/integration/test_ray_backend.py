@@ -133,13 +133,17 @@ def test_a_failing_worker_stops_the_others_and_fails_the_task_naming_it(ray_clus
     run, states = run_dag("ray_worker_crash")
 
     assert states == {"train": "failed"}
-    failure = failure_line(capfd.readouterr().out)
+    out = capfd.readouterr().out
+    failure = failure_line(out)
     assert "-worker-1 exited with code 3" in failure
     assert "no replica is left running" in failure
+    assert "worker-1 gives up" in out  # its last lines, in the error
     job = xcom(run, "train", "job")
     assert job["state"] == "failed"
-    assert {r["name"].split("-", 2)[-1]: (r["state"], r.get("exit_code")) for r in job["replicas"]}["worker-1"] == (
-        "failed", 3)
+    states = {r["name"].split("-", 2)[-1]: (r["state"], r.get("exit_code")) for r in job["replicas"]}
+    # The others were running (they would for an hour) and were stopped.
+    assert states["worker-1"] == ("failed", 3)
+    assert states["master-0"][0] == states["worker-0"][0] == "stopped"
     assert [job["status"] for job in jobs_of(ray_cluster, "ray_worker_crash")] == ["FAILED"]
     assert_nothing_left(ray_cluster)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import posixpath
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_distributed.backends.base import (
@@ -132,8 +132,9 @@ class RayBackend:
             return {"job_name": name}
         if settings.deferrable:
             self._defer(task, settings, context, name, spec.framework)
+        live = _live_report(context, log, name, spec.framework)
         try:
-            info = wait_for_job(hook, name, max(MIN_POLL_INTERVAL, settings.poll_interval), log)
+            info = wait_for_job(hook, name, max(MIN_POLL_INTERVAL, settings.poll_interval), log, on_report=live)
         except BaseException:
             # execution_timeout (AirflowTaskTimeout) or anything else: the job must not outlive the wait.
             stop_job(hook, name, log)
@@ -172,10 +173,35 @@ class RayBackend:
         return finish(context, log, settings, hook, name, event["resume_state"]["framework"], info)
 
 
+def _live_report(context: Context, log: Any, name: str, framework: str) -> Callable[[str], None]:
+    """What the wait does with the driver's log at each poll: the ``job_live`` XCom of the job view (replicas,
+    metrics, progress, last lines), from the driver's latest reports, paced as on the local backend."""
+    from airflow_distributed.backends.local_live import LIVE_XCOM_KEY, LiveJobReport
+    from airflow_distributed.manifests.ray import last_report
+
+    seen: dict[str, Any] = {}
+    live = LiveJobReport(job_name=name, framework=framework, read_document=lambda: seen.get("document"),
+                         publish=lambda record: context["ti"].xcom_push(key=LIVE_XCOM_KEY, value=record),
+                         logs=lambda: seen.get("logs") or {}, log=log, backend="ray")
+
+    def on_report(logs: str) -> None:
+        report, replicas = last_report(logs, "live"), last_report(logs, "replicas")
+        if report is None or replicas is None:
+            return
+        seen.update(document=report.get("document"), logs=report.get("logs") or {})
+        live(_statuses(replicas["replicas"]))
+
+    return on_report
+
+
 def wait_for_job(hook: RayJobHook, name: str, interval: float, log: Any,
-                 reconnect_budget: float = RECONNECT_BUDGET) -> dict[str, Any]:
+                 reconnect_budget: float = RECONNECT_BUDGET,
+                 on_report: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The job's details once it is in a final state; the replicas' table in the task log as it changes. The Jobs
-    API may be unreachable for up to ``reconnect_budget`` seconds in a row: that is not a failure of the job."""
+    API may be unreachable for up to ``reconnect_budget`` seconds in a row: that is not a failure of the job.
+
+    :param on_report: called with the driver's log at every poll while the job runs.
+    """
     import requests
 
     from airflow_distributed.hooks.ray import FINAL_STATES
@@ -190,7 +216,10 @@ def wait_for_job(hook: RayJobHook, name: str, interval: float, log: Any,
                 raise DistributedJobError(f"Ray job {name} is gone from the cluster (deleted while it ran?)")
             if info.get("status") in FINAL_STATES:
                 return info
-            report = last_report(hook.logs(name), "replicas")
+            logs = hook.logs(name)
+            report = last_report(logs, "replicas")
+            if on_report is not None:
+                on_report(logs)
             unreachable_since = None
         except (requests.ConnectionError, requests.Timeout) as error:
             now = time.monotonic()

@@ -96,7 +96,12 @@ def test_pytorch_ddp_on_ray_trains_with_identical_parameters_on_every_rank(ray_c
     for rank, replica in enumerate(result["replicas"]):
         assert any(f"rank {rank}/3: process group ready (127.0.0.1:" in line for line in logs[replica["name"]])
     assert os.path.exists(result["model_path"])
-    if dag_id == "ray_pytorch_ddp":  # its master saved checkpoints; they went once the job succeeded
+    if dag_id == "ray_pytorch_ddp":
+        # The job view's live record, published while the job ran, from the driver's reports.
+        live = xcom(run, "train", "job_live")
+        assert (live["backend"], live["state"], live["job_name"]) == ("ray", "running", result["job_name"])
+        assert [r["name"] for r in live["replicas"]] == [r["name"] for r in result["replicas"]]
+        # Its master saved checkpoints; they went once the job succeeded.
         checkpoints = Path(result["model_path"]).parent / "checkpoints"
         driver_log = ray_cluster.get(f"/api/jobs/{result['job_name']}/logs")["logs"]
         assert re.search(r"removed its [1-9]\d* checkpoint files \(keep_checkpoints=False\)", driver_log)

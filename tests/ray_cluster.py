@@ -41,17 +41,32 @@ class RayCluster:
     def __init__(self, cpus: int = 4) -> None:
         self.cpus = cpus
         self.temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # Ray's socket paths must stay short
+        self.env = {**os.environ, **LOOPBACK_ONLY, "PYTHONPATH": str(ROOT)}
+        self._ray = str(Path(sys.executable).with_name("ray"))
+        self._pick_ports()
+
+    def _pick_ports(self) -> None:
         gcs, dashboard, client, agent = _free_ports(4)
         self.gcs_port, self.dashboard_port, self.client_port, self.agent_port = gcs, dashboard, client, agent
         self.address = f"http://127.0.0.1:{dashboard}"
-        self.env = {**os.environ, **LOOPBACK_ONLY, "PYTHONPATH": str(ROOT)}
-        self._ray = str(Path(sys.executable).with_name("ray"))
 
     def connection(self) -> str:
         """``ray_default`` as an Airflow connection in JSON."""
         return json.dumps({"conn_type": "ray", "host": "127.0.0.1", "port": self.dashboard_port})
 
-    def start(self) -> RayCluster:
+    def start(self, attempts: int = 3) -> RayCluster:
+        """``ray start``; a port picked free may be taken again before Ray binds it: then again, on new ports."""
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._start()
+            except subprocess.CalledProcessError as error:
+                self._stop_processes()
+                if attempt == attempts:
+                    raise RuntimeError(f"ray start failed: {error.stderr.decode(errors='replace')[-2000:]}") from None
+                self._pick_ports()
+        raise AssertionError("unreachable")
+
+    def _start(self) -> RayCluster:
         subprocess.run(
             [self._ray, "start", "--head", "--node-ip-address", "127.0.0.1", "--num-cpus", str(self.cpus),
              "--dashboard-host", "127.0.0.1", "--dashboard-port", str(self.dashboard_port),
@@ -104,6 +119,10 @@ class RayCluster:
 
     def stop(self) -> None:
         """Stop this cluster's processes only (``ray stop`` would stop every Ray cluster of the machine)."""
+        self._stop_processes()
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def _stop_processes(self) -> None:
         family = self.family()
         for proc in family:
             try:
@@ -117,7 +136,6 @@ class RayCluster:
             except psutil.NoSuchProcess:
                 pass
         psutil.wait_procs(alive, timeout=10)
-        shutil.rmtree(self.temp_dir, ignore_errors=True)
 
     def __enter__(self) -> RayCluster:
         return self.start()

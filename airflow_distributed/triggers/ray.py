@@ -4,7 +4,7 @@ It fires one event: ``final`` (the job ended; ``execute_complete`` reads its out
 ``timeout`` (the task's ``execution_timeout`` passed) or ``error`` (the job is gone, or the Jobs API stayed
 unreachable for longer than ``reconnect_budget`` seconds in a row: a dropped or refused connection is retried
 meanwhile, never taken for a failure of the job). Every event makes ``execute_complete`` run, which stops the job
-unless it ended.
+unless it ended. A deferred task the user kills (Airflow 3.3+ calls the trigger's ``on_kill``) stops its job.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ class RayJobTrigger(BaseTrigger):
         self.execution_deadline = execution_deadline
         self.reconnect_budget = reconnect_budget
         self.resume_state = resume_state
+        self._fired = False
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
@@ -45,7 +46,24 @@ class RayJobTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         base = {"job_name": self.job_name, "resume_state": self.resume_state}
-        yield TriggerEvent({**base, **await self._wait()})
+        payload = {**base, **await self._wait()}
+        self._fired = True
+        yield TriggerEvent(payload)
+
+    async def on_kill(self) -> None:
+        """Airflow 3.3+: the user killed the deferred task; its Ray job must not keep running."""
+        if self._fired:
+            return
+        from airflow_distributed.hooks.ray import RayJobHook
+
+        hook = RayJobHook(ray_conn_id=self.ray_conn_id)
+        try:
+            if await asyncio.to_thread(hook.stop, self.job_name):
+                await asyncio.to_thread(hook.wait_final, self.job_name, 15.0)
+            self.log.info("stopped Ray job %s (task killed)", self.job_name)
+        except Exception:
+            self.log.exception("could not stop Ray job %s; stop it with `ray job stop %s`", self.job_name,
+                               self.job_name)
 
     async def _wait(self) -> dict[str, Any]:
         import requests

@@ -6,6 +6,7 @@ replica process, no running Ray job and no live placement group behind.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -213,6 +214,29 @@ def test_a_retry_reattaches_to_the_running_ray_job_of_its_earlier_try(ray_cluste
     assert again["submission_id"] == first["submission_id"] and again["start_time"] == first["start_time"]
     assert again["status"] == "SUCCEEDED"
     assert xcom(run, "train", "metrics")["world_size"] == 3
+    assert_nothing_left(ray_cluster)
+
+
+def test_killing_a_deferred_task_stops_its_ray_job(ray_cluster):
+    """Airflow 3.3+ calls the trigger's on_kill when the user kills a deferred task."""
+    from airflow_distributed.hooks.ray import RayJobHook
+    from airflow_distributed.manifests.ray import job_description, job_layout, ray_job
+    from airflow_distributed.spec import load_spec
+    from airflow_distributed.triggers.ray import RayJobTrigger
+
+    name = "train-deferred-kill"
+    spec = load_spec("pytorch", {"pytorch": {"n_workers": 1}, "resources": {"limits": {"cpu": 0.5}}})
+    layout = job_layout("/tmp/airflow-distributed-ray", name, "/tmp/unused-model", "/tmp/unused-model/ckpt")
+    command = ["python", "-c", "import time; time.sleep(3600)"]
+    description = job_description(spec=spec, job_name=name, command=command, layout=layout, files={}, env={},
+                                  try_number=1, stop_grace_period=1.0)
+    hook = RayJobHook()
+    hook.submit(name, *ray_job(description, sys.executable), metadata={"dag_id": "deferred_kill"})
+    wait_until(lambda: len(replica_processes(name)) == 2, timeout=120, interval=0.5)
+
+    asyncio.run(RayJobTrigger(job_name=name, ray_conn_id="ray_default", poll_interval=1.0).on_kill())
+
+    assert hook.info(name)["status"] == "STOPPED"
     assert_nothing_left(ray_cluster)
 
 

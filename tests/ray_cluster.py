@@ -62,6 +62,7 @@ class RayCluster:
             except subprocess.CalledProcessError as error:
                 self._stop_processes()
                 if attempt == attempts:
+                    self.stop()  # its folder too: a failed __enter__ gets no __exit__
                     raise RuntimeError(f"ray start failed: {error.stderr.decode(errors='replace')[-2000:]}") from None
                 self._pick_ports()
         raise AssertionError("unreachable")

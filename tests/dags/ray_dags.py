@@ -57,7 +57,7 @@ with DAG(dag_id="ray_worker_crash", schedule=None, start_date=START, catchup=Fal
         execution_timeout=timedelta(seconds=120),
     )
 long_running = _dag("ray_long_running", "pytorch_ddp.py", slow)
-timeout = _dag("ray_timeout", "pytorch_ddp.py", slow, execution_timeout=timedelta(seconds=25))
+timeout = _dag("ray_timeout", "pytorch_ddp.py", slow, execution_timeout=timedelta(seconds=15))
 # A retry of a task whose worker died: the Ray Job of the earlier try is still running and is waited for again.
 reattach = _dag("ray_reattach", "pytorch_ddp.py", ["--steps", "150", "--sleep-per-step", "0.05"])
 tensorflow = _dag("ray_tensorflow_multiworker", "tensorflow_multiworker.py", ["--steps", "20"],

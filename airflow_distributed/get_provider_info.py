@@ -10,7 +10,8 @@ def get_provider_info() -> dict:
         "package-name": "airflow-distributed",
         "name": "Distributed Training",
         "description": "Distributed training (TensorFlow, MXNet, PyTorch, Horovod, JAX, XGBoost, Paddle) from a "
-        "Polyaxon-style environment spec, on local processes, Kubernetes pods or the Kubeflow Training Operator.",
+        "Polyaxon-style environment spec, on local processes, Kubernetes pods, the Kubeflow Training Operator or a "
+        "Ray cluster.",
         "versions": [__version__],
         "integrations": [
             {
@@ -36,6 +37,7 @@ def get_provider_info() -> dict:
                     "airflow_distributed.triggers.kubeflow",
                     "airflow_distributed.triggers.trainjob",
                     "airflow_distributed.triggers.sensors",
+                    "airflow_distributed.triggers.ray",
                 ],
             }
         ],
@@ -51,7 +53,11 @@ def get_provider_info() -> dict:
                     "airflow_distributed.hooks.kubernetes",
                     "airflow_distributed.hooks.kubeflow",
                     "airflow_distributed.hooks.trainjob",
+                    "airflow_distributed.hooks.ray",
                 ],
             }
+        ],
+        "connection-types": [
+            {"hook-class-name": "airflow_distributed.hooks.ray.RayJobHook", "connection-type": "ray"},
         ],
     }

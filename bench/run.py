@@ -14,6 +14,7 @@ import import_time
 import kubernetes_submit
 import kubernetes_wait
 import local_vs_torchrun
+import ray_vs_local
 import triggerer_scale
 
 if __name__ == "__main__":
@@ -22,6 +23,7 @@ if __name__ == "__main__":
         "crash_latency": crash_latency.measure(),
         "elastic_restart": elastic_restart.measure(),
         "local_vs_torchrun": local_vs_torchrun.measure(),
+        "ray_vs_local": ray_vs_local.measure(),
         "kubernetes_submit": kubernetes_submit.measure(),
         "kubernetes_wait": kubernetes_wait.measure(),
         "triggerer_scale": triggerer_scale.measure(),

@@ -94,6 +94,7 @@ class BackendSettings:
     stop_grace_period: float
     settle_period: float
     kubernetes_conn_id: str | None
+    ray_conn_id: str | None
     namespace: str | None
     deferrable: bool
     clean_pod_policy: Literal["all", "running", "none"] | None

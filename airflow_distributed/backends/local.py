@@ -189,7 +189,7 @@ def check_local_arguments(settings: BackendSettings, spec: TrainingSpec | None) 
     if settings.model_volume is not None:
         problems.append(("model_volume", "is mounted in pods only: the local backend's replicas save the model in "
                          "model_dir on the worker; give model_dir= a path or a URL, or use backend='kubernetes'"))
-    for path, settings_of in _pod_settings(spec):
+    for path, settings_of in pod_settings(spec):
         for name in REFUSED_POD_SETTINGS:
             if getattr(settings_of, name):
                 problems.append((f"{path}.{name}", "the local backend has no Secrets or ConfigMaps: the replicas "
@@ -209,13 +209,13 @@ def ignored_by_local(settings: BackendSettings, spec: TrainingSpec) -> list[Prob
     if settings.image_pull_grace:
         ignored.append(("image_pull_grace", "the replicas pull no image"))
     for name in IGNORED_POD_SETTINGS:
-        paths = [f"{path}.{name}" for path, settings_of in _pod_settings(spec) if getattr(settings_of, name)]
+        paths = [f"{path}.{name}" for path, settings_of in pod_settings(spec) if getattr(settings_of, name)]
         if paths:
             ignored.append((", ".join(paths), "it is a pod's setting, and the replicas are processes on the worker"))
     return ignored
 
 
-def _pod_settings(spec: TrainingSpec | None) -> list[tuple[str, PodSettings]]:
+def pod_settings(spec: TrainingSpec | None) -> list[tuple[str, PodSettings]]:
     """Every place of the spec that holds pod settings, with its path: the master's, then each role's."""
     if spec is None:
         return []
@@ -261,4 +261,4 @@ def _read_text(path: str) -> str | None:
         return None
 
 
-__all__ = ["LocalBackend", "check_local_arguments", "cleanup_note", "ignored_by_local", "local_dirs"]
+__all__ = ["LocalBackend", "check_local_arguments", "cleanup_note", "ignored_by_local", "local_dirs", "pod_settings"]

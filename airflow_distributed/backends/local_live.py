@@ -21,7 +21,8 @@ LIVE_XCOM_KEY = "job_live"
 
 
 class LiveJobReport:
-    """Called at every poll of the local job; reads, logs and publishes at most once per ``interval``.
+    """Called at every poll of a job whose master's document the task reads (``local``; ``ray``, from the driver's
+    reports); reads, logs and publishes at most once per ``interval``.
 
     :param read_document: the master's output document as text, or ``None`` before it exists.
     :param publish: stores the live record (``ti.xcom_push(key="job_live", ...)``).
@@ -30,8 +31,9 @@ class LiveJobReport:
 
     def __init__(self, *, job_name: str, framework: str, read_document: Callable[[], str | None],
                  publish: Callable[[dict[str, Any]], None], logs: Callable[[], Mapping[str, Sequence[str]]],
-                 log: Any, interval: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self.job_name, self.framework = job_name, framework
+                 log: Any, interval: float = 2.0, clock: Callable[[], float] = time.monotonic,
+                 backend: str = "local") -> None:
+        self.job_name, self.framework, self.backend = job_name, framework, backend
         self._read, self._publish, self._logs, self._log = read_document, publish, logs, log
         self.interval, self._clock = interval, clock
         self._started = clock()
@@ -51,7 +53,7 @@ class LiveJobReport:
         if progress and progress != self._last_progress:
             self._log.info("progress of %s: %s", self.job_name, progress_text(progress))
         self._last_progress = progress
-        result = job_result(job_name=self.job_name, framework=self.framework, backend="local", state="running",
+        result = job_result(job_name=self.job_name, framework=self.framework, backend=self.backend, state="running",
                             document=document, replicas=replicas)
         # The history is downsampled to a fixed number of points: its newest point, not its length, tells of a new one.
         state = (result["replicas"], result["metrics"], progress, document["history"][-1:])

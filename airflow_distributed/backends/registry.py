@@ -9,10 +9,11 @@ from airflow_distributed.backends.base import Backend
 from airflow_distributed.backends.kubeflow import KubeflowBackend
 from airflow_distributed.backends.kubernetes import KubernetesBackend
 from airflow_distributed.backends.local import LocalBackend
+from airflow_distributed.backends.ray import RayBackend
 from airflow_distributed.backends.trainjob import TrainJobBackend
 
 REGISTRY: dict[str, type[Backend]] = {
-    backend.name: backend for backend in (LocalBackend, KubernetesBackend, KubeflowBackend, TrainJobBackend)
+    backend.name: backend for backend in (LocalBackend, KubernetesBackend, KubeflowBackend, TrainJobBackend, RayBackend)
 }
 
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from airflow_distributed.plan import Layout, ReplicaProgram
 
 #: The ``backend=`` names, for type checkers; a test holds it equal to ``BACKENDS``.
-Backend = Literal["local", "kubernetes", "kubeflow", "trainjob"]
+Backend = Literal["local", "kubernetes", "kubeflow", "trainjob", "ray"]
 #: The ``backend=`` names: the registry's (``backends.registry``), the only list of them.
 BACKENDS = tuple(REGISTRY)
 #: Arguments kept in the serialized DAG besides the template fields: where the job runs, for the job view.
@@ -78,7 +78,8 @@ class DistributedTrainingOperator(BaseOperator):
     :param backend: ``local`` (subprocesses on the worker, no cluster), ``kubernetes``, ``kubeflow`` (one
         TFJob/PyTorchJob/MXJob/MPIJob for a cluster that runs the Kubeflow Training Operator) or ``trainjob`` (one
         Kubeflow Trainer v2 ``TrainJob`` referencing a training runtime; PyTorch, JAX, XGBoost, Horovod; needs the
-        ``trainjob`` extra).
+        ``trainjob`` extra) or ``ray`` (one Ray Job on an existing Ray cluster; needs the ``ray`` extra; see
+        ``docs/ray.md``).
     :param runtime: ``backend="trainjob"`` only (refused by the other backends): the training runtime the TrainJob
         references; default the framework's
         (``torch-distributed`` for PyTorch, ``jax-distributed`` for JAX, ``xgboost-distributed`` for
@@ -97,6 +98,7 @@ class DistributedTrainingOperator(BaseOperator):
     :param stop_grace_period: seconds a replica gets after SIGTERM before SIGKILL.
     :param settle_period: seconds the other replicas get to finish on their own after the master succeeds.
     :param kubernetes_conn_id: the cncf provider's Kubernetes connection (Kubernetes backend).
+    :param ray_conn_id: the Ray cluster's connection (its dashboard, where the Jobs API is), ``backend="ray"``.
     :param namespace: namespace of the job's objects, a DNS-1123 label (checked when the DAG is parsed, and once
         rendered before anything is created); default: the connection's ``namespace`` extra, else ``default``.
         (templated)
@@ -158,6 +160,7 @@ class DistributedTrainingOperator(BaseOperator):
         stop_grace_period: float = 5.0,
         settle_period: float = 5.0,
         kubernetes_conn_id: str | None = "kubernetes_default",
+        ray_conn_id: str | None = "ray_default",
         namespace: str | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         clean_pod_policy: Literal["all", "running", "none"] | None = None,
@@ -196,6 +199,7 @@ class DistributedTrainingOperator(BaseOperator):
         self.stop_grace_period = stop_grace_period
         self.settle_period = settle_period
         self.kubernetes_conn_id = kubernetes_conn_id
+        self.ray_conn_id = ray_conn_id
         self.namespace = namespace
         self.deferrable = deferrable
         self.clean_pod_policy = clean_pod_policy

@@ -14,7 +14,7 @@ from airflow_distributed.spec import SpecValidationError
 
 
 def test_the_operators_backend_names_are_the_registrys():
-    assert BACKENDS == tuple(REGISTRY) == ("local", "kubernetes", "kubeflow", "trainjob")
+    assert BACKENDS == tuple(REGISTRY) == ("local", "kubernetes", "kubeflow", "trainjob", "ray")
     assert typing.get_args(Backend) == BACKENDS  # the Literal a type checker sees says the same
 
 
@@ -31,7 +31,7 @@ def test_an_unknown_backend_is_refused_at_parse_time_naming_the_allowed_ones():
     assert backend_named("slurm") is None
     with pytest.raises(SpecValidationError) as error:
         DistributedTrainingOperator(task_id="t", command=["python", "x.py"], backend="slurm")  # type: ignore[arg-type]
-    assert "backend" in str(error.value) and "local, kubernetes, kubeflow, trainjob" in str(error.value)
+    assert "backend" in str(error.value) and "local, kubernetes, kubeflow, trainjob, ray" in str(error.value)
 
 
 def test_a_new_backend_needs_only_a_registration(monkeypatch):

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-HEAVY = ["torch", "tensorflow", "mxnet", "horovod", "kubernetes", "kubernetes_asyncio", "psutil"]
+HEAVY = ["torch", "tensorflow", "mxnet", "horovod", "kubernetes", "kubernetes_asyncio", "psutil", "ray"]
 
 
 def test_operator_import_pulls_in_no_framework_or_kubernetes_client():

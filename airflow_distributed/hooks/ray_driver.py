@@ -1,0 +1,302 @@
+"""The driver of a ``backend="ray"`` job: the Ray Job's entrypoint, run in the cluster by the cluster's Python.
+
+It reserves one placement-group bundle per replica, starts one actor in each, asks every actor for its node's
+address and a free port there, builds the job's plan from those addresses (``plan.build_plan``, as every backend
+does), and starts each replica's command as a subprocess of its actor with the contract's variables. The master's
+exit decides; a replica that exits non-zero stops the others. What it sees goes to its log as reports
+(``manifests.ray.report_line``), which the task reads through the Jobs API. Whatever the ending (a stop of the Ray
+Job included: SIGTERM), the replicas are stopped and the placement group removed; if the driver is SIGKILLed, Ray
+removes its actors and placement group, and a replica dies with its actor (``PR_SET_PDEATHSIG``).
+
+Run as ``python -m airflow_distributed.hooks.ray_driver`` with the job's description in ``JOB_VARIABLE``. Needs
+Ray and this package (shipped with the job) on the cluster, not Airflow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from airflow_distributed.hooks.local import TAIL_LINES, LocalProcessHook, die_with_parent
+from airflow_distributed.jobstate import outcome as ending
+from airflow_distributed.manifests.local import PYTHON_NAMES, STANDBY_CODE, resolve_python
+from airflow_distributed.manifests.ray import JOB_VARIABLE, ActorAddressing, report_line
+from airflow_distributed.plan import ClusterPlan, Layout, build_plan
+from airflow_distributed.spec.models import TrainingSpec
+from airflow_distributed.status import FAILED, RUNNING, STOPPED, SUCCEEDED, ReplicaStatus
+
+#: Seconds between two live reports (the master's document and the replicas' last lines), when something changed.
+LIVE_INTERVAL = 2.0
+#: Last lines of each replica in a live report.
+LIVE_TAIL_LINES = 10
+#: A stop of the Ray Job gives the driver 3 s (``RAY_JOB_STOP_WAIT_TIME_S``) before SIGKILL: the replicas get less.
+STOP_GRACE_ON_SIGTERM = 1.5
+
+
+class JobStopped(BaseException):
+    """The Ray Job was stopped (SIGTERM to the driver)."""
+
+
+class ReplicaActor:
+    """One replica's place in the cluster: its node's address, and the process of its command."""
+
+    def __init__(self) -> None:
+        self._process: subprocess.Popen[bytes] | None = None
+        self._tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self._exited_at: float | None = None
+        self._pump: threading.Thread | None = None
+
+    def endpoint(self) -> tuple[str, int]:
+        """The node's address as Ray knows it, and a port free there now."""
+        host = ray.util.get_node_ip_address()
+        with socket.socket() as probe:
+            probe.bind((host, 0))
+            return host, probe.getsockname()[1]
+
+    def start(self, name: str, argv: list[str], env: dict[str, str], files_dir: str, files: dict[str, str]) -> int:
+        """Write the job's files on this node and start the replica's command in the work folder; its pid."""
+        os.makedirs(files_dir, exist_ok=True)
+        for file_name, text in files.items():
+            with open(os.path.join(files_dir, file_name), "w", encoding="utf-8") as handle:
+                handle.write(text)
+        self._process = subprocess.Popen(
+            argv, env={**os.environ, **env}, cwd=os.path.dirname(files_dir), stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent,
+        )
+        self._pump = threading.Thread(target=self._read, args=(name,), daemon=True)
+        self._pump.start()
+        return self._process.pid
+
+    def _read(self, name: str) -> None:
+        assert self._process is not None and self._process.stdout is not None
+        for raw in iter(self._process.stdout.readline, b""):
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            self._tail.append(line)
+            print(f"[{name}] {line}", flush=True)  # into the Ray Job's log, beside the driver's reports
+
+    def poll(self) -> dict[str, Any]:
+        """The exit code (``None`` while it runs), when it exited, and its last lines."""
+        code = self._process.poll() if self._process is not None else None
+        if code is not None and self._exited_at is None:
+            self._exited_at = time.time()
+            if self._pump is not None:
+                self._pump.join(1.0)
+        return {"exit_code": code, "exited_at": self._exited_at, "tail": list(self._tail)}
+
+    def stop(self, grace: float) -> int | None:
+        """TERM the replica's process group, KILL it after ``grace``; its exit code."""
+        process = self._process
+        if process is None:
+            return None
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+            if process.poll() is not None:
+                break
+            try:
+                os.killpg(process.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                process.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                continue
+        if self._pump is not None:
+            self._pump.join(1.0)
+        return process.poll()
+
+    def read(self, path: str) -> str | None:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                return handle.read()
+        except FileNotFoundError:
+            return None
+
+    def remove(self, folder: str) -> None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+    def remove_checkpoints(self, folder: str) -> int:
+        """The checkpoint files ``tracking.save_checkpoint`` wrote in ``folder`` on this node; how many."""
+        return LocalProcessHook.remove_checkpoints(folder)
+
+
+class Driver:
+    """One job's run in the cluster; ``clean_up`` leaves nothing of it."""
+
+    def __init__(self, job: dict[str, Any]) -> None:
+        self.job = job
+        self.spec = TrainingSpec.model_validate(job["spec"])
+        self.layout = Layout(**job["layout"])
+        self.group: Any = None
+        self.actors: list[Any] = []
+        self.plan: ClusterPlan | None = None
+        self._last: list[dict[str, Any]] = []
+        self._live_at = 0.0
+        self._last_live: Any = None
+
+    def run(self) -> dict[str, Any]:
+        """Start the job and wait for it; the outcome report."""
+        job = self.job
+        self.group = placement_group(job["bundles"], strategy=job["strategy"], name=job["job_name"])
+        if not self.group.wait(timeout_seconds=job["startup_timeout"]):
+            return {"kind": "outcome", "ending": ending.NOT_STARTED, "replicas": [],
+                    "message": f"the cluster did not reserve the job's placement group ({job['strategy']}, "
+                               f"bundles {json.dumps(job['bundles'])}) within {job['startup_timeout']:g}s"}
+        actor_class = ray.remote(ReplicaActor)
+        for index, reserved in enumerate(job["bundles"]):
+            options: dict[str, Any] = {
+                "num_cpus": reserved.get("CPU", 0), "num_gpus": reserved.get("GPU", 0),
+                "scheduling_strategy": PlacementGroupSchedulingStrategy(self.group,
+                                                                        placement_group_bundle_index=index),
+            }
+            if "memory" in reserved:
+                options["memory"] = reserved["memory"]
+            self.actors.append(actor_class.options(**options).remote())
+        endpoints = [tuple(pair) for pair in ray.get([actor.endpoint.remote() for actor in self.actors])]
+        interpreter = sys.executable  # the cluster's Python, which runs this driver and its actors
+        plan = self.plan = build_plan(
+            self.spec, job["job_name"], ActorAddressing(endpoints), self.layout,
+            resolve_python(job["command"], interpreter), backend="ray", env=job["env"],
+            try_number=job["try_number"], files=job["files"],
+        )
+        pids = []
+        for replica, actor in zip(plan.replicas, self.actors):
+            argv = list(replica.command) if replica.command is not None else [interpreter, "-c", STANDBY_CODE]
+            if argv and argv[0] in PYTHON_NAMES:
+                argv[0] = interpreter
+            pids.append(actor.start.remote(replica.name, argv, dict(replica.env), self.layout.files_dir,
+                                           dict(plan.files)))
+        ray.get(pids)
+        return self._wait()
+
+    def _statuses(self, polls: list[dict[str, Any]], stopped: set[int] | frozenset[int] = frozenset()
+                  ) -> list[dict[str, Any]]:
+        assert self.plan is not None
+        rows = []
+        for position, (replica, poll) in enumerate(zip(self.plan.replicas, polls)):
+            code = poll["exit_code"]
+            state = (RUNNING if code is None else SUCCEEDED if code == 0
+                     else STOPPED if position in stopped else FAILED)
+            rows.append(ReplicaStatus(replica.name, replica.role, replica.index, state, code,
+                                      where=replica.address).as_dict())
+        return rows
+
+    def _report_change(self, rows: list[dict[str, Any]]) -> None:
+        if rows != self._last:
+            print(report_line({"kind": "replicas", "replicas": rows}), flush=True)
+            self._last = rows
+
+    def _report_live(self, polls: list[dict[str, Any]]) -> None:
+        """The master's document and the replicas' last lines, at most every ``LIVE_INTERVAL`` and on change."""
+        assert self.plan is not None
+        now = time.monotonic()
+        if now < self._live_at:
+            return
+        self._live_at = now + LIVE_INTERVAL
+        document = ray.get(self.actors[0].read.remote(self.layout.output_path))
+        logs = {replica.name: poll["tail"][-LIVE_TAIL_LINES:] for replica, poll in zip(self.plan.replicas, polls)}
+        if (document, logs) != self._last_live:
+            self._last_live = (document, logs)
+            print(report_line({"kind": "live", "document": document, "logs": logs}), flush=True)
+
+    def _wait(self) -> dict[str, Any]:
+        assert self.plan is not None
+        job = self.job
+        while True:
+            polls = ray.get([actor.poll.remote() for actor in self.actors])
+            self._report_change(self._statuses(polls))
+            failed = sorted((position for position, poll in enumerate(polls) if poll["exit_code"] not in (None, 0)),
+                            key=lambda position: polls[position]["exited_at"] or 0.0)
+            if failed:
+                first = failed[0]
+                stopped = self._stop_all(job["stop_grace_period"], polls)
+                polls = ray.get([actor.poll.remote() for actor in self.actors])
+                return self._outcome(ending.EXITED, polls, stopped, deciding=first)
+            self._report_live(polls)
+            if polls[0]["exit_code"] == 0:
+                settle_until = time.monotonic() + job["settle_period"]
+                while time.monotonic() < settle_until and any(poll["exit_code"] is None for poll in polls):
+                    time.sleep(min(0.2, job["poll_interval"]))
+                    polls = ray.get([actor.poll.remote() for actor in self.actors])
+                stopped = self._stop_all(job["stop_grace_period"], polls)
+                polls = ray.get([actor.poll.remote() for actor in self.actors])
+                if not job.get("keep_checkpoints") and self.layout.checkpoint_dir:
+                    removed = ray.get(self.actors[0].remove_checkpoints.remote(self.layout.checkpoint_dir))
+                    if removed:
+                        print(f"job {job['job_name']} succeeded: removed its {removed} checkpoint files "
+                              "(keep_checkpoints=False)", flush=True)
+                return self._outcome(ending.SUCCEEDED, polls, stopped)
+            time.sleep(job["poll_interval"])
+
+    def _stop_all(self, grace: float, polls: list[dict[str, Any]]) -> set[int]:
+        """Stop every replica still running; the positions of those that were."""
+        running = {position for position, poll in enumerate(polls) if poll["exit_code"] is None}
+        ray.get([self.actors[position].stop.remote(grace) for position in running])
+        return running
+
+    def _outcome(self, how: str, polls: list[dict[str, Any]], stopped: set[int],
+                 deciding: int | None = None) -> dict[str, Any]:
+        assert self.plan is not None
+        rows = self._statuses(polls, stopped)
+        self._report_change(rows)
+        report: dict[str, Any] = {
+            "kind": "outcome", "ending": how, "replicas": rows,
+            "logs": {replica.name: poll["tail"] for replica, poll in zip(self.plan.replicas, polls)},
+            # Read on failure too: metrics logged before a crash help whoever looks at the failed run.
+            "document": ray.get(self.actors[0].read.remote(self.layout.output_path)),
+        }
+        if deciding is not None:
+            report.update(replica=self.plan.replicas[deciding].name, exit_code=polls[deciding]["exit_code"],
+                          tail=polls[deciding]["tail"])
+        return report
+
+    def clean_up(self, grace: float) -> None:
+        """Stop what runs, remove each node's work folder, the actors and the placement group."""
+        work_dir = os.path.dirname(self.layout.files_dir)
+        try:
+            if self.actors:
+                ray.get([actor.stop.remote(grace) for actor in self.actors], timeout=grace + 10)
+                ray.get([actor.remove.remote(work_dir) for actor in self.actors], timeout=10)
+        except Exception as error:  # the actors go with the placement group anyway
+            print(f"clean-up of the replicas: {error}", file=sys.stderr, flush=True)
+        for actor in self.actors:
+            ray.kill(actor)
+        if self.group is not None:
+            remove_placement_group(self.group)
+
+
+def _stopped(signum: int, frame: Any) -> None:
+    raise JobStopped()
+
+
+def main() -> int:
+    job = json.loads(os.environ[JOB_VARIABLE])
+    signal.signal(signal.SIGTERM, _stopped)
+    ray.init(log_to_driver=True)
+    driver = Driver(job)
+    grace = job["stop_grace_period"]
+    try:
+        report = driver.run()
+    except JobStopped:
+        grace = min(grace, STOP_GRACE_ON_SIGTERM)
+        report = {"kind": "outcome", "ending": ending.STOPPED, "replicas": driver._last}
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the clean-up is not interrupted by a second stop
+        driver.clean_up(grace)
+    print(report_line(report), flush=True)
+    return 0 if report["ending"] == ending.SUCCEEDED else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

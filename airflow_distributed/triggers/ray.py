@@ -1,0 +1,100 @@
+"""The trigger of a deferred ``backend="ray"`` task: polls the Ray Jobs API until the job is in a final state.
+
+It fires one event: ``final`` (the job ended; ``execute_complete`` reads its outcome from the driver's log),
+``timeout`` (the task's ``execution_timeout`` passed) or ``error`` (the job is gone, or the Jobs API stayed
+unreachable for longer than ``reconnect_budget`` seconds in a row: a dropped or refused connection is retried
+meanwhile, never taken for a failure of the job). Every event makes ``execute_complete`` run, which stops the job
+unless it ended. A deferred task the user kills (Airflow 3.3+ calls the trigger's ``on_kill``) stops its job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+
+class RayJobTrigger(BaseTrigger):
+    """Wait for Ray job ``job_name`` of the cluster of ``ray_conn_id``, one look every ``poll_interval`` seconds.
+
+    :param execution_deadline: when the task's ``execution_timeout`` ends (epoch seconds), if it has one.
+    :param reconnect_budget: seconds the Jobs API may stay unreachable in a row before the trigger gives up.
+    :param resume_state: what ``execute_complete`` needs of the spec (its framework).
+    """
+
+    def __init__(self, *, job_name: str, ray_conn_id: str, poll_interval: float,
+                 execution_deadline: float | None = None, reconnect_budget: float = 300.0,
+                 resume_state: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        self.job_name = job_name
+        self.ray_conn_id = ray_conn_id
+        self.poll_interval = poll_interval
+        self.execution_deadline = execution_deadline
+        self.reconnect_budget = reconnect_budget
+        self.resume_state = resume_state
+        self._fired = False
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}", {
+            "job_name": self.job_name, "ray_conn_id": self.ray_conn_id, "poll_interval": self.poll_interval,
+            "execution_deadline": self.execution_deadline, "reconnect_budget": self.reconnect_budget,
+            "resume_state": self.resume_state,
+        })
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        base = {"job_name": self.job_name, "resume_state": self.resume_state}
+        payload = {**base, **await self._wait()}
+        self._fired = True
+        yield TriggerEvent(payload)
+
+    async def on_kill(self) -> None:
+        """Airflow 3.3+: the user killed the deferred task; its Ray job must not keep running."""
+        if self._fired:
+            return
+        from airflow_distributed.hooks.ray import RayJobHook
+
+        hook = RayJobHook(ray_conn_id=self.ray_conn_id)
+        try:
+            if await asyncio.to_thread(hook.stop, self.job_name):
+                await asyncio.to_thread(hook.wait_final, self.job_name, 15.0)
+            self.log.info("stopped Ray job %s (task killed)", self.job_name)
+        except Exception:
+            self.log.exception("could not stop Ray job %s; stop it with `ray job stop %s`", self.job_name,
+                               self.job_name)
+
+    async def _wait(self) -> dict[str, Any]:
+        import requests
+
+        from airflow_distributed.hooks.ray import FINAL_STATES, RayJobHook
+
+        hook = RayJobHook(ray_conn_id=self.ray_conn_id)
+        started = time.time()
+        unreachable_since: float | None = None
+        while True:
+            if self.execution_deadline is not None and time.time() >= self.execution_deadline:
+                return {"status": "timeout", "elapsed": time.time() - started,
+                        "message": f"Ray job {self.job_name} reached the task's execution_timeout"}
+            try:
+                info = await asyncio.to_thread(hook.info, self.job_name)
+                unreachable_since = None
+            except (requests.ConnectionError, requests.Timeout) as error:
+                now = time.monotonic()
+                unreachable_since = unreachable_since or now
+                if now - unreachable_since > self.reconnect_budget:
+                    return {"status": "error", "message": f"the Ray Jobs API stayed unreachable for "
+                            f"{self.reconnect_budget:g}s while job {self.job_name} ran: {type(error).__name__}"}
+                self.log.warning("the Ray Jobs API is unreachable (%s); trying again", type(error).__name__)
+                info = {}
+            except Exception as error:
+                return {"status": "error", "message": f"reading Ray job {self.job_name}: {error}"}
+            if info is None:
+                return {"status": "error", "message": f"Ray job {self.job_name} is gone from the cluster"}
+            if info.get("status") in FINAL_STATES:
+                return {"status": "final", "state": info["status"]}
+            await asyncio.sleep(self.poll_interval)
+
+
+__all__ = ["RayJobTrigger"]

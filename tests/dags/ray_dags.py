@@ -1,0 +1,65 @@
+"""DAGs for the Ray backend's tests, run against a real local Ray cluster (connection ``ray_default``).
+
+The replicas run the example training scripts with the interpreter of the tests (a Ray Job's entrypoint runs with
+the cluster's PATH, so it is named); each replica reserves half a core so that a job of three fits a cluster sized
+for two cores. Models go under ``$AIRFLOW_HOME``, which the test session removes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_distributed.operators import DistributedTrainingOperator
+
+TRAINING_DIR = Path(__file__).resolve().parents[2] / "example_dags" / "training"
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+MODELS = os.path.join(os.environ.get("AIRFLOW_HOME", "/tmp"), "ray-models")
+HALF_A_CORE = {"resources": {"limits": {"cpu": 0.5}}}
+
+
+def _dag(dag_id: str, script: str, args: list[str], *, framework: str = "pytorch", **task_kwargs) -> DAG:
+    with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "ray"]) as dag:
+        DistributedTrainingOperator(
+            task_id="train",
+            framework=framework,
+            environment={framework: {"n_workers": 2, "default_worker": HALF_A_CORE}, **HALF_A_CORE},
+            command=["python", str(TRAINING_DIR / script), *args],
+            backend="ray",
+            python=sys.executable,
+            model_dir=os.path.join(MODELS, dag_id),
+            stop_grace_period=1.0,
+            settle_period=2.0,
+            **task_kwargs,
+        )
+    return dag
+
+
+quick = ["--steps", "20"]
+slow = ["--steps", "100000", "--sleep-per-step", "0.05"]
+# Checkpoints every 5 steps, removed once the job succeeds (keep_checkpoints=False).
+ddp = _dag("ray_pytorch_ddp", "pytorch_ddp.py", [*quick, "--checkpoint-every", "5"])
+ddp_deferrable = _dag("ray_pytorch_ddp_deferrable", "pytorch_ddp.py", quick, deferrable=True)
+# Rank 2 (worker-1) fails; the others would run for an hour: only the backend stops them.
+CRASH = ("import os, sys, time; rank = int(os.environ['RANK']); print(f'rank {rank} up', flush=True); "
+         "time.sleep(2); print('worker-1 gives up', flush=True) if rank == 2 else None; "
+         "sys.exit(3) if rank == 2 else time.sleep(3600)")
+with DAG(dag_id="ray_worker_crash", schedule=None, start_date=START, catchup=False, tags=["test", "ray"]) as crash_dag:
+    DistributedTrainingOperator(
+        task_id="train", framework="pytorch", backend="ray", python=sys.executable, command=["python", "-c", CRASH],
+        environment={"pytorch": {"n_workers": 2, "default_worker": HALF_A_CORE}, **HALF_A_CORE},
+        model_dir=os.path.join(MODELS, "ray_worker_crash"), stop_grace_period=1.0,
+        execution_timeout=timedelta(seconds=120),
+    )
+long_running = _dag("ray_long_running", "pytorch_ddp.py", slow)
+timeout = _dag("ray_timeout", "pytorch_ddp.py", slow, execution_timeout=timedelta(seconds=15))
+# A retry of a task whose worker died: the Ray Job of the earlier try is still running and is waited for again.
+reattach = _dag("ray_reattach", "pytorch_ddp.py", ["--steps", "150", "--sleep-per-step", "0.05"])
+tensorflow = _dag("ray_tensorflow_multiworker", "tensorflow_multiworker.py", ["--steps", "20"],
+                  framework="tensorflow", env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+xgboost = _dag("ray_xgboost", "xgboost_dist.py", ["--steps", "8"], framework="xgboost")

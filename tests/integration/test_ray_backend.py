@@ -1,0 +1,247 @@
+"""``backend="ray"`` through a real Airflow against a real local Ray cluster (``tests.ray_cluster``).
+
+Every replica's address must be 127.0.0.1 (the cluster and the clients keep to loopback), every job leaves no
+replica process, no running Ray job and no live placement group behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from airflow_distributed.manifests.ray import DEFAULT_WORK_ROOT
+from airflow_distributed.tracking import CHECKPOINT_FILE
+from tests.conftest import ROOT
+from tests.helpers import (
+    assert_master_and_two_workers_exchanged,
+    replica_processes,
+    run_dag,
+    run_dag_at,
+    wait_until,
+    xcom,
+)
+from tests.ray_cluster import LOOPBACK_ONLY, RayCluster
+
+pytestmark = pytest.mark.usefixtures("airflow_db")
+FINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+WORK_ROOT = Path(DEFAULT_WORK_ROOT)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in LOOPBACK_ONLY.items():
+            patch.setenv(name, value)
+        with RayCluster(cpus=4) as cluster:
+            patch.setenv("AIRFLOW_CONN_RAY_DEFAULT", cluster.connection())
+            yield cluster
+            assert_nothing_left(cluster)
+        assert cluster.family() == []
+
+
+def assert_nothing_left(cluster: RayCluster) -> None:
+    """No replica process, no Ray job still running, no placement group, no job's work folder left."""
+    wait_until(lambda: replica_processes("train-") == [], timeout=30)
+    assert sorted(os.listdir(WORK_ROOT / "jobs")) == []
+    jobs = cluster.get("/api/jobs/")
+    assert [job["submission_id"] for job in jobs if job["status"] not in FINAL] == []  # type: ignore[union-attr]
+    assert cluster.placement_groups() != []  # the jobs' groups are listed, removed ones too
+    wait_until(lambda: not [g for g in cluster.placement_groups() if g["state"] != "REMOVED"], timeout=30)
+
+
+def jobs_of(cluster: RayCluster, dag_id: str) -> list[dict]:
+    return [job for job in cluster.get("/api/jobs/") if (job.get("metadata") or {}).get("dag_id") == dag_id]  # type: ignore[union-attr]
+
+
+def driver_report(cluster: RayCluster, job: str) -> dict:
+    """The driver's last report of the replicas, from the Ray Job's log."""
+    from airflow_distributed.manifests.ray import last_report
+
+    report = last_report(cluster.get(f"/api/jobs/{job}/logs")["logs"], "replicas")  # type: ignore[index]
+    assert report is not None
+    return report
+
+
+def failure_line(out: str) -> str:
+    return next(line for line in out.splitlines() if re.search(r"job \S+ failed after \d+\.\ds", line))
+
+
+@pytest.mark.parametrize("dag_id", ["ray_pytorch_ddp", "ray_pytorch_ddp_deferrable"])
+def test_pytorch_ddp_on_ray_trains_with_identical_parameters_on_every_rank(ray_cluster, dag_id):
+    run, states = run_dag(dag_id)
+
+    assert states == {"train": "success"}
+    result = xcom(run, "train")
+    assert result["backend"] == "ray" and result["state"] == "succeeded"
+    assert [(r["role"], r["index"], r["exit_code"]) for r in result["replicas"]] == [
+        ("master", 0, 0), ("worker", 0, 0), ("worker", 1, 0)]
+    # Every address came from an actor (the driver reports them), and every one is on loopback.
+    addresses = [r["where"] for r in driver_report(ray_cluster, result["job_name"])["replicas"]]
+    assert [address.rsplit(":", 1)[0] for address in addresses] == ["127.0.0.1"] * 3
+    assert len(set(addresses)) == 3
+    metrics = xcom(run, "train", "metrics")
+    assert metrics["world_size"] == 3 and metrics["final_loss"] < metrics["initial_loss"]
+    logs = xcom(run, "train", "job")["logs"]
+    # The script fails unless the all-gathered parameter checksums are equal; each rank says it checked them.
+    for rank, replica in enumerate(result["replicas"]):
+        assert any(f"rank {rank}/3: process group ready (127.0.0.1:" in line for line in logs[replica["name"]])
+    assert os.path.exists(result["model_path"])
+    if dag_id == "ray_pytorch_ddp":
+        # The job view's live record, published while the job ran, from the driver's reports.
+        live = xcom(run, "train", "job_live")
+        assert (live["backend"], live["state"], live["job_name"]) == ("ray", "running", result["job_name"])
+        assert [r["name"] for r in live["replicas"]] == [r["name"] for r in result["replicas"]]
+        # Its master saved checkpoints; they went once the job succeeded.
+        checkpoints = Path(result["model_path"]).parent / "checkpoints"
+        driver_log = ray_cluster.get(f"/api/jobs/{result['job_name']}/logs")["logs"]
+        assert re.search(r"removed its [1-9]\d* checkpoint files \(keep_checkpoints=False\)", driver_log)
+        assert [p.name for p in checkpoints.rglob("*") if CHECKPOINT_FILE.match(p.name)] == []
+    assert_nothing_left(ray_cluster)
+
+
+def test_tensorflow_multiworker_on_ray_trains_across_a_chief_and_two_workers(ray_cluster):
+    pytest.importorskip("tensorflow", reason="tensorflow-cpu is part of the test extra")
+    run, states = run_dag("ray_tensorflow_multiworker")
+
+    assert states == {"train": "success"}
+    result = xcom(run, "train")
+    assert [(r["role"], r["exit_code"]) for r in result["replicas"]] == [("chief", 0), ("worker", 0), ("worker", 0)]
+    metrics = xcom(run, "train", "metrics")
+    assert metrics["final_loss"] < metrics["initial_loss"]
+    addresses = [r["where"] for r in driver_report(ray_cluster, result["job_name"])["replicas"]]
+    assert [address.rsplit(":", 1)[0] for address in addresses] == ["127.0.0.1"] * 3
+    assert_nothing_left(ray_cluster)
+
+
+def test_xgboost_on_ray_all_reduces_across_three_workers(ray_cluster):
+    pytest.importorskip("xgboost", reason="xgboost-cpu is part of the test extra")
+    run, states = run_dag("ray_xgboost")
+
+    assert states == {"train": "success"}
+    metrics = assert_master_and_two_workers_exchanged(run, "xgboost", lambda rank: [
+        f"worker {rank}/3: task {rank}", f"worker {rank}: all-reduce sum of ranks + 1 is 6.0"])
+    assert (metrics["allreduce_sum"], metrics["boosters_identical"]) == (6.0, True)
+    assert_nothing_left(ray_cluster)
+
+
+def test_a_failing_worker_stops_the_others_and_fails_the_task_naming_it(ray_cluster, capfd):
+    run, states = run_dag("ray_worker_crash")
+
+    assert states == {"train": "failed"}
+    out = capfd.readouterr().out
+    failure = failure_line(out)
+    assert "-worker-1 exited with code 3" in failure
+    assert "no replica is left running" in failure
+    assert "worker-1 gives up" in out  # its last lines, in the error
+    job = xcom(run, "train", "job")
+    assert job["state"] == "failed"
+    states = {r["name"].split("-", 2)[-1]: (r["state"], r.get("exit_code")) for r in job["replicas"]}
+    # The others were running (they would for an hour) and were stopped.
+    assert states["worker-1"] == ("failed", 3)
+    assert states["master-0"][0] == states["worker-0"][0] == "stopped"
+    assert [job["status"] for job in jobs_of(ray_cluster, "ray_worker_crash")] == ["FAILED"]
+    assert_nothing_left(ray_cluster)
+
+
+@contextlib.contextmanager
+def _in_a_task_process(dag_id: str) -> Iterator[subprocess.Popen]:
+    """The DAG run in a process of its own, as a task process; killed if the test leaves it running."""
+    code = textwrap.dedent(f"""
+        from tests.helpers import run_dag_at
+        import pendulum
+        run_dag_at({dag_id!r}, pendulum.datetime(2026, 2, 1, tz="UTC"))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=os.environ.copy(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+def _running_replicas(cluster: RayCluster, dag_id: str) -> list:
+    jobs = jobs_of(cluster, dag_id)
+    return jobs and jobs[0]["status"] == "RUNNING" and len(replica_processes("train-")) == 3 and jobs
+
+
+def test_a_killed_task_stops_its_ray_job_and_leaves_nothing_running(ray_cluster):
+    with _in_a_task_process("ray_long_running") as proc:
+        wait_until(lambda: _running_replicas(ray_cluster, "ray_long_running"), timeout=120, interval=0.5)
+        proc.send_signal(signal.SIGTERM)  # what Airflow sends a task it kills; its handler runs on_kill()
+        proc.wait(timeout=60)
+
+    assert [job["status"] for job in jobs_of(ray_cluster, "ray_long_running")] == ["STOPPED"]
+    assert_nothing_left(ray_cluster)
+
+
+def test_execution_timeout_stops_the_ray_job(ray_cluster, capfd):
+    run, states = run_dag("ray_timeout")
+
+    assert states == {"train": "failed"}
+    assert "AirflowTaskTimeout" in capfd.readouterr().out
+    assert [job["status"] for job in jobs_of(ray_cluster, "ray_timeout")] == ["STOPPED"]
+    assert_nothing_left(ray_cluster)
+
+
+def test_a_retry_reattaches_to_the_running_ray_job_of_its_earlier_try(ray_cluster, capfd):
+    # The earlier try's task process dies (SIGKILL: no handler runs); its Ray Job goes on in the cluster.
+    with _in_a_task_process("ray_reattach") as proc:
+        wait_until(lambda: _running_replicas(ray_cluster, "ray_reattach"), timeout=120, interval=0.5)
+        proc.kill()
+        proc.wait(timeout=30)
+    [first] = jobs_of(ray_cluster, "ray_reattach")
+
+    import pendulum
+
+    run, states = run_dag_at("ray_reattach", pendulum.datetime(2026, 2, 1, tz="UTC"))
+
+    assert states == {"train": "success"}
+    assert "is already running on" in capfd.readouterr().out
+    [again] = jobs_of(ray_cluster, "ray_reattach")
+    assert again["submission_id"] == first["submission_id"] and again["start_time"] == first["start_time"]
+    assert again["status"] == "SUCCEEDED"
+    assert xcom(run, "train", "metrics")["world_size"] == 3
+    assert_nothing_left(ray_cluster)
+
+
+def test_killing_a_deferred_task_stops_its_ray_job(ray_cluster):
+    """Airflow 3.3+ calls the trigger's on_kill when the user kills a deferred task."""
+    from airflow_distributed.hooks.ray import RayJobHook
+    from airflow_distributed.manifests.ray import job_description, job_layout, ray_job
+    from airflow_distributed.spec import load_spec
+    from airflow_distributed.triggers.ray import RayJobTrigger
+
+    name = "train-deferred-kill"
+    spec = load_spec("pytorch", {"pytorch": {"n_workers": 1}, "resources": {"limits": {"cpu": 0.5}}})
+    layout = job_layout("/tmp/airflow-distributed-ray", name, "/tmp/unused-model", "/tmp/unused-model/ckpt")
+    command = ["python", "-c", "import time; time.sleep(3600)"]
+    description = job_description(spec=spec, job_name=name, command=command, layout=layout, files={}, env={},
+                                  try_number=1, stop_grace_period=1.0)
+    hook = RayJobHook()
+    hook.submit(name, *ray_job(description, sys.executable), metadata={"dag_id": "deferred_kill"})
+    wait_until(lambda: len(replica_processes(name)) == 2, timeout=120, interval=0.5)
+
+    asyncio.run(RayJobTrigger(job_name=name, ray_conn_id="ray_default", poll_interval=1.0).on_kill())
+
+    assert hook.info(name)["status"] == "STOPPED"
+    assert_nothing_left(ray_cluster)
+
+
+def test_the_ray_connection_is_read_from_airflow(ray_cluster):
+    from airflow_distributed.hooks.ray import RayJobHook
+
+    assert RayJobHook().address == ray_cluster.address
+    assert json.loads(ray_cluster.connection())["conn_type"] == RayJobHook.conn_type

@@ -1,0 +1,180 @@
+"""``backend="ray"`` without a cluster: the pure job description and reports (``manifests.ray``), the plan the driver
+builds from its actors' addresses, the connection's address, and what the backend refuses when the DAG is parsed."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+
+from airflow_distributed.hooks.ray import jobs_api_address
+from airflow_distributed.manifests.ray import (
+    JOB_VARIABLE,
+    ActorAddressing,
+    bundles,
+    job_description,
+    job_layout,
+    last_report,
+    ray_job,
+    report_line,
+)
+from airflow_distributed.operators import DistributedTrainingOperator
+from airflow_distributed.plan import build_plan
+from airflow_distributed.spec import SpecValidationError, load_spec
+from airflow_distributed.spec.models import TrainingSpec
+from tests.conftest import ROOT
+from tests.dags.check_dags import POD_SETTINGS
+
+
+def test_one_bundle_per_replica_with_the_specs_cpu_memory_and_gpus_one_core_by_default():
+    spec = load_spec("pytorch", {
+        "resources": {"limits": {"cpu": "2", "memory": "1Gi", "gpu": 1}},
+        "pytorch": {"n_workers": 2, "default_worker": {"resources": {"requests": {"cpu": "500m"}}},
+                    "worker": [{"index": 1, "resources": {"limits": {"memory": "512Mi"}}}]},
+    })
+    assert bundles(spec) == [
+        {"CPU": 2.0, "memory": float(2**30), "GPU": 1.0},
+        {"CPU": 0.5},
+        {"CPU": 1.0, "memory": float(2**29)},
+    ]
+
+
+def test_the_description_carries_the_spec_the_driver_parses_back_and_the_entrypoint_names_the_interpreter():
+    spec = load_spec("tensorflow", {"tensorflow": {"n_workers": 1, "n_ps": 1}, "env_vars": {"A": "1"}})
+    layout = job_layout("/tmp/root", "job-1", "/shared/models/job-1", "/shared/ckpt/job-1")
+    description = job_description(spec=spec, job_name="job-1", command=["python", "train.py"], layout=layout,
+                                  files={"x.py": "print(1)"}, env={"B": "2"}, try_number=2, strategy="SPREAD")
+    entrypoint, runtime_env = ray_job(description, "/opt/venv/bin/python")
+
+    assert shlex.split(entrypoint) == ["/opt/venv/bin/python", "-m", "airflow_distributed.hooks.ray_driver"]
+    sent = json.loads(runtime_env["env_vars"][JOB_VARIABLE])
+    assert TrainingSpec.model_validate(sent["spec"]) == spec
+    assert sent["layout"] == {"model_dir": "/shared/models/job-1", "output_path": "/tmp/root/jobs/job-1/output.json",
+                              "files_dir": "/tmp/root/jobs/job-1/files", "checkpoint_dir": "/shared/ckpt/job-1"}
+    assert (sent["strategy"], sent["try_number"], sent["env"], sent["files"]) == ("SPREAD", 2, {"B": "2"},
+                                                                                 {"x.py": "print(1)"})
+    with pytest.raises(ValueError, match="STRICT_SPREAD"):
+        job_description(spec=spec, job_name="j", command=[], layout=layout, files={}, env=None, try_number=1,
+                        strategy="ANYWHERE")
+
+
+def test_the_plan_takes_every_address_from_the_actors():
+    spec = load_spec("tensorflow", {"tensorflow": {"n_workers": 2}})
+    endpoints = [("10.0.0.5", 4001), ("10.0.0.6", 4002), ("10.0.0.5", 4003)]
+    plan = build_plan(spec, "job", ActorAddressing(endpoints), job_layout("/w", "job", "/m", "/c"),
+                      ["python", "t.py"], backend="ray")
+
+    assert [replica.address for replica in plan.replicas] == ["10.0.0.5:4001", "10.0.0.6:4002", "10.0.0.5:4003"]
+    tf_config = json.loads(plan.replicas[2].env["TF_CONFIG"])
+    assert tf_config["cluster"] == {"chief": ["10.0.0.5:4001"], "worker": ["10.0.0.6:4002", "10.0.0.5:4003"]}
+    assert tf_config["task"] == {"type": "worker", "index": 1}
+
+
+def test_the_latest_report_of_a_kind_is_read_and_a_cut_or_foreign_line_skipped():
+    logs = "\n".join([
+        report_line({"kind": "replicas", "replicas": [1]}),
+        "(ReplicaActor pid=1) [job-master-0] step 3",
+        report_line({"kind": "replicas", "replicas": [2]}),
+        report_line({"kind": "outcome", "ending": "exit"})[:-5],  # cut off
+        "[job-worker-0] AIRFLOW_DISTRIBUTED_RAY_REPORT not json",
+    ])
+    assert last_report(logs, "replicas") == {"kind": "replicas", "replicas": [2]}
+    assert last_report(logs, "outcome") is None
+    assert last_report("") is None
+
+
+@pytest.mark.parametrize(("host", "port", "schema", "address"), [
+    ("ray-head", None, None, "http://ray-head:8265"),
+    ("ray-head", 443, "https", "https://ray-head:443"),
+    ("https://ray.example.com", None, None, "https://ray.example.com:8265"),
+    ("http://127.0.0.1:9000", 1234, None, "http://127.0.0.1:9000"),
+    ("http://proxy/ray/", 80, None, "http://proxy:80/ray"),
+])
+def test_the_jobs_api_address_from_the_connections_fields(host, port, schema, address):
+    assert jobs_api_address(host, port, schema) == address
+
+
+def test_a_connection_without_host_is_refused_saying_what_to_set():
+    with pytest.raises(ValueError, match="Ray dashboard's address"):
+        jobs_api_address(None, 8265, None)
+
+
+# ---------------------------------------------------------------------------------------------- parse-time checks
+
+def operator(environment: Any = None, framework: str = "pytorch", **kwargs: Any) -> DistributedTrainingOperator:
+    return DistributedTrainingOperator(task_id="t", framework=framework, command=["python", "train.py"],
+                                       environment=environment or {"pytorch": {"n_workers": 1}}, backend="ray",
+                                       **kwargs)
+
+
+def problems(**kwargs: Any) -> list[tuple[str, str]]:
+    with pytest.raises(SpecValidationError) as error:
+        operator(**kwargs)
+    return error.value.problems
+
+
+REFUSED = ("node_selector", "affinity", "tolerations", "service_account", "image_pull_secrets", "security_context")
+
+
+@pytest.mark.parametrize("setting", REFUSED)
+def test_a_pod_setting_ray_cannot_honour_is_refused_at_parse_naming_every_place(setting):
+    environment = {setting: POD_SETTINGS[setting], "pytorch": {"n_workers": 2,
+                                                               "default_worker": {setting: POD_SETTINGS[setting]}}}
+    found = problems(environment=environment)
+    assert [path for path, _ in found] == [f"environment.{setting}", f"environment.pytorch.default_worker.{setting}"]
+    assert all("is not honoured by backend='ray'" in why for _, why in found)
+
+
+def test_secret_and_config_map_refs_are_refused_without_echoing_their_names():
+    found = problems(environment={"pytorch": {"n_workers": 1, "worker": [
+        {"index": 0, "secret_refs": ["db-password-x1"], "config_map_refs": ["cm-y2"]}]}})
+    assert [path for path, _ in found] == ["environment.pytorch.worker[0].secret_refs",
+                                          "environment.pytorch.worker[0].config_map_refs"]
+    assert "env=" in found[0][1]
+    assert not any("db-password-x1" in why or "cm-y2" in why for _, why in found)
+
+
+@pytest.mark.parametrize(("argument", "value"), [
+    ("image", "trainer:1"), ("model_volume", "models-claim"), ("gang_scheduling", "volcano"),
+    ("scheduler_name", "volcano"), ("queue_name", "team-a"),
+])
+def test_an_argument_of_the_kubernetes_backends_ray_cannot_honour_is_refused(argument, value):
+    assert [path for path, _ in problems(**{argument: value})] == [argument]
+
+
+def test_horovod_elastic_pytorch_and_trainjob_settings_are_refused_naming_the_field():
+    assert [path for path, _ in problems(framework="horovod", environment={"replicas": {"n_workers": 1}})] == [
+        "framework"]
+    elastic = {"pytorch": {"n_workers": 2, "elastic": {"min_workers": 2, "max_workers": 3}}}
+    assert [path for path, _ in problems(environment=elastic)] == ["environment.pytorch.elastic"]
+    assert [path for path, _ in problems(runtime="torch-distributed")] == ["runtime"]
+
+
+def test_what_ray_maps_passes_the_parse():
+    operator(environment={"labels": {"team": "ml"}, "resources": {"limits": {"cpu": 2, "memory": "4Gi"}},
+                          "pytorch": {"n_workers": 2}}, namespace="ml", deferrable=True, wait_for_completion=False,
+             model_dir="/shared/models", ray_conn_id="ray_prod")
+
+
+def test_a_dag_using_backend_ray_parses_without_ray_installed():
+    code = textwrap.dedent("""
+        import sys
+        class NoRay:
+            def find_spec(self, name, path=None, target=None):
+                if name == "ray" or name.startswith("ray."):
+                    raise ImportError("ray is not installed")
+        sys.meta_path.insert(0, NoRay())
+        from airflow.sdk import DAG
+        from airflow_distributed.operators import DistributedTrainingOperator
+        with DAG(dag_id="d", schedule=None):
+            DistributedTrainingOperator(task_id="t", framework="pytorch", command=["python", "x.py"],
+                                        environment={"pytorch": {"n_workers": 2}}, backend="ray")
+        print(sorted(m for m in sys.modules if m == "ray" or m.startswith("ray.")))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.strip().splitlines()[-1] == "[]"

@@ -113,9 +113,11 @@ class RayBackend:
                 log.warning("model_dir is not set: the model goes to %s on the master's node; on a cluster of several "
                             "nodes give model_dir= a path every node shares", model_dir)
             layout = job_layout(DEFAULT_WORK_ROOT, name, model_dir, checkpoint_dir)
-            program, files = task.replica_program(list(command), layout.files_dir)
+            # No secret files: @task.distributed, whose arguments are one, refuses backend="ray" at parse.
+            program = task.replica_program(list(command), layout)
             description = job_description(
-                spec=spec, job_name=name, command=program, layout=layout, files=files, env=settings.env,
+                spec=spec, job_name=name, command=program.command, layout=layout, files=program.files,
+                env=settings.env,
                 try_number=context["ti"].try_number, startup_timeout=settings.startup_timeout,
                 settle_period=settings.settle_period, stop_grace_period=settings.stop_grace_period,
                 poll_interval=min(settings.poll_interval, 0.5), keep_checkpoints=settings.keep_checkpoints,

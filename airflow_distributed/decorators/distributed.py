@@ -70,6 +70,9 @@ class DistributedDecoratedOperator(DecoratedOperator, DistributedTrainingOperato
         if kwargs.get("backend") in ("kubeflow", "trainjob"):
             problems.append(("backend", f"{kwargs['backend']!r} cannot ship a function: a Kubeflow job or TrainJob "
                              "has no files directory; use backend='kubernetes' or 'local'"))
+        if kwargs.get("backend") == "ray":
+            problems.append(("backend", "'ray' cannot ship a function: its arguments would travel in the Ray job's "
+                             "description, which the cluster's dashboard shows; use backend='kubernetes' or 'local'"))
         if problems:
             raise SpecValidationError(problems, source=f"task {kwargs.get('task_id')}")
         # ``command`` is set per job by ``_replica_program``; ``python`` stands in for the interpreter until then.

@@ -126,9 +126,9 @@ class ReplicaActor:
     def remove(self, folder: str) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
-    def remove_checkpoints(self, folder: str) -> int:
-        """The checkpoint files ``tracking.save_checkpoint`` wrote in ``folder`` on this node; how many."""
-        return LocalProcessHook.remove_checkpoints(folder)
+    def remove_checkpoints(self, folder: str, job: str) -> int:
+        """Remove what job ``job``'s ``tracking.save_checkpoint`` calls wrote in ``folder`` on this node; how many."""
+        return LocalProcessHook.remove_checkpoints(folder, job)
 
 
 class Driver:
@@ -232,7 +232,8 @@ class Driver:
                 stopped = self._stop_all(job["stop_grace_period"], polls)
                 polls = ray.get([actor.poll.remote() for actor in self.actors])
                 if not job.get("keep_checkpoints") and self.layout.checkpoint_dir:
-                    removed = ray.get(self.actors[0].remove_checkpoints.remote(self.layout.checkpoint_dir))
+                    removed = ray.get(self.actors[0].remove_checkpoints.remote(self.layout.checkpoint_dir,
+                                                                               self.job["job_name"]))
                     if removed:
                         print(f"job {job['job_name']} succeeded: removed its {removed} checkpoint files "
                               "(keep_checkpoints=False)", flush=True)

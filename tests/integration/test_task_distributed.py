@@ -99,7 +99,7 @@ def test_kubeflow_trainjob_and_command_are_refused():
 
     assert shipping_problems(fine) == []
     with _dag():
-        for backend in ("kubeflow", "trainjob"):
+        for backend in ("kubeflow", "trainjob", "ray"):
             with pytest.raises(SpecValidationError, match=f"backend: '{backend}' cannot ship a function"):
                 task.distributed(framework="pytorch", backend=backend, image="x")(fine)()
         with pytest.raises(TypeError, match="takes no 'command'"):

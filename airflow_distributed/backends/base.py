@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
-from airflow.sdk.exceptions import AirflowException
-
+from airflow_distributed.exceptions import DistributedJobError
 from airflow_distributed.spec import TrainingSpec
 
 if TYPE_CHECKING:
@@ -25,10 +24,6 @@ if TYPE_CHECKING:
 
 #: ``(argument or spec path, message)``, as ``SpecValidationError`` takes them.
 Problem = tuple[str, str]
-
-
-class DistributedJobError(AirflowException):
-    """The job ran and failed: a replica exited non-zero, or it timed out."""
 
 
 def has_template(value: Any) -> bool:

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow_distributed.backends.base import log_ignored, trainjob_only
 from airflow_distributed.backends.job_run import (
     deferral_deadline,
+    event_error_class,
     ignored_in_cluster,
-    job_error,
     job_namespace,
     namespace_problems,
     push_success,
@@ -40,6 +40,7 @@ from airflow_distributed.backends.job_run import (
 )
 from airflow_distributed.elastic import CONTINUE, RESTART, ElasticPlan, after_replica_ended, elastic_plan
 from airflow_distributed.jobstate import outcome as ending
+from airflow_distributed.jobstate.failures import job_failure
 from airflow_distributed.jobstate.job_watch import (
     JobVerdict,
     LogCursor,
@@ -50,7 +51,7 @@ from airflow_distributed.jobstate.job_watch import (
     slots_from_json,
     slots_to_json,
 )
-from airflow_distributed.jobstate.outcome import JobOutcome, failure_message
+from airflow_distributed.jobstate.outcome import JobOutcome
 from airflow_distributed.manifests.pod_names import RESTARTS_ANNOTATION
 from airflow_distributed.outputs import document_warning, job_record, job_result, parse_output_document
 from airflow_distributed.plan import KubernetesAddressing, build_plan
@@ -161,7 +162,8 @@ def resume_kubernetes(task: TaskCalls, settings: BackendSettings, context: Conte
     run.clean_up(succeeded=False)
     outcome = JobOutcome(ending.TIMED_OUT if status == "timeout" else ending.FAILED,
                          message=event.get("message") or status)
-    raise job_error(failure_message(f"{run.namespace}/{run.name}", outcome, elapsed, run.cleanup_note(False)))
+    raise job_failure(f"{run.namespace}/{run.name}", outcome, elapsed, run.cleanup_note(False),
+                      default=event_error_class(event))
 
 
 def _restart_elastic_replica(run: KubernetesJobRun, outcome: JobOutcome) -> None:
@@ -468,8 +470,8 @@ class KubernetesJobRun:
             if self.elastic_failure:
                 outcome = replace(outcome, ending=ending.GAVE_UP, reason=self.elastic_failure)
             note = "the job was deleted" if killed else self.cleanup_note(False)
-            raise job_error(failure_message(f"{self.namespace}/{self.name}", outcome, elapsed, note,
-                                            startup_timeout=self.settings.startup_timeout))
+            raise job_failure(f"{self.namespace}/{self.name}", outcome, elapsed, note,
+                              startup_timeout=self.settings.startup_timeout)
         return push_success(self.context, self.log, result, document, self.namespace, self.name, elapsed)
 
     def _collect(self, outcome: JobOutcome, killed: bool) -> tuple[dict[str, Any], JobOutcome]:

@@ -23,7 +23,8 @@ from airflow_distributed.backends.base import (
 )
 from airflow_distributed.backends.local_live import LIVE_XCOM_KEY, LiveJobReport
 from airflow_distributed.jobstate import outcome as ending
-from airflow_distributed.jobstate.outcome import JobOutcome, failure_message
+from airflow_distributed.jobstate.failures import job_failure
+from airflow_distributed.jobstate.outcome import JobOutcome
 from airflow_distributed.outputs import (
     DOCUMENT_TEXT_LIMIT,
     document_warning,
@@ -153,7 +154,7 @@ class LocalBackend:
         logs = {replica.spec.name: list(replica.tail) for replica in job.replicas}
         context["ti"].xcom_push(key="job", value=job_record(result, document, logs, elapsed))
         if not outcome.succeeded:
-            raise DistributedJobError(failure_message(name, outcome, elapsed, cleanup_note(outcome)))
+            raise job_failure(name, outcome, elapsed, cleanup_note(outcome))
         if not settings.keep_checkpoints:
             removed = hook.remove_checkpoints(checkpoint_dir)
             if removed:

@@ -38,6 +38,9 @@ PERMANENT_WAITING_REASONS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
 # A pull that failed: the kubelet retries with back-off, and a registry that flaps may serve the next pull, but a
 # missing tag or a refused credential never recovers. Fail at once unless the operator grants a grace period.
 PULL_FAILURE_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff"})
+# A pod's own reason when the node or the scheduler took it away: evicted (node pressure), preempted, its node lost
+# or shut down (graceful node shutdown says ``Terminated``, older releases ``Shutdown``/``NodeShutdown``).
+LOST_POD_REASONS = frozenset({"Evicted", "Preempting", "NodeLost", "NodeShutdown", "Shutdown", "Terminated"})
 # Waiting reasons that only say "starting", not why a pod is stuck.
 _STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
 #: Above this many replicas the table shows counts and the replicas worth a look, not every row.
@@ -74,7 +77,8 @@ class JobVerdict:
 
     ``cause`` is ``exit`` (a container exited non-zero), ``pod`` (the pod failed without an exit code),
     ``deleted``, ``image`` (its image cannot be pulled; ``image`` names it), ``startup`` (it did not start within
-    the startup timeout) or ``stopped`` (the task was killed).
+    the startup timeout) or ``stopped`` (the task was killed). ``disruption`` says how the cluster took the replica
+    away, when it did (``pod_disruption``).
     """
 
     state: str
@@ -85,6 +89,7 @@ class JobVerdict:
     message: str | None = None
     container: str | None = None
     image: str | None = None
+    disruption: str | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -102,7 +107,7 @@ class JobVerdict:
         ``events``, ``logs``, ``pods``...)."""
         how = ending.SUCCEEDED if self.succeeded else (self.cause or ending.FAILED)
         return JobOutcome(how, tuple(replicas), self.replica, self.exit_code, self.reason, self.message,
-                          self.container, self.image, **found)
+                          self.container, self.image, disruption=self.disruption, **found)
 
     def describe(self, startup_timeout: float | None = None) -> str:
         """One line for the failure message, without the job name (``outcome.describe``)."""
@@ -138,6 +143,18 @@ def termination_message(pod: Mapping[str, Any], container: str = MAIN_CONTAINER)
 def log_available(pod: Mapping[str, Any] | None, container: str = MAIN_CONTAINER) -> bool:
     """The API answers a container's log only once it has started (running or terminated)."""
     return pod is not None and container_state(pod, container)[0] in ("running", "terminated")
+
+
+def pod_disruption(pod: Mapping[str, Any] | None) -> str | None:
+    """How the cluster is taking this pod away, if it is: the reason of its ``DisruptionTarget`` condition (set
+    before an eviction, a preemption, a taint's or the pod GC's deletion of a lost node's pods), else its own
+    reason when that is one of ``LOST_POD_REASONS``; ``None`` for a pod nobody disrupted."""
+    status = (pod or {}).get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+            return condition.get("reason") or "DisruptionTarget"
+    reason = status.get("reason")
+    return reason if reason in LOST_POD_REASONS else None
 
 
 def pod_started(pod: Mapping[str, Any]) -> bool:
@@ -297,6 +314,8 @@ class JobTracker:
         self.pull_failures = {} if pull_failures is None else pull_failures
         self._pods: dict[str, dict[str, Any]] = {}
         self._deleted: set[str] = set()
+        #: how the cluster took each replica's pod away, as last seen (its DELETED event may carry it alone)
+        self._disruptions: dict[str, str] = {}
         self._failure: JobVerdict | None = None
 
     @property
@@ -321,7 +340,20 @@ class JobTracker:
         self._deleted |= set(self._pods) - set(listed)
         self._pods = listed
         self._deleted -= set(listed)
+        for name, pod in listed.items():
+            self._note_disruption(name, pod)
         return self.statuses() != before
+
+    def _note_disruption(self, name: str, pod: Mapping[str, Any], *, deleted: bool = False) -> None:
+        disruption = pod_disruption(pod)
+        if disruption is not None:
+            self._disruptions[name] = disruption
+        elif not deleted:  # a pod of this name that nobody disrupts (an elastic job's recreated replica)
+            self._disruptions.pop(name, None)
+
+    def disruption(self, name: str) -> str | None:
+        """How the cluster took replica ``name``'s pod away, if it did."""
+        return self._disruptions.get(name)
 
     def apply(self, event_type: str, pod: Mapping[str, Any]) -> bool:
         """One watch event (ADDED / MODIFIED / DELETED); returns whether any row of the table changed."""
@@ -329,6 +361,7 @@ class JobTracker:
         if name not in self._by_name:
             return False
         before = self.statuses_of(name)
+        self._note_disruption(name, pod, deleted=event_type == "DELETED")
         if event_type == "DELETED":
             self._pods.pop(name, None)
             self._deleted.add(name)
@@ -371,17 +404,17 @@ class JobTracker:
             # Several replicas fail within moments of each other (peers lose their connection): the first is the cause.
             _, slot, (container, fields) = min(exits, key=lambda item: item[0])
             return JobVerdict(FAILURE, slot.name, "exit", fields.get("exitCode"), fields.get("reason"),
-                              fields.get("message"), container)
+                              fields.get("message"), container, disruption=self.disruption(slot.name))
         for slot in self.slots:
             pod = self._pods.get(slot.name)
             if slot.name in self._deleted and (pod is None or _exit(pod) is None):
-                return JobVerdict(FAILURE, slot.name, "deleted")
+                return JobVerdict(FAILURE, slot.name, "deleted", disruption=self.disruption(slot.name))
             if pod is None:
                 continue
             status = pod.get("status") or {}
             if status.get("phase") == "Failed" and _exit(pod) is None:
                 return JobVerdict(FAILURE, slot.name, "pod", None, status.get("reason") or "Failed",
-                                  status.get("message"))
+                                  status.get("message"), disruption=self.disruption(slot.name))
         image = self._image_failure(now)
         if image is not None:
             return image

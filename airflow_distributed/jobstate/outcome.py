@@ -59,6 +59,9 @@ class JobOutcome:
     :param logs: last lines of the replicas whose logs were followed, by replica.
     :param pods: the last pod seen of each replica, by replica (Kubernetes).
     :param job_object: the job's object as last seen (Kubeflow kinds; ``None`` once deleted).
+    :param disruption: how the cluster took the deciding replica away, when it did: its pod's ``DisruptionTarget``
+        reason (``EvictionByEvictionAPI``, ``PreemptionByScheduler``, ``DeletionByTaintManager``...) or the pod's
+        own (``Evicted``, ``Preempting``, ``NodeLost``...). Not part of the message: it picks the error's class.
     """
 
     ending: str
@@ -75,6 +78,7 @@ class JobOutcome:
     logs: Mapping[str, Sequence[str]] = field(default_factory=dict)
     pods: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     job_object: Mapping[str, Any] | None = None
+    disruption: str | None = None
 
     def __post_init__(self) -> None:
         if self.ending not in ENDINGS:

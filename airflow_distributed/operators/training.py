@@ -116,6 +116,12 @@ class DistributedTrainingOperator(BaseOperator):
     :param job_links: extra link buttons as (name, URL template) pairs, e.g.
         ``("TensorBoard", "https://tb.example.com/#scalars&regexInput={job_name}")``; placeholders ``{job_name}``,
         ``{dag_id}``, ``{run_id}``, ``{task_id}``, ``{map_index}``, ``{try_number}``.
+    :param retry_policy: Airflow's (>= 3.3) retry policy of the task. Default, when ``retries`` > 0: the provider's
+        ``retry_policy.DistributedRetryPolicy``, which retries a job the cluster interrupted (a replica evicted,
+        preempted or lost with its node) at once, fails at once one whose image cannot be pulled, that the cluster
+        refused or whose arguments are invalid, and leaves a script's error to ``retries``; see
+        ``docs/failures.md``. Give another policy to replace it (``ExceptionRetryPolicy(rules=[])``: plain
+        ``retries`` for every failure). On Airflow < 3.3 there is none, and the errors' classes are still raised.
     :param watch_timings: how the wait watches the job (Kubernetes and Kubeflow backends, synchronous and
         deferred), a dict of ``hooks.watch_loop.WatchTimings`` fields: ``server_timeout`` (``timeoutSeconds`` of
         each watch request, default 300), ``read_timeout_margin`` (client read timeout above it, 30),
@@ -172,6 +178,10 @@ class DistributedTrainingOperator(BaseOperator):
         # The return value's keys are XComs of their own (see outputs.py); a missing one resolves to None.
         kwargs.setdefault("multiple_outputs", True)
         super().__init__(**kwargs)
+        if getattr(self, "retry_policy", None) is None and self.retries:
+            policy = default_retry_policy()
+            if policy is not None:
+                self.retry_policy = policy
         if job_links:
             self.operator_extra_links = operator_links(job_links)
         self.framework = framework
@@ -353,4 +363,13 @@ class DistributedTrainingOperator(BaseOperator):
             self._backend.kill()
 
 
-__all__ = ["BACKENDS", "Backend", "DistributedJobError", "DistributedTrainingOperator"]
+def default_retry_policy() -> Any:
+    """The provider's retry policy, or ``None`` on an Airflow without retry policies (< 3.3)."""
+    try:
+        from airflow_distributed.retry_policy import DistributedRetryPolicy
+    except ImportError:  # no airflow.sdk.RetryPolicy: the errors' classes are raised all the same
+        return None
+    return DistributedRetryPolicy()
+
+
+__all__ = ["BACKENDS", "Backend", "DistributedJobError", "DistributedTrainingOperator", "default_retry_policy"]

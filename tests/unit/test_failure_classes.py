@@ -27,7 +27,7 @@ from airflow_distributed.exceptions import (
 from airflow_distributed.hooks.api_retry import KubernetesJobError as FromApiRetry
 from airflow_distributed.hooks.api_retry import job_error
 from airflow_distributed.jobstate import outcome as ending
-from airflow_distributed.jobstate.failures import FAILURE_CLASSES, failure_class, job_failure
+from airflow_distributed.jobstate.failures import FAILURE_CLASSES, job_failure
 from airflow_distributed.jobstate.job_watch import JobTracker, ReplicaSlot, pod_disruption
 from airflow_distributed.jobstate.outcome import JobOutcome, failure_message
 

@@ -1,0 +1,46 @@
+"""DAGs for the errors that tell Airflow what to do: each with ``retries=3``, under the provider's retry policy.
+
+A script's error follows ``retries``; an image that cannot be pulled fails at its first try; a replica evicted
+mid-training is retried at once, whatever ``retry_delay`` says.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_distributed.operators import DistributedTrainingOperator
+
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+IMAGE = "registry.example.com/trainer:1.0"
+#: Longer than any test waits: a retry that comes, comes because the policy asked for it at once.
+LONG_DELAY = timedelta(hours=1)
+
+
+def namespace_of(dag_id: str) -> str:
+    return dag_id.replace("_", "-")
+
+
+def _dag(dag_id: str, **task_kwargs) -> DAG:
+    with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test"]) as dag:
+        DistributedTrainingOperator(task_id="train", framework="pytorch", environment={"pytorch": {"n_workers": 1}},
+                                    retries=3, **task_kwargs)
+    return dag
+
+
+# The master's script exits 2: the DAG author's call, so the task's own retries (no delay, to keep it short).
+script_exits_2 = _dag("failure_script_exits_2", command=["python", "-c", "import sys; print('bad input'); sys.exit(2)"],
+                      retry_delay=timedelta(0), stop_grace_period=3.0)
+_on_kubernetes = {"command": ["python", "/opt/jobs/train.py"], "image": IMAGE, "backend": "kubernetes",
+                  "startup_timeout": 600.0}
+# Without the policy these would take 4 tries at once (no delay): with it, one.
+image_pull = _dag("failure_image_pull", namespace=namespace_of("failure_image_pull"), retry_delay=timedelta(0),
+                  **_on_kubernetes)
+image_pull_deferrable = _dag("failure_image_pull_deferrable", namespace=namespace_of("failure_image_pull_deferrable"),
+                             retry_delay=timedelta(0), deferrable=True, **_on_kubernetes)
+# Without the policy the retry would wait an hour.
+evicted = _dag("failure_evicted", namespace=namespace_of("failure_evicted"), retry_delay=LONG_DELAY, **_on_kubernetes)
+evicted_deferrable = _dag("failure_evicted_deferrable", namespace=namespace_of("failure_evicted_deferrable"),
+                          retry_delay=LONG_DELAY, deferrable=True, **_on_kubernetes)

@@ -100,6 +100,7 @@ class BackendSettings:
     runtime: str | None
     runtime_kind: Literal["ClusterTrainingRuntime", "TrainingRuntime"]
     execution_timeout: timedelta | None
+    progress_timeout: float | None
 
     @classmethod
     def of(cls, operator: Any) -> BackendSettings:

@@ -100,6 +100,9 @@ LIVE_JOB_XCOM_KEY = "kubernetes_job"
 def check_kubernetes_arguments(settings: BackendSettings) -> list[tuple[str, str]]:
     """Problems with the operator's Kubernetes arguments, as ``(argument, message)`` for ``SpecValidationError``."""
     problems = namespace_problems(settings.namespace)
+    if settings.progress_timeout is not None:
+        problems.append(("progress_timeout", "is watched by backend='local' only: a job here would not be stopped "
+                         "when it hangs; remove it, or use backend='local'"))
     policy = settings.clean_pod_policy
     if policy is not None and policy not in CLEAN_POD_POLICIES:
         problems.append(("clean_pod_policy", f"{policy!r} is not supported; allowed: {', '.join(CLEAN_POD_POLICIES)}"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 from airflow_distributed.exceptions import (
     DistributedJobError,
     ImagePullError,
+    JobHungError,
     ReplicaExitedError,
     ReplicaLostError,
     ReplicaNotStartedError,
@@ -28,6 +29,7 @@ FAILURE_CLASSES: dict[str, type[DistributedJobError]] = {
     ending.TIMED_OUT: DistributedJobError,
     ending.GAVE_UP: DistributedJobError,
     ending.FAILED: DistributedJobError,
+    ending.HUNG: JobHungError,
 }
 #: Endings of one replica that the cluster may have caused by taking the replica away (``JobOutcome.disruption``).
 REPLICA_ENDINGS = (ending.EXITED, ending.POD_FAILED, ending.DELETED)

@@ -24,7 +24,8 @@ from airflow_distributed.status import ReplicaStatus
 #: The endings. A replica's container exited non-zero (``exit``), its pod failed without an exit code (``pod``),
 #: it or the whole job was deleted (``deleted``), its image cannot be pulled (``image``), it did not start in
 #: time (``startup``), the task was killed (``stopped``), the wait ran out of time (``timeout``), an elastic job
-#: gave up (``gave_up``), or a controller or the waiter said ``failed`` without naming a replica (``failed``).
+#: gave up (``gave_up``), a controller or the waiter said ``failed`` without naming a replica (``failed``), or the job
+#: reported no progress for ``progress_timeout`` while every replica ran (``hung``).
 SUCCEEDED = "succeeded"
 EXITED = "exit"
 POD_FAILED = "pod"
@@ -35,9 +36,12 @@ STOPPED = "stopped"
 TIMED_OUT = "timeout"
 GAVE_UP = "gave_up"
 FAILED = "failed"
-ENDINGS = (SUCCEEDED, EXITED, POD_FAILED, DELETED, IMAGE, NOT_STARTED, STOPPED, TIMED_OUT, GAVE_UP, FAILED)
+HUNG = "hung"
+ENDINGS = (SUCCEEDED, EXITED, POD_FAILED, DELETED, IMAGE, NOT_STARTED, STOPPED, TIMED_OUT, GAVE_UP, FAILED, HUNG)
 #: Lines of the deciding replica's log a failure message quotes.
 MESSAGE_TAIL_LINES = 15
+#: Lines of each replica's log the message of a hung job quotes (its Python stacks, where it dumped them).
+HUNG_TAIL_LINES = 40
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,8 @@ def _describe(outcome: JobOutcome, startup_timeout: float | None) -> str:
         return outcome.message or "the job timed out"
     if ending == GAVE_UP:
         return outcome.reason or f"the elastic job gave up after replica {replica} ended"
+    if ending == HUNG:
+        return outcome.message or "the job hung"
     if ending == POD_FAILED:
         return f"the pod of replica {replica} failed: {_detail(outcome.reason, outcome.message) or 'Failed'}"
     return "" if outcome.judgement else (_detail(outcome.reason, outcome.message) or "failed")
@@ -148,8 +154,12 @@ def failure_message(job: str, outcome: JobOutcome, elapsed: float, cleanup: str,
     if outcome.tail or exited:
         lines = "\n".join(f"    {line}" for line in outcome.tail[-MESSAGE_TAIL_LINES:]) or "    (no output)"
         message += f". Its last lines:\n{lines}"
+    if outcome.ending == HUNG:
+        for name, tail in outcome.logs.items():
+            lines = "\n".join(f"    {line}" for line in list(tail)[-HUNG_TAIL_LINES:]) or "    (no output)"
+            message += f"\n  {name}, last lines:\n{lines}"
     return message
 
 
-__all__ = ["DELETED", "ENDINGS", "EXITED", "FAILED", "GAVE_UP", "IMAGE", "NOT_STARTED", "POD_FAILED", "STOPPED",
+__all__ = ["DELETED", "ENDINGS", "EXITED", "FAILED", "GAVE_UP", "HUNG", "IMAGE", "NOT_STARTED", "POD_FAILED", "STOPPED",
            "SUCCEEDED", "TIMED_OUT", "JobOutcome", "describe", "failure_message"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow.providers.common.compat.sdk import conf
@@ -122,6 +123,12 @@ class DistributedTrainingOperator(BaseOperator):
         refused or whose arguments are invalid, and leaves a script's error to ``retries``; see
         ``docs/failures.md``. Give another policy to replace it (``ExceptionRetryPolicy(rules=[])``: plain
         ``retries`` for every failure). On Airflow < 3.3 there is none, and the errors' classes are still raised.
+    :param progress_timeout: the hang watchdog (``backend="local"``; refused by the others), a ``timedelta`` or
+        seconds: when the master has reported no progress or metric (``tracking.log_progress``/``log_metrics``)
+        and printed no line for that long while every replica runs, the job is hung: each replica prints its Python
+        stacks (where its script imports ``airflow_distributed.tracking``), every replica is stopped, and the task
+        fails with ``JobHungError``, naming the last step reported and quoting each replica's last lines. A job
+        that is slow but reports is never stopped by it. Default: none.
     :param watch_timings: how the wait watches the job (Kubernetes and Kubeflow backends, synchronous and
         deferred), a dict of ``hooks.watch_loop.WatchTimings`` fields: ``server_timeout`` (``timeoutSeconds`` of
         each watch request, default 300), ``read_timeout_margin`` (client read timeout above it, 30),
@@ -173,6 +180,7 @@ class DistributedTrainingOperator(BaseOperator):
         watch_timings: Mapping[str, Any] | None = None,
         runtime: str | None = None,
         runtime_kind: Literal["ClusterTrainingRuntime", "TrainingRuntime"] = "ClusterTrainingRuntime",
+        progress_timeout: timedelta | float | None = None,
         **kwargs: Any,
     ) -> None:
         # The return value's keys are XComs of their own (see outputs.py); a missing one resolves to None.
@@ -214,6 +222,8 @@ class DistributedTrainingOperator(BaseOperator):
         self.watch_timings = dict(watch_timings) if watch_timings is not None else None
         self.runtime = runtime
         self.runtime_kind = runtime_kind
+        self.progress_timeout = progress_timeout.total_seconds() if isinstance(progress_timeout, timedelta) else (
+            progress_timeout)
         # Picked once: the backend object keeps the state of the job it runs (for on_kill).
         self._backend: JobBackend | None = backend_named(backend)
         self.model_asset = model_asset
@@ -255,6 +265,10 @@ class DistributedTrainingOperator(BaseOperator):
         if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not 0 <= grace < float("inf"):
             problems.append(("image_pull_grace", f"{grace!r} is not allowed: seconds, a number >= 0 (0: fail at the "
                              "first failed pull)"))
+        wait = self.progress_timeout
+        if wait is not None and (isinstance(wait, bool) or not isinstance(wait, (int, float))
+                                 or not 0 < wait < float("inf")):
+            problems.append(("progress_timeout", "is not allowed: a timedelta or seconds, a number > 0"))
         if self.watch_timings is not None:
             from airflow_distributed.hooks.watch_loop import WatchTimings  # not the Kubernetes client at parse time
 

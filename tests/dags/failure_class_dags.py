@@ -1,7 +1,7 @@
-"""DAGs for the errors that tell Airflow what to do: each with ``retries=3``, under the provider's retry policy.
+"""DAGs for the errors that tell Airflow what to do, with ``retries``, under the provider's retry policy.
 
 A script's error follows ``retries``; an image that cannot be pulled fails at its first try; a replica evicted
-mid-training is retried at once, whatever ``retry_delay`` says.
+mid-training, or a job that hangs, is retried at once, whatever ``retry_delay`` says.
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ def namespace_of(dag_id: str) -> str:
 
 
 def _dag(dag_id: str, **task_kwargs) -> DAG:
+    task_kwargs.setdefault("environment", {"pytorch": {"n_workers": 1}})
+    task_kwargs.setdefault("retries", 3)
     with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test"]) as dag:
-        DistributedTrainingOperator(task_id="train", framework="pytorch", environment={"pytorch": {"n_workers": 1}},
-                                    retries=3, **task_kwargs)
+        DistributedTrainingOperator(task_id="train", framework="pytorch", **task_kwargs)
     return dag
 
 
@@ -44,3 +45,39 @@ image_pull_deferrable = _dag("failure_image_pull_deferrable", namespace=namespac
 evicted = _dag("failure_evicted", namespace=namespace_of("failure_evicted"), retry_delay=LONG_DELAY, **_on_kubernetes)
 evicted_deferrable = _dag("failure_evicted_deferrable", namespace=namespace_of("failure_evicted_deferrable"),
                           retry_delay=LONG_DELAY, deferrable=True, **_on_kubernetes)
+
+# The hang watchdog, on real gloo jobs: the master and worker 0 block in an all-reduce that worker 1 never joins
+# (gloo's own timeout is 10 minutes); and a job that is slow but reports each step, slower than none of its steps.
+GLOO_HANG = """
+import sys, time
+from datetime import timedelta
+import torch
+import torch.distributed as dist
+from airflow_distributed import tracking
+
+def block_in_all_reduce():
+    dist.all_reduce(torch.ones(1))
+
+def never_join():
+    time.sleep(3600)
+
+dist.init_process_group("gloo", timeout=timedelta(minutes=10))
+rank = dist.get_rank()
+dist.barrier()
+tracking.log_progress(step=1, total=10)
+print(f"rank {rank}: step 1 done", flush=True)
+block_in_all_reduce() if rank < 2 else never_join()
+"""
+SLOW_BUT_REPORTING = """
+import time
+from airflow_distributed import tracking
+
+for step in range(1, 7):
+    time.sleep(1.0)
+    tracking.log_progress(step=step, total=6)
+tracking.log_metrics(loss=0.5)
+"""
+hung = _dag("failure_hung", environment={"pytorch": {"n_workers": 2}}, command=["python", "-c", GLOO_HANG],
+            progress_timeout=timedelta(seconds=8), stop_grace_period=3.0, retries=1, retry_delay=LONG_DELAY)
+slow = _dag("failure_slow_but_reporting", command=["python", "-c", SLOW_BUT_REPORTING], progress_timeout=3.0,
+            retries=0)

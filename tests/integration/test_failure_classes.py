@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tests.dags.failure_class_dags import IMAGE, namespace_of
-from tests.helpers import run_dag, run_dag_at, wait_until, xcom
+from tests.helpers import replica_processes, run_dag, run_dag_at, wait_until, xcom
 from tests.kubernetes_helpers import DOCUMENT, JOB_LABEL, NOTHING, Player, settled, task_requests
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
@@ -150,3 +150,35 @@ def test_a_replica_evicted_mid_training_is_retried_at_once(emulator, dag_id, cap
     assert "-worker-0 was deleted" in out  # the message of try 1, as it was
     assert xcom(run, "train", "metrics") == DOCUMENT["metrics"]
     settled(emulator, namespace, NOTHING)
+
+
+# ---------------------------------------------------------------------------------------------- the hang watchdog
+
+
+def test_a_job_whose_ranks_block_in_an_all_reduce_fails_as_hung_with_their_stacks(capfd):
+    run, states = run_dag("failure_hung")
+
+    assert states == {"train": "failed"}
+    last, earlier = tries(run)
+    assert last == 2  # retried at once (retry_delay is an hour), hung again
+    ((_, delay, reason),) = earlier
+    assert delay == 0.0 and reason is not None and reason.startswith("JobHungError: the job hung")
+    out = capfd.readouterr().out
+    failure = out[out.rindex("JobHungError: job "):]
+    assert "the master reported no progress or metric and printed no line for 8s (progress_timeout 8s)" in failure
+    assert "its last step reported was 1, " in failure
+    # Each replica's stacks, printed by faulthandler on the watchdog's signal: where each one was stuck.
+    job = xcom(run, "train", "job")
+    names = {r["role"] + "-" + str(r["index"]): r["name"] for r in job["replicas"]}
+    for key, where in (("master-0", "block_in_all_reduce"), ("worker-0", "block_in_all_reduce"),
+                       ("worker-1", "never_join")):
+        section = failure[failure.index(f"  {names[key]}, last lines:"):]
+        assert f"in {where}" in section.split(", last lines:")[1], (key, section)
+    assert replica_processes("train-") == []
+
+
+def test_a_slow_job_that_reports_is_not_hung():
+    run, states = run_dag("failure_slow_but_reporting")
+
+    assert states == {"train": "success"}
+    assert xcom(run, "train", "metrics") == {"loss": 0.5}

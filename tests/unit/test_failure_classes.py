@@ -233,3 +233,16 @@ def test_a_recreated_pod_that_nobody_disrupts_is_no_longer_marked() -> None:
     tracker.apply("MODIFIED", pod("j-worker-0", conditions=[DISRUPTED]))
     tracker.apply("MODIFIED", pod("j-worker-0"))
     assert tracker.disruption("j-worker-0") is None
+
+
+# ---------------------------------------------------------------------------------------------- a hung job
+
+
+def test_a_hung_job_is_a_job_hung_error_quoting_every_replicas_last_lines() -> None:
+    outcome = JobOutcome(ending.HUNG, message="the job hung: no progress for 30s",
+                         logs={"j-master-0": ("step 1", 'File "t.py", line 9 in block'), "j-worker-0": ()})
+    error = job_failure("ns/j", outcome, 31.0, "every replica was stopped")
+    assert type(error) is errors.JobHungError
+    assert str(error) == ("job ns/j failed after 31.0s: the job hung: no progress for 30s; every replica was stopped"
+                          "\n  j-master-0, last lines:\n    step 1\n    File \"t.py\", line 9 in block"
+                          "\n  j-worker-0, last lines:\n    (no output)")

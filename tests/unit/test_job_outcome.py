@@ -58,6 +58,8 @@ CASES = [
          f"job ns/j failed after 12.3s: the pods reached the execution_timeout; {NOTE}"),
     Case("timed out locally", JobOutcome(ending.TIMED_OUT),
          f"job ns/j failed after 12.3s: the job timed out; {NOTE}"),
+    Case("hung", JobOutcome(ending.HUNG, message="the job hung: no progress for 30s", logs={"j-master-0": ("x",)}),
+         f"job ns/j failed after 12.3s: the job hung: no progress for 30s; {NOTE}\n  j-master-0, last lines:\n    x"),
     Case("elastic gave up after an exit", JobOutcome(ending.GAVE_UP, replica="j-worker-0", exit_code=-9,
                                                      reason="replica j-worker-0 was killed after 1 restart",
                                                      tail=("step 3",)),

@@ -107,3 +107,19 @@ def test_without_retry_policies_in_airflow_there_is_none_and_no_error(monkeypatc
     monkeypatch.setitem(sys.modules, "airflow_distributed.retry_policy", None)
     assert default_retry_policy() is None
     assert operator(retries=3).retry_policy is None
+
+
+@pytest.mark.parametrize(("value", "seconds"), [(timedelta(minutes=2), 120.0), (30, 30), (None, None)])
+def test_progress_timeout_is_kept_in_seconds(value, seconds) -> None:
+    assert operator(progress_timeout=value).progress_timeout == seconds
+
+
+@pytest.mark.parametrize("value", [0, -5, "10", True, float("inf")])
+def test_a_bad_progress_timeout_is_refused_when_the_dag_is_parsed(value) -> None:
+    with pytest.raises(SpecValidationError, match="progress_timeout: is not allowed: a timedelta or seconds"):
+        operator(progress_timeout=value)
+
+
+def test_the_cluster_backends_refuse_progress_timeout() -> None:
+    with pytest.raises(SpecValidationError, match="progress_timeout: is watched by backend='local' only"):
+        operator(progress_timeout=60, backend="kubernetes", image="trainer:1")

@@ -15,8 +15,9 @@ from airflow_distributed.operators import DistributedTrainingOperator
 
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 IMAGE = "registry.example.com/trainer:1.0"
-#: Longer than any test waits: a retry that comes, comes because the policy asked for it at once.
-LONG_DELAY = timedelta(hours=1)
+#: A retry delay the policy overrides: without it, the retry would come a minute later (and the test would fail on
+#: the delay recorded, not hang).
+LONG_DELAY = timedelta(minutes=1)
 
 
 def namespace_of(dag_id: str) -> str:
@@ -41,7 +42,7 @@ image_pull = _dag("failure_image_pull", namespace=namespace_of("failure_image_pu
                   **_on_kubernetes)
 image_pull_deferrable = _dag("failure_image_pull_deferrable", namespace=namespace_of("failure_image_pull_deferrable"),
                              retry_delay=timedelta(0), deferrable=True, **_on_kubernetes)
-# Without the policy the retry would wait an hour.
+# Without the policy the retry would wait a minute.
 evicted = _dag("failure_evicted", namespace=namespace_of("failure_evicted"), retry_delay=LONG_DELAY, **_on_kubernetes)
 evicted_deferrable = _dag("failure_evicted_deferrable", namespace=namespace_of("failure_evicted_deferrable"),
                           retry_delay=LONG_DELAY, deferrable=True, **_on_kubernetes)
@@ -81,3 +82,8 @@ hung = _dag("failure_hung", environment={"pytorch": {"n_workers": 2}}, command=[
             progress_timeout=timedelta(seconds=8), stop_grace_period=3.0, retries=1, retry_delay=LONG_DELAY)
 slow = _dag("failure_slow_but_reporting", command=["python", "-c", SLOW_BUT_REPORTING], progress_timeout=3.0,
             retries=0)
+# The cluster refuses the wait's first request (403): fails at its first try; a retry would be refused too.
+_refused = {**_on_kubernetes, "startup_timeout": 2.0, "retry_delay": timedelta(0)}
+refused = _dag("failure_refused", namespace=namespace_of("failure_refused"), **_refused)
+refused_deferrable = _dag("failure_refused_deferrable", namespace=namespace_of("failure_refused_deferrable"),
+                          deferrable=True, **_refused)

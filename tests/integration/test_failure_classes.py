@@ -1,7 +1,7 @@
 """The errors that tell Airflow what to do, through a real Airflow with ``retries=3`` and the provider's retry policy:
 a script's error follows the retries (local backend, real processes); over HTTP with the API emulator, an image that
-cannot be pulled fails at its first try and a replica evicted mid-training is retried at once (``retry_delay`` is an
-hour), both waited for in the task and in the triggerer."""
+cannot be pulled fails at its first try and a replica evicted mid-training is retried at once (``retry_delay`` is a
+minute), both waited for in the task and in the triggerer."""
 
 from __future__ import annotations
 
@@ -143,13 +143,30 @@ def test_a_replica_evicted_mid_training_is_retried_at_once(emulator, dag_id, cap
     last, earlier = tries(run)
     assert last == 2 and cluster.tries == 2
     ((_, delay, reason),) = earlier
-    assert delay == 0.0  # at once, not in retry_delay's hour
+    assert delay == 0.0  # at once, not after retry_delay's minute
     assert reason is not None and reason.startswith("ReplicaLostError: the cluster took a replica away")
     assert reason.endswith(": EvictionByEvictionAPI)")
     out = capfd.readouterr().out
     assert "-worker-0 was deleted" in out  # the message of try 1, as it was
     assert xcom(run, "train", "metrics") == DOCUMENT["metrics"]
     settled(emulator, namespace, NOTHING)
+
+
+@pytest.mark.usefixtures("kubernetes_connection")
+@pytest.mark.parametrize("dag_id", ["failure_refused", "failure_refused_deferrable"])
+def test_a_request_the_cluster_refuses_runs_one_try(emulator, dag_id, capfd):
+    namespace = namespace_of(dag_id)
+    emulator.create_namespace(namespace)
+    # The first read of the job's pods (the wait's LIST, in the task or in the triggerer) is forbidden.
+    emulator.inject_faults(method="GET", path_regex=f"/api/v1/namespaces/{namespace}/pods$", statuses=(403,))
+
+    run, states = run_dag_at(dag_id)
+
+    assert states == {"train": "failed"}
+    assert tries(run)[0] == 1
+    out = capfd.readouterr().out
+    assert "ClusterRefusedError" in out and "403 Forbidden" in out
+    assert "not retried: a retry is refused the same way" in out
 
 
 # ---------------------------------------------------------------------------------------------- the hang watchdog
@@ -160,7 +177,7 @@ def test_a_job_whose_ranks_block_in_an_all_reduce_fails_as_hung_with_their_stack
 
     assert states == {"train": "failed"}
     last, earlier = tries(run)
-    assert last == 2  # retried at once (retry_delay is an hour), hung again
+    assert last == 2  # retried at once (retry_delay is a minute), hung again
     ((_, delay, reason),) = earlier
     assert delay == 0.0 and reason is not None and reason.startswith("JobHungError: the job hung")
     out = capfd.readouterr().out

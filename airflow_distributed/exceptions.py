@@ -12,6 +12,7 @@ class                         the job ended because
 ``ReplicaExitedError``        a replica's script exited non-zero (``exit_code``)
 ``ImagePullError``            a replica's image cannot be pulled, or is not a valid image name
 ``ReplicaNotStartedError``    a replica was not scheduled or did not start within its limit
+``ReplicaNotScheduledError``  a replica was not scheduled within ``queue_timeout`` (a ``ReplicaNotStartedError``)
 ``JobHungError``              the job stopped reporting progress while every replica ran
 ``ClusterRefusedError``       the cluster refused a request: credentials (401/403) or an invalid object
 ``ApiUnavailableError``       the Kubernetes API stayed unavailable past the retry budget
@@ -84,6 +85,10 @@ class ReplicaNotStartedError(DistributedJobError):
     """A replica was not scheduled, or did not start, within its limit (``startup_timeout``)."""
 
 
+class ReplicaNotScheduledError(ReplicaNotStartedError):
+    """A replica waited for capacity or quota (unschedulable, held by Kueue) past ``queue_timeout``."""
+
+
 class JobHungError(DistributedJobError):
     """The job reported no progress for too long while every replica ran (a rank stuck in a collective)."""
 
@@ -132,5 +137,5 @@ def error_class_named(name: object) -> type[DistributedJobError] | None:
 
 
 __all__ = ["REFUSED_STATUSES", "ApiUnavailableError", "ClusterRefusedError", "DistributedJobError", "ImagePullError",
-           "JobHungError", "KubernetesJobError", "ReplicaExitedError", "ReplicaLostError", "ReplicaNotStartedError",
-           "ReplicaOOMKilledError", "api_error_class", "error_class_named"]
+           "JobHungError", "KubernetesJobError", "ReplicaExitedError", "ReplicaLostError", "ReplicaNotScheduledError",
+           "ReplicaNotStartedError", "ReplicaOOMKilledError", "api_error_class", "error_class_named"]

@@ -101,6 +101,7 @@ class BackendSettings:
     runtime_kind: Literal["ClusterTrainingRuntime", "TrainingRuntime"]
     execution_timeout: timedelta | None
     progress_timeout: float | None
+    queue_timeout: float | None
 
     @classmethod
     def of(cls, operator: Any) -> BackendSettings:

@@ -38,7 +38,7 @@ from airflow_distributed.backends.job_run import (
     require_image,
     watch_timings,
 )
-from airflow_distributed.backends.kubernetes import check_kubernetes_arguments, manifest_options
+from airflow_distributed.backends.kubernetes import check_kubernetes_arguments, manifest_options, queue_timeout_refused
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.failures import job_failure
 from airflow_distributed.jobstate.job_watch import JobVerdict, replica_table
@@ -64,7 +64,7 @@ def check_kubeflow_arguments(settings: BackendSettings, spec: TrainingSpec | Non
     Adds ``kubeflow_problems(spec)`` (per-index settings one pod template cannot express) for a spec that is not a
     template; a templated spec is checked when the job is built.
     """
-    problems = check_kubernetes_arguments(settings)
+    problems = check_kubernetes_arguments(settings) + queue_timeout_refused(settings, "kubeflow")
     if spec is None:
         return problems
     from airflow_distributed.manifests.kubeflow import kubeflow_problems

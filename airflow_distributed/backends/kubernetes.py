@@ -115,6 +115,14 @@ def check_kubernetes_arguments(settings: BackendSettings) -> list[tuple[str, str
     return problems
 
 
+def queue_timeout_refused(settings: BackendSettings, backend: str) -> list[tuple[str, str]]:
+    """``queue_timeout`` on a backend whose controller starts the pods: refused, the wait would not honour it."""
+    if settings.queue_timeout is None:
+        return []
+    return [("queue_timeout", f"is judged by backend='kubernetes' only: backend={backend!r} would wait for "
+             "scheduling within startup_timeout; remove it, or use backend='kubernetes'")]
+
+
 # ---------------------------------------------------------------------------------------------- entry points
 
 
@@ -332,6 +340,7 @@ class KubernetesJobRun:
                 outcome = self.hook.wait_for_job(
                     self.namespace, self.name, watched,
                     startup_timeout=self.settings.startup_timeout,
+                    queue_timeout=self.settings.queue_timeout,
                     image_pull_grace=self.settings.image_pull_grace,
                     watch_timings=watch_timings(self.settings),
                     on_change=self._log_table,
@@ -408,6 +417,7 @@ class KubernetesJobRun:
             namespace=self.namespace,
             replicas=slots_to_json([slot for slot in self.slots if slot.name not in self.dropped]),
             startup_timeout=self.settings.startup_timeout,
+            queue_timeout=self.settings.queue_timeout,
             started_at=time.time(),
             kubernetes_conn_id=self.settings.kubernetes_conn_id,
             execution_deadline=deadline,
@@ -474,7 +484,8 @@ class KubernetesJobRun:
                 outcome = replace(outcome, ending=ending.GAVE_UP, reason=self.elastic_failure)
             note = "the job was deleted" if killed else self.cleanup_note(False)
             raise job_failure(f"{self.namespace}/{self.name}", outcome, elapsed, note,
-                              startup_timeout=self.settings.startup_timeout)
+                              startup_timeout=self.settings.startup_timeout,
+                              queue_timeout=self.settings.queue_timeout)
         return push_success(self.context, self.log, result, document, self.namespace, self.name, elapsed)
 
     def _collect(self, outcome: JobOutcome, killed: bool) -> tuple[dict[str, Any], JobOutcome]:
@@ -488,7 +499,7 @@ class KubernetesJobRun:
         if outcome.replica is not None:
             if outcome.ending == ending.EXITED:
                 tail = logs[outcome.replica] = self.tail(outcome.replica, pods, outcome.container)
-            elif outcome.ending == ending.NOT_STARTED and pods.get(outcome.replica) is not None:
+            elif outcome.ending in (ending.NOT_STARTED, ending.QUEUED) and pods.get(outcome.replica) is not None:
                 events = self.hook.pod_events(self.namespace, outcome.replica)
         if not killed and self.master.name not in logs and log_available(pods.get(self.master.name)):
             logs[self.master.name] = self.tail(self.master.name, pods)

@@ -58,6 +58,7 @@ IGNORED_ARGUMENTS = {
     "scheduler_name": "the replicas are processes, started by the task",
     "gang_scheduling": "the replicas are processes, all started together by the task",
     "queue_name": "no Kueue admits the replicas: they start at once on the worker",
+    "queue_timeout": "the replicas wait in no queue: they start at once on the worker",
     "watch_timings": "there is no Kubernetes API to watch",
 }
 

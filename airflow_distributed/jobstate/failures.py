@@ -12,6 +12,7 @@ from airflow_distributed.exceptions import (
     JobHungError,
     ReplicaExitedError,
     ReplicaLostError,
+    ReplicaNotScheduledError,
     ReplicaNotStartedError,
     ReplicaOOMKilledError,
 )
@@ -30,6 +31,7 @@ FAILURE_CLASSES: dict[str, type[DistributedJobError]] = {
     ending.GAVE_UP: DistributedJobError,
     ending.FAILED: DistributedJobError,
     ending.HUNG: JobHungError,
+    ending.QUEUED: ReplicaNotScheduledError,
 }
 #: Endings of one replica that the cluster may have caused by taking the replica away (``JobOutcome.disruption``).
 REPLICA_ENDINGS = (ending.EXITED, ending.POD_FAILED, ending.DELETED)
@@ -55,7 +57,7 @@ def failure_class(outcome: JobOutcome) -> type[DistributedJobError]:
 
 
 def job_failure(job: str, outcome: JobOutcome, elapsed: float, cleanup: str, *,
-                startup_timeout: float | None = None,
+                startup_timeout: float | None = None, queue_timeout: float | None = None,
                 default: type[DistributedJobError] | None = None) -> DistributedJobError:
     """The error to raise for a job that did not succeed: ``failure_message``'s words, ``failure_class``'s class,
     the outcome's facts (replica, reason, exit code, image...) as its attributes.
@@ -66,7 +68,8 @@ def job_failure(job: str, outcome: JobOutcome, elapsed: float, cleanup: str, *,
     chosen = failure_class(outcome)
     if default is not None and chosen is DistributedJobError:
         chosen = default
-    message = failure_message(job, outcome, elapsed, cleanup, startup_timeout=startup_timeout)
+    message = failure_message(job, outcome, elapsed, cleanup, startup_timeout=startup_timeout,
+                              queue_timeout=queue_timeout)
     return chosen(message, outcome=outcome)
 
 

@@ -244,6 +244,14 @@ def _waiting(pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
     return None, None
 
 
+def _scheduled(pod: Mapping[str, Any]) -> bool:
+    """The pod is bound to a node, and the scheduler does not say otherwise."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    if any(c.get("type") == "PodScheduled" and c.get("status") == "False" for c in conditions):
+        return False
+    return bool((pod.get("spec") or {}).get("nodeName"))
+
+
 def _exit(pod: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
     """(container, terminated state) of the container whose exit decides this replica, if one has exited."""
     kind, fields = container_state(pod, READINESS_CONTAINER)
@@ -300,10 +308,14 @@ class JobTracker:
         before the job fails; 0 fails at the first failed pull. A pull that succeeds in time resets it.
     :param pull_failures: when each replica's pull was first seen failing, on the caller's clock; a waiter that
         builds a new tracker per look (a sensor's pokes) hands the same mapping to every one of them.
+    :param queue_timeout: seconds the replicas may wait to be scheduled (no capacity or quota: unschedulable, held
+        by Kueue), counted from ``started_at``; ``startup_timeout`` then counts from when the last was scheduled.
+        ``None``: no queue limit of its own, ``startup_timeout`` covers the wait for scheduling too.
     """
 
     def __init__(self, slots: Sequence[ReplicaSlot], *, startup_timeout: float, started_at: float,
-                 image_pull_grace: float = 0.0, pull_failures: dict[str, float] | None = None) -> None:
+                 image_pull_grace: float = 0.0, pull_failures: dict[str, float] | None = None,
+                 queue_timeout: float | None = None) -> None:
         if not slots:
             raise ValueError("a job has at least one replica")
         self.slots = tuple(slots)
@@ -311,6 +323,9 @@ class JobTracker:
         self.startup_timeout = startup_timeout
         self.started_at = started_at
         self.image_pull_grace = image_pull_grace
+        self.queue_timeout = queue_timeout
+        #: when the last replica was scheduled (with ``queue_timeout``), on the caller's clock
+        self.scheduled_at: float | None = None
         self.pull_failures = {} if pull_failures is None else pull_failures
         self._pods: dict[str, dict[str, Any]] = {}
         self._deleted: set[str] = set()
@@ -418,6 +433,16 @@ class JobTracker:
         image = self._image_failure(now)
         if image is not None:
             return image
+        if self.queue_timeout is not None:
+            queued = self.queued()
+            if queued:  # waiting for capacity is not starting: the queue limit applies, not the startup one
+                self.scheduled_at = None
+                if now < self.started_at + self.queue_timeout:
+                    return None
+                reason, message = _waiting(self._pods[queued[0]])
+                return JobVerdict(FAILURE, queued[0], "queue", None, reason or "Unschedulable", message)
+            if self.scheduled_at is None:
+                self.scheduled_at = now
         if now < self.startup_deadline:
             return None
         for slot in self.slots:
@@ -433,9 +458,20 @@ class JobTracker:
         return image_failure([(slot.name, self._pods.get(slot.name)) for slot in self.slots], self.pull_failures,
                              self.image_pull_grace, now)
 
+    def queued(self) -> list[str]:
+        """Replicas whose pod is not started and not scheduled to a node (unschedulable, gated by Kueue)."""
+        return [slot.name for slot in self.slots
+                if (pod := self._pods.get(slot.name)) is not None and not pod_started(pod) and not _scheduled(pod)]
+
     @property
     def startup_deadline(self) -> float:
-        return self.started_at + self.startup_timeout
+        """The next deadline of a job not started: the queue limit while a replica waits to be scheduled, else the
+        startup limit (from the start, or from when the last replica was scheduled with ``queue_timeout``)."""
+        if self.queue_timeout is None:
+            return self.started_at + self.startup_timeout
+        if self.scheduled_at is None:
+            return self.started_at + self.queue_timeout
+        return self.scheduled_at + self.startup_timeout
 
     def waiting_for_start(self) -> bool:
         return any(slot.name not in self._pods or not pod_started(self._pods[slot.name]) for slot in self.slots)

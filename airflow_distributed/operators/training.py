@@ -83,7 +83,13 @@ class DistributedTrainingOperator(BaseOperator):
     :param runtime_kind: ``backend="trainjob"``: ``ClusterTrainingRuntime`` (default) or ``TrainingRuntime`` (a
         runtime in the job's namespace).
     :param wait_for_completion: wait for the job to finish (the local backend always waits).
-    :param startup_timeout: seconds a replica may stay pending before the job fails (Kubernetes).
+    :param startup_timeout: seconds a replica may stay pending before the job fails (Kubernetes); with
+        ``queue_timeout``, counted from when the last replica was scheduled.
+    :param queue_timeout: ``backend="kubernetes"``: how long the replicas may wait to be scheduled (no capacity or
+        quota: unschedulable, held by Kueue), a ``timedelta`` or seconds, from the start of the wait; past it the
+        task fails with ``ReplicaNotScheduledError`` naming the scheduler's reason. Default: none, and
+        ``startup_timeout`` covers the wait for scheduling too. The local backend ignores it; the Kubeflow ones
+        refuse it.
     :param image_pull_grace: seconds a replica's image pull may keep failing (``ErrImagePull``,
         ``ImagePullBackOff``) before the job fails, for registries that flap; a pull that succeeds within it does
         not fail the job. Default 0: the first failed pull fails the job, naming the replica, the image and the
@@ -181,6 +187,7 @@ class DistributedTrainingOperator(BaseOperator):
         runtime: str | None = None,
         runtime_kind: Literal["ClusterTrainingRuntime", "TrainingRuntime"] = "ClusterTrainingRuntime",
         progress_timeout: timedelta | float | None = None,
+        queue_timeout: timedelta | float | None = None,
         **kwargs: Any,
     ) -> None:
         # The return value's keys are XComs of their own (see outputs.py); a missing one resolves to None.
@@ -222,8 +229,8 @@ class DistributedTrainingOperator(BaseOperator):
         self.watch_timings = dict(watch_timings) if watch_timings is not None else None
         self.runtime = runtime
         self.runtime_kind = runtime_kind
-        self.progress_timeout = progress_timeout.total_seconds() if isinstance(progress_timeout, timedelta) else (
-            progress_timeout)
+        self.progress_timeout = _seconds(progress_timeout)
+        self.queue_timeout = _seconds(queue_timeout)
         # Picked once: the backend object keeps the state of the job it runs (for on_kill).
         self._backend: JobBackend | None = backend_named(backend)
         self.model_asset = model_asset
@@ -265,10 +272,11 @@ class DistributedTrainingOperator(BaseOperator):
         if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not 0 <= grace < float("inf"):
             problems.append(("image_pull_grace", f"{grace!r} is not allowed: seconds, a number >= 0 (0: fail at the "
                              "first failed pull)"))
-        wait = self.progress_timeout
-        if wait is not None and (isinstance(wait, bool) or not isinstance(wait, (int, float))
-                                 or not 0 < wait < float("inf")):
-            problems.append(("progress_timeout", "is not allowed: a timedelta or seconds, a number > 0"))
+        for limit in ("progress_timeout", "queue_timeout"):
+            wait = getattr(self, limit)
+            if wait is not None and (isinstance(wait, bool) or not isinstance(wait, (int, float))
+                                     or not 0 < wait < float("inf")):
+                problems.append((limit, "is not allowed: a timedelta or seconds, a number > 0"))
         if self.watch_timings is not None:
             from airflow_distributed.hooks.watch_loop import WatchTimings  # not the Kubernetes client at parse time
 
@@ -375,6 +383,11 @@ class DistributedTrainingOperator(BaseOperator):
     def on_kill(self) -> None:
         if self._backend is not None:
             self._backend.kill()
+
+
+def _seconds(value: Any) -> Any:
+    """A ``timedelta`` in seconds; anything else as it is (checked by ``_check_arguments``)."""
+    return value.total_seconds() if isinstance(value, timedelta) else value
 
 
 def default_retry_policy() -> Any:

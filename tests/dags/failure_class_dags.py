@@ -87,3 +87,13 @@ _refused = {**_on_kubernetes, "startup_timeout": 2.0, "retry_delay": timedelta(0
 refused = _dag("failure_refused", namespace=namespace_of("failure_refused"), **_refused)
 refused_deferrable = _dag("failure_refused_deferrable", namespace=namespace_of("failure_refused_deferrable"),
                           deferrable=True, **_refused)
+# Waiting for capacity is not starting: unschedulable longer than startup_timeout, then scheduled, succeeds within
+# queue_timeout; unschedulable past queue_timeout fails, naming the scheduler's reason.
+_queued = {**_on_kubernetes, "startup_timeout": 2.0, "retries": 0}
+queue_then_scheduled = _dag("failure_queue_then_scheduled", namespace=namespace_of("failure_queue_then_scheduled"),
+                            queue_timeout=timedelta(minutes=10), **_queued)
+queue_then_scheduled_deferrable = _dag(
+    "failure_queue_then_scheduled_deferrable", namespace=namespace_of("failure_queue_then_scheduled_deferrable"),
+    queue_timeout=timedelta(minutes=10), deferrable=True, **_queued)
+queue_timeout = _dag("failure_queue_timeout", namespace=namespace_of("failure_queue_timeout"), queue_timeout=3.0,
+                     **_queued)

@@ -169,6 +169,63 @@ def test_a_request_the_cluster_refuses_runs_one_try(emulator, dag_id, capfd):
     assert "not retried: a retry is refused the same way" in out
 
 
+UNSCHEDULABLE = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+
+
+@pytest.mark.usefixtures("kubernetes_connection")
+@pytest.mark.parametrize("dag_id", ["failure_queue_then_scheduled", "failure_queue_then_scheduled_deferrable"])
+def test_a_job_waiting_for_capacity_longer_than_startup_timeout_then_scheduled_succeeds(emulator, dag_id, capfd):
+    namespace = namespace_of(dag_id)
+    emulator.create_namespace(namespace)
+
+    def on_pods(cluster: Cluster, attempt: int, pods: dict[str, dict]) -> None:
+        names = [pod["metadata"]["name"] for pod in pods.values()]
+        for name in names:
+            emulator.pending_pod(namespace, name, reason="Unschedulable", message=UNSCHEDULABLE)
+        wait_until(lambda: any(r.is_watch for r in task_requests(emulator, namespace)), timeout=30)
+        time.sleep(4.0)  # twice startup_timeout (2 s): the queue's limit applies, not the startup one
+        for name in names:
+            emulator.schedule_pod(namespace, name)
+            emulator.run_pod(namespace, name)
+        master = pods["master-0"]["metadata"]["name"]
+        emulator.set_pod_phase(namespace, master, "Running", container_states={"base": {"terminated": {
+            "exitCode": 0, "reason": "Completed", "message": json.dumps(DOCUMENT)}}})
+
+    cluster = Cluster(emulator, namespace, on_pods).play(Cluster.run)
+    try:
+        run, states = run_dag_at(dag_id)
+    finally:
+        cluster.stop()
+
+    assert states == {"train": "success"}
+    assert xcom(run, "train", "metrics") == DOCUMENT["metrics"]
+    assert "pending (Unschedulable)" in capfd.readouterr().out  # the table said why it waited
+
+
+@pytest.mark.usefixtures("kubernetes_connection")
+def test_a_job_waiting_past_queue_timeout_fails_naming_the_schedulers_reason(emulator, capfd):
+    namespace = namespace_of("failure_queue_timeout")
+    emulator.create_namespace(namespace)
+
+    def on_pods(cluster: Cluster, attempt: int, pods: dict[str, dict]) -> None:
+        emulator.pending_pod(namespace, pods["worker-0"]["metadata"]["name"], reason="Unschedulable",
+                             message=UNSCHEDULABLE)
+        emulator.schedule_pod(namespace, pods["master-0"]["metadata"]["name"])
+        emulator.run_pod(namespace, pods["master-0"]["metadata"]["name"])
+
+    cluster = Cluster(emulator, namespace, on_pods).play(Cluster.run)
+    try:
+        run, states = run_dag_at("failure_queue_timeout")
+    finally:
+        cluster.stop()
+
+    assert states == {"train": "failed"}
+    out = capfd.readouterr().out
+    failure = out[out.rindex("ReplicaNotScheduledError: job "):].splitlines()[0]
+    assert (f"-worker-0 was not scheduled within 3s (queue_timeout): Unschedulable: {UNSCHEDULABLE}; "
+            in failure), failure
+
+
 # ---------------------------------------------------------------------------------------------- the hang watchdog
 
 

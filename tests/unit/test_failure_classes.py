@@ -246,3 +246,50 @@ def test_a_hung_job_is_a_job_hung_error_quoting_every_replicas_last_lines() -> N
     assert str(error) == ("job ns/j failed after 31.0s: the job hung: no progress for 30s; every replica was stopped"
                           "\n  j-master-0, last lines:\n    step 1\n    File \"t.py\", line 9 in block"
                           "\n  j-worker-0, last lines:\n    (no output)")
+
+
+# ---------------------------------------------------------------------------------------------- queue and start
+
+
+def unschedulable(name: str) -> dict:
+    return {"metadata": {"name": name}, "spec": {}, "status": {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes"}]}}
+
+
+def bound(name: str) -> dict:
+    return {"metadata": {"name": name}, "spec": {"nodeName": "n1"}, "status": {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "True"}], "containerStatuses": [
+        {"name": "base", "state": {"waiting": {"reason": "ContainerCreating"}}}]}}
+
+
+def test_waiting_for_capacity_counts_against_the_queue_limit_and_startup_from_scheduling() -> None:
+    tracker = JobTracker(SLOTS, startup_timeout=30, started_at=0, queue_timeout=600)
+    tracker.reset([unschedulable("j-master-0"), unschedulable("j-worker-0")])
+    assert tracker.verdict(now=90) is None  # 90 s unschedulable: past startup_timeout, within queue_timeout
+    assert tracker.startup_deadline == 600
+    tracker.reset([bound("j-master-0"), bound("j-worker-0")])
+    assert tracker.verdict(now=95) is None and tracker.scheduled_at == 95
+    assert tracker.startup_deadline == 125
+    verdict = tracker.verdict(now=125)
+    assert verdict is not None and verdict.cause == "startup"
+
+
+def test_past_the_queue_limit_is_not_scheduled_naming_the_schedulers_reason() -> None:
+    tracker = JobTracker(SLOTS, startup_timeout=30, started_at=0, queue_timeout=600)
+    tracker.reset([bound("j-master-0"), unschedulable("j-worker-0")])
+    assert tracker.verdict(now=599) is None
+    verdict = tracker.verdict(now=600)
+    assert verdict is not None
+    assert (verdict.cause, verdict.replica, verdict.reason, verdict.message) == (
+        "queue", "j-worker-0", "Unschedulable", "0/3 nodes")
+    error = job_failure("ns/j", verdict.outcome(), 600.0, NOTE, startup_timeout=30, queue_timeout=600)
+    assert type(error) is errors.ReplicaNotScheduledError and isinstance(error, ReplicaNotStartedError)
+    assert str(error) == (f"job ns/j failed after 600.0s: replica j-worker-0 was not scheduled within 600s "
+                          f"(queue_timeout): Unschedulable: 0/3 nodes; {NOTE}")
+
+
+def test_without_a_queue_limit_startup_covers_the_wait_for_scheduling_as_before() -> None:
+    tracker = JobTracker(SLOTS, startup_timeout=30, started_at=0)
+    tracker.reset([unschedulable("j-master-0"), bound("j-worker-0")])
+    verdict = tracker.verdict(now=30)
+    assert verdict is not None and (verdict.cause, verdict.reason) == ("startup", "Unschedulable")

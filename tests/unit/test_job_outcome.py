@@ -58,6 +58,8 @@ CASES = [
          f"job ns/j failed after 12.3s: the pods reached the execution_timeout; {NOTE}"),
     Case("timed out locally", JobOutcome(ending.TIMED_OUT),
          f"job ns/j failed after 12.3s: the job timed out; {NOTE}"),
+    Case("not scheduled", JobOutcome(ending.QUEUED, replica="j-worker-1", reason="Unschedulable", message="0/3"),
+         f"job ns/j failed after 12.3s: replica j-worker-1 was not scheduled: Unschedulable: 0/3; {NOTE}"),
     Case("hung", JobOutcome(ending.HUNG, message="the job hung: no progress for 30s", logs={"j-master-0": ("x",)}),
          f"job ns/j failed after 12.3s: the job hung: no progress for 30s; {NOTE}\n  j-master-0, last lines:\n    x"),
     Case("elastic gave up after an exit", JobOutcome(ending.GAVE_UP, replica="j-worker-0", exit_code=-9,

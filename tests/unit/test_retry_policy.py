@@ -109,15 +109,23 @@ def test_without_retry_policies_in_airflow_there_is_none_and_no_error(monkeypatc
     assert operator(retries=3).retry_policy is None
 
 
+@pytest.mark.parametrize("limit", ["progress_timeout", "queue_timeout"])
 @pytest.mark.parametrize(("value", "seconds"), [(timedelta(minutes=2), 120.0), (30, 30), (None, None)])
-def test_progress_timeout_is_kept_in_seconds(value, seconds) -> None:
-    assert operator(progress_timeout=value).progress_timeout == seconds
+def test_the_limits_are_kept_in_seconds(limit, value, seconds) -> None:
+    assert getattr(operator(**{limit: value}), limit) == seconds
 
 
+@pytest.mark.parametrize("limit", ["progress_timeout", "queue_timeout"])
 @pytest.mark.parametrize("value", [0, -5, "10", True, float("inf")])
-def test_a_bad_progress_timeout_is_refused_when_the_dag_is_parsed(value) -> None:
-    with pytest.raises(SpecValidationError, match="progress_timeout: is not allowed: a timedelta or seconds"):
-        operator(progress_timeout=value)
+def test_a_bad_limit_is_refused_when_the_dag_is_parsed(limit, value) -> None:
+    with pytest.raises(SpecValidationError, match=f"{limit}: is not allowed: a timedelta or seconds"):
+        operator(**{limit: value})
+
+
+@pytest.mark.parametrize("backend", ["kubeflow", "trainjob"])
+def test_the_kubeflow_backends_refuse_queue_timeout(backend) -> None:
+    with pytest.raises(SpecValidationError, match="queue_timeout: is judged by backend='kubernetes' only"):
+        operator(queue_timeout=600, backend=backend, image="trainer:1")
 
 
 def test_the_cluster_backends_refuse_progress_timeout() -> None:

@@ -48,9 +48,11 @@ evicted_deferrable = _dag("failure_evicted_deferrable", namespace=namespace_of("
                           retry_delay=LONG_DELAY, deferrable=True, **_on_kubernetes)
 
 # The hang watchdog, on real gloo jobs: the master and worker 0 block in an all-reduce that worker 1 never joins
-# (gloo's own timeout is 10 minutes); and a job that is slow but reports each step, slower than none of its steps.
+# (gloo's own timeout is 10 minutes), each line before it a sign of life (importing torch may take seconds on a busy
+# machine); and a job that is slow but reports each step, no step slower than the limit.
 GLOO_HANG = """
 import sys, time
+print("importing torch", flush=True)
 from datetime import timedelta
 import torch
 import torch.distributed as dist
@@ -62,6 +64,7 @@ def block_in_all_reduce():
 def never_join():
     time.sleep(3600)
 
+print("joining the others", flush=True)
 dist.init_process_group("gloo", timeout=timedelta(minutes=10))
 rank = dist.get_rank()
 dist.barrier()
@@ -79,7 +82,7 @@ for step in range(1, 7):
 tracking.log_metrics(loss=0.5)
 """
 hung = _dag("failure_hung", environment={"pytorch": {"n_workers": 2}}, command=["python", "-c", GLOO_HANG],
-            progress_timeout=timedelta(seconds=8), stop_grace_period=3.0, retries=1, retry_delay=LONG_DELAY)
+            progress_timeout=timedelta(seconds=10), stop_grace_period=3.0, retries=1, retry_delay=LONG_DELAY)
 slow = _dag("failure_slow_but_reporting", command=["python", "-c", SLOW_BUT_REPORTING], progress_timeout=3.0,
             retries=0)
 # The cluster refuses the wait's first request (403): fails at its first try; a retry would be refused too.

@@ -61,6 +61,9 @@ ENV_MODEL_DIR = "AIRFLOW_DISTRIBUTED_MODEL_DIR"
 ENV_OUTPUT = "AIRFLOW_DISTRIBUTED_OUTPUT"
 ENV_CHECKPOINT_DIR = "AIRFLOW_DISTRIBUTED_CHECKPOINT_DIR"
 ENV_TRY_NUMBER = "AIRFLOW_DISTRIBUTED_TRY_NUMBER"
+#: The signal (``SIGUSR1``) on which a replica prints every thread's Python stack, set by a backend that watches for
+#: hangs (``progress_timeout``).
+ENV_STACKS_SIGNAL = "AIRFLOW_DISTRIBUTED_STACKS_SIGNAL"
 
 #: Checkpoint files are ``checkpoint-<step>.pkl`` with the step zero-padded, so that names sort like steps.
 CHECKPOINT_FILE = re.compile(r"^checkpoint-(\d{12})\.pkl$")
@@ -567,3 +570,25 @@ def _json_safe(value: Any, name: str) -> Any:
         f"metric {name!r} has a value of type {type(value).__name__} that is not a number, string, bool, "
         "None, or a list or dict of those"
     )
+
+
+def _register_stack_dump() -> None:
+    """Print every thread's stack to stderr on the signal ``AIRFLOW_DISTRIBUTED_STACKS_SIGNAL`` names: the backend
+    sends it to the replicas of a job it found hung, and their last lines show where each was stuck."""
+    name = os.environ.get(ENV_STACKS_SIGNAL)
+    if not name:
+        return
+    import faulthandler
+    import signal
+    import sys
+
+    number = getattr(signal, name, None)
+    if not isinstance(number, int) or not name.startswith("SIG"):
+        return
+    try:
+        faulthandler.register(number, file=sys.stderr, all_threads=True)
+    except (AttributeError, OSError, RuntimeError, ValueError):  # no such signal here, or no real stderr
+        pass
+
+
+_register_stack_dump()

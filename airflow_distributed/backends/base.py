@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
-from airflow.sdk.exceptions import AirflowException
-
+from airflow_distributed.exceptions import DistributedJobError
 from airflow_distributed.spec import TrainingSpec
 
 if TYPE_CHECKING:
@@ -27,10 +26,6 @@ if TYPE_CHECKING:
 
 #: ``(argument or spec path, message)``, as ``SpecValidationError`` takes them.
 Problem = tuple[str, str]
-
-
-class DistributedJobError(AirflowException):
-    """The job ran and failed: a replica exited non-zero, or it timed out."""
 
 
 def has_template(value: Any) -> bool:
@@ -108,6 +103,8 @@ class BackendSettings:
     runtime: str | None
     runtime_kind: Literal["ClusterTrainingRuntime", "TrainingRuntime"]
     execution_timeout: timedelta | None
+    progress_timeout: float | None
+    queue_timeout: float | None
 
     @classmethod
     def of(cls, operator: Any) -> BackendSettings:

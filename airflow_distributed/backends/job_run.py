@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_distributed.backends.base import BackendSettings, DistributedJobError, Problem, has_template
+from airflow_distributed.exceptions import error_class_named
 from airflow_distributed.naming import DNS_LABEL_RULE, is_dns_label
 from airflow_distributed.outputs import document_warning
 from airflow_distributed.spec import SpecValidationError
@@ -26,6 +27,11 @@ if TYPE_CHECKING:
 
 def job_error(message: str) -> Exception:
     return DistributedJobError(message)
+
+
+def event_error_class(event: dict[str, Any]) -> type[DistributedJobError] | None:
+    """The class of the error that ended a trigger's wait (``ClusterRefusedError``...), which its event names."""
+    return error_class_named(event.get("error_class"))
 
 
 def require_image(settings: BackendSettings, backend: str) -> None:
@@ -93,5 +99,5 @@ def push_success(context: Context, log: TaskLog, result: dict[str, Any], documen
     return result
 
 
-__all__ = ["deferral_deadline", "ignored_in_cluster", "job_error", "job_namespace", "namespace_problems",
-           "push_success", "require_image", "watch_timings"]
+__all__ = ["deferral_deadline", "event_error_class", "ignored_in_cluster", "job_error", "job_namespace",
+           "namespace_problems", "push_success", "require_image", "watch_timings"]

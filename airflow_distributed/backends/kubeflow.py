@@ -31,17 +31,18 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from airflow_distributed.backends.base import log_ignored, trainjob_only
 from airflow_distributed.backends.job_run import (
     deferral_deadline,
+    event_error_class,
     ignored_in_cluster,
-    job_error,
     job_namespace,
     push_success,
     require_image,
     watch_timings,
 )
-from airflow_distributed.backends.kubernetes import check_kubernetes_arguments, manifest_options
+from airflow_distributed.backends.kubernetes import check_kubernetes_arguments, manifest_options, queue_timeout_refused
 from airflow_distributed.jobstate import outcome as ending
+from airflow_distributed.jobstate.failures import job_failure
 from airflow_distributed.jobstate.job_watch import JobVerdict, replica_table
-from airflow_distributed.jobstate.outcome import JobOutcome, failure_message
+from airflow_distributed.jobstate.outcome import JobOutcome
 from airflow_distributed.outputs import document_warning, job_record, job_result, parse_output_document
 from airflow_distributed.plan import build_plan
 
@@ -63,7 +64,7 @@ def check_kubeflow_arguments(settings: BackendSettings, spec: TrainingSpec | Non
     Adds ``kubeflow_problems(spec)`` (per-index settings one pod template cannot express) for a spec that is not a
     template; a templated spec is checked when the job is built.
     """
-    problems = check_kubernetes_arguments(settings)
+    problems = check_kubernetes_arguments(settings) + queue_timeout_refused(settings, "kubeflow")
     if spec is None:
         return problems
     from airflow_distributed.manifests.kubeflow import kubeflow_problems
@@ -126,7 +127,8 @@ def resume_kubeflow(task: TaskCalls, settings: BackendSettings, context: Context
     run.delete_quietly()
     outcome = JobOutcome(ending.TIMED_OUT if status == "timeout" else ending.FAILED,
                          message=event.get("message") or status)
-    raise job_error(failure_message(f"{run.namespace}/{run.name}", outcome, run.elapsed(), "the job was deleted"))
+    raise job_failure(f"{run.namespace}/{run.name}", outcome, run.elapsed(), "the job was deleted",
+                      default=event_error_class(event))
 
 
 def kill_kubeflow(run: KubeflowJobRun | None) -> None:
@@ -272,7 +274,7 @@ class KubeflowJobRun:
         job = f"{self.namespace}/{self.name}"
         if outcome.ending == ending.STOPPED:
             self.delete_quietly()
-            raise job_error(failure_message(job, outcome, elapsed, "the job was deleted"))
+            raise job_failure(job, outcome, elapsed, "the job was deleted")
         succeeded = outcome.succeeded
         obj = dict(outcome.job_object) if outcome.job_object is not None else None
         try:
@@ -298,7 +300,7 @@ class KubeflowJobRun:
         if not succeeded:
             outcome = replace(outcome, replicas=statuses, tail=tuple(logs.get(outcome.replica or "", ())), logs=logs)
             note = "the job was deleted" if deleted else "the job is kept for a look until the next try"
-            raise job_error(failure_message(job, outcome, elapsed, note))
+            raise job_failure(job, outcome, elapsed, note)
         return push_success(self.context, self.log, result, document, self.namespace, self.name, elapsed)
 
     def _document(self, obj: dict[str, Any] | None) -> dict[str, Any]:

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow_distributed.backends.base import log_ignored, trainjob_only
 from airflow_distributed.backends.job_run import (
     deferral_deadline,
+    event_error_class,
     ignored_in_cluster,
-    job_error,
     job_namespace,
     namespace_problems,
     push_success,
@@ -41,6 +41,7 @@ from airflow_distributed.backends.job_run import (
 )
 from airflow_distributed.elastic import CONTINUE, RESTART, ElasticPlan, after_replica_ended, elastic_plan
 from airflow_distributed.jobstate import outcome as ending
+from airflow_distributed.jobstate.failures import job_failure
 from airflow_distributed.jobstate.job_watch import (
     JobVerdict,
     LogCursor,
@@ -51,7 +52,7 @@ from airflow_distributed.jobstate.job_watch import (
     slots_from_json,
     slots_to_json,
 )
-from airflow_distributed.jobstate.outcome import JobOutcome, failure_message
+from airflow_distributed.jobstate.outcome import JobOutcome
 from airflow_distributed.manifests.pod_names import RESTARTS_ANNOTATION
 from airflow_distributed.outputs import document_warning, job_record, job_result, parse_output_document
 from airflow_distributed.plan import KubernetesAddressing, build_plan
@@ -100,6 +101,9 @@ LIVE_JOB_XCOM_KEY = "kubernetes_job"
 def check_kubernetes_arguments(settings: BackendSettings) -> list[tuple[str, str]]:
     """Problems with the operator's Kubernetes arguments, as ``(argument, message)`` for ``SpecValidationError``."""
     problems = namespace_problems(settings.namespace)
+    if settings.progress_timeout is not None:
+        problems.append(("progress_timeout", "is watched by backend='local' only: a job here would not be stopped "
+                         "when it hangs; remove it, or use backend='local'"))
     policy = settings.clean_pod_policy
     if policy is not None and policy not in CLEAN_POD_POLICIES:
         problems.append(("clean_pod_policy", f"{policy!r} is not supported; allowed: {', '.join(CLEAN_POD_POLICIES)}"))
@@ -110,6 +114,14 @@ def check_kubernetes_arguments(settings: BackendSettings) -> list[tuple[str, str
         if gang not in GANG_SCHEDULERS:
             problems.append(("gang_scheduling", f"{gang!r} is not supported; allowed: {', '.join(GANG_SCHEDULERS)}"))
     return problems
+
+
+def queue_timeout_refused(settings: BackendSettings, backend: str) -> list[tuple[str, str]]:
+    """``queue_timeout`` on a backend whose controller starts the pods: refused, the wait would not honour it."""
+    if settings.queue_timeout is None:
+        return []
+    return [("queue_timeout", f"is judged by backend='kubernetes' only: backend={backend!r} would wait for "
+             "scheduling within startup_timeout; remove it, or use backend='kubernetes'")]
 
 
 # ---------------------------------------------------------------------------------------------- entry points
@@ -162,7 +174,8 @@ def resume_kubernetes(task: TaskCalls, settings: BackendSettings, context: Conte
     run.clean_up(succeeded=False)
     outcome = JobOutcome(ending.TIMED_OUT if status == "timeout" else ending.FAILED,
                          message=event.get("message") or status)
-    raise job_error(failure_message(f"{run.namespace}/{run.name}", outcome, elapsed, run.cleanup_note(False)))
+    raise job_failure(f"{run.namespace}/{run.name}", outcome, elapsed, run.cleanup_note(False),
+                      default=event_error_class(event))
 
 
 def _restart_elastic_replica(run: KubernetesJobRun, outcome: JobOutcome) -> None:
@@ -330,6 +343,7 @@ class KubernetesJobRun:
                 outcome = self.hook.wait_for_job(
                     self.namespace, self.name, watched,
                     startup_timeout=self.settings.startup_timeout,
+                    queue_timeout=self.settings.queue_timeout,
                     image_pull_grace=self.settings.image_pull_grace,
                     watch_timings=watch_timings(self.settings),
                     on_change=self._log_table,
@@ -406,6 +420,7 @@ class KubernetesJobRun:
             namespace=self.namespace,
             replicas=slots_to_json([slot for slot in self.slots if slot.name not in self.dropped]),
             startup_timeout=self.settings.startup_timeout,
+            queue_timeout=self.settings.queue_timeout,
             started_at=time.time(),
             kubernetes_conn_id=self.settings.kubernetes_conn_id,
             execution_deadline=deadline,
@@ -471,8 +486,9 @@ class KubernetesJobRun:
             if self.elastic_failure:
                 outcome = replace(outcome, ending=ending.GAVE_UP, reason=self.elastic_failure)
             note = "the job was deleted" if killed else self.cleanup_note(False)
-            raise job_error(failure_message(f"{self.namespace}/{self.name}", outcome, elapsed, note,
-                                            startup_timeout=self.settings.startup_timeout))
+            raise job_failure(f"{self.namespace}/{self.name}", outcome, elapsed, note,
+                              startup_timeout=self.settings.startup_timeout,
+                              queue_timeout=self.settings.queue_timeout)
         return push_success(self.context, self.log, result, document, self.namespace, self.name, elapsed)
 
     def _collect(self, outcome: JobOutcome, killed: bool) -> tuple[dict[str, Any], JobOutcome]:
@@ -486,7 +502,7 @@ class KubernetesJobRun:
         if outcome.replica is not None:
             if outcome.ending == ending.EXITED:
                 tail = logs[outcome.replica] = self.tail(outcome.replica, pods, outcome.container)
-            elif outcome.ending == ending.NOT_STARTED and pods.get(outcome.replica) is not None:
+            elif outcome.ending in (ending.NOT_STARTED, ending.QUEUED) and pods.get(outcome.replica) is not None:
                 events = self.hook.pod_events(self.namespace, outcome.replica)
         if not killed and self.master.name not in logs and log_available(pods.get(self.master.name)):
             logs[self.master.name] = self.tail(self.master.name, pods)

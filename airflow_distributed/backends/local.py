@@ -10,7 +10,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_distributed.backends.base import (
@@ -23,9 +23,12 @@ from airflow_distributed.backends.base import (
 )
 from airflow_distributed.backends.local_live import LIVE_XCOM_KEY, LiveJobReport
 from airflow_distributed.jobstate import outcome as ending
-from airflow_distributed.jobstate.outcome import JobOutcome, failure_message
+from airflow_distributed.jobstate.failures import job_failure
+from airflow_distributed.jobstate.outcome import JobOutcome
+from airflow_distributed.jobstate.progress_watch import ProgressWatch, document_mark, document_step
 from airflow_distributed.outputs import (
     DOCUMENT_TEXT_LIMIT,
+    UNREADABLE,
     document_warning,
     job_record,
     job_result,
@@ -55,6 +58,7 @@ IGNORED_ARGUMENTS = {
     "scheduler_name": "the replicas are processes, started by the task",
     "gang_scheduling": "the replicas are processes, all started together by the task",
     "queue_name": "no Kueue admits the replicas: they start at once on the worker",
+    "queue_timeout": "the replicas wait in no queue: they start at once on the worker",
     "watch_timings": "there is no Kubernetes API to watch",
 }
 
@@ -120,8 +124,14 @@ class LocalBackend:
         interpreter = settings.python or sys.executable
         addressing = LocalAddressing(ports=hook.free_ports(replica_count(spec)))
         program = task.replica_program(list(command), layout)
+        env = dict(settings.env or {})
+        if settings.progress_timeout is not None:  # the replicas print their stacks when the job hangs
+            from airflow_distributed.hooks.local import STACKS_SIGNAL
+            from airflow_distributed.tracking import ENV_STACKS_SIGNAL
+
+            env[ENV_STACKS_SIGNAL] = STACKS_SIGNAL.name
         plan = build_plan(spec, name, addressing, layout, resolve_python(program.command, interpreter),
-                          backend="local", env=settings.env, try_number=context["ti"].try_number,
+                          backend="local", env=env or settings.env, try_number=context["ti"].try_number,
                           files=program.files, secret_files=program.secret_files)
         specs = process_specs(
             plan,
@@ -142,12 +152,16 @@ class LocalBackend:
             publish=lambda record: context["ti"].xcom_push(key=LIVE_XCOM_KEY, value=record),
             logs=lambda: {replica.spec.name: list(replica.tail) for replica in job.replicas}, log=log,
         )
+        hung = None if settings.progress_timeout is None else HangWatchdog(
+            settings.progress_timeout, read_document=lambda: _read_text(output_path),
+            master_lines=lambda: job.master.lines)
         try:
             outcome = job.wait(
                 poll_interval=settings.poll_interval,
                 settle=settings.settle_period,
                 on_change=lambda rows: log.info("replicas of %s:\n%s", name, render_table(rows)),
                 on_poll=live,
+                hung=hung,
             )
         finally:
             job.stop(settings.stop_grace_period)
@@ -165,7 +179,7 @@ class LocalBackend:
         logs = {replica.spec.name: list(replica.tail) for replica in job.replicas}
         context["ti"].xcom_push(key="job", value=job_record(result, document, logs, elapsed))
         if not outcome.succeeded:
-            raise DistributedJobError(failure_message(name, outcome, elapsed, cleanup_note(outcome)))
+            raise job_failure(name, outcome, elapsed, cleanup_note(outcome))
         if not settings.keep_checkpoints:
             removed = hook.remove_checkpoints(checkpoint_dir, name)
             if removed:
@@ -177,6 +191,33 @@ class LocalBackend:
             name, elapsed, json.dumps(result["metrics"]), result["model_path"],
         )
         return result
+
+
+class HangWatchdog:
+    """``progress_timeout`` on the local backend: asked at every poll whether the job is hung (why, or ``None``).
+
+    Progress is a line the master printed, or a change of its output document's progress, metrics or newest history
+    point (read at most once a second).
+    """
+
+    def __init__(self, timeout: float, *, read_document: Callable[[], str | None], master_lines: Callable[[], int],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._read, self._lines, self._clock = read_document, master_lines, clock
+        self.watch = ProgressWatch(timeout, clock())
+        self._interval = min(1.0, timeout / 4)
+        self._next = float("-inf")
+        self._document: Any = None
+        self._step: Any = None
+
+    def __call__(self) -> str | None:
+        now = self._clock()
+        if now >= self._next:
+            self._next = now + self._interval
+            document = parse_output_document(self._read())
+            if not document.get(UNREADABLE):  # half written by hand: the next look reads it whole
+                self._document, self._step = document_mark(document), document_step(document)
+        self.watch.observe((self._lines(), self._document), self._step, now)
+        return self.watch.describe(now) if self.watch.hung(now) else None
 
 
 def check_local_arguments(settings: BackendSettings, spec: TrainingSpec | None) -> list[Problem]:
@@ -246,7 +287,7 @@ def cleanup_note(outcome: JobOutcome) -> str:
     """What became of the replicas of a job that did not succeed (``stop()`` has run whatever the ending)."""
     if outcome.ending == ending.STOPPED:
         return "no replica is left running"
-    if outcome.ending == ending.TIMED_OUT:
+    if outcome.ending in (ending.TIMED_OUT, ending.HUNG):
         return "every replica was stopped"
     return "every other replica was stopped"
 
@@ -261,4 +302,12 @@ def _read_text(path: str) -> str | None:
         return None
 
 
-__all__ = ["LocalBackend", "check_local_arguments", "cleanup_note", "ignored_by_local", "local_dirs", "pod_settings"]
+__all__ = [
+    "HangWatchdog",
+    "LocalBackend",
+    "check_local_arguments",
+    "cleanup_note",
+    "ignored_by_local",
+    "local_dirs",
+    "pod_settings",
+]

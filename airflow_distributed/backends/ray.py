@@ -25,7 +25,8 @@ from airflow_distributed.backends.base import (
 )
 from airflow_distributed.backends.local import pod_settings
 from airflow_distributed.jobstate import outcome as ending
-from airflow_distributed.jobstate.outcome import JobOutcome, failure_message
+from airflow_distributed.jobstate.failures import job_failure
+from airflow_distributed.jobstate.outcome import JobOutcome
 from airflow_distributed.outputs import job_record, job_result, parse_output_document
 from airflow_distributed.status import ReplicaStatus, render_table
 
@@ -56,6 +57,9 @@ REFUSED_ARGUMENTS = {
     "gang_scheduling": "the Ray backend always reserves every replica together in one placement group",
     "scheduler_name": "Ray's own scheduler places the replicas",
     "queue_name": "no Kueue admits a Ray job",
+    "progress_timeout": "is watched by backend='local' only: a hung Ray job would not be stopped by it",
+    "queue_timeout": "is judged by backend='kubernetes' only: the Ray job waits for its placement group within "
+                     "startup_timeout",
 }
 #: Operator arguments of the Kubernetes-side backends, harmless to ignore here: said once per try when given.
 IGNORED_ARGUMENTS = {
@@ -169,8 +173,7 @@ class RayBackend:
             stop_job(hook, name, log)
             outcome = JobOutcome(ending.TIMED_OUT if event.get("status") == "timeout" else ending.FAILED,
                                  message=event.get("message") or str(event.get("status")))
-            raise DistributedJobError(failure_message(name, outcome, float(event.get("elapsed") or 0.0),
-                                                      "the Ray job was stopped"))
+            raise job_failure(name, outcome, float(event.get("elapsed") or 0.0), "the Ray job was stopped")
         info = hook.info(name) or {"status": event.get("state")}
         return finish(context, log, settings, hook, name, event["resume_state"]["framework"], info)
 
@@ -254,8 +257,8 @@ def finish(context: Context, log: Any, settings: BackendSettings, hook: RayJobHo
     if rows:
         log.info("replicas of %s (final):\n%s", name, render_table(rows))
     if not succeeded:
-        raise DistributedJobError(failure_message(name, _outcome(info, report, logs), elapsed,
-                                                  "no replica is left running and its placement group is removed"))
+        raise job_failure(name, _outcome(info, report, logs), elapsed,
+                          "no replica is left running and its placement group is removed")
     if document["metrics"] == {} and document["model_path"] is None:
         log.warning("the master wrote no output document: no metrics or model path")
     log.info("job %s succeeded in %.1fs; metrics: %s; model path: %s", name, elapsed, json.dumps(result["metrics"]),

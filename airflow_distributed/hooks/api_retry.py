@@ -14,23 +14,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from airflow.sdk.exceptions import AirflowException
 from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
+from airflow_distributed.exceptions import KubernetesJobError, api_error_class
 from airflow_distributed.logs import TaskLog
 
 T = TypeVar("T")
 
 #: Rate limiting and server-side trouble: the same request may succeed a moment later.
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
-
-
-class KubernetesJobError(AirflowException):
-    """A Kubernetes API call for a job failed for good; the message names the object (namespace/name)."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def api_status(error: BaseException) -> int | None:
@@ -179,5 +171,7 @@ def short_error(error: BaseException) -> str:
 
 
 def job_error(what: str, error: BaseException) -> KubernetesJobError:
-    """The error to raise ``from error``: ``<what>: <status> <reason>: <message>``."""
-    return KubernetesJobError(f"{what}: {short_error(error)}", api_status(error))
+    """The error to raise ``from error``: ``<what>: <status> <reason>: <message>``; a ``ClusterRefusedError`` for a
+    refusal, an ``ApiUnavailableError`` when the retries ran out on a transient failure."""
+    status = api_status(error)
+    return api_error_class(status, unavailable=is_transient(error))(f"{what}: {short_error(error)}", status)

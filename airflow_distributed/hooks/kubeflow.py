@@ -22,7 +22,7 @@ from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
 from airflow_distributed.hooks.pending_pods import PendingPods, expected_pods
 from airflow_distributed.hooks.watch_loop import WatchCalls, WatchPolicy, WatchTimings, run_watch
 from airflow_distributed.jobstate import outcome as ending
-from airflow_distributed.jobstate.job_watch import JobVerdict, container_state, termination_message
+from airflow_distributed.jobstate.job_watch import JobVerdict, container_state, pod_disruption, termination_message
 from airflow_distributed.jobstate.outcome import JobOutcome
 from airflow_distributed.manifests.kubeflow import KINDS, KubeflowKind, KubeflowResource
 from airflow_distributed.manifests.kubeflow_status import (
@@ -104,13 +104,14 @@ def failed_replica(pods: Sequence[Mapping[str, Any]], container: str) -> JobVerd
             exits.append((str(fields.get("finishedAt") or ""), pod["metadata"]["name"], fields))
     if exits:
         _, name, fields = min(exits, key=lambda item: item[0])
+        by_name = {pod["metadata"]["name"]: pod for pod in pods}
         return JobVerdict(FAILED, name, ending.EXITED, fields.get("exitCode"), fields.get("reason"),
-                          fields.get("message"))
+                          fields.get("message"), disruption=pod_disruption(by_name.get(name)))
     for pod in pods:
         status = pod.get("status") or {}
         if status.get("phase") == "Failed":
             return JobVerdict(FAILED, pod["metadata"]["name"], ending.POD_FAILED, None, status.get("reason"),
-                              status.get("message"))
+                              status.get("message"), disruption=pod_disruption(pod))
     return None
 
 

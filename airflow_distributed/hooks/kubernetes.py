@@ -245,6 +245,7 @@ class DistributedTrainingHook(KubeApiHook):
         slots: Sequence[ReplicaSlot],
         *,
         startup_timeout: float,
+        queue_timeout: float | None = None,
         watch_timings: WatchTimings | None = None,
         watch_timeout: int | None = None,
         on_change: Callable[[tuple[ReplicaStatus, ...]], None] | None = None,
@@ -256,7 +257,9 @@ class DistributedTrainingHook(KubeApiHook):
     ) -> JobOutcome:
         """Until the master succeeds or a replica fails: one LIST, then one watch of the job's pods.
 
-        :param startup_timeout: seconds every replica gets to start, from now.
+        :param startup_timeout: seconds every replica gets to start, from now (with ``queue_timeout``: from when the
+            last was scheduled).
+        :param queue_timeout: seconds the replicas may wait to be scheduled, from now (``JobTracker``).
         :param watch_timings: watch request timeouts and the reconnect budget (``watch_loop.WatchTimings``).
         :param watch_timeout: ``timeoutSeconds`` of each watch request, over ``watch_timings.server_timeout``.
         :param on_change: called with the replicas' states when they change (paced for big jobs).
@@ -268,7 +271,7 @@ class DistributedTrainingHook(KubeApiHook):
         """
         stopped = stopped or (lambda: False)
         tracker = JobTracker(slots, startup_timeout=startup_timeout, started_at=self._clock(),
-                             image_pull_grace=image_pull_grace)
+                             image_pull_grace=image_pull_grace, queue_timeout=queue_timeout)
         followers = LogFollowers(self, namespace, follow, emit, tracker, self.job_log, log_cursors)
         report = TableReporter(on_change, self._clock, TABLE_INTERVAL if len(slots) > TABLE_ROWS else 0.0)
         timings = WatchTimings.of(watch_timings, server_timeout=watch_timeout)

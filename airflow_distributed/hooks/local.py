@@ -32,6 +32,10 @@ TAIL_LINES = 40
 #: A job's work folder and files: its user's only (they may hold rendered secrets).
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
+#: What a hung job's replicas are sent to dump their Python stacks (``tracking`` registers ``faulthandler`` for it).
+STACKS_SIGNAL = signal.SIGUSR1
+#: How long a hung job's replicas get to print their stacks before they are stopped.
+STACKS_WAIT = 1.0
 
 
 def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -50,6 +54,8 @@ class LocalReplicaProcess:
         self.spec = spec
         self.cwd = cwd
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        #: lines printed so far (the hang watchdog's sign of life)
+        self.lines = 0
         self.exit_code: int | None = None
         self.exited_at: float | None = None
         self.stopped = False
@@ -85,6 +91,7 @@ class LocalReplicaProcess:
         for raw in iter(self.process.stdout.readline, b""):
             line = raw.decode("utf-8", "replace").rstrip("\n")
             self.tail.append(line)
+            self.lines += 1
             if self._count_restarts is not None and self._count_restarts(line):
                 self.restarts += 1
             self._emit(self.spec.name, line)
@@ -181,11 +188,14 @@ class LocalJob:
         settle: float = 5.0,
         on_change: Callable[[tuple[ReplicaStatus, ...]], None] | None = None,
         on_poll: Callable[[tuple[ReplicaStatus, ...]], None] | None = None,
+        hung: Callable[[], str | None] | None = None,
     ) -> JobOutcome:
         """Until the master succeeds or any replica fails; then the rest are stopped.
 
         :param settle: after the master succeeds, how long the others get to finish on their own.
         :param on_poll: called with the replicas' states at every poll while the job runs (it paces itself).
+        :param hung: asked at every poll while every replica runs: why the job is hung, or ``None``. A hung job's
+            replicas are sent ``STACKS_SIGNAL``, given ``STACKS_WAIT`` to print their stacks, and stopped.
         """
         deadline = None if timeout is None else self._clock() + timeout
         last: tuple[ReplicaStatus, ...] = ()
@@ -220,12 +230,28 @@ class LocalJob:
             if deadline is not None and self._clock() >= deadline:
                 self.stop()
                 return JobOutcome(ending.TIMED_OUT, self.statuses())
+            why = hung() if hung is not None and all(r.exit_code is None for r in self.replicas) else None
+            if why is not None:
+                return self._hung(why)
             if self.elastic is not None:
                 for replica in self.replicas:
                     replica.remember_family()
             if on_poll:
                 on_poll(current)
             self._sleep(poll_interval)
+
+    def _hung(self, why: str) -> JobOutcome:
+        """Each replica dumps its stacks (where its script imported ``tracking``), then every replica is stopped."""
+        running = [r for r in self.replicas if r.exit_code is None]
+        for replica in running:
+            try:
+                os.kill(replica.pid, STACKS_SIGNAL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self._sleep(STACKS_WAIT)
+        self.stop()
+        return JobOutcome(ending.HUNG, self.statuses(), message=why,
+                          logs={r.spec.name: tuple(r.tail) for r in running})
 
     def _after_failure(self, replica: LocalReplicaProcess) -> str | None:
         """An elastic job's answer to a replica that ended badly: restart it or carry on (``None``), or the

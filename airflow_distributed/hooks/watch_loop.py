@@ -25,9 +25,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from airflow_distributed.exceptions import ApiUnavailableError, ClusterRefusedError, api_error_class
 from airflow_distributed.hooks.api_retry import (
     TRANSIENT_STATUSES,
-    KubernetesJobError,
     RetryPolicy,
     api_status,
     is_connection_error,
@@ -213,8 +213,8 @@ class WatchPolicy:
         if status == 410:
             return Step(relist=True)
         if status in AUTH_STATUSES:
-            raise KubernetesJobError(f"{self.what}: {short_error(error)} (the API server refused the credentials "
-                                     f"or their permissions; not retried)", status) from error
+            raise ClusterRefusedError(f"{self.what}: {short_error(error)} (the API server refused the credentials "
+                                      f"or their permissions; not retried)", status) from error
         if status is not None or isinstance(error, WatchError):
             if isinstance(error, WatchError) or status in TRANSIENT_STATUSES:
                 # An ERROR event has no status of its own to judge: the plain backoff.
@@ -222,10 +222,10 @@ class WatchPolicy:
                     self.api_failures, error)
                 self.api_failures += 1
                 if delay is None:
-                    raise KubernetesJobError(f"{self.what}: {short_error(error)} (gave up after "
-                                             f"{self.api_failures} failed requests in a row)", status) from error
+                    raise ApiUnavailableError(f"{self.what}: {short_error(error)} (gave up after "
+                                              f"{self.api_failures} failed requests in a row)", status) from error
                 return Step(delay, relist=isinstance(error, WatchError), retry=True)
-            raise KubernetesJobError(f"{self.what}: {short_error(error)}", status) from error
+            raise api_error_class(status)(f"{self.what}: {short_error(error)}", status) from error
         if not is_connection_error(error):
             raise error
         now = self._clock()
@@ -234,9 +234,9 @@ class WatchPolicy:
             self.drops = 0
         elapsed = now - self.broken_since
         if elapsed >= self.timings.reconnect_budget:
-            raise KubernetesJobError(f"{self.what}: the API server could not be reached again for {elapsed:.0f}s "
-                                     f"(reconnect_budget {self.timings.reconnect_budget:g}s): "
-                                     f"{short_error(error)}") from error
+            raise ApiUnavailableError(f"{self.what}: the API server could not be reached again for {elapsed:.0f}s "
+                                      f"(reconnect_budget {self.timings.reconnect_budget:g}s): "
+                                      f"{short_error(error)}") from error
         self.drops += 1
         delay = self._reconnect_delay(self.drops - 1)
         return Step(min(delay, max(0.0, self.broken_since + self.timings.reconnect_budget - now)), retry=True)

@@ -38,6 +38,9 @@ PERMANENT_WAITING_REASONS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
 # A pull that failed: the kubelet retries with back-off, and a registry that flaps may serve the next pull, but a
 # missing tag or a refused credential never recovers. Fail at once unless the operator grants a grace period.
 PULL_FAILURE_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff"})
+# A pod's own reason when the node or the scheduler took it away: evicted (node pressure), preempted, its node lost
+# or shut down (graceful node shutdown says ``Terminated``, older releases ``Shutdown``/``NodeShutdown``).
+LOST_POD_REASONS = frozenset({"Evicted", "Preempting", "NodeLost", "NodeShutdown", "Shutdown", "Terminated"})
 # Waiting reasons that only say "starting", not why a pod is stuck.
 _STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
 #: Above this many replicas the table shows counts and the replicas worth a look, not every row.
@@ -74,7 +77,8 @@ class JobVerdict:
 
     ``cause`` is ``exit`` (a container exited non-zero), ``pod`` (the pod failed without an exit code),
     ``deleted``, ``image`` (its image cannot be pulled; ``image`` names it), ``startup`` (it did not start within
-    the startup timeout) or ``stopped`` (the task was killed).
+    the startup timeout) or ``stopped`` (the task was killed). ``disruption`` says how the cluster took the replica
+    away, when it did (``pod_disruption``).
     """
 
     state: str
@@ -85,6 +89,7 @@ class JobVerdict:
     message: str | None = None
     container: str | None = None
     image: str | None = None
+    disruption: str | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -102,7 +107,7 @@ class JobVerdict:
         ``events``, ``logs``, ``pods``...)."""
         how = ending.SUCCEEDED if self.succeeded else (self.cause or ending.FAILED)
         return JobOutcome(how, tuple(replicas), self.replica, self.exit_code, self.reason, self.message,
-                          self.container, self.image, **found)
+                          self.container, self.image, disruption=self.disruption, **found)
 
     def describe(self, startup_timeout: float | None = None) -> str:
         """One line for the failure message, without the job name (``outcome.describe``)."""
@@ -138,6 +143,18 @@ def termination_message(pod: Mapping[str, Any], container: str = MAIN_CONTAINER)
 def log_available(pod: Mapping[str, Any] | None, container: str = MAIN_CONTAINER) -> bool:
     """The API answers a container's log only once it has started (running or terminated)."""
     return pod is not None and container_state(pod, container)[0] in ("running", "terminated")
+
+
+def pod_disruption(pod: Mapping[str, Any] | None) -> str | None:
+    """How the cluster is taking this pod away, if it is: the reason of its ``DisruptionTarget`` condition (set
+    before an eviction, a preemption, a taint's or the pod GC's deletion of a lost node's pods), else its own
+    reason when that is one of ``LOST_POD_REASONS``; ``None`` for a pod nobody disrupted."""
+    status = (pod or {}).get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+            return condition.get("reason") or "DisruptionTarget"
+    reason = status.get("reason")
+    return reason if reason in LOST_POD_REASONS else None
 
 
 def pod_started(pod: Mapping[str, Any]) -> bool:
@@ -227,6 +244,14 @@ def _waiting(pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
     return None, None
 
 
+def _scheduled(pod: Mapping[str, Any]) -> bool:
+    """The pod is bound to a node, and the scheduler does not say otherwise."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    if any(c.get("type") == "PodScheduled" and c.get("status") == "False" for c in conditions):
+        return False
+    return bool((pod.get("spec") or {}).get("nodeName"))
+
+
 def _exit(pod: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
     """(container, terminated state) of the container whose exit decides this replica, if one has exited."""
     kind, fields = container_state(pod, READINESS_CONTAINER)
@@ -283,10 +308,14 @@ class JobTracker:
         before the job fails; 0 fails at the first failed pull. A pull that succeeds in time resets it.
     :param pull_failures: when each replica's pull was first seen failing, on the caller's clock; a waiter that
         builds a new tracker per look (a sensor's pokes) hands the same mapping to every one of them.
+    :param queue_timeout: seconds the replicas may wait to be scheduled (no capacity or quota: unschedulable, held
+        by Kueue), counted from ``started_at``; ``startup_timeout`` then counts from when the last was scheduled.
+        ``None``: no queue limit of its own, ``startup_timeout`` covers the wait for scheduling too.
     """
 
     def __init__(self, slots: Sequence[ReplicaSlot], *, startup_timeout: float, started_at: float,
-                 image_pull_grace: float = 0.0, pull_failures: dict[str, float] | None = None) -> None:
+                 image_pull_grace: float = 0.0, pull_failures: dict[str, float] | None = None,
+                 queue_timeout: float | None = None) -> None:
         if not slots:
             raise ValueError("a job has at least one replica")
         self.slots = tuple(slots)
@@ -294,9 +323,14 @@ class JobTracker:
         self.startup_timeout = startup_timeout
         self.started_at = started_at
         self.image_pull_grace = image_pull_grace
+        self.queue_timeout = queue_timeout
+        #: when the last replica was scheduled (with ``queue_timeout``), on the caller's clock
+        self.scheduled_at: float | None = None
         self.pull_failures = {} if pull_failures is None else pull_failures
         self._pods: dict[str, dict[str, Any]] = {}
         self._deleted: set[str] = set()
+        #: how the cluster took each replica's pod away, as last seen (its DELETED event may carry it alone)
+        self._disruptions: dict[str, str] = {}
         self._failure: JobVerdict | None = None
 
     @property
@@ -321,7 +355,20 @@ class JobTracker:
         self._deleted |= set(self._pods) - set(listed)
         self._pods = listed
         self._deleted -= set(listed)
+        for name, pod in listed.items():
+            self._note_disruption(name, pod)
         return self.statuses() != before
+
+    def _note_disruption(self, name: str, pod: Mapping[str, Any], *, deleted: bool = False) -> None:
+        disruption = pod_disruption(pod)
+        if disruption is not None:
+            self._disruptions[name] = disruption
+        elif not deleted:  # a pod of this name that nobody disrupts (an elastic job's recreated replica)
+            self._disruptions.pop(name, None)
+
+    def disruption(self, name: str) -> str | None:
+        """How the cluster took replica ``name``'s pod away, if it did."""
+        return self._disruptions.get(name)
 
     def apply(self, event_type: str, pod: Mapping[str, Any]) -> bool:
         """One watch event (ADDED / MODIFIED / DELETED); returns whether any row of the table changed."""
@@ -329,6 +376,7 @@ class JobTracker:
         if name not in self._by_name:
             return False
         before = self.statuses_of(name)
+        self._note_disruption(name, pod, deleted=event_type == "DELETED")
         if event_type == "DELETED":
             self._pods.pop(name, None)
             self._deleted.add(name)
@@ -371,20 +419,30 @@ class JobTracker:
             # Several replicas fail within moments of each other (peers lose their connection): the first is the cause.
             _, slot, (container, fields) = min(exits, key=lambda item: item[0])
             return JobVerdict(FAILURE, slot.name, "exit", fields.get("exitCode"), fields.get("reason"),
-                              fields.get("message"), container)
+                              fields.get("message"), container, disruption=self.disruption(slot.name))
         for slot in self.slots:
             pod = self._pods.get(slot.name)
             if slot.name in self._deleted and (pod is None or _exit(pod) is None):
-                return JobVerdict(FAILURE, slot.name, "deleted")
+                return JobVerdict(FAILURE, slot.name, "deleted", disruption=self.disruption(slot.name))
             if pod is None:
                 continue
             status = pod.get("status") or {}
             if status.get("phase") == "Failed" and _exit(pod) is None:
                 return JobVerdict(FAILURE, slot.name, "pod", None, status.get("reason") or "Failed",
-                                  status.get("message"))
+                                  status.get("message"), disruption=self.disruption(slot.name))
         image = self._image_failure(now)
         if image is not None:
             return image
+        if self.queue_timeout is not None:
+            queued = self.queued()
+            if queued:  # waiting for capacity is not starting: the queue limit applies, not the startup one
+                self.scheduled_at = None
+                if now < self.started_at + self.queue_timeout:
+                    return None
+                reason, message = _waiting(self._pods[queued[0]])
+                return JobVerdict(FAILURE, queued[0], "queue", None, reason or "Unschedulable", message)
+            if self.scheduled_at is None:
+                self.scheduled_at = now
         if now < self.startup_deadline:
             return None
         for slot in self.slots:
@@ -400,9 +458,20 @@ class JobTracker:
         return image_failure([(slot.name, self._pods.get(slot.name)) for slot in self.slots], self.pull_failures,
                              self.image_pull_grace, now)
 
+    def queued(self) -> list[str]:
+        """Replicas whose pod is not started and not scheduled to a node (unschedulable, gated by Kueue)."""
+        return [slot.name for slot in self.slots
+                if (pod := self._pods.get(slot.name)) is not None and not pod_started(pod) and not _scheduled(pod)]
+
     @property
     def startup_deadline(self) -> float:
-        return self.started_at + self.startup_timeout
+        """The next deadline of a job not started: the queue limit while a replica waits to be scheduled, else the
+        startup limit (from the start, or from when the last replica was scheduled with ``queue_timeout``)."""
+        if self.queue_timeout is None:
+            return self.started_at + self.startup_timeout
+        if self.scheduled_at is None:
+            return self.started_at + self.queue_timeout
+        return self.scheduled_at + self.startup_timeout
 
     def waiting_for_start(self) -> bool:
         return any(slot.name not in self._pods or not pod_started(self._pods[slot.name]) for slot in self.slots)

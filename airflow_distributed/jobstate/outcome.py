@@ -24,7 +24,9 @@ from airflow_distributed.status import ReplicaStatus
 #: The endings. A replica's container exited non-zero (``exit``), its pod failed without an exit code (``pod``),
 #: it or the whole job was deleted (``deleted``), its image cannot be pulled (``image``), it did not start in
 #: time (``startup``), the task was killed (``stopped``), the wait ran out of time (``timeout``), an elastic job
-#: gave up (``gave_up``), or a controller or the waiter said ``failed`` without naming a replica (``failed``).
+#: gave up (``gave_up``), a controller or the waiter said ``failed`` without naming a replica (``failed``), or the job
+#: reported no progress for ``progress_timeout`` while every replica ran (``hung``), or a replica was not scheduled
+#: within ``queue_timeout`` (``queue``: no capacity or quota for it).
 SUCCEEDED = "succeeded"
 EXITED = "exit"
 POD_FAILED = "pod"
@@ -35,9 +37,14 @@ STOPPED = "stopped"
 TIMED_OUT = "timeout"
 GAVE_UP = "gave_up"
 FAILED = "failed"
-ENDINGS = (SUCCEEDED, EXITED, POD_FAILED, DELETED, IMAGE, NOT_STARTED, STOPPED, TIMED_OUT, GAVE_UP, FAILED)
+HUNG = "hung"
+QUEUED = "queue"
+ENDINGS = (SUCCEEDED, EXITED, POD_FAILED, DELETED, IMAGE, NOT_STARTED, STOPPED, TIMED_OUT, GAVE_UP, FAILED, HUNG,
+           QUEUED)
 #: Lines of the deciding replica's log a failure message quotes.
 MESSAGE_TAIL_LINES = 15
+#: Lines of each replica's log the message of a hung job quotes (its Python stacks, where it dumped them).
+HUNG_TAIL_LINES = 40
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,9 @@ class JobOutcome:
     :param logs: last lines of the replicas whose logs were followed, by replica.
     :param pods: the last pod seen of each replica, by replica (Kubernetes).
     :param job_object: the job's object as last seen (Kubeflow kinds; ``None`` once deleted).
+    :param disruption: how the cluster took the deciding replica away, when it did: its pod's ``DisruptionTarget``
+        reason (``EvictionByEvictionAPI``, ``PreemptionByScheduler``, ``DeletionByTaintManager``...) or the pod's
+        own (``Evicted``, ``Preempting``, ``NodeLost``...). Not part of the message: it picks the error's class.
     """
 
     ending: str
@@ -75,6 +85,7 @@ class JobOutcome:
     logs: Mapping[str, Sequence[str]] = field(default_factory=dict)
     pods: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     job_object: Mapping[str, Any] | None = None
+    disruption: str | None = None
 
     def __post_init__(self) -> None:
         if self.ending not in ENDINGS:
@@ -89,16 +100,17 @@ def _detail(*parts: str | None) -> str:
     return ": ".join(part for part in parts if part)
 
 
-def describe(outcome: JobOutcome, startup_timeout: float | None = None) -> str:
+def describe(outcome: JobOutcome, startup_timeout: float | None = None, queue_timeout: float | None = None) -> str:
     """What ended the job, in one line without the job's name (``replica x exited with code 3 (OOMKilled)``).
 
     :param startup_timeout: named in a ``startup`` ending.
+    :param queue_timeout: named in a ``queue`` ending.
     """
-    text = _describe(outcome, startup_timeout)
+    text = _describe(outcome, startup_timeout, queue_timeout)
     return f"{outcome.judgement}; {text}" if outcome.judgement and text else (outcome.judgement or text)
 
 
-def _describe(outcome: JobOutcome, startup_timeout: float | None) -> str:
+def _describe(outcome: JobOutcome, startup_timeout: float | None, queue_timeout: float | None) -> str:
     ending, replica = outcome.ending, outcome.replica
     if ending == SUCCEEDED:
         return "the master succeeded"
@@ -121,13 +133,19 @@ def _describe(outcome: JobOutcome, startup_timeout: float | None) -> str:
         return outcome.message or "the job timed out"
     if ending == GAVE_UP:
         return outcome.reason or f"the elastic job gave up after replica {replica} ended"
+    if ending == HUNG:
+        return outcome.message or "the job hung"
+    if ending == QUEUED:
+        within = f" within {queue_timeout:g}s (queue_timeout)" if queue_timeout is not None else ""
+        return (f"replica {replica} was not scheduled{within}: "
+                f"{_detail(outcome.reason, outcome.message) or 'Unschedulable'}")
     if ending == POD_FAILED:
         return f"the pod of replica {replica} failed: {_detail(outcome.reason, outcome.message) or 'Failed'}"
     return "" if outcome.judgement else (_detail(outcome.reason, outcome.message) or "failed")
 
 
 def failure_message(job: str, outcome: JobOutcome, elapsed: float, cleanup: str, *,
-                    startup_timeout: float | None = None) -> str:
+                    startup_timeout: float | None = None, queue_timeout: float | None = None) -> str:
     """The error of a job that did not succeed: ``job <id> failed after X.Xs: <what>; <clean-up note>``, then the
     deciding pod's events and the deciding replica's last lines.
 
@@ -136,7 +154,7 @@ def failure_message(job: str, outcome: JobOutcome, elapsed: float, cleanup: str,
     """
     if outcome.ending == STOPPED:
         return f"job {job} was stopped after {elapsed:.1f}s (task killed); {cleanup}"
-    message = f"job {job} failed after {elapsed:.1f}s: {describe(outcome, startup_timeout)}; {cleanup}"
+    message = f"job {job} failed after {elapsed:.1f}s: {describe(outcome, startup_timeout, queue_timeout)}; {cleanup}"
     if outcome.events:
         message += "\n  events:\n" + "\n".join(f"    {line}" for line in outcome.events)
     # A replica that exited has last lines worth reading, even none ("(no output)" says it printed nothing).
@@ -144,8 +162,28 @@ def failure_message(job: str, outcome: JobOutcome, elapsed: float, cleanup: str,
     if outcome.tail or exited:
         lines = "\n".join(f"    {line}" for line in outcome.tail[-MESSAGE_TAIL_LINES:]) or "    (no output)"
         message += f". Its last lines:\n{lines}"
+    if outcome.ending == HUNG:
+        for name, tail in outcome.logs.items():
+            lines = "\n".join(f"    {line}" for line in list(tail)[-HUNG_TAIL_LINES:]) or "    (no output)"
+            message += f"\n  {name}, last lines:\n{lines}"
     return message
 
 
-__all__ = ["DELETED", "ENDINGS", "EXITED", "FAILED", "GAVE_UP", "IMAGE", "NOT_STARTED", "POD_FAILED", "STOPPED",
-           "SUCCEEDED", "TIMED_OUT", "JobOutcome", "describe", "failure_message"]
+__all__ = [
+    "DELETED",
+    "ENDINGS",
+    "EXITED",
+    "FAILED",
+    "GAVE_UP",
+    "HUNG",
+    "IMAGE",
+    "NOT_STARTED",
+    "POD_FAILED",
+    "QUEUED",
+    "STOPPED",
+    "SUCCEEDED",
+    "TIMED_OUT",
+    "JobOutcome",
+    "describe",
+    "failure_message",
+]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow.providers.common.compat.sdk import conf
@@ -87,7 +88,13 @@ class DistributedTrainingOperator(BaseOperator):
     :param runtime_kind: ``backend="trainjob"``: ``ClusterTrainingRuntime`` (default) or ``TrainingRuntime`` (a
         runtime in the job's namespace).
     :param wait_for_completion: wait for the job to finish (the local backend always waits).
-    :param startup_timeout: seconds a replica may stay pending before the job fails (Kubernetes).
+    :param startup_timeout: seconds a replica may stay pending before the job fails (Kubernetes); with
+        ``queue_timeout``, counted from when the last replica was scheduled.
+    :param queue_timeout: ``backend="kubernetes"``: how long the replicas may wait to be scheduled (no capacity or
+        quota: unschedulable, held by Kueue), a ``timedelta`` or seconds, from the start of the wait; past it the
+        task fails with ``ReplicaNotScheduledError`` naming the scheduler's reason. Default: none, and
+        ``startup_timeout`` covers the wait for scheduling too. The local backend ignores it; the Kubeflow ones
+        refuse it.
     :param image_pull_grace: seconds a replica's image pull may keep failing (``ErrImagePull``,
         ``ImagePullBackOff``) before the job fails, for registries that flap; a pull that succeeds within it does
         not fail the job. Default 0: the first failed pull fails the job, naming the replica, the image and the
@@ -122,6 +129,18 @@ class DistributedTrainingOperator(BaseOperator):
     :param job_links: extra link buttons as (name, URL template) pairs, e.g.
         ``("TensorBoard", "https://tb.example.com/#scalars&regexInput={job_name}")``; placeholders ``{job_name}``,
         ``{dag_id}``, ``{run_id}``, ``{task_id}``, ``{map_index}``, ``{try_number}``.
+    :param retry_policy: Airflow's (>= 3.3) retry policy of the task. Default, when ``retries`` > 0: the provider's
+        ``retry_policy.DistributedRetryPolicy``, which retries a job the cluster interrupted (a replica evicted,
+        preempted or lost with its node) at once, fails at once one whose image cannot be pulled, that the cluster
+        refused or whose arguments are invalid, and leaves a script's error to ``retries``; see
+        ``docs/failures.md``. Give another policy to replace it (``ExceptionRetryPolicy(rules=[])``: plain
+        ``retries`` for every failure). On Airflow < 3.3 there is none, and the errors' classes are still raised.
+    :param progress_timeout: the hang watchdog (``backend="local"``; refused by the others), a ``timedelta`` or
+        seconds: when the master has reported no progress or metric (``tracking.log_progress``/``log_metrics``)
+        and printed no line for that long while every replica runs, the job is hung: each replica prints its Python
+        stacks (where its script imports ``airflow_distributed.tracking``), every replica is stopped, and the task
+        fails with ``JobHungError``, naming the last step reported and quoting each replica's last lines. A job
+        that is slow but reports is never stopped by it. Default: none.
     :param watch_timings: how the wait watches the job (Kubernetes and Kubeflow backends, synchronous and
         deferred), a dict of ``hooks.watch_loop.WatchTimings`` fields: ``server_timeout`` (``timeoutSeconds`` of
         each watch request, default 300), ``read_timeout_margin`` (client read timeout above it, 30),
@@ -174,11 +193,17 @@ class DistributedTrainingOperator(BaseOperator):
         watch_timings: Mapping[str, Any] | None = None,
         runtime: str | None = None,
         runtime_kind: Literal["ClusterTrainingRuntime", "TrainingRuntime"] = "ClusterTrainingRuntime",
+        progress_timeout: timedelta | float | None = None,
+        queue_timeout: timedelta | float | None = None,
         **kwargs: Any,
     ) -> None:
         # The return value's keys are XComs of their own (see outputs.py); a missing one resolves to None.
         kwargs.setdefault("multiple_outputs", True)
         super().__init__(**kwargs)
+        if getattr(self, "retry_policy", None) is None and self.retries:
+            policy = default_retry_policy()
+            if policy is not None:
+                self.retry_policy = policy
         if job_links:
             self.operator_extra_links = operator_links(job_links)
         self.framework = framework
@@ -212,6 +237,8 @@ class DistributedTrainingOperator(BaseOperator):
         self.watch_timings = dict(watch_timings) if isinstance(watch_timings, Mapping) else watch_timings
         self.runtime = runtime
         self.runtime_kind = runtime_kind
+        self.progress_timeout = _seconds(progress_timeout)
+        self.queue_timeout = _seconds(queue_timeout)
         # Picked once: the backend object keeps the state of the job it runs (for on_kill).
         self._backend: JobBackend | None = backend_named(backend)
         self.model_asset = model_asset
@@ -256,6 +283,11 @@ class DistributedTrainingOperator(BaseOperator):
         if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not 0 <= grace < float("inf"):
             problems.append(("image_pull_grace", f"{shown(grace)} is not allowed: seconds, a number >= 0 (0: fail at "
                              "the first failed pull)"))
+        for limit in ("progress_timeout", "queue_timeout"):
+            wait = getattr(self, limit)
+            if wait is not None and (isinstance(wait, bool) or not isinstance(wait, (int, float))
+                                     or not 0 < wait < float("inf")):
+                problems.append((limit, "is not allowed: a timedelta or seconds, a number > 0"))
         problems.extend(_watch_timings_problems(self.watch_timings))
         if self._backend is not None:
             problems.extend(self._backend.check(BackendSettings.of(self), spec))
@@ -404,4 +436,19 @@ def _watch_timings_problems(timings: Any) -> list[tuple[str, str]]:
     return []
 
 
-__all__ = ["BACKENDS", "Backend", "DistributedJobError", "DistributedTrainingOperator"]
+
+def _seconds(value: Any) -> Any:
+    """A ``timedelta`` in seconds; anything else as it is (checked by ``_check_arguments``)."""
+    return value.total_seconds() if isinstance(value, timedelta) else value
+
+
+def default_retry_policy() -> Any:
+    """The provider's retry policy, or ``None`` on an Airflow without retry policies (< 3.3)."""
+    try:
+        from airflow_distributed.retry_policy import DistributedRetryPolicy
+    except ImportError:  # no airflow.sdk.RetryPolicy: the errors' classes are raised all the same
+        return None
+    return DistributedRetryPolicy()
+
+
+__all__ = ["BACKENDS", "Backend", "DistributedJobError", "DistributedTrainingOperator", "default_retry_policy"]

@@ -21,6 +21,7 @@ from typing import Any
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_distributed.exceptions import error_class_named
 from airflow_distributed.hooks.api_retry import KubernetesJobError, RetryPolicy, short_error
 from airflow_distributed.hooks.watch_loop import (
     WATCH_TIMEOUT,
@@ -99,6 +100,8 @@ class JobWaitTrigger(BaseTrigger):
             # A KubernetesJobError says already what was waited for and why it ended.
             message = str(error) if isinstance(error, KubernetesJobError) else short_error(error)
             payload = {**base, "status": "error", "message": message}
+            if error_class_named(type(error).__name__) is type(error):  # the resumed task raises the same class
+                payload["error_class"] = type(error).__name__
         self._fired = True
         yield TriggerEvent(payload)
 

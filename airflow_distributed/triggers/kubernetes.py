@@ -65,7 +65,9 @@ class DistributedJobTrigger(JobWaitTrigger):
     :param job_name: the job (its Service's name and the pods' ``airflow-distributed/job`` label).
     :param namespace: the job's namespace.
     :param replicas: ``job_watch.slots_to_json`` of the job's replicas, master first.
-    :param startup_timeout: seconds every replica gets to start, from ``started_at``.
+    :param startup_timeout: seconds every replica gets to start, from ``started_at`` (with ``queue_timeout``: from
+        when the last was scheduled).
+    :param queue_timeout: seconds the replicas may wait to be scheduled, from ``started_at`` (``JobTracker``).
     :param started_at: epoch seconds the startup window opened (kept across triggerer restarts).
     :param kubernetes_conn_id: the cncf provider's Kubernetes connection.
     :param connection_extras: the connection's extras given directly (no connection lookup).
@@ -85,6 +87,7 @@ class DistributedJobTrigger(JobWaitTrigger):
 
     replicas: list[list[Any]]
     startup_timeout: float
+    queue_timeout: float | None
     image_pull_grace: float
     connection_extras: dict[str, Any] | None
     cluster_context: str | None
@@ -109,9 +112,11 @@ class DistributedJobTrigger(JobWaitTrigger):
         image_pull_grace: float = 0.0,
         watch_timings: dict[str, Any] | None = None,
         resume_state: dict[str, Any] | None = None,
+        queue_timeout: float | None = None,
     ) -> None:
         super().__init__(
             job_name=job_name, namespace=namespace, replicas=replicas, startup_timeout=startup_timeout,
+            queue_timeout=queue_timeout,
             started_at=started_at, kubernetes_conn_id=kubernetes_conn_id, connection_extras=connection_extras,
             cluster_context=cluster_context, config_dict=config_dict, in_cluster=in_cluster,
             watch_timeout=watch_timeout, execution_deadline=execution_deadline, watch_timings=watch_timings,
@@ -153,7 +158,8 @@ class DistributedJobTrigger(JobWaitTrigger):
     async def _verdict(self) -> JobVerdict | None:
         """The job's verdict; ``None`` once the task's execution_timeout is over."""
         tracker = JobTracker(slots_from_json(self.replicas), startup_timeout=self.startup_timeout,
-                             started_at=self.started_at, image_pull_grace=self.image_pull_grace)
+                             started_at=self.started_at, image_pull_grace=self.image_pull_grace,
+                             queue_timeout=self.queue_timeout)
         report = TableReporter(self._log_table, time.time, TABLE_INTERVAL if len(tracker.slots) > TABLE_ROWS else 0.0)
 
         def apply(delivery: Delivery) -> None:

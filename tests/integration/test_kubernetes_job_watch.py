@@ -100,7 +100,7 @@ CASES = [
           "container": "wait-for-peers"}),
     Case("a pod evicted", [pod("j-master-0"), pod("j-worker-0", "Failed", waiting("ContainerCreating"),
                                                   reason="Evicted"), pod("j-worker-1")],
-         {"state": "failed", "replica": "j-worker-0", "cause": "pod", "reason": "Evicted"}),
+         {"state": "failed", "replica": "j-worker-0", "cause": "pod", "reason": "Evicted", "disruption": "Evicted"}),
     Case("an image name that can never be pulled fails at once",
          [pod("j-master-0"), pod("j-worker-0", "Pending", waiting("InvalidImageName", "bad name")), pod("j-worker-1")],
          {"state": "failed", "replica": "j-worker-0", "cause": "image", "reason": "InvalidImageName",

@@ -127,7 +127,9 @@ class JobFeed:
             # A fresh error per trigger: one exception raised in many tasks would pile up their tracebacks.
             error = self._error
             message = str(error) if isinstance(error, KubernetesJobError) else short_error(error)
-            raise KubernetesJobError(message, getattr(error, "status", None)) from error
+            # Of the same class (refused, unavailable...), so that the trigger's event names it for the retry policy.
+            fresh = type(error) if isinstance(error, KubernetesJobError) else KubernetesJobError
+            raise fresh(message, getattr(error, "status", None)) from error
         self._wake.clear()
         if self._snapshot is None and not self._events:
             return None

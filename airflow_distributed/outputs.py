@@ -198,9 +198,11 @@ def job_result(
 
 
 def job_record(
-    result: Mapping[str, Any], document: Mapping[str, Any], logs: Mapping[str, Sequence[str]], duration: float
+    result: Mapping[str, Any], document: Mapping[str, Any], logs: Mapping[str, Sequence[str]], duration: float,
+    usage: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ``job`` XCom: the result plus what a job view shows (metric history, each replica's last lines)."""
+    """The ``job`` XCom: the result plus what a job view shows (metric history, each replica's last lines) and, when
+    given, what the job cost (``jobstate.usage``)."""
     return {
         **result,
         "duration_seconds": round(duration, 3),
@@ -211,6 +213,7 @@ def job_record(
             name: [safe_text(line[:LINE_CHARS]) for line in list(lines)[-LOG_LINES:]]
             for name, lines in list(logs.items())[:LOG_REPLICAS]
         },
+        **({"usage": dict(usage)} if usage is not None else {}),
     }
 
 

@@ -38,10 +38,12 @@ from airflow_distributed.backends.job_run import (
     require_image,
     watch_timings,
 )
+from airflow_distributed.backends.job_usage import usage_over_tries
 from airflow_distributed.backends.kubernetes import check_kubernetes_arguments, manifest_options
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.job_watch import JobVerdict, replica_table
 from airflow_distributed.jobstate.outcome import JobOutcome, failure_message
+from airflow_distributed.jobstate.usage import pod_run
 from airflow_distributed.outputs import document_warning, job_record, job_result, parse_output_document
 from airflow_distributed.plan import build_plan
 
@@ -294,7 +296,10 @@ class KubeflowJobRun:
                             state="succeeded" if succeeded else "failed", document=document, replicas=statuses,
                             namespace=self.namespace)
         ti = self.context["ti"]
-        ti.xcom_push(key="job", value=job_record(result, document, logs, elapsed))
+        now = time.time()
+        usage = usage_over_tries(self.context, [pod_run(pod["metadata"]["name"], pod, now) for pod in pods], elapsed,
+                                 self.log)
+        ti.xcom_push(key="job", value=job_record(result, document, logs, elapsed, usage))
         if not succeeded:
             outcome = replace(outcome, replicas=statuses, tail=tuple(logs.get(outcome.replica or "", ())), logs=logs)
             note = "the job was deleted" if deleted else "the job is kept for a look until the next try"

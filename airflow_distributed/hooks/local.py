@@ -46,7 +46,8 @@ class LocalReplicaProcess:
     """One running replica: its process, its output pump and the last lines it printed."""
 
     def __init__(self, spec: ProcessSpec, cwd: str, emit: Callable[[str, str], None], *, restarts: int = 0,
-                 count_restarts: Callable[[str], bool] | None = None) -> None:
+                 count_restarts: Callable[[str], bool] | None = None,
+                 earlier_runs: Sequence[tuple[float, float]] = ()) -> None:
         self.spec = spec
         self.cwd = cwd
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
@@ -62,6 +63,10 @@ class LocalReplicaProcess:
         #: process tree reaches any more
         self.known_family: list[psutil.Process] = []
         self._count_restarts = count_restarts
+        #: (start, end) wall-clock times of the runs this replica had before this process (``job_usage``)
+        self.earlier_runs = tuple(earlier_runs)
+        self.started_at = time.time()
+        self.ended_at: float | None = None
         self.process = subprocess.Popen(
             list(spec.argv),
             env=dict(spec.env),
@@ -92,6 +97,7 @@ class LocalReplicaProcess:
 
     def _wait(self) -> None:
         code = self.process.wait()
+        self.ended_at = time.time()
         exited_at = time.monotonic()  # which replica ended first decides what the failure names
         # Its last lines first (briefly: a surviving child may hold the pipe), so the exit is seen with them.
         self._pump.join(1.0)
@@ -134,7 +140,11 @@ class LocalReplicaProcess:
         psutil.wait_procs(self.known_family, timeout=5.0)
         self.join_output(2.0)
         return LocalReplicaProcess(self.spec, self.cwd, self._emit, restarts=self.restarts + 1,
-                                   count_restarts=self._count_restarts)
+                                   count_restarts=self._count_restarts, earlier_runs=self.runs())
+
+    def runs(self) -> tuple[tuple[float, float], ...]:
+        """(start, end) wall-clock times of every run of this replica, this one to now while it runs."""
+        return (*self.earlier_runs, (self.started_at, self.ended_at if self.ended_at is not None else time.time()))
 
     def family(self) -> list[psutil.Process]:
         """The replica and every descendant, including ones that left its process group."""

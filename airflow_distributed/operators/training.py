@@ -345,17 +345,30 @@ class DistributedTrainingOperator(BaseOperator):
         """OpenLineage (when its provider is installed): the job's shape as a run facet, the model as output."""
         from airflow_distributed.lineage import job_lineage
 
-        return job_lineage(self._spec_of_try(), self.backend, self._job_result, "succeeded")
+        return job_lineage(self._spec_of_try(), self.backend, self._job_result, "succeeded",
+                           _recorded_usage(task_instance))
 
     def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
         """OpenLineage for a failed try: the job's shape, no output."""
         from airflow_distributed.lineage import job_lineage
 
-        return job_lineage(self._spec_of_try(), self.backend, None, "failed")
+        return job_lineage(self._spec_of_try(), self.backend, None, "failed", _recorded_usage(task_instance))
 
     def on_kill(self) -> None:
         if self._backend is not None:
             self._backend.kill()
+
+
+def _recorded_usage(task_instance: Any) -> dict[str, Any] | None:
+    """The ``usage`` of the ``job`` record this try pushed, for the lineage facet; None when there is none (the job
+    never ran) or it cannot be read: lineage never fails the task."""
+    try:
+        record = task_instance.xcom_pull(task_ids=task_instance.task_id, key="job",
+                                         map_indexes=getattr(task_instance, "map_index", -1))
+    except Exception:
+        return None
+    usage = record.get("usage") if isinstance(record, dict) else None
+    return usage if isinstance(usage, dict) else None
 
 
 __all__ = ["BACKENDS", "Backend", "DistributedJobError", "DistributedTrainingOperator"]

@@ -27,6 +27,7 @@ It uses the standard library only: training images need neither Airflow nor pyda
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import os
@@ -37,6 +38,7 @@ import threading
 import time
 from typing import Any
 
+from airflow_distributed.live_report import record_line
 from airflow_distributed.strict_json import strict_number
 
 __all__ = [
@@ -502,6 +504,52 @@ def _continued_document(path: str) -> dict[str, Any] | None:
 
 def _write(path: str, document: dict[str, Any]) -> None:
     _write_atomic(path, (json.dumps(document, allow_nan=False, sort_keys=False) + "\n").encode("utf-8"))
+    _print_record(document)
+
+
+#: At most one live record per interval (seconds); one held back is printed when the interval ends.
+RECORD_INTERVAL = 5.0
+_records: dict[str, Any] = {"printed": -math.inf, "timer": None}
+
+
+def _print_record(document: dict[str, Any]) -> None:
+    """The live record of the document on stdout (the container's log), where the job view of a running cluster
+    job reads it; the task log leaves it out (``live_report``). Paced: a master that logs every step prints one
+    record per ``RECORD_INTERVAL``, the newest state, and never leaves one unprinted for longer."""
+    wait = _records["printed"] + RECORD_INTERVAL - time.monotonic()
+    if wait <= 0:
+        _print_now(document)
+    elif _records["timer"] is None:
+        timer = threading.Timer(wait, _print_held_back)
+        timer.daemon = True
+        _records["timer"] = timer
+        if not _records.get("at_exit"):  # a master that ends within the interval still prints its last state
+            _records["at_exit"] = True
+            atexit.register(_print_held_back)
+        timer.start()
+
+
+def _print_held_back() -> None:
+    with _lock:
+        if _records["timer"] is None:
+            return
+        _records["timer"] = None
+        if _state.get("document") is not None:
+            _print_now(_state["document"])
+
+
+def _print_now(document: dict[str, Any]) -> None:
+    _records["printed"] = time.monotonic()
+    line = record_line(document)
+    if line is not None:
+        import sys
+
+        try:
+            # one write, so that a line the training prints from another thread cannot split it
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+        except (OSError, ValueError, AttributeError):  # stdout closed or gone: the report must not stop training
+            pass
 
 
 def _write_atomic(path: str, data: bytes) -> None:

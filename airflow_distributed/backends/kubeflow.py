@@ -44,6 +44,7 @@ from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.job_watch import JobVerdict, replica_table
 from airflow_distributed.jobstate.outcome import JobOutcome, failure_message
 from airflow_distributed.jobstate.usage import pod_run
+from airflow_distributed.live_report import without_records
 from airflow_distributed.outputs import document_warning, job_record, job_result, parse_output_document
 from airflow_distributed.plan import build_plan
 
@@ -324,7 +325,7 @@ class KubeflowJobRun:
             name = pod["metadata"]["name"]
             if name == outcome.replica:
                 try:
-                    logs[name] = self.hook.read_log_tail(self.namespace, name, TAIL_LINES, container)
+                    logs[name] = without_records(self.hook.read_log_tail(self.namespace, name, TAIL_LINES, container))
                 except KubernetesJobError as error:
                     self.log.warning("could not read the last lines of %s: %s", name, error)
         return logs

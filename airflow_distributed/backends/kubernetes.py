@@ -54,6 +54,7 @@ from airflow_distributed.jobstate.job_watch import (
 )
 from airflow_distributed.jobstate.outcome import JobOutcome, failure_message
 from airflow_distributed.jobstate.usage import ReplicaRun, Requests, pod_run
+from airflow_distributed.live_report import is_record, without_records
 from airflow_distributed.manifests.pod_names import RESTARTS_ANNOTATION
 from airflow_distributed.outputs import document_warning, job_record, job_result, parse_output_document
 from airflow_distributed.plan import KubernetesAddressing, build_plan
@@ -340,7 +341,7 @@ class KubernetesJobRun:
                     on_change=self._log_table,
                     stopped=lambda: self.stopped,
                     follow=self._followed(),
-                    emit=lambda replica, line: self.log.info("[%s] %s", replica, line),
+                    emit=self._emit,
                     log_cursors=log_cursors,
                 )
                 if not self._after_failure(outcome):
@@ -427,6 +428,11 @@ class KubernetesJobRun:
         self.log.info("job %s/%s: waiting in the triggerer", self.namespace, self.name)
         self.task.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
 
+    def _emit(self, replica: str, line: str) -> None:
+        """A followed replica's line into the task log; the master's live records (for the job view) left out."""
+        if not is_record(line):
+            self.log.info("[%s] %s", replica, line)
+
     def _log_table(self, rows: Sequence[ReplicaStatus]) -> None:
         self.log.info("replicas of %s:\n%s", self.name, replica_table(self._with_dropped(rows)))
 
@@ -453,7 +459,8 @@ class KubernetesJobRun:
         if pods.get(replica) is None:
             return []
         try:
-            return self.hook.read_log_tail(self.namespace, replica, TAIL_LINES, container or MAIN_CONTAINER)
+            return without_records(self.hook.read_log_tail(self.namespace, replica, TAIL_LINES,
+                                                           container or MAIN_CONTAINER))
         except KubernetesJobError as error:
             self.log.warning("could not read the last lines of %s: %s", replica, error)
             return []

@@ -21,6 +21,7 @@ import psutil
 from airflow_distributed.elastic import CONTINUE, RESTART, ElasticPlan, after_replica_ended, agent_restarted
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.outcome import JobOutcome
+from airflow_distributed.live_report import is_record
 from airflow_distributed.logs import TaskLog
 from airflow_distributed.manifests.local import ProcessSpec
 from airflow_distributed.status import FAILED, RUNNING, STOPPED, SUCCEEDED, ReplicaStatus
@@ -89,6 +90,8 @@ class LocalReplicaProcess:
         assert self.process.stdout is not None
         for raw in iter(self.process.stdout.readline, b""):
             line = raw.decode("utf-8", "replace").rstrip("\n")
+            if is_record(line):  # the job view's live record: the local backend reads the document itself
+                continue
             self.tail.append(line)
             if self._count_restarts is not None and self._count_restarts(line):
                 self.restarts += 1

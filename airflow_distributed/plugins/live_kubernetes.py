@@ -23,8 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_distributed.backends.base import has_template
 from airflow_distributed.backends.kubernetes import LIVE_JOB_XCOM_KEY, TAIL_LINES
+from airflow_distributed.live_report import latest_record, without_records
 from airflow_distributed.manifests.pod_names import INDEX_LABEL, MASTER_LABEL, ROLE_LABEL
 from airflow_distributed.naming import job_name
+from airflow_distributed.outputs import sanitise_document
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -35,6 +37,9 @@ if TYPE_CHECKING:
 DEFAULT_TIMEOUT = 5.0
 #: The cncf provider's default connection: when it is not defined, the client's own configuration is used.
 DEFAULT_CONN_ID = "kubernetes_default"
+#: The master's log the view reads for its live record: its last lines, and no more than these bytes of them.
+RECORD_TAIL_LINES = 200
+RECORD_TAIL_BYTES = 2**20
 # Reads of hung clusters end at the time box; a bounded pool keeps them from piling up threads.
 _READERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="job-view-kubernetes")
 
@@ -97,13 +102,13 @@ class LiveKubernetesJobState:
             extras = connection_extras(location)
             future = _READERS.submit(read_pods, location, extras, timeout)
             try:
-                namespace, pods, logs = future.result(timeout=timeout)
+                namespace, pods, logs, report = future.result(timeout=timeout)
             except FutureTimeout:
                 future.cancel()
                 raise unreachable(timeout) from None
         except Unavailable as why:
             return unavailable_record(location, framework, why)
-        return live_record(location.job_name, namespace, framework, pods, logs)
+        return live_record(location.job_name, namespace, framework, pods, logs, report)
 
 
 def _xcom(ref: TaskInstanceRef, session: Session) -> Any:
@@ -211,9 +216,13 @@ def connection_extras(location: JobLocation) -> dict[str, Any]:
 
 
 def read_pods(location: JobLocation, extras: Mapping[str, Any], timeout: float
-              ) -> tuple[str, list[dict[str, Any]], dict[str, list[str]]]:
-    """The job's namespace, pods and the master's last log lines, read through the resolved connection, each
-    request ending after ``timeout`` seconds."""
+              ) -> tuple[str, list[dict[str, Any]], dict[str, list[str]], dict[str, Any] | None]:
+    """The job's namespace, pods, the master's last log lines and its newest live record (``live_report``), read
+    through the resolved connection, each request ending after ``timeout`` seconds.
+
+    The master's log is read once: its last ``RECORD_TAIL_LINES`` lines, of which the API server sends the first
+    ``RECORD_TAIL_BYTES`` at most. ``tracking`` prints a record every few seconds while the master reports, so the
+    window holds one unless the master printed more than that in between; then the view shows the pods only."""
     from airflow_distributed.hooks.api_retry import KubernetesJobError, is_connection_error
 
     try:
@@ -221,13 +230,17 @@ def read_pods(location: JobLocation, extras: Mapping[str, Any], timeout: float
         namespace = location.namespace or hook.default_namespace()
         pods = hook.list_job_pods(namespace, location.job_name).get("items") or []
         logs: dict[str, list[str]] = {}
+        report: dict[str, Any] | None = None
         for pod in pods:
             meta = pod.get("metadata") or {}
             if (meta.get("labels") or {}).get(MASTER_LABEL) == "true" and meta.get("name"):
                 try:
-                    logs[meta["name"]] = hook.read_log_tail(namespace, meta["name"], TAIL_LINES)
+                    lines = hook.read_log_tail(namespace, meta["name"], RECORD_TAIL_LINES,
+                                               limit_bytes=RECORD_TAIL_BYTES)
                 except KubernetesJobError:
-                    logs[meta["name"]] = []
+                    lines = []
+                logs[meta["name"]] = without_records(lines)[-TAIL_LINES:]
+                report = latest_record(lines)
     except KubernetesJobError as error:
         if error.status is None:
             raise unreachable(timeout) from None
@@ -237,7 +250,7 @@ def read_pods(location: JobLocation, extras: Mapping[str, Any], timeout: float
         if is_connection_error(error):
             raise unreachable(timeout) from None
         raise Unavailable("unavailable", "The connection's Kubernetes configuration could not be loaded.") from None
-    return namespace, pods, logs
+    return namespace, pods, logs, report
 
 
 def _connection_hook(extras: Mapping[str, Any], conn_id: str | None, timeout: float) -> Any:
@@ -280,8 +293,9 @@ def _index(value: Any) -> int:
 
 
 def live_record(name: str, namespace: str, framework: str | None, pods: list[dict[str, Any]],
-                logs: dict[str, list[str]]) -> dict[str, Any]:
-    """A job record in the shape of the ``job`` XCom, from the pods' current states (pure)."""
+                logs: dict[str, list[str]], report: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A job record in the shape of the ``job`` XCom, from the pods' current states and the master's newest live
+    record (progress, metrics, history so far), sanitised as every report is (pure)."""
     from airflow_distributed.jobstate.job_watch import ReplicaSlot, replica_status
 
     rows = []
@@ -292,9 +306,11 @@ def live_record(name: str, namespace: str, framework: str | None, pods: list[dic
                            _index(labels.get(INDEX_LABEL)), labels.get(MASTER_LABEL) == "true")
         rows.append((not slot.is_master, slot.role, slot.index, replica_status(slot, pod)))
     rows.sort(key=lambda row: row[:3])
+    document = sanitise_document(report or {})
     return {
         "job_name": name, "framework": framework, "backend": "kubernetes", "namespace": namespace,
-        "state": "running", "metrics": {}, "model_path": None, "history": [],
+        "state": "running", "metrics": document["metrics"], "model_path": None, "history": document["history"],
+        **({"progress": document["progress"]} if document.get("progress") else {}),
         "replicas": [
             {"name": s.name, "role": s.role, "index": s.index, "state": s.state, "exit_code": s.exit_code,
              "where": s.where, "reason": s.reason, "restarts": s.restarts}

@@ -1,5 +1,6 @@
 """DAGs whose jobs ask for resources, for the ``usage`` figures: a local job of real processes, and Kubernetes jobs
-(sync and deferred) whose pods the test ends at times it chooses."""
+(sync and deferred) whose pods the test ends at times it chooses, and a deferred one whose live view is read while it
+runs."""
 
 from __future__ import annotations
 
@@ -46,3 +47,5 @@ def _kubernetes_dag(dag_id: str, **task_kwargs) -> DAG:
 
 kubernetes_usage = _kubernetes_dag("k8s_usage")
 kubernetes_usage_deferrable = _kubernetes_dag("k8s_usage_deferrable", deferrable=True)
+# The live view of a deferred job: the test reads the job view while the task waits in the triggerer.
+kubernetes_live_deferrable = _kubernetes_dag("k8s_live_deferrable", deferrable=True)

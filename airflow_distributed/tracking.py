@@ -15,7 +15,9 @@ This module tells a replica where it stands in the job and lets the master repor
 The output document is ``{"metrics": {...}, "model_path": ..., "history": [...]}``. It is written to the path in
 ``AIRFLOW_DISTRIBUTED_OUTPUT`` after every call to :func:`log_metrics` or :func:`log_model`, atomically (a temporary
 file in the same directory, then :func:`os.replace`), so the backend reading it never sees half a document, even
-when the replica is killed in the middle of a write.
+when the replica is killed in the middle of a write. The master also prints the document's progress, metrics and
+history as one ``live_report`` line on stdout, at most every ``RECORD_INTERVAL`` seconds: the job view of a running
+cluster job reads it from the master's log (docs/ui.md, "The live record"); the task log leaves it out.
 
 Only the master replica is given ``AIRFLOW_DISTRIBUTED_OUTPUT``. Everywhere else the logging calls do nothing and
 return quietly, so the same script can run unchanged on every replica. Processes started by a launcher inside a

@@ -48,4 +48,5 @@ def _kubernetes_dag(dag_id: str, **task_kwargs) -> DAG:
 kubernetes_usage = _kubernetes_dag("k8s_usage")
 kubernetes_usage_deferrable = _kubernetes_dag("k8s_usage_deferrable", deferrable=True)
 # The live view of a deferred job: the test reads the job view while the task waits in the triggerer.
+kubernetes_live = _kubernetes_dag("k8s_live")
 kubernetes_live_deferrable = _kubernetes_dag("k8s_live_deferrable", deferrable=True)

@@ -1,5 +1,5 @@
 """The job view of a running cluster job, live: what the master's ``tracking`` calls report shows in the view's
-JSON while the task waits in the triggerer.
+JSON while the task waits, here or in the triggerer.
 
 A real DAG run defers its Kubernetes job (the API emulator, over HTTP); the test plays the kubelet, and the master's
 log lines are what a real ``tracking`` process prints. The view is asked through Airflow's own API server app, as a
@@ -24,7 +24,6 @@ from tests.kubernetes_helpers import DOCUMENT, Kubelet, task_requests
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "kubernetes_connection")
 
-DAG_ID = "k8s_live_deferrable"
 #: A master that reports the percentages it is given on its standard input, one a line, as training would.
 MASTER = """
 import sys
@@ -64,22 +63,22 @@ class Master:
         self.pump.join(timeout=30)
 
 
-def latest_run_id() -> str | None:
+def latest_run_id(dag_id: str) -> str | None:
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
     with create_session() as session:
-        return session.scalar(select(DagRun.run_id).where(DagRun.dag_id == DAG_ID).order_by(DagRun.id.desc()))
+        return session.scalar(select(DagRun.run_id).where(DagRun.dag_id == dag_id).order_by(DagRun.id.desc()))
 
 
-def task_state(run_id: str) -> str | None:
+def task_state(dag_id: str, run_id: str) -> str | None:
     from airflow.utils.session import create_session
 
     from airflow_distributed.plugins.job_state import TaskInstanceRef, task_instance_state
 
     with create_session() as session:
-        return task_instance_state(TaskInstanceRef(DAG_ID, run_id, "train"), session)
+        return task_instance_state(TaskInstanceRef(dag_id, run_id, "train"), session)
 
 
 def dags_folder_bundle() -> None:
@@ -94,11 +93,12 @@ def dags_folder_bundle() -> None:
             session.add(DagBundleModel(name=BUNDLE))
 
 
-def test_a_deferred_kubernetes_job_shows_each_progress_its_master_reports_while_it_runs(emulator, kubeconfig,
-                                                                                       tmp_path, capfd):
+@pytest.mark.parametrize("dag_id", ["k8s_live", "k8s_live_deferrable"])
+def test_a_kubernetes_job_shows_each_progress_its_master_reports_while_it_runs(emulator, kubeconfig, tmp_path, capfd,
+                                                                               dag_id):
     from kubernetes.config import kube_config
 
-    namespace = namespace_of(DAG_ID)
+    namespace = namespace_of(dag_id)
     emulator.create_namespace(namespace)
     seen: dict[int, tuple[dict, str | None]] = {}
     dags_folder_bundle()
@@ -108,8 +108,8 @@ def test_a_deferred_kubernetes_job_shows_each_progress_its_master_reports_while_
 
         def script(kubelet: Kubelet) -> None:
             wait_until(lambda: any(r.is_watch for r in task_requests(emulator, namespace)), timeout=60)
-            run_id = wait_until(latest_run_id)
-            api = f"/distributed/api/jobs/{DAG_ID}/{quote(run_id, safe='')}/train"
+            run_id = wait_until(lambda: latest_run_id(dag_id))
+            api = f"/distributed/api/jobs/{dag_id}/{quote(run_id, safe='')}/train"
             headers = as_user(client, "alice")
             kubelet.run_all()
             master = Master(kubelet, str(tmp_path / "output.json"))
@@ -121,20 +121,21 @@ def test_a_deferred_kubernetes_job_shows_each_progress_its_master_reports_while_
                     return record if (record.get("progress") or {}).get("percent") == percent else None
 
                 record = wait_until(shown, timeout=30, interval=0.5)
-                seen[percent] = record, task_state(run_id)
+                seen[percent] = record, task_state(dag_id, run_id)
             master.end()
             kubelet.master_exits(0, document=DOCUMENT)
 
         kubelet = Kubelet(emulator, namespace, pods=2).play(script)
-        run, states = run_dag_at(DAG_ID)
+        run, states = run_dag_at(dag_id)
         kubelet.check()
 
     assert states == {"train": "success"}
     assert sorted(seen) == [10, 50, 90]
     for percent, (record, state) in seen.items():
-        # The task has deferred: dag.test() runs its trigger inline and marks the task queued meanwhile (the
-        # scheduler's triggerer: deferred); either way no task process reads anything for the view.
-        assert state in ("deferred", "queued") and record["source"] == "live" and record["state"] == "running"
+        # Deferred, dag.test() runs the trigger inline and marks the task queued meanwhile (under a scheduler:
+        # deferred); no task process reads anything for the view. In a synchronous wait the task is running.
+        assert state == ("queued" if dag_id.endswith("deferrable") else "running")
+        assert record["source"] == "live" and record["state"] == "running"
         assert record["progress"]["step"] == percent and record["metrics"] == {"loss": 1 - percent / 100}
         assert record["history"][-1] == {"step": percent, "loss": 1 - percent / 100}
         master = next(name for name in record["logs"])
@@ -145,4 +146,8 @@ def test_a_deferred_kubernetes_job_shows_each_progress_its_master_reports_while_
     # The final record replaces the live one; the task log never shows a live record.
     assert xcom(run, "train", "job")["metrics"] == DOCUMENT["metrics"]
     out = capfd.readouterr().out
-    assert out.count("waiting in the triggerer") == 1 and "@airflow-distributed/live" not in out
+    assert "@airflow-distributed/live" not in out
+    if dag_id.endswith("deferrable"):
+        assert out.count("waiting in the triggerer") == 1
+    else:  # the master's lines followed into the task log, each once
+        assert [out.count(f"] step {percent} done") for percent in (10, 50, 90)] == [1, 1, 1]

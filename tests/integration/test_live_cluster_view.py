@@ -113,17 +113,19 @@ def test_a_kubernetes_job_shows_each_progress_its_master_reports_while_it_runs(e
             headers = as_user(client, "alice")
             kubelet.run_all()
             master = Master(kubelet, str(tmp_path / "output.json"))
-            for percent in (10, 50, 90):
-                master.report(percent)
+            try:
+                for percent in (10, 50, 90):
+                    master.report(percent)
 
-                def shown(percent: int = percent) -> dict | None:
-                    record = client.get(api, headers=headers).json()
-                    return record if (record.get("progress") or {}).get("percent") == percent else None
+                    def shown(percent: int = percent) -> dict | None:
+                        record = client.get(api, headers=headers).json()
+                        return record if (record.get("progress") or {}).get("percent") == percent else None
 
-                record = wait_until(shown, timeout=30, interval=0.5)
-                seen[percent] = record, task_state(dag_id, run_id)
-            master.end()
-            kubelet.master_exits(0, document=DOCUMENT)
+                    record = wait_until(shown, timeout=30, interval=0.5)
+                    seen[percent] = record, task_state(dag_id, run_id)
+            finally:  # the job ends whatever the view showed, so that the run ends and check() tells
+                master.end()
+                kubelet.master_exits(0, document=DOCUMENT)
 
         kubelet = Kubelet(emulator, namespace, pods=2).play(script)
         run, states = run_dag_at(dag_id)

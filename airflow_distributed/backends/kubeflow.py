@@ -39,7 +39,7 @@ from airflow_distributed.backends.job_run import (
     watch_timings,
 )
 from airflow_distributed.backends.job_usage import usage_over_tries
-from airflow_distributed.backends.kubernetes import check_kubernetes_arguments, manifest_options
+from airflow_distributed.backends.kubernetes import LIVE_JOB_XCOM_KEY, check_kubernetes_arguments, manifest_options
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.job_watch import JobVerdict, replica_table
 from airflow_distributed.jobstate.outcome import JobOutcome, failure_message
@@ -99,6 +99,11 @@ def run_kubeflow(task: TaskCalls, settings: BackendSettings, context: Context, s
         run.log.info("%s %s/%s submitted; not waiting for it (wait_for_completion=False)", run.resource.kind,
                      run.namespace, run.name)
         return {"job_name": run.name, "namespace": run.namespace, "kind": run.resource.kind}
+    # Lets the job view find the running job in the cluster before there is a final record, in both wait modes.
+    context["ti"].xcom_push(key=LIVE_JOB_XCOM_KEY, value={
+        "job_name": run.name, "namespace": run.namespace, "kubernetes_conn_id": settings.kubernetes_conn_id,
+        "framework": run.framework,
+    })
     if settings.deferrable and handle.reattached != "succeeded":
         run.defer()
     return run.wait()

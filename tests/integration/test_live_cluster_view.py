@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from urllib.parse import quote
 
 import pytest
@@ -37,19 +38,20 @@ for line in sys.stdin:
 
 
 class Master:
-    """A real ``tracking`` process whose stdout goes to the master pod's log in the emulator, line by line."""
+    """A real ``tracking`` process whose stdout goes to the master pod's log in the emulator, line by line
+    (``write``)."""
 
-    def __init__(self, kubelet: Kubelet, output: str) -> None:
+    def __init__(self, write: Callable[[str], None], output: str) -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-c", MASTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
             env={**os.environ, "AIRFLOW_DISTRIBUTED_OUTPUT": output, "PYTHONPATH": str(ROOT)})
-        self.pump = threading.Thread(target=self._relay, args=(kubelet,), daemon=True)
+        self.pump = threading.Thread(target=self._relay, args=(write,), daemon=True)
         self.pump.start()
 
-    def _relay(self, kubelet: Kubelet) -> None:
+    def _relay(self, write: Callable[[str], None]) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:
-            kubelet.log(kubelet.master, line.rstrip("\n"))
+            write(line.rstrip("\n"))
 
     def report(self, percent: int) -> None:
         assert self.process.stdin is not None
@@ -112,7 +114,7 @@ def test_a_kubernetes_job_shows_each_progress_its_master_reports_while_it_runs(e
             api = f"/distributed/api/jobs/{dag_id}/{quote(run_id, safe='')}/train"
             headers = as_user(client, "alice")
             kubelet.run_all()
-            master = Master(kubelet, str(tmp_path / "output.json"))
+            master = Master(lambda line: kubelet.log(kubelet.master, line), str(tmp_path / "output.json"))
             try:
                 for percent in (10, 50, 90):
                     master.report(percent)

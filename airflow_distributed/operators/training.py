@@ -31,7 +31,7 @@ Backend = Literal["local", "kubernetes", "kubeflow", "trainjob"]
 #: The ``backend=`` names: the registry's (``backends.registry``), the only list of them.
 BACKENDS = tuple(REGISTRY)
 #: Arguments kept in the serialized DAG besides the template fields: where the job runs, for the job view.
-SERIALIZED_JOB_FIELDS = frozenset({"backend", "kubernetes_conn_id"})
+SERIALIZED_JOB_FIELDS = frozenset({"backend", "kubernetes_conn_id", "framework"})
 
 
 class DistributedTrainingOperator(BaseOperator):

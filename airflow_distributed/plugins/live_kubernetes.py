@@ -17,7 +17,7 @@ import json
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -102,6 +102,10 @@ class LiveKubernetesJobState:
         if location is None or announced.get("job_name") != location.job_name:
             return None
         framework = announced.get("framework") if isinstance(announced.get("framework"), str) else None
+        if location.framework is None and framework is not None:
+            # A framework the Dag leaves to its spec: the job's kind is the announced one's, of the same job, namespace
+            # and connection whatever it says.
+            location = replace(location, framework=framework)
         timeout = self.timeout
         try:
             extras = connection_extras(location)

@@ -26,7 +26,8 @@ from airflow_distributed.backends.kubernetes import LIVE_JOB_XCOM_KEY, TAIL_LINE
 from airflow_distributed.live_report import latest_record, without_records
 from airflow_distributed.manifests.pod_names import INDEX_LABEL, MASTER_LABEL, ROLE_LABEL
 from airflow_distributed.naming import job_name
-from airflow_distributed.outputs import sanitise_document
+from airflow_distributed.outputs import DOCUMENT_LIMIT, sanitise_document
+from airflow_distributed.strict_json import StrictJson
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -412,7 +413,9 @@ def kubeflow_live_record(location: JobLocation, namespace: str, framework: str |
             trainer = sanitise_document({"metrics": dict(progress.metrics),
                                          "progress": {"percent": progress.percent,
                                                       "eta_seconds": progress.remaining_seconds}})
-            record["trainer_status"] = {"progress": trainer.get("progress"), "metrics": trainer["metrics"]}
+            # as the task's own live record of a TrainJob has it (``backends.trainjob.live_record``), strict JSON
+            status = StrictJson(DOCUMENT_LIMIT).clean(progress.as_dict(), "trainer_status")
+            record["trainer_status"] = status if isinstance(status, dict) else {}
             if "progress" not in record and trainer.get("progress"):
                 record["progress"], record["metrics"] = trainer["progress"], record["metrics"] or trainer["metrics"]
     return record

@@ -134,5 +134,5 @@ def test_a_trainjob_shows_its_trainer_status_then_what_its_master_reports(emulat
         record = seen[percent]
         assert (record["backend"], record["state"]) == ("trainjob", "running")
         assert record["metrics"] == {"loss": 1 - percent / 100} and record["progress"]["step"] == percent
-        assert record["trainer_status"]["progress"]["percent"] == 45  # shown beside the master's own report
+        assert record["trainer_status"]["progress_percentage"] == 45  # shown beside the master's own report
         assert len(record["replicas"]) == 3

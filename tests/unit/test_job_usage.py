@@ -58,3 +58,17 @@ def test_the_plans_requests_are_the_request_else_the_limit():
                                                 "gpu": {"limits": 1}}})
     assert plan_requests(spec.environment.resources) == Requests(cpu=2.0, memory_gib=0.5, gpu=1.0)
     assert pod_requests({}) == Requests()
+
+
+def test_the_job_view_says_what_was_requested_in_hours_over_the_tries():
+    from airflow_distributed.plugins.job_state import TaskInstanceRef
+    from airflow_distributed.plugins.page import job_page
+
+    usage = add_usage(job_usage([ReplicaRun("m", Requests(2, 4, 1), 0.0, 3600.0)], 3600.0),
+                      job_usage([ReplicaRun("m", Requests(2, 4, 1), 0.0, 1800.0)], 1800.0))
+    record = {"job_name": "j", "state": "succeeded", "replicas": [], "usage": usage}
+    page = job_page(record, TaskInstanceRef("d", "r", "t"), source="recorded", show_logs=True, json_href="/x")
+    assert "requested 3 CPU-h, 6 GiB-h, 1.5 GPU-h over 2 tries" in page
+    assert "requested" not in job_page({**record, "usage": {"cpu_seconds": float("nan")}},
+                                       TaskInstanceRef("d", "r", "t"), source="recorded", show_logs=True,
+                                       json_href="/x")

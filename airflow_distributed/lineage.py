@@ -23,7 +23,8 @@ FACET = "airflowDistributed"
 
 @attr.define
 class DistributedTrainingRunFacet(RunFacet):
-    """The shape of the job: framework, backend, its replicas per role with their resources, and its outcome."""
+    """The shape of the job: framework, backend, its replicas per role with their resources, its outcome and what it
+    cost (``usage``, as in the ``job`` XCom; empty when the job never ran)."""
 
     framework: str
     backend: str
@@ -33,6 +34,7 @@ class DistributedTrainingRunFacet(RunFacet):
     roles: list[dict[str, Any]]
     jobName: str | None = None
     metrics: dict[str, Any] = attr.field(factory=dict)
+    usage: dict[str, Any] = attr.field(factory=dict)
 
 
 def model_dataset(model_path: str) -> Dataset:
@@ -57,13 +59,16 @@ def role_summary(spec: TrainingSpec) -> list[dict[str, Any]]:
     return summary
 
 
-def job_lineage(spec: TrainingSpec, backend: str, result: Mapping[str, Any] | None, state: str) -> OperatorLineage:
-    """The lineage of one try: its run facet, and the model as output once a model path is known."""
+def job_lineage(spec: TrainingSpec, backend: str, result: Mapping[str, Any] | None, state: str,
+                usage: Mapping[str, Any] | None = None) -> OperatorLineage:
+    """The lineage of one try: its run facet (with the job's ``usage``, when recorded), and the model as output once
+    a model path is known."""
     result = result or {}
     roles = role_summary(spec)
     facet = DistributedTrainingRunFacet(
         framework=spec.framework, backend=backend, state=state, replicaCount=sum(r["count"] for r in roles),
         roles=roles, jobName=result.get("job_name"), metrics=dict(result.get("metrics") or {}),
+        usage=dict(usage or {}),
     )
     model_path = result.get("model_path")
     outputs = [model_dataset(model_path)] if isinstance(model_path, str) and model_path else []

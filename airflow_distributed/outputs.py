@@ -19,8 +19,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from airflow_distributed.live_report import is_record
 from airflow_distributed.status import ReplicaStatus
-from airflow_distributed.strict_json import DROPPED, StrictJson, safe_text, strict_number
+from airflow_distributed.strict_json import DROPPED, StrictJson, downsample, safe_text, strict_number
 
 #: A document longer than this (characters) is not parsed: a warning, no metrics.
 DOCUMENT_TEXT_LIMIT = 16 * 2**20
@@ -198,9 +199,11 @@ def job_result(
 
 
 def job_record(
-    result: Mapping[str, Any], document: Mapping[str, Any], logs: Mapping[str, Sequence[str]], duration: float
+    result: Mapping[str, Any], document: Mapping[str, Any], logs: Mapping[str, Sequence[str]], duration: float,
+    usage: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ``job`` XCom: the result plus what a job view shows (metric history, each replica's last lines)."""
+    """The ``job`` XCom: the result plus what a job view shows (metric history, each replica's last lines) and, when
+    given, what the job cost (``jobstate.usage``)."""
     return {
         **result,
         "duration_seconds": round(duration, 3),
@@ -208,15 +211,10 @@ def job_record(
         **({"progress": document["progress"]} if document.get("progress") else {}),
         "logs": {
             # a replica's output may hold a NUL, which PostgreSQL's JSON refuses
-            name: [safe_text(line[:LINE_CHARS]) for line in list(lines)[-LOG_LINES:]]
+            # the master's live records are for the running job's view, not its last words
+            name: [safe_text(line[:LINE_CHARS]) for line in lines if not is_record(line)][-LOG_LINES:]
             for name, lines in list(logs.items())[:LOG_REPLICAS]
         },
+        **({"usage": dict(usage)} if usage is not None else {}),
     }
 
-
-def downsample(points: list[Any], limit: int) -> list[Any]:
-    """At most ``limit`` evenly spaced points, always keeping the first and the last."""
-    if len(points) <= limit:
-        return points
-    step = (len(points) - 1) / (limit - 1)
-    return [points[round(i * step)] for i in range(limit)]

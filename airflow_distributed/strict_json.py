@@ -173,4 +173,13 @@ class StrictJson:
         return True
 
 
-__all__ = ["DROPPED", "MAX_DEPTH", "MAX_INT", "MAX_STRING", "StrictJson", "safe_text", "strict_number"]
+def downsample(points: list[Any], limit: int) -> list[Any]:
+    """At most ``limit`` evenly spaced points, always keeping the first and the last."""
+    if len(points) <= limit:
+        return points
+    step = (len(points) - 1) / (limit - 1)
+    return [points[round(i * step)] for i in range(limit)]
+
+
+__all__ = ["DROPPED", "MAX_DEPTH", "MAX_INT", "MAX_STRING", "StrictJson", "downsample", "safe_text",
+           "strict_number"]

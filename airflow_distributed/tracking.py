@@ -15,7 +15,9 @@ This module tells a replica where it stands in the job and lets the master repor
 The output document is ``{"metrics": {...}, "model_path": ..., "history": [...]}``. It is written to the path in
 ``AIRFLOW_DISTRIBUTED_OUTPUT`` after every call to :func:`log_metrics` or :func:`log_model`, atomically (a temporary
 file in the same directory, then :func:`os.replace`), so the backend reading it never sees half a document, even
-when the replica is killed in the middle of a write.
+when the replica is killed in the middle of a write. The master also prints the document's progress, metrics and
+history as one ``live_report`` line on stdout, at most every ``RECORD_INTERVAL`` seconds: the job view of a running
+cluster job reads it from the master's log (docs/ui.md, "The live record"); the task log leaves it out.
 
 Only the master replica is given ``AIRFLOW_DISTRIBUTED_OUTPUT``. Everywhere else the logging calls do nothing and
 return quietly, so the same script can run unchanged on every replica. Processes started by a launcher inside a
@@ -27,6 +29,7 @@ It uses the standard library only: training images need neither Airflow nor pyda
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import os
@@ -37,6 +40,7 @@ import threading
 import time
 from typing import Any
 
+from airflow_distributed.live_report import record_line
 from airflow_distributed.strict_json import strict_number
 
 __all__ = [
@@ -505,6 +509,52 @@ def _continued_document(path: str) -> dict[str, Any] | None:
 
 def _write(path: str, document: dict[str, Any]) -> None:
     _write_atomic(path, (json.dumps(document, allow_nan=False, sort_keys=False) + "\n").encode("utf-8"))
+    _print_record(document)
+
+
+#: At most one live record per interval (seconds); one held back is printed when the interval ends.
+RECORD_INTERVAL = 5.0
+_records: dict[str, Any] = {"printed": -math.inf, "timer": None}
+
+
+def _print_record(document: dict[str, Any]) -> None:
+    """The live record of the document on stdout (the container's log), where the job view of a running cluster
+    job reads it; the task log leaves it out (``live_report``). Paced: a master that logs every step prints one
+    record per ``RECORD_INTERVAL``, the newest state, and never leaves one unprinted for longer."""
+    wait = _records["printed"] + RECORD_INTERVAL - time.monotonic()
+    if wait <= 0:
+        _print_now(document)
+    elif _records["timer"] is None:
+        timer = threading.Timer(wait, _print_held_back)
+        timer.daemon = True
+        _records["timer"] = timer
+        if not _records.get("at_exit"):  # a master that ends within the interval still prints its last state
+            _records["at_exit"] = True
+            atexit.register(_print_held_back)
+        timer.start()
+
+
+def _print_held_back() -> None:
+    with _lock:
+        if _records["timer"] is None:
+            return
+        _records["timer"] = None
+        if _state.get("document") is not None:
+            _print_now(_state["document"])
+
+
+def _print_now(document: dict[str, Any]) -> None:
+    _records["printed"] = time.monotonic()
+    line = record_line(document)
+    if line is not None:
+        import sys
+
+        try:
+            # one write, so that a line the training prints from another thread cannot split it
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+        except (OSError, ValueError, AttributeError):  # stdout closed or gone: the report must not stop training
+            pass
 
 
 def _write_atomic(path: str, data: bytes) -> None:

@@ -38,11 +38,19 @@ from airflow_distributed.backends.job_run import (
     require_image,
     watch_timings,
 )
-from airflow_distributed.backends.kubernetes import check_kubernetes_arguments, manifest_options, queue_timeout_refused
+from airflow_distributed.backends.job_usage import usage_over_tries
+from airflow_distributed.backends.kubernetes import (
+    LIVE_JOB_XCOM_KEY,
+    check_kubernetes_arguments,
+    manifest_options,
+    queue_timeout_refused,
+)
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.failures import job_failure
 from airflow_distributed.jobstate.job_watch import JobVerdict, replica_table
 from airflow_distributed.jobstate.outcome import JobOutcome
+from airflow_distributed.jobstate.usage import pod_run
+from airflow_distributed.live_report import without_records
 from airflow_distributed.outputs import document_warning, job_record, job_result, parse_output_document
 from airflow_distributed.plan import build_plan
 
@@ -97,6 +105,11 @@ def run_kubeflow(task: TaskCalls, settings: BackendSettings, context: Context, s
         run.log.info("%s %s/%s submitted; not waiting for it (wait_for_completion=False)", run.resource.kind,
                      run.namespace, run.name)
         return {"job_name": run.name, "namespace": run.namespace, "kind": run.resource.kind}
+    # Lets the job view find the running job in the cluster before there is a final record, in both wait modes.
+    context["ti"].xcom_push(key=LIVE_JOB_XCOM_KEY, value={
+        "job_name": run.name, "namespace": run.namespace, "kubernetes_conn_id": settings.kubernetes_conn_id,
+        "framework": run.framework,
+    })
     if settings.deferrable and handle.reattached != "succeeded":
         run.defer()
     return run.wait()
@@ -296,7 +309,10 @@ class KubeflowJobRun:
                             state="succeeded" if succeeded else "failed", document=document, replicas=statuses,
                             namespace=self.namespace)
         ti = self.context["ti"]
-        ti.xcom_push(key="job", value=job_record(result, document, logs, elapsed))
+        now = time.time()
+        usage = usage_over_tries(self.context, [pod_run(pod["metadata"]["name"], pod, now) for pod in pods], elapsed,
+                                 self.log)
+        ti.xcom_push(key="job", value=job_record(result, document, logs, elapsed, usage))
         if not succeeded:
             outcome = replace(outcome, replicas=statuses, tail=tuple(logs.get(outcome.replica or "", ())), logs=logs)
             note = "the job was deleted" if deleted else "the job is kept for a look until the next try"
@@ -321,7 +337,7 @@ class KubeflowJobRun:
             name = pod["metadata"]["name"]
             if name == outcome.replica:
                 try:
-                    logs[name] = self.hook.read_log_tail(self.namespace, name, TAIL_LINES, container)
+                    logs[name] = without_records(self.hook.read_log_tail(self.namespace, name, TAIL_LINES, container))
                 except KubernetesJobError as error:
                     self.log.warning("could not read the last lines of %s: %s", name, error)
         return logs

@@ -39,6 +39,7 @@ from airflow_distributed.backends.job_run import (
     require_image,
     watch_timings,
 )
+from airflow_distributed.backends.job_usage import usage_over_tries
 from airflow_distributed.elastic import CONTINUE, RESTART, ElasticPlan, after_replica_ended, elastic_plan
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.failures import job_failure
@@ -53,6 +54,8 @@ from airflow_distributed.jobstate.job_watch import (
     slots_to_json,
 )
 from airflow_distributed.jobstate.outcome import JobOutcome
+from airflow_distributed.jobstate.usage import ReplicaRun, Requests, pod_run
+from airflow_distributed.live_report import is_record, without_records
 from airflow_distributed.manifests.pod_names import RESTARTS_ANNOTATION
 from airflow_distributed.outputs import document_warning, job_record, job_result, parse_output_document
 from airflow_distributed.plan import KubernetesAddressing, build_plan
@@ -233,6 +236,8 @@ class KubernetesJobRun:
         #: replicas an elastic job carries on without, with their last row of the table
         self.dropped: dict[str, ReplicaStatus] = {}
         self.elastic_failure: str | None = None
+        #: runs of pods an elastic job replaced or carries on without: what they cost counts in the job's usage
+        self.earlier_runs: list[ReplicaRun] = []
 
     @property
     def master(self) -> ReplicaSlot:
@@ -296,6 +301,7 @@ class KubernetesJobRun:
         run = cls(task, settings, context, event["namespace"], event["job_name"], slots, state["framework"], hook)
         run.elastic = ElasticPlan(**state["elastic"]) if state.get("elastic") else None
         run.dropped = dropped
+        run.earlier_runs = [_run_from_json(row) for row in state.get("earlier_runs") or []]
         return run
 
     # ------------------------------------------------------------------ submit, state, wait
@@ -349,7 +355,7 @@ class KubernetesJobRun:
                     on_change=self._log_table,
                     stopped=lambda: self.stopped,
                     follow=self._followed(),
-                    emit=lambda replica, line: self.log.info("[%s] %s", replica, line),
+                    emit=self._emit,
                     log_cursors=log_cursors,
                 )
                 if not self._after_failure(outcome):
@@ -374,6 +380,8 @@ class KubernetesJobRun:
                                        exit_code=outcome.exit_code if outcome.ending == ending.EXITED else None,
                                        restarts=restarts, left=left)
         self.log.warning("%s", decision.message)
+        if decision.action in (RESTART, CONTINUE):  # the lost pod's run is over: it counts in the job's usage
+            self.earlier_runs.append(pod_run(slot.name, outcome.pods.get(slot.name), time.time()))
         if decision.action == RESTART:
             from airflow_distributed.manifests.kubernetes import with_owner
 
@@ -429,10 +437,16 @@ class KubernetesJobRun:
             # The replicas the job carries on without are no longer watched, but the final table shows them.
             resume_state={"framework": self.framework,
                           "elastic": asdict(self.elastic) if self.elastic is not None else None,
-                          "dropped": [row.as_dict() for row in self.dropped.values()]},
+                          "dropped": [row.as_dict() for row in self.dropped.values()],
+                          "earlier_runs": [asdict(run) for run in self.earlier_runs]},
         )
         self.log.info("job %s/%s: waiting in the triggerer", self.namespace, self.name)
         self.task.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
+
+    def _emit(self, replica: str, line: str) -> None:
+        """A followed replica's line into the task log; the master's live records (for the job view) left out."""
+        if not is_record(line):
+            self.log.info("[%s] %s", replica, line)
 
     def _log_table(self, rows: Sequence[ReplicaStatus]) -> None:
         self.log.info("replicas of %s:\n%s", self.name, replica_table(self._with_dropped(rows)))
@@ -460,7 +474,8 @@ class KubernetesJobRun:
         if pods.get(replica) is None:
             return []
         try:
-            return self.hook.read_log_tail(self.namespace, replica, TAIL_LINES, container or MAIN_CONTAINER)
+            return without_records(self.hook.read_log_tail(self.namespace, replica, TAIL_LINES,
+                                                           container or MAIN_CONTAINER))
         except KubernetesJobError as error:
             self.log.warning("could not read the last lines of %s: %s", replica, error)
             return []
@@ -481,7 +496,8 @@ class KubernetesJobRun:
         result = job_result(job_name=self.name, framework=self.framework, backend="kubernetes",
                             state="succeeded" if outcome.succeeded else "failed", document=document,
                             replicas=statuses, namespace=self.namespace)
-        ti.xcom_push(key="job", value=job_record(result, document, dict(outcome.logs), elapsed))
+        ti.xcom_push(key="job", value=job_record(result, document, dict(outcome.logs), elapsed,
+                                                 self.usage(outcome.pods, elapsed)))
         if not outcome.succeeded:
             if self.elastic_failure:
                 outcome = replace(outcome, ending=ending.GAVE_UP, reason=self.elastic_failure)
@@ -490,6 +506,13 @@ class KubernetesJobRun:
                               startup_timeout=self.settings.startup_timeout,
                               queue_timeout=self.settings.queue_timeout)
         return push_success(self.context, self.log, result, document, self.namespace, self.name, elapsed)
+
+    def usage(self, pods: Mapping[str, Any], elapsed: float) -> dict[str, Any]:
+        """What the job cost, from its pods' requests and start and end times (those replaced before included)."""
+        now = time.time()
+        runs = [*self.earlier_runs, *(pod_run(slot.name, pods.get(slot.name), now) for slot in self.slots
+                                      if slot.name not in self.dropped)]
+        return usage_over_tries(self.context, runs, elapsed, self.log)
 
     def _collect(self, outcome: JobOutcome, killed: bool) -> tuple[dict[str, Any], JobOutcome]:
         """The output document, and the outcome with the failed replica's last lines (or its pod's events) and the
@@ -645,6 +668,11 @@ def _after_cleanup(rows: Sequence[ReplicaStatus], deleted: bool) -> tuple[Replic
     if not deleted:
         return tuple(rows)
     return tuple(replace(row, state=STOPPED) if row.state in (PENDING, RUNNING) else row for row in rows)
+
+
+def _run_from_json(row: Mapping[str, Any]) -> ReplicaRun:
+    """A ``ReplicaRun`` back from the trigger's event (``asdict`` of it in ``resume_state``)."""
+    return ReplicaRun(row["name"], Requests(**row["requests"]), row.get("started"), row.get("ended"))
 
 
 def _empty_document() -> dict[str, Any]:

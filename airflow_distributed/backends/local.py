@@ -21,11 +21,13 @@ from airflow_distributed.backends.base import (
     log_ignored,
     trainjob_only,
 )
+from airflow_distributed.backends.job_usage import usage_over_tries
 from airflow_distributed.backends.local_live import LIVE_XCOM_KEY, LiveJobReport
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.failures import job_failure
 from airflow_distributed.jobstate.outcome import JobOutcome
 from airflow_distributed.jobstate.progress_watch import ProgressWatch, document_mark, document_step
+from airflow_distributed.jobstate.usage import ReplicaRun, plan_requests
 from airflow_distributed.outputs import (
     DOCUMENT_TEXT_LIMIT,
     UNREADABLE,
@@ -177,7 +179,8 @@ class LocalBackend:
             state="succeeded" if outcome.succeeded else "failed", document=document, replicas=outcome.replicas,
         )
         logs = {replica.spec.name: list(replica.tail) for replica in job.replicas}
-        context["ti"].xcom_push(key="job", value=job_record(result, document, logs, elapsed))
+        usage = usage_over_tries(context, local_runs(plan, job.replicas), elapsed, log)
+        context["ti"].xcom_push(key="job", value=job_record(result, document, logs, elapsed, usage))
         if not outcome.succeeded:
             raise job_failure(name, outcome, elapsed, cleanup_note(outcome))
         if not settings.keep_checkpoints:
@@ -218,6 +221,15 @@ class HangWatchdog:
                 self._document, self._step = document_mark(document), document_step(document)
         self.watch.observe((self._lines(), self._document), self._step, now)
         return self.watch.describe(now) if self.watch.hung(now) else None
+
+
+def local_runs(plan: Any, replicas: Sequence[Any]) -> list[ReplicaRun]:
+    """Every run of every replica (restarts included), with the requests the plan gave it."""
+    runs = []
+    for replica in replicas:
+        requests = plan_requests(plan.replica(replica.spec.name).resources)
+        runs += [ReplicaRun(replica.spec.name, requests, start, end) for start, end in replica.runs()]
+    return runs
 
 
 def check_local_arguments(settings: BackendSettings, spec: TrainingSpec | None) -> list[Problem]:

@@ -147,12 +147,15 @@ class KubeApiHook(KubernetesHook):
 
     # ------------------------------------------------------------------ logs
 
-    def read_log_tail(self, namespace: str, pod: str, lines: int = 30, container: str = MAIN_CONTAINER) -> list[str]:
-        """The last ``lines`` of a container's log; empty when there is none (not started, pod gone)."""
+    def read_log_tail(self, namespace: str, pod: str, lines: int = 30, container: str = MAIN_CONTAINER,
+                      limit_bytes: int | None = None) -> list[str]:
+        """The last ``lines`` of a container's log (at most ``limit_bytes`` of them, when given); empty when there is
+        none (not started, pod gone)."""
+        bounds: dict[str, Any] = {"limit_bytes": limit_bytes} if limit_bytes is not None else {}
         try:
             response = self._call(f"reading the log of pod {namespace}/{pod}",
                                   self.core_v1_client.read_namespaced_pod_log, pod, namespace, container=container,
-                                  tail_lines=lines, _preload_content=False)
+                                  tail_lines=lines, _preload_content=False, **bounds)
         except KubernetesJobError as error:
             if error.status in (400, 404):
                 return []

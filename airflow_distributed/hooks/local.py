@@ -21,6 +21,7 @@ import psutil
 from airflow_distributed.elastic import CONTINUE, RESTART, ElasticPlan, after_replica_ended, agent_restarted
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.outcome import JobOutcome
+from airflow_distributed.live_report import is_record
 from airflow_distributed.logs import TaskLog
 from airflow_distributed.manifests.local import ProcessSpec
 from airflow_distributed.status import FAILED, RUNNING, STOPPED, SUCCEEDED, ReplicaStatus
@@ -50,7 +51,8 @@ class LocalReplicaProcess:
     """One running replica: its process, its output pump and the last lines it printed."""
 
     def __init__(self, spec: ProcessSpec, cwd: str, emit: Callable[[str, str], None], *, restarts: int = 0,
-                 count_restarts: Callable[[str], bool] | None = None) -> None:
+                 count_restarts: Callable[[str], bool] | None = None,
+                 earlier_runs: Sequence[tuple[float, float]] = ()) -> None:
         self.spec = spec
         self.cwd = cwd
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
@@ -68,6 +70,10 @@ class LocalReplicaProcess:
         #: process tree reaches any more
         self.known_family: list[psutil.Process] = []
         self._count_restarts = count_restarts
+        #: (start, end) wall-clock times of the runs this replica had before this process (``job_usage``)
+        self.earlier_runs = tuple(earlier_runs)
+        self.started_at = time.time()
+        self.ended_at: float | None = None
         self.process = subprocess.Popen(
             list(spec.argv),
             env=dict(spec.env),
@@ -90,6 +96,8 @@ class LocalReplicaProcess:
         assert self.process.stdout is not None
         for raw in iter(self.process.stdout.readline, b""):
             line = raw.decode("utf-8", "replace").rstrip("\n")
+            if is_record(line):  # the job view's live record: the local backend reads the document itself
+                continue
             self.tail.append(line)
             self.lines += 1
             if self._count_restarts is not None and self._count_restarts(line):
@@ -99,6 +107,7 @@ class LocalReplicaProcess:
 
     def _wait(self) -> None:
         code = self.process.wait()
+        self.ended_at = time.time()
         exited_at = time.monotonic()  # which replica ended first decides what the failure names
         # Its last lines first (briefly: a surviving child may hold the pipe), so the exit is seen with them.
         self._pump.join(1.0)
@@ -141,7 +150,11 @@ class LocalReplicaProcess:
         psutil.wait_procs(self.known_family, timeout=5.0)
         self.join_output(2.0)
         return LocalReplicaProcess(self.spec, self.cwd, self._emit, restarts=self.restarts + 1,
-                                   count_restarts=self._count_restarts)
+                                   count_restarts=self._count_restarts, earlier_runs=self.runs())
+
+    def runs(self) -> tuple[tuple[float, float], ...]:
+        """(start, end) wall-clock times of every run of this replica, this one to now while it runs."""
+        return (*self.earlier_runs, (self.started_at, self.ended_at if self.ended_at is not None else time.time()))
 
     def family(self) -> list[psutil.Process]:
         """The replica and every descendant, including ones that left its process group."""

@@ -33,7 +33,7 @@ Backend = Literal["local", "kubernetes", "kubeflow", "trainjob", "ray"]
 #: The ``backend=`` names: the registry's (``backends.registry``), the only list of them.
 BACKENDS = tuple(REGISTRY)
 #: Arguments kept in the serialized DAG besides the template fields: where the job runs, for the job view.
-SERIALIZED_JOB_FIELDS = frozenset({"backend", "kubernetes_conn_id"})
+SERIALIZED_JOB_FIELDS = frozenset({"backend", "kubernetes_conn_id", "framework"})
 
 
 class DistributedTrainingOperator(BaseOperator):
@@ -243,6 +243,8 @@ class DistributedTrainingOperator(BaseOperator):
         self._backend: JobBackend | None = backend_named(backend)
         self.model_asset = model_asset
         self._job_result: dict[str, Any] | None = None
+        #: what this try's job cost (the ``usage`` of its ``job`` record), for the lineage facet
+        self._job_usage: dict[str, Any] | None = None
         #: the spec validated when the DAG was parsed, and what it was parsed from; ``None`` while it is a template
         #: (then it is validated once rendered, before anything starts)
         self.spec: TrainingSpec | None = None
@@ -333,7 +335,10 @@ class DistributedTrainingOperator(BaseOperator):
         ti = context["ti"]
         name = job_name(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
         command = [str(part) for part in [*settings.command, *(settings.args or [])]]
-        result = self._chosen_backend().run(self._task_calls(), settings, context, spec, name, command)
+        try:
+            result = self._chosen_backend().run(self._task_calls(), settings, context, spec, name, command)
+        finally:
+            self._job_usage = _recorded_usage(ti)
         return self._succeeded(context, result)
 
     def _replica_program(self, command: list[str], layout: Layout) -> ReplicaProgram:
@@ -346,7 +351,10 @@ class DistributedTrainingOperator(BaseOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resumes a deferred job with the trigger's event: output, logs, clean-up, XCom."""
         self._try_spec = None
-        result = self._chosen_backend().resume(self._task_calls(), BackendSettings.of(self), context, event)
+        try:
+            result = self._chosen_backend().resume(self._task_calls(), BackendSettings.of(self), context, event)
+        finally:
+            self._job_usage = _recorded_usage(context["ti"])
         return self._succeeded(context, result)
 
     # ----------------------------------------------------------------- the model as an asset, lineage
@@ -385,13 +393,13 @@ class DistributedTrainingOperator(BaseOperator):
         """OpenLineage (when its provider is installed): the job's shape as a run facet, the model as output."""
         from airflow_distributed.lineage import job_lineage
 
-        return job_lineage(self._spec_of_try(), self.backend, self._job_result, "succeeded")
+        return job_lineage(self._spec_of_try(), self.backend, self._job_result, "succeeded", self._job_usage)
 
     def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
         """OpenLineage for a failed try: the job's shape, no output."""
         from airflow_distributed.lineage import job_lineage
 
-        return job_lineage(self._spec_of_try(), self.backend, None, "failed")
+        return job_lineage(self._spec_of_try(), self.backend, None, "failed", self._job_usage)
 
     def on_kill(self) -> None:
         if self._backend is not None:
@@ -449,6 +457,18 @@ def default_retry_policy() -> Any:
     except ImportError:  # no airflow.sdk.RetryPolicy: the errors' classes are raised all the same
         return None
     return DistributedRetryPolicy()
+
+
+def _recorded_usage(task_instance: Any) -> dict[str, Any] | None:
+    """The ``usage`` of the ``job`` record this try pushed, for the lineage facet; None when there is none (the job
+    never ran, or did not wait) or it cannot be read: lineage never fails the task."""
+    try:
+        record = task_instance.xcom_pull(task_ids=task_instance.task_id, key="job",
+                                         map_indexes=getattr(task_instance, "map_index", -1))
+    except Exception:
+        return None
+    usage = record.get("usage") if isinstance(record, dict) else None
+    return usage if isinstance(usage, dict) else None
 
 
 __all__ = ["BACKENDS", "Backend", "DistributedJobError", "DistributedTrainingOperator", "default_retry_policy"]

@@ -3,8 +3,8 @@
 A source answers for one task instance with a record in the shape of the operator's ``job`` XCom
 (``job_name``, ``state``, ``replicas``, ``metrics``, ``history``, ``logs``...) or ``None`` when it knows nothing
 of that job. The view asks its sources in order and shows the first answer: a finished job's record stays the
-final word; while there is none, a running job's published record (``job_live``) or its pods on Kubernetes
-(``live_kubernetes``) answer.
+final word; while there is none, a cluster job's pods and live record (``live_kubernetes``: the ``kubernetes``,
+``kubeflow`` and ``trainjob`` backends) or a running job's published record (``job_live``: local) answer.
 """
 
 from __future__ import annotations
@@ -111,7 +111,8 @@ def task_instance_state(ref: TaskInstanceRef, session: Session) -> str | None:
     return str(row[0].value if hasattr(row[0], "value") else row[0]) if row[0] is not None else "none"
 
 
-#: The final record first; while there is none, a running job's published record, then a Kubernetes job's pods.
+#: The final record first; while there is none, a cluster job as the cluster has it (its pods, the master's live
+#: record and a TrainJob's trainerStatus, which is more than the task publishes), then a published record (local).
 DEFAULT_SOURCES: tuple[JobStateSource, ...] = (
-    RecordedJobState(), RecordedJobState(key=LIVE_XCOM_KEY, name="live"), LiveKubernetesJobState(),
+    RecordedJobState(), LiveKubernetesJobState(), RecordedJobState(key=LIVE_XCOM_KEY, name="live"),
 )

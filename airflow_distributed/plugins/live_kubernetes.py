@@ -17,14 +17,17 @@ import json
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow_distributed.backends.base import has_template
 from airflow_distributed.backends.kubernetes import LIVE_JOB_XCOM_KEY, TAIL_LINES
+from airflow_distributed.live_report import latest_record, without_records
 from airflow_distributed.manifests.pod_names import INDEX_LABEL, MASTER_LABEL, ROLE_LABEL
 from airflow_distributed.naming import job_name
+from airflow_distributed.outputs import DOCUMENT_LIMIT, sanitise_document
+from airflow_distributed.strict_json import StrictJson
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -33,8 +36,13 @@ if TYPE_CHECKING:
 
 #: Seconds the view waits for the Kubernetes API, unless ``[distributed] live_view_timeout`` says otherwise.
 DEFAULT_TIMEOUT = 5.0
+#: The backends whose running jobs the view reads from the cluster.
+CLUSTER_BACKENDS = ("kubernetes", "kubeflow", "trainjob")
 #: The cncf provider's default connection: when it is not defined, the client's own configuration is used.
 DEFAULT_CONN_ID = "kubernetes_default"
+#: The master's log the view reads for its live record: its last lines, and no more than these bytes of them.
+RECORD_TAIL_LINES = 200
+RECORD_TAIL_BYTES = 2**20
 # Reads of hung clusters end at the time box; a bounded pool keeps them from piling up threads.
 _READERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="job-view-kubernetes")
 
@@ -47,6 +55,9 @@ class JobLocation:
     namespace: str | None
     conn_id: str | None
     team: str | None
+    #: ``kubernetes``, ``kubeflow`` or ``trainjob``, and the framework (it names a Kubeflow job's kind)
+    backend: str = "kubernetes"
+    framework: str | None = None
 
 
 class Unavailable(Exception):
@@ -92,18 +103,25 @@ class LiveKubernetesJobState:
         if location is None or announced.get("job_name") != location.job_name:
             return None
         framework = announced.get("framework") if isinstance(announced.get("framework"), str) else None
+        if location.framework is None and framework is not None:
+            # A framework the Dag leaves to its spec: the job's kind is the announced one's, of the same job, namespace
+            # and connection whatever it says.
+            location = replace(location, framework=framework)
         timeout = self.timeout
         try:
             extras = connection_extras(location)
-            future = _READERS.submit(read_pods, location, extras, timeout)
+            reader = read_pods if location.backend == "kubernetes" else read_kubeflow_pods
+            future = _READERS.submit(reader, location, extras, timeout)
             try:
-                namespace, pods, logs = future.result(timeout=timeout)
+                namespace, pods, logs, report = future.result(timeout=timeout)
             except FutureTimeout:
                 future.cancel()
                 raise unreachable(timeout) from None
         except Unavailable as why:
             return unavailable_record(location, framework, why)
-        return live_record(location.job_name, namespace, framework, pods, logs)
+        if location.backend != "kubernetes":
+            return kubeflow_live_record(location, namespace, framework, pods, logs, report)
+        return live_record(location.job_name, namespace, framework, pods, logs, report)
 
 
 def _xcom(ref: TaskInstanceRef, session: Session) -> Any:
@@ -129,7 +147,7 @@ def job_location(ref: TaskInstanceRef, session: Session) -> JobLocation | None:
     from airflow.models.dag import DagModel
 
     fields = task_fields(ref, session)
-    if fields is None or fields.get("backend") != "kubernetes" or "kubernetes_conn_id" in fields["_expanded"]:
+    if fields is None or fields.get("backend") not in CLUSTER_BACKENDS or "kubernetes_conn_id" in fields["_expanded"]:
         return None
     namespace = fields.get("namespace")
     if has_template(namespace) or "namespace" in fields["_expanded"]:
@@ -143,7 +161,9 @@ def job_location(ref: TaskInstanceRef, session: Session) -> JobLocation | None:
         return None
     # Teams own connections only in multi-team mode; outside it, Airflow refuses a team name outright.
     team = DagModel.get_team_name(ref.dag_id, session=session) if conf.getboolean("core", "multi_team") else None
-    return JobLocation(job_name(ref.dag_id, ref.task_id, ref.run_id, ref.map_index), namespace or None, conn_id, team)
+    framework = fields.get("framework") if isinstance(fields.get("framework"), str) else None
+    return JobLocation(job_name(ref.dag_id, ref.task_id, ref.run_id, ref.map_index), namespace or None, conn_id, team,
+                       str(fields["backend"]), framework)
 
 
 def task_fields(ref: TaskInstanceRef, session: Session) -> dict[str, Any] | None:
@@ -211,9 +231,13 @@ def connection_extras(location: JobLocation) -> dict[str, Any]:
 
 
 def read_pods(location: JobLocation, extras: Mapping[str, Any], timeout: float
-              ) -> tuple[str, list[dict[str, Any]], dict[str, list[str]]]:
-    """The job's namespace, pods and the master's last log lines, read through the resolved connection, each
-    request ending after ``timeout`` seconds."""
+              ) -> tuple[str, list[dict[str, Any]], dict[str, list[str]], dict[str, Any] | None]:
+    """The job's namespace, pods, the master's last log lines and its newest live record (``live_report``), read
+    through the resolved connection, each request ending after ``timeout`` seconds.
+
+    The master's log is read once: its last ``RECORD_TAIL_LINES`` lines, of which the API server sends the first
+    ``RECORD_TAIL_BYTES`` at most. ``tracking`` prints a record every few seconds while the master reports, so the
+    window holds one unless the master printed more than that in between; then the view shows the pods only."""
     from airflow_distributed.hooks.api_retry import KubernetesJobError, is_connection_error
 
     try:
@@ -221,13 +245,17 @@ def read_pods(location: JobLocation, extras: Mapping[str, Any], timeout: float
         namespace = location.namespace or hook.default_namespace()
         pods = hook.list_job_pods(namespace, location.job_name).get("items") or []
         logs: dict[str, list[str]] = {}
+        report: dict[str, Any] | None = None
         for pod in pods:
             meta = pod.get("metadata") or {}
             if (meta.get("labels") or {}).get(MASTER_LABEL) == "true" and meta.get("name"):
                 try:
-                    logs[meta["name"]] = hook.read_log_tail(namespace, meta["name"], TAIL_LINES)
+                    lines = hook.read_log_tail(namespace, meta["name"], RECORD_TAIL_LINES,
+                                               limit_bytes=RECORD_TAIL_BYTES)
                 except KubernetesJobError:
-                    logs[meta["name"]] = []
+                    lines = []
+                logs[meta["name"]] = without_records(lines)[-TAIL_LINES:]
+                report = latest_record(lines)
     except KubernetesJobError as error:
         if error.status is None:
             raise unreachable(timeout) from None
@@ -237,18 +265,18 @@ def read_pods(location: JobLocation, extras: Mapping[str, Any], timeout: float
         if is_connection_error(error):
             raise unreachable(timeout) from None
         raise Unavailable("unavailable", "The connection's Kubernetes configuration could not be loaded.") from None
-    return namespace, pods, logs
+    return namespace, pods, logs, report
 
 
-def _connection_hook(extras: Mapping[str, Any], conn_id: str | None, timeout: float) -> Any:
-    """A ``DistributedTrainingHook`` on already resolved extras, one try per call (the view reloads itself), each
-    request bounded by ``timeout``."""
+def _connection_hook(extras: Mapping[str, Any], conn_id: str | None, timeout: float, base: Any = None) -> Any:
+    """A ``DistributedTrainingHook`` (or ``base``, a Kubeflow kind's hook) on already resolved extras, one try per
+    call (the view reloads itself), each request bounded by ``timeout``."""
     from kubernetes import client
 
     from airflow_distributed.hooks.api_retry import RetryPolicy
     from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
 
-    class ResolvedConnectionHook(DistributedTrainingHook):
+    class ResolvedConnectionHook(base or DistributedTrainingHook):  # type: ignore[misc]
         @cached_property
         def conn_extras(self) -> dict[str, Any]:
             return dict(extras)
@@ -280,8 +308,9 @@ def _index(value: Any) -> int:
 
 
 def live_record(name: str, namespace: str, framework: str | None, pods: list[dict[str, Any]],
-                logs: dict[str, list[str]]) -> dict[str, Any]:
-    """A job record in the shape of the ``job`` XCom, from the pods' current states (pure)."""
+                logs: dict[str, list[str]], report: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A job record in the shape of the ``job`` XCom, from the pods' current states and the master's newest live
+    record (progress, metrics, history so far), sanitised as every report is (pure)."""
     from airflow_distributed.jobstate.job_watch import ReplicaSlot, replica_status
 
     rows = []
@@ -292,9 +321,11 @@ def live_record(name: str, namespace: str, framework: str | None, pods: list[dic
                            _index(labels.get(INDEX_LABEL)), labels.get(MASTER_LABEL) == "true")
         rows.append((not slot.is_master, slot.role, slot.index, replica_status(slot, pod)))
     rows.sort(key=lambda row: row[:3])
+    document = sanitise_document(report or {})
     return {
         "job_name": name, "framework": framework, "backend": "kubernetes", "namespace": namespace,
-        "state": "running", "metrics": {}, "model_path": None, "history": [],
+        "state": "running", "metrics": document["metrics"], "model_path": None, "history": document["history"],
+        **({"progress": document["progress"]} if document.get("progress") else {}),
         "replicas": [
             {"name": s.name, "role": s.role, "index": s.index, "state": s.state, "exit_code": s.exit_code,
              "where": s.where, "reason": s.reason, "restarts": s.restarts}
@@ -311,3 +342,80 @@ def unavailable_record(location: JobLocation, framework: str | None, why: Unavai
         "namespace": location.namespace, "state": why.state, "note": str(why), "metrics": {}, "model_path": None,
         "history": [], "replicas": [], "logs": {},
     }
+
+
+def read_kubeflow_pods(location: JobLocation, extras: Mapping[str, Any], timeout: float
+                       ) -> tuple[str, Any, dict[str, list[str]], dict[str, Any] | None]:
+    """A Kubeflow job's or a TrainJob's namespace, ``(object, replica rows)``, the master's last log lines and its
+    newest live record, read as ``read_pods`` reads a Kubernetes job's (one object read, one pod list, one log)."""
+    from airflow_distributed.hooks.api_retry import KubernetesJobError, is_connection_error
+
+    try:
+        from airflow_distributed.backends.kubeflow import KubeflowJobRun
+        from airflow_distributed.backends.trainjob import TrainJobRun
+
+        Run: type[KubeflowJobRun] = TrainJobRun if location.backend == "trainjob" else KubeflowJobRun
+        hook = _connection_hook(extras, location.conn_id, timeout, Run.hook_class())
+        namespace = location.namespace or hook.default_namespace()
+        resource = Run.resource_of(location.framework or "pytorch")
+        obj = hook.get_kubeflow_job(namespace, resource, location.job_name)
+        if obj is None:
+            return namespace, (None, ()), {}, None
+        pods = hook.kubeflow_pods(namespace, obj)
+        container = hook.main_container(obj)
+        rows = hook.replica_statuses(pods, container)
+        logs: dict[str, list[str]] = {}
+        report: dict[str, Any] | None = None
+        master = next((row for row in rows if row.role in ("master", "chief", "launcher")), rows[0] if rows else None)
+        if master is not None:
+            try:
+                lines = hook.read_log_tail(namespace, master.name, RECORD_TAIL_LINES, container,
+                                           limit_bytes=RECORD_TAIL_BYTES)
+            except KubernetesJobError:
+                lines = []
+            logs[master.name] = without_records(lines)[-TAIL_LINES:]
+            report = latest_record(lines)
+    except KubernetesJobError as error:
+        if error.status is None:
+            raise unreachable(timeout) from None
+        raise Unavailable("unavailable", f"The Kubernetes API answered {error.status} to reading the job."
+                          ) from None
+    except Exception as error:
+        if is_connection_error(error):
+            raise unreachable(timeout) from None
+        raise Unavailable("unavailable", "The connection's Kubernetes configuration could not be loaded.") from None
+    return namespace, (obj, rows), logs, report
+
+
+def kubeflow_live_record(location: JobLocation, namespace: str, framework: str | None, found: Any,
+                         logs: dict[str, list[str]], report: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A running Kubeflow job or TrainJob in the shape of the ``job`` XCom (pure): its replicas from its pods, the
+    master's newest live record; a TrainJob without one shows its ``status.trainerStatus`` (behind the
+    ``TrainJobStatus`` feature gate), which it shows besides in any case."""
+    obj, rows = found
+    document = sanitise_document(report or {})
+    record: dict[str, Any] = {
+        "job_name": location.job_name, "framework": framework, "backend": location.backend, "namespace": namespace,
+        "state": "running", "metrics": document["metrics"], "model_path": None, "history": document["history"],
+        **({"progress": document["progress"]} if document.get("progress") else {}),
+        "replicas": [
+            {"name": s.name, "role": s.role, "index": s.index, "state": s.state, "exit_code": s.exit_code,
+             "where": s.where, "reason": s.reason, "restarts": s.restarts}
+            for s in rows
+        ],
+        "logs": logs,
+    }
+    if location.backend == "trainjob" and obj is not None:
+        from airflow_distributed.manifests.trainjob_status import trainer_progress
+
+        progress = trainer_progress(obj)
+        if progress is not None:
+            trainer = sanitise_document({"metrics": dict(progress.metrics),
+                                         "progress": {"percent": progress.percent,
+                                                      "eta_seconds": progress.remaining_seconds}})
+            # as the task's own live record of a TrainJob has it (``backends.trainjob.live_record``), strict JSON
+            status = StrictJson(DOCUMENT_LIMIT).clean(progress.as_dict(), "trainer_status")
+            record["trainer_status"] = status if isinstance(status, dict) else {}
+            if "progress" not in record and trainer.get("progress"):
+                record["progress"], record["metrics"] = trainer["progress"], record["metrics"] or trainer["metrics"]
+    return record

@@ -121,6 +121,20 @@ def _logs(logs: Mapping[str, Sequence[str]] | None) -> list[tuple[str, str]] | N
     ]
 
 
+def _usage(usage: Any) -> str:
+    """``cost: 2.5 CPU-h, 4 GiB-h, 1 GPU-h over 2 tries`` from a record's ``usage``; empty without one."""
+    if not isinstance(usage, Mapping):
+        return ""
+    parts = []
+    for key, unit in (("cpu_seconds", "CPU-h"), ("memory_gib_seconds", "GiB-h"), ("gpu_seconds", "GPU-h")):
+        value = finite(usage.get(key))
+        if value:
+            parts.append(f"{value / 3600:.3g} {unit}")
+    tries = usage.get("tries")
+    over = f" over {tries} tries" if isinstance(tries, int) and tries > 1 else ""
+    return f"requested {', '.join(parts)}{over}" if parts else ""
+
+
 def job_page(
     record: Mapping[str, Any], ref: TaskInstanceRef, *, source: str, show_logs: bool, json_href: str
 ) -> str:
@@ -135,6 +149,7 @@ def job_page(
         f"{record['restarts']} restart{'s' if record['restarts'] != 1 else ''}"
         if isinstance(record.get("restarts"), int) and record["restarts"] > 0 else "",
         "final record" if source == "recorded" else f"{source} state",
+        _usage(record.get("usage")),
     ]
     logs = record.get("logs") if isinstance(record.get("logs"), Mapping) else {}
     metrics = record.get("metrics") or {}

@@ -76,6 +76,9 @@ def test_a_killed_worker_pod_is_recreated_once_and_the_job_succeeds(emulator, da
     assert {r["name"]: r["restarts"] for r in record["replicas"]} == {
         f"{job}-master-0": 0, worker: 1, f"{job}-worker-1": 0}
     assert record["restarts"] == 1
+    # What the lost pod ran counts with what its replacement ran, also across the deferrals.
+    assert {name: row["runs"] for name, row in record["usage"]["replicas"].items()} == {
+        f"{job}-master-0": 1, worker: 2, f"{job}-worker-1": 1}
     out = "".join(printed) + capfd.readouterr().out
     assert f"replica {worker} was killed (exit code 137): restarting it (1 of max_restarts=1)" in out
     # Waiting again after the pod was recreated does not show the master's lines again.

@@ -97,6 +97,7 @@ def test_openlineage_gets_the_jobs_shape_and_the_model_as_output(tmp_path):
     path = tmp_path / "path"
     path.mkdir()
     (path / "tests").symlink_to(ROOT / "tests")
+    (path / "airflow_distributed").symlink_to(ROOT / "airflow_distributed")  # this checkout's, not the installed one
     env = {**os.environ, "PYTHONPATH": str(path),
            "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(events_file),
                                                           "append": True}),
@@ -116,5 +117,9 @@ def test_openlineage_gets_the_jobs_shape_and_the_model_as_output(tmp_path):
         "pytorch", "local", "succeeded", 2)
     assert [(r["role"], r["count"]) for r in facet["roles"]] == [("master", 1), ("worker", 1)]
     assert facet["metrics"]["final_loss"] < facet["metrics"]["initial_loss"]
+    # what the job cost, as the job record has it: both replicas ran, for no longer than the try
+    usage = facet["usage"]
+    assert usage["tries"] == 1 and len(usage["replicas"]) == 2
+    assert 0 < max(r["running_seconds"] for r in usage["replicas"].values()) <= usage["wall_seconds"]
     (output,) = complete[-1]["outputs"]
     assert output["namespace"] == "file" and output["name"].endswith("/model.pt")

@@ -18,7 +18,7 @@ PACKAGE = "airflow_distributed"
 ROOT = Path(__file__).resolve().parents[2] / PACKAGE
 
 PURE = {"spec", "frameworks", "plan", "elastic", "manifests", "jobstate", "naming", "status", "outputs", "lineage",
-        "strict_json"}
+        "strict_json", "live_report"}
 IO = {"hooks", "triggers"}
 GLUE = {"operators", "sensors", "decorators", "plugins", "links"}
 #: layer -> the top-level parts of the package it must not import

@@ -1,0 +1,71 @@
+"""The live record: one line the master's ``tracking`` calls print, for the job view of a running cluster job.
+
+On Kubernetes the master's output document is read when the job ends; while it runs, the view reads the master's
+log tail (``plugins.live_kubernetes``, bounded and time-boxed) and takes the newest line that starts with
+``PREFIX``: compact strict JSON with the progress, the latest metrics and the history so far (evenly thinned), at
+most ``RECORD_LIMIT`` characters. The task log and the recorded tails leave these lines out (``is_record``).
+
+Standard library only (``strict_json`` is too): ``tracking`` prints the lines in training images that have no Airflow.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from airflow_distributed.strict_json import downsample
+
+#: What starts a live record line; nothing a training script prints by chance.
+PREFIX = "@airflow-distributed/live "
+#: A record line is at most this many characters: the history is thinned, then left out, then the metrics.
+RECORD_LIMIT = 16 * 1024
+#: Points of the history a record carries at most (the final record keeps 200).
+RECORD_HISTORY = 100
+
+
+def record_line(document: Mapping[str, Any]) -> str | None:
+    """The record line of an output document (``progress``, ``metrics``, ``history``), or None when even the
+    progress alone does not fit."""
+    history = list(document.get("history") or [])
+    record: dict[str, Any] = {"progress": document.get("progress"), "metrics": document.get("metrics") or {},
+                              "history": downsample(history, RECORD_HISTORY)}
+    while True:
+        line = PREFIX + json.dumps(record, allow_nan=False, separators=(",", ":"), default=str)
+        if len(line) <= RECORD_LIMIT:
+            return line
+        if record["history"]:
+            points = record["history"]
+            record["history"] = downsample(points, len(points) // 2) if len(points) >= 4 else []
+        elif record["metrics"]:
+            record["metrics"] = {}
+        else:
+            return None
+
+
+def is_record(line: str) -> bool:
+    return line.startswith(PREFIX)
+
+
+def latest_record(lines: Iterable[str]) -> dict[str, Any] | None:
+    """The newest readable record among ``lines`` (a log's tail), decoded but not sanitised: the caller passes it to
+    ``outputs.sanitise_document``. A line cut short or not JSON is skipped."""
+    for line in reversed(list(lines)):
+        if not is_record(line):
+            continue
+        try:
+            record = json.loads(line[len(PREFIX):], parse_constant=lambda name: None)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(record, dict):
+            return record
+    return None
+
+
+def without_records(lines: Iterable[str]) -> list[str]:
+    """A log's lines, the live records left out."""
+    return [line for line in lines if not is_record(line)]
+
+
+__all__ = ["PREFIX", "RECORD_HISTORY", "RECORD_LIMIT", "is_record", "latest_record", "record_line",
+           "without_records"]

@@ -74,6 +74,34 @@ def _die_with_parent() -> None:
     _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def structural_schema(schema: dict) -> dict:
+    """A JSON schema (``tests/data/trainjob``'s) as a CRD's structural ``openAPIV3Schema``: the object's own
+    ``metadata`` left to the server; ``additionalProperties: false`` dropped (the server prunes unknown fields
+    instead, and a structural schema may not say it); ``additionalProperties: true`` as preserved unknown fields;
+    a number-or-string (a Quantity) as ``x-kubernetes-int-or-string``."""
+
+    def convert(node: Any) -> Any:
+        if isinstance(node, list):
+            return [convert(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        out = {k: convert(v) for k, v in node.items() if k not in ("additionalProperties", "anyOf")}
+        extra = node.get("additionalProperties")
+        if extra is True:
+            out["x-kubernetes-preserve-unknown-fields"] = True
+        elif isinstance(extra, dict) and "properties" not in node:
+            out["additionalProperties"] = convert(extra)
+        if "anyOf" in node:
+            types = {branch.get("type") for branch in node["anyOf"]}
+            assert types <= {"number", "integer", "string"}, f"no structural form for anyOf {types}"
+            out.update({"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}]})
+        return out
+
+    root = convert({k: v for k, v in schema.items() if not k.startswith("x-generated")})
+    root["properties"]["metadata"] = {"type": "object"}
+    return root
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -115,11 +143,14 @@ class ControlPlane:
     :param crds: ``(group, version, plural, kind)`` of custom resources to serve, installed before the
         controller-manager starts: its garbage collector finds a kind installed later only at its next discovery
         (every 30 s), so objects owned by one would outlive their owner until then.
+    :param schemas: the ``openAPIV3Schema`` of some of those kinds, by plural (``structural_schema`` makes it one
+        the server takes); the others take any content.
     """
 
     min_request_timeout: int = 1800
     progress_notify_interval: str = "5s"
     crds: tuple[tuple[str, str, str, str], ...] = ()
+    schemas: dict[str, dict] = field(default_factory=dict)
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="kube-control-plane-")))
     processes: list[Process] = field(default_factory=list)
     tokens: dict[str, str] = field(default_factory=dict)
@@ -182,7 +213,7 @@ class ControlPlane:
         self._wait_ready()
         self.admin = self.api_client(self.kubeconfig(self.workdir / "admin.kubeconfig", self.tokens[ADMIN]))
         for crd in self.crds:
-            self.install_crd(*crd)
+            self.install_crd(*crd, schema=self.schemas.get(crd[2]))
         self._run("kube-controller-manager", [
             str(binaries / "kube-controller-manager"),
             "--kubeconfig", self.kubeconfig(self.workdir / "kcm.kubeconfig",
@@ -346,9 +377,10 @@ class ControlPlane:
         token = self.service_account_token(namespace, account)
         return self.kubeconfig(self.workdir / f"{namespace}-{account}.kubeconfig", token, namespace)
 
-    def install_crd(self, group: str, version: str, plural: str, kind: str) -> None:
-        """A namespaced custom resource with a status subresource and any content (the stand-in controllers'
-        kinds), once the server serves it."""
+    def install_crd(self, group: str, version: str, plural: str, kind: str, schema: dict | None = None) -> None:
+        """A namespaced custom resource with a status subresource, once the server serves it: with ``schema``
+        (made structural), or any content (the stand-in controllers' kinds)."""
+        open_schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
         name = f"{plural}.{group}"
         if self.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}") is None:
             self.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", {
@@ -358,8 +390,8 @@ class ControlPlane:
                          "names": {"plural": plural, "kind": kind, "singular": kind.lower()},
                          "versions": [{"name": version, "served": True, "storage": True,
                                        "subresources": {"status": {}},
-                                       "schema": {"openAPIV3Schema": {"type": "object",
-                                                                      "x-kubernetes-preserve-unknown-fields": True}}}]},
+                                       "schema": {"openAPIV3Schema": structural_schema(schema) if schema
+                                                  else open_schema}}]},
             })
 
         def served() -> bool:

@@ -4,33 +4,14 @@ tests (``tests/integration/test_kubernetes_backend.py``, ``test_sensors.py``), s
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-
 import pytest
 
 from tests.helpers import run_dag_at, wait_until, xcom
-from tests.integration.test_kubernetes_rbac import role
-from tests.kube_control_plane.control_plane import NOTHING, TASK_ACCOUNT, ControlPlane
+from tests.kube_control_plane.control_plane import NOTHING, ControlPlane
 from tests.kube_control_plane.kubelet import KubeletNode
 from tests.kubernetes_helpers import DOCUMENT, Kubelet, comes_to, train_and_succeed
 
 pytestmark = [pytest.mark.usefixtures("airflow_db")]
-
-
-@pytest.fixture
-def dag_namespace(request, control_plane: ControlPlane, node: KubeletNode) -> Iterator[tuple[str, str]]:
-    """``(namespace, user)``: the DAG's namespace, and ``kubernetes_default`` talking as the task's account there."""
-    namespace = request.param.replace("_", "-")  # namespace_of of both DAG files
-    control_plane.create_namespace(namespace)
-    try:
-        kubeconfig = control_plane.bind_role(namespace, role("airflow-distributed"), TASK_ACCOUNT)
-        connection = json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig}})
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", connection)
-            yield namespace, f"system:serviceaccount:{namespace}:{TASK_ACCOUNT}"
-    finally:
-        control_plane.delete_namespace(namespace)
 
 
 @pytest.mark.parametrize("dag_namespace", ["k8s_success", "k8s_deferrable"], indirect=True)

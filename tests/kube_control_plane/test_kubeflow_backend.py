@@ -1,4 +1,5 @@
-"""The kubeflow backend's hook against a real API server: a PyTorchJob (its CRD installed on the server) submitted,
+"""The kubeflow backend's hook against a real API server: a job of each Kubeflow kind (TFJob, PyTorchJob, MXJob,
+MPIJob, XGBoostJob, PaddleJob; their CRDs installed on the server) submitted,
 read back on a retry's 409, watched until the stand-in controller says Succeeded, its master's output read and the
 job deleted, the real garbage collector deleting the pods it owns. The task talks as a service account bound to
 exactly the ``airflow-distributed`` and ``airflow-distributed-kubeflow`` Roles of docs/rbac.yaml."""
@@ -19,8 +20,6 @@ from tests.kube_control_plane.control_plane import NOTHING, TASK_ACCOUNT, Contro
 from tests.kube_control_plane.kubelet import KubeletNode
 from tests.kubernetes_helpers import comes_to
 
-FRAMEWORK = "pytorch"
-
 
 @pytest.fixture
 def kubeflow_kubeconfig(control_plane: ControlPlane, namespace: str) -> Iterator[str]:
@@ -29,12 +28,14 @@ def kubeflow_kubeconfig(control_plane: ControlPlane, namespace: str) -> Iterator
                                   TASK_ACCOUNT)
 
 
-def test_a_pytorchjob_is_submitted_watched_to_success_read_and_deleted_with_its_pods(
-        control_plane: ControlPlane, node: KubeletNode, namespace: str, kubeflow_kubeconfig: str, task_user: str):
+@pytest.mark.parametrize("framework", sorted(KINDS))
+def test_a_job_of_each_kind_is_submitted_watched_to_success_read_and_deleted_with_its_pods(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str, kubeflow_kubeconfig: str, task_user: str,
+        framework: str):
     hook = KubeflowJobHook(kubernetes_conn_id=None, config_file=kubeflow_kubeconfig,
                            client_configuration=client.Configuration())
-    resource, kind = kubeflow_resource(FRAMEWORK), KINDS[FRAMEWORK]
-    name = "job-pytorch"
+    resource, kind = kubeflow_resource(framework), KINDS[framework]
+    name = f"job-{framework}"
     body = {"apiVersion": kind.api_version, "kind": kind.kind,
             "metadata": {"name": name, "labels": {"airflow-distributed/job": name}},
             "spec": {kind.replica_specs_key: {kind.master_type: {"replicas": 1, "template": {"spec": {

@@ -143,6 +143,7 @@ class ControlPlane:
     :param crds: ``(group, version, plural, kind)`` of custom resources to serve, installed before the
         controller-manager starts: its garbage collector finds a kind installed later only at its next discovery
         (every 30 s), so objects owned by one would outlive their owner until then.
+    :param apiserver_args: more flags for kube-apiserver (e.g. ``--watch-cache-sizes``).
     :param schemas: the ``openAPIV3Schema`` of some of those kinds, by plural (``structural_schema`` makes it one
         the server takes); the others take any content.
     """
@@ -151,6 +152,8 @@ class ControlPlane:
     progress_notify_interval: str = "5s"
     crds: tuple[tuple[str, str, str, str], ...] = ()
     schemas: dict[str, dict] = field(default_factory=dict)
+    apiserver_args: tuple[str, ...] = ()
+    etcd_url: str = ""
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="kube-control-plane-")))
     processes: list[Process] = field(default_factory=list)
     tokens: dict[str, str] = field(default_factory=dict)
@@ -177,6 +180,7 @@ class ControlPlane:
         (self.workdir / "certs").mkdir(parents=True)
         self._keys()
         etcd_port, peer_port = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{etcd_port}"
         self._run("etcd", [
             "etcd", "--name", "default", "--data-dir", str(self.workdir / "etcd"),
             "--listen-client-urls", f"http://127.0.0.1:{etcd_port}",
@@ -208,7 +212,7 @@ class ControlPlane:
             "--kubelet-preferred-address-types", "InternalIP",
             "--audit-policy-file", str(policy), "--audit-log-path", str(self.audit_log),
             "--min-request-timeout", str(self.min_request_timeout),
-            "--profiling=false",
+            "--profiling=false", *self.apiserver_args,
         ])
         self._wait_ready()
         self.admin = self.api_client(self.kubeconfig(self.workdir / "admin.kubeconfig", self.tokens[ADMIN]))
@@ -411,6 +415,22 @@ class ControlPlane:
             found[plural] = sorted(o["metadata"]["name"] for o in items
                                    if o.get("type") != "kubernetes.io/service-account-token")
         return found
+
+    # ------------------------------------------------------------ etcd
+
+    def _etcd(self, call: str, body: dict) -> dict:
+        """One call of etcd's v3 JSON gateway."""
+        request = urllib.request.Request(f"{self.etcd_url}/v3/{call}", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return json.loads(answer.read())
+
+    def compact_etcd(self) -> int:
+        """Compact etcd up to its current revision (what the apiserver does every 5 minutes): a watch from an
+        older resourceVersion is then answered 410 Gone. Returns the revision."""
+        revision = int(self._etcd("kv/range", {"key": base64.b64encode(b"/").decode()})["header"]["revision"])
+        self._etcd("kv/compaction", {"revision": revision, "physical": True})
+        return revision
 
     # ------------------------------------------------------------ audit
 

@@ -29,6 +29,7 @@ from tests.kube_control_plane.control_plane import ControlPlane
 
 _HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "upgrade", "host",
                 "proxy-connection"}
+_ERROR_CODE = re.compile(rb'"type":"ERROR".*?"code":(\d+)')
 _REASONS = {429: "TooManyRequests", 500: "InternalError", 502: "BadGateway", 503: "ServiceUnavailable",
             504: "Timeout"}
 
@@ -47,6 +48,8 @@ class FaultProxy:
     faults: list[_Fault] = field(default_factory=list)
     #: (method, path, status) of every fault answered
     injected: list[tuple[str, str, int]] = field(default_factory=list)
+    #: the code of every ERROR event the real server sent on a watch (410: the resourceVersion was compacted away)
+    watch_errors: list[int] = field(default_factory=list)
     _watches: set[socket.socket] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
@@ -183,6 +186,9 @@ class FaultProxy:
                 self._watches.add(handler.connection)
         try:
             while chunk := answer.read1(65536):
+                if watch and b'"ERROR"' in chunk:
+                    with self._lock:
+                        self.watch_errors += [int(code) for code in _ERROR_CODE.findall(chunk)]
                 handler.wfile.write(chunk if length is not None else b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 handler.wfile.flush()
             if length is None:

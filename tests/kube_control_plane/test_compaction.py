@@ -57,8 +57,10 @@ def test_a_watch_resumed_past_an_etcd_compaction_is_answered_410_then_listed_onc
                 plane.request("POST", "/api/v1/namespaces/default/configmaps", {"metadata": {"generateName": "x-"}})
             plane.compact_etcd()
             assert proxy.drop_watches() == 1
-            wait_until(lambda: requests_of(plane, user, "list") > lists, timeout=60, interval=0.05)
-            k.master_exits(0, document=DOCUMENT)
+            try:
+                wait_until(lambda: requests_of(plane, user, "list") > lists, timeout=30, interval=0.05)
+            finally:
+                k.master_exits(0, document=DOCUMENT)  # the wait ends either way: the asserts below say why
 
         kubelet = Kubelet(node, NAMESPACE).play(script)
         outcome = hook.wait_for_job(NAMESPACE, name, slots, startup_timeout=30)

@@ -10,6 +10,10 @@ Side by side in one run, each in a namespace of its own:
 ``ROUNDS`` rounds in a rotating order; medians. Targets: requests = pods + O(1); at 1000 replicas the hook in at
 most 1.15x the time of ``plain_same_pods``. The emulator runs in a process of its own (``EmulatorProcess``), so
 that the client's and the server's work do not share one GIL; the CPU seconds of both are printed too.
+
+``--real``: against the real control plane of ``tests/kube_control_plane`` (``make kube`` builds it) instead, as its
+admin: requests counted from its audit log, the server's CPU that of kube-apiserver (etcd's apart). No node: the
+pods stay pending (the scheduler's attempts load the server as on a cluster short of room).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from airflow_distributed.manifests.kubernetes import (  # noqa: E402
 from airflow_distributed.plan import KubernetesAddressing, build_plan  # noqa: E402
 from airflow_distributed.spec import load_spec  # noqa: E402
 from tests.k8s_emulator.process import EmulatorProcess  # noqa: E402
+from tests.kube_control_plane.control_plane import ControlPlane, missing  # noqa: E402
 
 SIZES = (10, 100, 1000)
 ROUNDS = 5
@@ -73,8 +78,54 @@ def _bare_pod(name: str) -> dict:
             "spec": {"restartPolicy": "Never", "containers": [{"name": "base", "image": IMAGE}]}}
 
 
-def measure(sizes: tuple[int, ...] = SIZES, rounds: int = ROUNDS) -> dict:
+class RealServer:
+    """What ``_size`` asks of the emulator, of the real control plane: its admin's requests from the audit log."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+        self.pid = next(p.popen.pid for p in plane.processes if p.name == "kube-apiserver")
+        self._namespace, self._before = "", 0
+
+    def write_kubeconfig(self, path: Path) -> str:
+        return self.plane.kubeconfig(path, self.plane.tokens["admin"])
+
+    def create_namespace(self, namespace: str) -> None:
+        self.plane.create_namespace(namespace)  # with its default service account: pods are admitted only then
+        self._namespace = namespace
+
+    def _requests(self) -> int:
+        return len({e["auditID"] for e in self.plane.audit_events("admin")
+                    if (e.get("objectRef") or {}).get("namespace") == self._namespace})
+
+    def reset_requests(self) -> None:
+        self._before = self._requests()
+
+    def count(self, plural: str, namespace: str) -> int:
+        return len(self.plane.request("GET", f"/api/v1/namespaces/{namespace}/{plural}")["items"])
+
+    def request_count(self) -> int:
+        """The admin's requests in the namespace since ``reset_requests``, but for ``count``'s own LIST."""
+        return self._requests() - self._before - 1
+
+    def delete(self, plural: str, namespace: str | None, name: str) -> None:
+        self.plane.delete_namespace(name)
+
+    def call(self, what: str) -> list:
+        self.plane.check_alive()
+        return []
+
+
+def measure(sizes: tuple[int, ...] = SIZES, rounds: int = ROUNDS, real: bool = False) -> dict:
     results: dict[str, dict] = {}
+    if real:
+        reason = missing()
+        assert reason is None, reason
+        with tempfile.TemporaryDirectory() as tmp, ControlPlane() as plane:
+            server = RealServer(plane)
+            config = server.write_kubeconfig(Path(tmp) / "config")
+            for replicas in sizes:
+                results[str(replicas)] = _size(server, config, replicas, rounds)  # type: ignore[arg-type]
+        return results
     with tempfile.TemporaryDirectory() as tmp, EmulatorProcess(collect_orphans=False) as emu:
         config = emu.write_kubeconfig(Path(tmp) / "config")
         for replicas in sizes:
@@ -149,5 +200,11 @@ if __name__ == "__main__":
     import contextlib
 
     with contextlib.redirect_stdout(sys.stderr):  # logs aside: only the figures on stdout
-        figures = measure(tuple(int(arg) for arg in sys.argv[1:]) or SIZES)
+        args = [arg for arg in sys.argv[1:] if arg != "--real"]
+        rounds = ROUNDS
+        if "--rounds" in args:
+            at = args.index("--rounds")
+            rounds = int(args[at + 1])
+            del args[at:at + 2]
+        figures = measure(tuple(int(arg) for arg in args) or SIZES, rounds, real="--real" in sys.argv[1:])
     print(json.dumps(figures, indent=2))

@@ -6,12 +6,14 @@ Without the binaries (``make kube`` builds them) every test here is skipped, wit
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from airflow_distributed.manifests.kubeflow import KINDS, kubeflow_resource
+from tests.integration import trainjob_controller as trainjob
 from tests.integration.test_kubernetes_rbac import role
 from tests.kube_control_plane.control_plane import TASK_ACCOUNT, ControlPlane, missing
 from tests.kube_control_plane.kubelet import KubeletNode
@@ -23,13 +25,17 @@ def control_plane() -> Iterator[ControlPlane]:
     if reason is not None:
         pytest.skip(f"no real Kubernetes control plane: {reason}")
     kinds = tuple((r.group, r.version, r.plural, r.kind) for r in map(kubeflow_resource, KINDS))
-    with ControlPlane(min_request_timeout=5, crds=kinds) as plane:
+    kinds += ((trainjob.GROUP, trainjob.VERSION, trainjob.PLURAL, trainjob.KIND),)
+    # The TrainJob CRD with the project's schema of it (tests/data/trainjob), the Kubeflow v1 kinds open.
+    with ControlPlane(min_request_timeout=5, crds=kinds,
+                      schemas={trainjob.PLURAL: trainjob.trainjob_schema()}) as plane:
         yield plane
 
 
 @pytest.fixture(scope="session")
 def node(control_plane: ControlPlane) -> Iterator[KubeletNode]:
-    kubelet = KubeletNode(control_plane)
+    # The pool the TrainJob DAGs' node_selector asks for: the real scheduler places their pods nowhere else.
+    kubelet = KubeletNode(control_plane, labels={"pool": "training"})
     try:
         yield kubelet.start()
     finally:
@@ -57,3 +63,26 @@ def task_kubeconfig(control_plane: ControlPlane, namespace: str) -> str:
 def task_user(namespace: str) -> str:
     """The audit log's name of the task's identity."""
     return f"system:serviceaccount:{namespace}:{TASK_ACCOUNT}"
+
+
+def roles_of(dag_id: str) -> list[dict]:
+    """The Roles of docs/rbac.yaml a DAG's task is bound to: the kubernetes backend's, and its backend's own."""
+    own = {"kubeflow": "airflow-distributed-kubeflow", "trainjob": "airflow-distributed-trainjob"}
+    backend = dag_id.split("_", 1)[0]
+    return [role("airflow-distributed"), *([role(own[backend])] if backend in own else [])]
+
+
+@pytest.fixture
+def dag_namespace(request, control_plane: ControlPlane, node: KubeletNode) -> Iterator[tuple[str, str]]:
+    """``(namespace, user)`` of the DAG ``request.param``: its namespace (``namespace_of`` of the DAG files), and
+    ``kubernetes_default`` talking there as the task's account, bound to exactly its backend's Roles."""
+    namespace = request.param.replace("_", "-")
+    control_plane.create_namespace(namespace)
+    try:
+        kubeconfig = control_plane.bind_role(namespace, roles_of(request.param), TASK_ACCOUNT)
+        connection = json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig}})
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", connection)
+            yield namespace, f"system:serviceaccount:{namespace}:{TASK_ACCOUNT}"
+    finally:
+        control_plane.delete_namespace(namespace)

@@ -74,6 +74,34 @@ def _die_with_parent() -> None:
     _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def structural_schema(schema: dict) -> dict:
+    """A JSON schema (``tests/data/trainjob``'s) as a CRD's structural ``openAPIV3Schema``: the object's own
+    ``metadata`` left to the server; ``additionalProperties: false`` dropped (the server prunes unknown fields
+    instead, and a structural schema may not say it); ``additionalProperties: true`` as preserved unknown fields;
+    a number-or-string (a Quantity) as ``x-kubernetes-int-or-string``."""
+
+    def convert(node: Any) -> Any:
+        if isinstance(node, list):
+            return [convert(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        out = {k: convert(v) for k, v in node.items() if k not in ("additionalProperties", "anyOf")}
+        extra = node.get("additionalProperties")
+        if extra is True:
+            out["x-kubernetes-preserve-unknown-fields"] = True
+        elif isinstance(extra, dict) and "properties" not in node:
+            out["additionalProperties"] = convert(extra)
+        if "anyOf" in node:
+            types = {branch.get("type") for branch in node["anyOf"]}
+            assert types <= {"number", "integer", "string"}, f"no structural form for anyOf {types}"
+            out.update({"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}]})
+        return out
+
+    root = convert({k: v for k, v in schema.items() if not k.startswith("x-generated")})
+    root["properties"]["metadata"] = {"type": "object"}
+    return root
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -115,11 +143,17 @@ class ControlPlane:
     :param crds: ``(group, version, plural, kind)`` of custom resources to serve, installed before the
         controller-manager starts: its garbage collector finds a kind installed later only at its next discovery
         (every 30 s), so objects owned by one would outlive their owner until then.
+    :param apiserver_args: more flags for kube-apiserver (e.g. ``--watch-cache-sizes``).
+    :param schemas: the ``openAPIV3Schema`` of some of those kinds, by plural (``structural_schema`` makes it one
+        the server takes); the others take any content.
     """
 
     min_request_timeout: int = 1800
     progress_notify_interval: str = "5s"
     crds: tuple[tuple[str, str, str, str], ...] = ()
+    schemas: dict[str, dict] = field(default_factory=dict)
+    apiserver_args: tuple[str, ...] = ()
+    etcd_url: str = ""
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="kube-control-plane-")))
     processes: list[Process] = field(default_factory=list)
     tokens: dict[str, str] = field(default_factory=dict)
@@ -146,6 +180,7 @@ class ControlPlane:
         (self.workdir / "certs").mkdir(parents=True)
         self._keys()
         etcd_port, peer_port = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{etcd_port}"
         self._run("etcd", [
             "etcd", "--name", "default", "--data-dir", str(self.workdir / "etcd"),
             "--listen-client-urls", f"http://127.0.0.1:{etcd_port}",
@@ -177,12 +212,12 @@ class ControlPlane:
             "--kubelet-preferred-address-types", "InternalIP",
             "--audit-policy-file", str(policy), "--audit-log-path", str(self.audit_log),
             "--min-request-timeout", str(self.min_request_timeout),
-            "--profiling=false",
+            "--profiling=false", *self.apiserver_args,
         ])
         self._wait_ready()
         self.admin = self.api_client(self.kubeconfig(self.workdir / "admin.kubeconfig", self.tokens[ADMIN]))
         for crd in self.crds:
-            self.install_crd(*crd)
+            self.install_crd(*crd, schema=self.schemas.get(crd[2]))
         self._run("kube-controller-manager", [
             str(binaries / "kube-controller-manager"),
             "--kubeconfig", self.kubeconfig(self.workdir / "kcm.kubeconfig",
@@ -346,9 +381,10 @@ class ControlPlane:
         token = self.service_account_token(namespace, account)
         return self.kubeconfig(self.workdir / f"{namespace}-{account}.kubeconfig", token, namespace)
 
-    def install_crd(self, group: str, version: str, plural: str, kind: str) -> None:
-        """A namespaced custom resource with a status subresource and any content (the stand-in controllers'
-        kinds), once the server serves it."""
+    def install_crd(self, group: str, version: str, plural: str, kind: str, schema: dict | None = None) -> None:
+        """A namespaced custom resource with a status subresource, once the server serves it: with ``schema``
+        (made structural), or any content (the stand-in controllers' kinds)."""
+        open_schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
         name = f"{plural}.{group}"
         if self.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}") is None:
             self.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", {
@@ -358,8 +394,8 @@ class ControlPlane:
                          "names": {"plural": plural, "kind": kind, "singular": kind.lower()},
                          "versions": [{"name": version, "served": True, "storage": True,
                                        "subresources": {"status": {}},
-                                       "schema": {"openAPIV3Schema": {"type": "object",
-                                                                      "x-kubernetes-preserve-unknown-fields": True}}}]},
+                                       "schema": {"openAPIV3Schema": structural_schema(schema) if schema
+                                                  else open_schema}}]},
             })
 
         def served() -> bool:
@@ -379,6 +415,22 @@ class ControlPlane:
             found[plural] = sorted(o["metadata"]["name"] for o in items
                                    if o.get("type") != "kubernetes.io/service-account-token")
         return found
+
+    # ------------------------------------------------------------ etcd
+
+    def _etcd(self, call: str, body: dict) -> dict:
+        """One call of etcd's v3 JSON gateway."""
+        request = urllib.request.Request(f"{self.etcd_url}/v3/{call}", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return json.loads(answer.read())
+
+    def compact_etcd(self) -> int:
+        """Compact etcd up to its current revision (what the apiserver does every 5 minutes): a watch from an
+        older resourceVersion is then answered 410 Gone. Returns the revision."""
+        revision = int(self._etcd("kv/range", {"key": base64.b64encode(b"/").decode()})["header"]["revision"])
+        self._etcd("kv/compaction", {"revision": revision, "physical": True})
+        return revision
 
     # ------------------------------------------------------------ audit
 

@@ -4,7 +4,8 @@ server's.
 HTTPS on 127.0.0.1 with a certificate of its own (``kubeconfig`` writes a kubeconfig that trusts it). Requests are
 forwarded one per connection, answers streamed back as they come (watches and followed logs included).
 ``inject_faults`` answers the next matching requests with error statuses instead (as the emulator's call of the same
-name); ``drop_watches`` cuts the watches open through it mid-stream. Upgrades (exec) are not forwarded.
+name); ``lose_answers`` lets the request reach the server and answers with an error instead of its answer;
+``drop_watches`` cuts the watches open through it mid-stream. Upgrades (exec) are not forwarded.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from tests.kube_control_plane.control_plane import ControlPlane
 
 _HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "upgrade", "host",
                 "proxy-connection"}
+_ERROR_CODE = re.compile(rb'"type":"ERROR".*?"code":(\d+)')
 _REASONS = {429: "TooManyRequests", 500: "InternalError", 502: "BadGateway", 503: "ServiceUnavailable",
             504: "Timeout"}
 
@@ -39,6 +41,8 @@ class _Fault:
     path: re.Pattern
     statuses: list[int]
     retry_after: int
+    #: the request reaches the server first, and its answer is lost (replaced by the fault)
+    forward: bool = False
 
 
 @dataclass
@@ -47,6 +51,8 @@ class FaultProxy:
     faults: list[_Fault] = field(default_factory=list)
     #: (method, path, status) of every fault answered
     injected: list[tuple[str, str, int]] = field(default_factory=list)
+    #: the code of every ERROR event the real server sent on a watch (410: the resourceVersion was compacted away)
+    watch_errors: list[int] = field(default_factory=list)
     _watches: set[socket.socket] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
@@ -68,6 +74,12 @@ class FaultProxy:
         with ``statuses``, one each, in order."""
         with self._lock:
             self.faults.append(_Fault(method, re.compile(path_regex), list(statuses), retry_after))
+
+    def lose_answers(self, method: str, path_regex: str, statuses: Iterable[int] = (500,)) -> None:
+        """Forward the next matching requests to the server, and answer each with the next of ``statuses``
+        instead of the server's answer: the request done, its answer lost (``inject_faults`` never reaches it)."""
+        with self._lock:
+            self.faults.append(_Fault(method, re.compile(path_regex), list(statuses), 0, forward=True))
 
     def drop_watches(self) -> int:
         """Cut every watch open through the proxy; how many there were."""
@@ -143,6 +155,12 @@ class FaultProxy:
         body = handler.rfile.read(length) if length else None
         path = handler.path.split("?", 1)[0]
         fault = self._take(handler.command, path)
+        if fault is not None and fault.forward:
+            connection = http.client.HTTPSConnection("127.0.0.1", self.plane.port, context=upstream, timeout=60)
+            headers = {k: v for k, v in handler.headers.items() if k.lower() not in _HOP_HEADERS}
+            connection.request(handler.command, handler.path, body=body, headers=headers)
+            connection.getresponse().read()
+            connection.close()
         if fault is not None:
             with self._lock:
                 code = fault.statuses.pop(0)
@@ -183,6 +201,9 @@ class FaultProxy:
                 self._watches.add(handler.connection)
         try:
             while chunk := answer.read1(65536):
+                if watch and b'"ERROR"' in chunk:
+                    with self._lock:
+                        self.watch_errors += [int(code) for code in _ERROR_CODE.findall(chunk)]
                 handler.wfile.write(chunk if length is not None else b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 handler.wfile.flush()
             if length is None:

@@ -57,11 +57,13 @@ class KubeletNode:
     """One node. ``start()`` registers it and waits until it is schedulable; ``stop()`` ends its threads.
 
     :param heartbeat: seconds between Lease and node-status renewals.
+    :param labels: the node's labels besides the well-known ones (what the DAGs' ``node_selector`` asks for).
     """
 
     def __init__(self, plane: ControlPlane, name: str = "node-1", capacity: dict[str, str] | None = None,
-                 heartbeat: float = 2.0, reap_interval: float = 0.2) -> None:
+                 heartbeat: float = 2.0, reap_interval: float = 0.2, labels: dict[str, str] | None = None) -> None:
         self.plane, self.name, self.heartbeat, self.reap_interval = plane, name, heartbeat, reap_interval
+        self.labels = dict(labels or {})
         self.capacity = dict(capacity or CAPACITY)
         self.errors: list[str] = []
         self._logs: dict[tuple[str, str, str], ContainerLog] = {}
@@ -128,7 +130,7 @@ class KubeletNode:
         assert self._server is not None
         return {
             "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": self.name, "labels": {"kubernetes.io/hostname": self.name,
+            "metadata": {"name": self.name, "labels": {**self.labels, "kubernetes.io/hostname": self.name,
                                                         "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}},
             "spec": {},
             "status": {

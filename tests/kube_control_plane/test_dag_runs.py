@@ -4,33 +4,17 @@ tests (``tests/integration/test_kubernetes_backend.py``, ``test_sensors.py``), s
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
+import os
+import signal
 
 import pytest
 
 from tests.helpers import run_dag_at, wait_until, xcom
-from tests.integration.test_kubernetes_rbac import role
-from tests.kube_control_plane.control_plane import NOTHING, TASK_ACCOUNT, ControlPlane
+from tests.kube_control_plane.control_plane import NOTHING, ControlPlane
 from tests.kube_control_plane.kubelet import KubeletNode
 from tests.kubernetes_helpers import DOCUMENT, Kubelet, comes_to, train_and_succeed
 
 pytestmark = [pytest.mark.usefixtures("airflow_db")]
-
-
-@pytest.fixture
-def dag_namespace(request, control_plane: ControlPlane, node: KubeletNode) -> Iterator[tuple[str, str]]:
-    """``(namespace, user)``: the DAG's namespace, and ``kubernetes_default`` talking as the task's account there."""
-    namespace = request.param.replace("_", "-")  # namespace_of of both DAG files
-    control_plane.create_namespace(namespace)
-    try:
-        kubeconfig = control_plane.bind_role(namespace, role("airflow-distributed"), TASK_ACCOUNT)
-        connection = json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig}})
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", connection)
-            yield namespace, f"system:serviceaccount:{namespace}:{TASK_ACCOUNT}"
-    finally:
-        control_plane.delete_namespace(namespace)
 
 
 @pytest.mark.parametrize("dag_namespace", ["k8s_success", "k8s_deferrable"], indirect=True)
@@ -89,5 +73,55 @@ def test_a_sensor_pokes_the_job_an_operator_started_until_it_succeeds_and_leaves
     # Waiting is not owning: the job is left as it is, until deleted; then the garbage collector takes the rest.
     assert control_plane.left(namespace)["services"] == [job]
     control_plane.request("DELETE", f"/api/v1/namespaces/{namespace}/services/{job}")
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
+    assert control_plane.refused(user) == []
+
+
+@pytest.mark.parametrize("dag_namespace", ["k8s_timed_out", "k8s_timed_out_deferrable"], indirect=True)
+def test_a_job_that_outlives_the_tasks_execution_timeout_is_deleted_and_nothing_is_left(
+        control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str], capfd):
+    namespace, user = dag_namespace
+    # The replicas run and never end: only the task's execution_timeout (here, or in the triggerer) stops the job.
+    kubelet = Kubelet(node, namespace).play(lambda k: k.run_all())
+    run, states = run_dag_at(namespace.replace("-", "_"))
+    kubelet.check()
+
+    assert states == {"train": "failed"}
+    out = capfd.readouterr().out
+    assert "execution_timeout" in out or "AirflowTaskTimeout" in out
+    if namespace.endswith("deferrable"):
+        # The trigger's timeout event: the running pods deleted, the Service (the job's owner) and its files kept
+        # as clean_pod_policy "running" keeps a failed job's, until deleted; then the garbage collector takes them.
+        assert "its pods still running were deleted" in out
+        comes_to(lambda: control_plane.left(namespace)["pods"], [], timeout=60)
+        job = xcom(run, "train", "job_name") or control_plane.left(namespace)["services"][0]
+        control_plane.request("DELETE", f"/api/v1/namespaces/{namespace}/services/{job}")
+    # The Service deleted, the real garbage collector deletes the pods and files it owns.
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
+    assert control_plane.refused(user) == []
+
+
+@pytest.mark.parametrize("dag_namespace", ["k8s_long_running"], indirect=True)
+def test_sigterm_to_the_task_deletes_the_job_and_nothing_is_left(
+        control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str], capfd):
+    # What Airflow does to a task marked failed in the UI: SIGTERM to the task process, whose handler calls
+    # on_kill(). dag.test() runs the task in this process, so the signal goes to this process.
+    namespace, user = dag_namespace
+
+    def script(kubelet: Kubelet) -> None:
+        kubelet.run_all()
+        wait_until(lambda: any(e["verb"] == "watch" for e in control_plane.audit_events(user)), timeout=60)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    kubelet = Kubelet(node, namespace).play(script)
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        run, states = run_dag_at("k8s_long_running")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    kubelet.check()
+
+    assert states == {"train": "failed"}
+    assert "was stopped after" in capfd.readouterr().out
     comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
     assert control_plane.refused(user) == []

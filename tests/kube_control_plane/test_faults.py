@@ -1,5 +1,6 @@
-"""Faults a real server does not produce on demand, injected by a proxy in front of it (``fault_proxy``): every
-other answer is the real server's. The task talks through the proxy as the Role's service account."""
+"""Faults a real server does not produce on demand, injected by a proxy in front of it (``fault_proxy``), lost answers
+(the server did the create, its answer never came back) included: every other answer is the real server's. The task
+talks through the proxy as the Role's service account."""
 
 from __future__ import annotations
 
@@ -62,6 +63,26 @@ def test_a_watch_cut_mid_stream_is_resumed_from_its_resource_version_without_a_n
     kubelet.check()
     assert outcome.succeeded
     assert requests_of(control_plane, task_user, "list") == lists + 1
+
+    hook.delete_job(namespace, name)
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
+    assert control_plane.refused(task_user) == []
+
+
+def test_a_create_whose_answer_was_lost_is_retried_meets_409_and_counts_as_done(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str, task_kubeconfig: str, task_user: str,
+        proxy: FaultProxy):
+    hook = new_hook(proxy.kubeconfig(task_kubeconfig))
+    build, slots, name = make_job(namespace, environment={})  # the master alone
+    # The real server creates the pod; its answer is lost (a 500 in its place): the retry meets 409 AlreadyExists.
+    proxy.lose_answers("POST", rf"/namespaces/{namespace}/pods$", [500])
+    handle = hook.ensure_job(namespace, build(None), slots)
+    assert [code for _, _, code in proxy.injected] == [500]
+    assert handle.created == 2  # the Service and ConfigMap; the pod was there when the retry met 409
+    creates = [e for e in control_plane.audit_events(task_user) if e["verb"] == "create" and e["stage"] ==
+               "ResponseComplete" and (e.get("objectRef") or {}).get("resource") == "pods"]
+    assert sorted(e["responseStatus"]["code"] for e in creates) == [201, 409]
+    assert control_plane.left(namespace)["pods"] == [slots[0].name]
 
     hook.delete_job(namespace, name)
     comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)

@@ -12,6 +12,7 @@ import json
 import threading
 
 from airflow_distributed.hooks.watch_loop import WatchTimings
+from airflow_distributed.manifests.kubernetes import job_secret_names, ssh_secret_name
 from tests.helpers import wait_until
 from tests.kube_control_plane.control_plane import NOTHING, ControlPlane
 from tests.kube_control_plane.kubelet import XCOM_FILE, KubeletNode
@@ -216,6 +217,26 @@ def test_a_lost_replica_is_created_again_under_its_name_and_bound_by_the_real_sc
     assert [ref["uid"] for ref in again["metadata"]["ownerReferences"]] == [owner]
     node.run_pod(namespace, slots[1].name)
 
+    hook.delete_job(namespace, name)
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
+    assert control_plane.refused(task_user) == []
+
+
+def test_a_horovod_job_with_its_ssh_key_secret_succeeds_and_its_secrets_are_deleted(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str, task_kubeconfig: str, task_user: str):
+    hook = new_hook(task_kubeconfig)
+    build, slots, name = make_job(namespace, {"replicas": {"n_workers": 2}}, framework="horovod")
+    hook.ensure_job(namespace, build(None), slots)
+    # The job's SSH key pair is a Secret, created by the task (the Role's "create secrets").
+    assert control_plane.left(namespace)["secrets"] == [ssh_secret_name(name)]
+    kubelet = Kubelet(node, namespace).play(train_and_succeed)
+    outcome = hook.wait_for_job(namespace, name, slots, startup_timeout=30)
+    kubelet.check()
+    assert outcome.succeeded
+
+    # The job's Secrets go by name when it ends, whatever the policy keeps; the garbage collector takes the rest.
+    hook.delete_secrets(namespace, job_secret_names(name))
+    assert control_plane.left(namespace)["secrets"] == []
     hook.delete_job(namespace, name)
     comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
     assert control_plane.refused(task_user) == []

@@ -1,0 +1,22 @@
+"""DAGs of the tests on the real control plane (``tests/kube_control_plane``) that the emulator's DAG files lack: a
+job that outlives its task's ``execution_timeout``, sync and deferrable. The namespace is the DAG id's."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_distributed.operators import DistributedTrainingOperator
+
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+
+for dag_id, deferrable in (("k8s_timed_out", False), ("k8s_timed_out_deferrable", True)):
+    with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]):
+        DistributedTrainingOperator(
+            task_id="train", framework="pytorch", environment={"pytorch": {"n_workers": 2}},
+            command=["python", "/opt/jobs/train.py"], image="registry.example.com/trainer:1.0",
+            backend="kubernetes", namespace=dag_id.replace("_", "-"), deferrable=deferrable,
+            execution_timeout=timedelta(seconds=5),
+        )

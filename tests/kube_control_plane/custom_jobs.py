@@ -1,0 +1,34 @@
+"""The stand-in controllers of ``tests/integration`` (the Kubeflow Training Operator's, Trainer's) over the real API:
+the same scripts, with the test kubelet's node in place of the emulator, and "the task watches the job" read from
+the real server's audit log instead of the emulator's request record."""
+
+from __future__ import annotations
+
+from tests.integration.kubeflow_controller import KubeflowController
+from tests.integration.trainjob_controller import PLURAL, TrainerController
+from tests.kube_control_plane.control_plane import ControlPlane
+from tests.kube_control_plane.kubelet import KubeletNode
+
+
+def watched(plane: ControlPlane, namespace: str, plural: str) -> bool:
+    """Some identity has a watch open on ``plural`` in ``namespace`` (the task's, or its trigger's)."""
+    return any(e["verb"] == "watch" and (e.get("objectRef") or {}).get("resource") == plural
+               and (e.get("objectRef") or {}).get("namespace") == namespace for e in plane.audit_events())
+
+
+class RealKubeflowController(KubeflowController):
+    def __init__(self, plane: ControlPlane, node: KubeletNode, namespace: str, plural: str) -> None:
+        super().__init__(node, namespace, plural)  # type: ignore[arg-type]  # the node answers the same calls
+        self.plane = plane
+
+    def watched(self) -> bool:
+        return watched(self.plane, self.namespace, self.plural)
+
+
+class RealTrainerController(TrainerController):
+    def __init__(self, plane: ControlPlane, node: KubeletNode, namespace: str) -> None:
+        super().__init__(node, namespace)  # type: ignore[arg-type]  # the node answers the same calls
+        self.plane = plane
+
+    def watched(self) -> bool:
+        return watched(self.plane, self.namespace, PLURAL)

@@ -174,11 +174,12 @@ def resume_kubernetes(task: TaskCalls, settings: BackendSettings, context: Conte
             run.log.info("[%s] %s", run.master.name, line)
         return run.finish(replace(outcome, logs={run.master.name: tail}), elapsed)
     # timeout (execution_timeout reached in the triggerer) or error (the trigger could not watch): clean up, fail.
-    run.clean_up(succeeded=False)
-    outcome = JobOutcome(ending.TIMED_OUT if status == "timeout" else ending.FAILED,
-                         message=event.get("message") or status)
-    raise job_failure(f"{run.namespace}/{run.name}", outcome, elapsed, run.cleanup_note(False),
-                      default=event_error_class(event))
+    # A timeout ends the job as the synchronous wait's does, as a kill: the whole job is deleted, not kept for a look.
+    timed_out = status == "timeout"
+    run.clean_up(succeeded=False, kill=timed_out)
+    outcome = JobOutcome(ending.TIMED_OUT if timed_out else ending.FAILED, message=event.get("message") or status)
+    raise job_failure(f"{run.namespace}/{run.name}", outcome, elapsed,
+                      "the job was deleted" if timed_out else run.cleanup_note(False), default=event_error_class(event))
 
 
 def _restart_elastic_replica(run: KubernetesJobRun, outcome: JobOutcome) -> None:

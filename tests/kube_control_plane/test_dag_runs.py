@@ -89,14 +89,9 @@ def test_a_job_that_outlives_the_tasks_execution_timeout_is_deleted_and_nothing_
     assert states == {"train": "failed"}
     out = capfd.readouterr().out
     assert "execution_timeout" in out or "AirflowTaskTimeout" in out
-    if namespace.endswith("deferrable"):
-        # The trigger's timeout event: the running pods deleted, the Service (the job's owner) and its files kept
-        # as clean_pod_policy "running" keeps a failed job's, until deleted; then the garbage collector takes them.
-        assert "its pods still running were deleted" in out
-        comes_to(lambda: control_plane.left(namespace)["pods"], [], timeout=60)
-        job = xcom(run, "train", "job_name") or control_plane.left(namespace)["services"][0]
-        control_plane.request("DELETE", f"/api/v1/namespaces/{namespace}/services/{job}")
-    # The Service deleted, the real garbage collector deletes the pods and files it owns.
+    # In the triggerer too, the timeout deletes the whole job, as the synchronous wait's does (the finished pods,
+    # Service and files were kept there before, as clean_pod_policy "running" keeps a failed job's).
+    # The Service deleted, the real garbage collector deletes the pods and files it owns: nothing is left.
     comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
     assert control_plane.refused(user) == []
 

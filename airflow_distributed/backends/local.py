@@ -261,10 +261,17 @@ def ignored_by_local(settings: BackendSettings, spec: TrainingSpec) -> list[Prob
                         "worker slot (it may come from [operators] default_deferrable)"))
     if settings.image_pull_grace:
         ignored.append(("image_pull_grace", "the replicas pull no image"))
-    for name in IGNORED_POD_SETTINGS:
+    return ignored + ignored_pod_settings(spec, IGNORED_POD_SETTINGS, "the replicas are processes on the worker")
+
+
+def ignored_pod_settings(spec: TrainingSpec | None, names: Sequence[str], where: str) -> list[Problem]:
+    """One ``(paths, why)`` per pod setting of ``names`` the spec gives, with every path that gives it, for a backend
+    whose replicas are not pods (``where`` says what they are)."""
+    ignored: list[Problem] = []
+    for name in names:
         paths = [f"{path}.{name}" for path, settings_of in pod_settings(spec) if getattr(settings_of, name)]
         if paths:
-            ignored.append((", ".join(paths), "it is a pod's setting, and the replicas are processes on the worker"))
+            ignored.append((", ".join(paths), f"it is a pod's setting, and {where}"))
     return ignored
 
 
@@ -320,6 +327,7 @@ __all__ = [
     "check_local_arguments",
     "cleanup_note",
     "ignored_by_local",
+    "ignored_pod_settings",
     "local_dirs",
     "pod_settings",
 ]

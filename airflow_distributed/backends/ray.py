@@ -23,7 +23,7 @@ from airflow_distributed.backends.base import (
     log_ignored,
     trainjob_only,
 )
-from airflow_distributed.backends.local import pod_settings
+from airflow_distributed.backends.local import ignored_pod_settings, pod_settings
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.failures import job_failure
 from airflow_distributed.jobstate.outcome import JobOutcome
@@ -334,11 +334,7 @@ def ignored_by_ray(settings: BackendSettings, spec: TrainingSpec) -> list[Proble
                               if getattr(settings, name) is not None]
     if settings.image_pull_grace:
         ignored.append(("image_pull_grace", "the replicas pull no image"))
-    for name in IGNORED_POD_SETTINGS:
-        paths = [f"{path}.{name}" for path, settings_of in pod_settings(spec) if getattr(settings_of, name)]
-        if paths:
-            ignored.append((", ".join(paths), "it is a pod's setting, and the replicas are processes of a Ray job"))
-    return ignored
+    return ignored + ignored_pod_settings(spec, IGNORED_POD_SETTINGS, "the replicas are processes of a Ray job")
 
 
 __all__ = ["RayBackend", "check_ray_arguments", "ignored_by_ray", "wait_for_job"]

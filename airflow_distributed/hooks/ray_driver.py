@@ -32,6 +32,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from airflow_distributed.hooks.local import TAIL_LINES, LocalProcessHook, die_with_parent
 from airflow_distributed.jobstate import outcome as ending
+from airflow_distributed.live_report import is_record
 from airflow_distributed.manifests.local import PYTHON_NAMES, STANDBY_CODE, resolve_python
 from airflow_distributed.manifests.ray import JOB_VARIABLE, ActorAddressing, report_line
 from airflow_distributed.plan import ClusterPlan, Layout, build_plan
@@ -84,7 +85,8 @@ class ReplicaActor:
         assert self._process is not None and self._process.stdout is not None
         for raw in iter(self._process.stdout.readline, b""):
             line = raw.decode("utf-8", "replace").rstrip("\n")
-            self._tail.append(line)
+            if not is_record(line):  # the live records a master's tracking calls print are not its last lines
+                self._tail.append(line)
             print(f"[{name}] {line}", flush=True)  # into the Ray Job's log, beside the driver's reports
 
     def poll(self) -> dict[str, Any]:

@@ -28,7 +28,14 @@ from tests.kubernetes_helpers import (
 pytestmark = [pytest.mark.usefixtures("airflow_db", "kubernetes_connection")]
 
 
-@pytest.mark.parametrize("dag_id", ["k8s_elastic", "k8s_elastic_deferrable"])
+@pytest.mark.parametrize("dag_id", [
+    # The synchronous variant reads the task's output with capfd from the kubelet's thread while the task writes it;
+    # a line written between readouterr's read and its reset is lost, the script then waits in vain and the task
+    # with it (seen in about half the runs under load). Skipped until the test reads the task log another way; the
+    # synchronous master-log follow is covered on the real control plane (tests/kube_control_plane).
+    pytest.param("k8s_elastic", marks=pytest.mark.skip(reason="capfd read from a second thread loses lines")),
+    "k8s_elastic_deferrable",
+])
 def test_a_killed_worker_pod_is_recreated_once_and_the_job_succeeds(emulator, dag_id, capfd):
     namespace = namespace_of(dag_id)
     emulator.create_namespace(namespace)

@@ -249,13 +249,7 @@ def read_pods(location: JobLocation, extras: Mapping[str, Any], timeout: float
         for pod in pods:
             meta = pod.get("metadata") or {}
             if (meta.get("labels") or {}).get(MASTER_LABEL) == "true" and meta.get("name"):
-                try:
-                    lines = hook.read_log_tail(namespace, meta["name"], RECORD_TAIL_LINES,
-                                               limit_bytes=RECORD_TAIL_BYTES)
-                except KubernetesJobError:
-                    lines = []
-                logs[meta["name"]] = without_records(lines)[-TAIL_LINES:]
-                report = latest_record(lines)
+                logs[meta["name"]], report = _master_tail(hook, namespace, meta["name"])
     except KubernetesJobError as error:
         if error.status is None:
             raise unreachable(timeout) from None
@@ -266,6 +260,19 @@ def read_pods(location: JobLocation, extras: Mapping[str, Any], timeout: float
             raise unreachable(timeout) from None
         raise Unavailable("unavailable", "The connection's Kubernetes configuration could not be loaded.") from None
     return namespace, pods, logs, report
+
+
+def _master_tail(hook: Any, namespace: str, pod: str, container: str | None = None) -> tuple[list[str], Any]:
+    """The master's last lines without its live records, and its newest live record: one bounded read (an
+    unreadable log gives neither)."""
+    from airflow_distributed.hooks.api_retry import KubernetesJobError
+
+    where = {"container": container} if container is not None else {}
+    try:
+        lines = hook.read_log_tail(namespace, pod, RECORD_TAIL_LINES, limit_bytes=RECORD_TAIL_BYTES, **where)
+    except KubernetesJobError:
+        lines = []
+    return without_records(lines)[-TAIL_LINES:], latest_record(lines)
 
 
 def _connection_hook(extras: Mapping[str, Any], conn_id: str | None, timeout: float, base: Any = None) -> Any:
@@ -368,13 +375,7 @@ def read_kubeflow_pods(location: JobLocation, extras: Mapping[str, Any], timeout
         report: dict[str, Any] | None = None
         master = next((row for row in rows if row.role in ("master", "chief", "launcher")), rows[0] if rows else None)
         if master is not None:
-            try:
-                lines = hook.read_log_tail(namespace, master.name, RECORD_TAIL_LINES, container,
-                                           limit_bytes=RECORD_TAIL_BYTES)
-            except KubernetesJobError:
-                lines = []
-            logs[master.name] = without_records(lines)[-TAIL_LINES:]
-            report = latest_record(lines)
+            logs[master.name], report = _master_tail(hook, namespace, master.name, container)
     except KubernetesJobError as error:
         if error.status is None:
             raise unreachable(timeout) from None

@@ -92,6 +92,7 @@ class BackendSettings:
     ray_conn_id: str | None
     namespace: str | None
     deferrable: bool
+    logging_interval: float | None
     clean_pod_policy: Literal["all", "running", "none"] | None
     gpu_resource_key: str
     scheduler_name: str | None

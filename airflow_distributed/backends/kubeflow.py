@@ -273,6 +273,7 @@ class KubeflowJobRun:
                                      execution_deadline=deadline, delete_on_kill=True, started_at=self.started_at,
                                      watch_timings=watch_timings(self.settings).as_dict(),
                                      image_pull_grace=self.settings.image_pull_grace,
+                                     logging_interval=self.settings.logging_interval,
                                      resume_state={"framework": self.framework})
         self.log.info("job %s/%s: waiting in the triggerer", self.namespace, self.name)
         self.task.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)

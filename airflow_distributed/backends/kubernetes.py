@@ -52,6 +52,7 @@ from airflow_distributed.jobstate.job_watch import (
     replica_table,
     slots_from_json,
     slots_to_json,
+    strip_timestamps,
 )
 from airflow_distributed.jobstate.outcome import JobOutcome
 from airflow_distributed.jobstate.usage import ReplicaRun, Requests, pod_run
@@ -60,6 +61,7 @@ from airflow_distributed.manifests.pod_names import RESTARTS_ANNOTATION
 from airflow_distributed.outputs import document_warning, job_record, job_result, parse_output_document
 from airflow_distributed.plan import KubernetesAddressing, build_plan
 from airflow_distributed.status import PENDING, RUNNING, STOPPED, ReplicaStatus
+from airflow_distributed.triggers.log_relay import new_lines_after
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -169,9 +171,13 @@ def resume_kubernetes(task: TaskCalls, settings: BackendSettings, context: Conte
             # Defers again if it restarts one (or carries on without it): the master's lines are shown once, at
             # the end, not at every resume.
             _restart_elastic_replica(run, outcome)
-        tail = run.tail(run.master.name, pods) if log_available(pods.get(run.master.name)) else []
-        for line in tail:
+        master = pods.get(run.master.name)
+        stamped = run.tail(run.master.name, pods, timestamps=True) if log_available(master) else []
+        # The trigger showed the master's lines as they came (``log_relay``): only those after its last relay here.
+        for line in new_lines_after(event.get("log_cursor"), ((master or {}).get("metadata") or {}).get("uid"),
+                                    stamped):
             run.log.info("[%s] %s", run.master.name, line)
+        tail = without_records(strip_timestamps(stamped))
         return run.finish(replace(outcome, logs={run.master.name: tail}), elapsed)
     # timeout (execution_timeout reached in the triggerer) or error (the trigger could not watch): clean up, fail.
     # A timeout ends the job as the synchronous wait's does, as a kill: the whole job is deleted, not kept for a look.
@@ -239,6 +245,8 @@ class KubernetesJobRun:
         self.elastic_failure: str | None = None
         #: runs of pods an elastic job replaced or carries on without: what they cost counts in the job's usage
         self.earlier_runs: list[ReplicaRun] = []
+        #: where the trigger stopped relaying the master's log (``log_relay``): a trigger deferred again goes on there
+        self.log_cursor: dict[str, Any] | None = None
 
     @property
     def master(self) -> ReplicaSlot:
@@ -303,6 +311,7 @@ class KubernetesJobRun:
         run.elastic = ElasticPlan(**state["elastic"]) if state.get("elastic") else None
         run.dropped = dropped
         run.earlier_runs = [_run_from_json(row) for row in state.get("earlier_runs") or []]
+        run.log_cursor = event.get("log_cursor")
         return run
 
     # ------------------------------------------------------------------ submit, state, wait
@@ -435,6 +444,8 @@ class KubernetesJobRun:
             execution_deadline=deadline,
             image_pull_grace=self.settings.image_pull_grace,
             watch_timings=watch_timings(self.settings).as_dict(),
+            logging_interval=self.settings.logging_interval,
+            log_cursor=self.log_cursor,
             # The replicas the job carries on without are no longer watched, but the final table shows them.
             resume_state={"framework": self.framework,
                           "elastic": asdict(self.elastic) if self.elastic is not None else None,
@@ -467,16 +478,19 @@ class KubernetesJobRun:
 
     # ------------------------------------------------------------------ finish
 
-    def tail(self, replica: str, pods: Mapping[str, Any], container: str | None = None) -> list[str]:
-        """A replica's last lines; best effort: a log that cannot be read decides nothing."""
+    def tail(self, replica: str, pods: Mapping[str, Any], container: str | None = None,
+             timestamps: bool = False) -> list[str]:
+        """A replica's last lines (with ``timestamps``: as read, timestamped, live records included); best effort: a
+        log that cannot be read decides nothing."""
         from airflow_distributed.hooks.api_retry import KubernetesJobError
         from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER
 
         if pods.get(replica) is None:
             return []
         try:
-            return without_records(self.hook.read_log_tail(self.namespace, replica, TAIL_LINES,
-                                                           container or MAIN_CONTAINER))
+            lines = self.hook.read_log_tail(self.namespace, replica, TAIL_LINES, container or MAIN_CONTAINER,
+                                            timestamps=timestamps)
+            return lines if timestamps else without_records(lines)
         except KubernetesJobError as error:
             self.log.warning("could not read the last lines of %s: %s", replica, error)
             return []

@@ -148,14 +148,15 @@ class KubeApiHook(KubernetesHook):
     # ------------------------------------------------------------------ logs
 
     def read_log_tail(self, namespace: str, pod: str, lines: int = 30, container: str = MAIN_CONTAINER,
-                      limit_bytes: int | None = None) -> list[str]:
+                      limit_bytes: int | None = None, timestamps: bool = False) -> list[str]:
         """The last ``lines`` of a container's log (at most ``limit_bytes`` of them, when given); empty when there is
-        none (not started, pod gone)."""
+        none (not started, pod gone). Read with their timestamps, which are kept with ``timestamps`` (to tell the
+        lines a relay showed already: ``log_relay.new_lines_after``) and else cut off."""
         bounds: dict[str, Any] = {"limit_bytes": limit_bytes} if limit_bytes is not None else {}
         try:
             response = self._call(f"reading the log of pod {namespace}/{pod}",
                                   self.core_v1_client.read_namespaced_pod_log, pod, namespace, container=container,
-                                  tail_lines=lines, _preload_content=False, **bounds)
+                                  tail_lines=lines, timestamps=True, _preload_content=False, **bounds)
         except KubernetesJobError as error:
             if error.status in (400, 404):
                 return []
@@ -164,7 +165,7 @@ class KubeApiHook(KubernetesHook):
             text = response.data.decode("utf-8", "replace")
         finally:
             response.release_conn()
-        return strip_timestamps(text.splitlines())
+        return text.splitlines() if timestamps else strip_timestamps(text.splitlines())
 
     # ------------------------------------------------------------------ create, delete
 

@@ -218,7 +218,7 @@ def pod_essentials(pod: Mapping[str, Any]) -> dict[str, Any]:
     a waiter holding many jobs (one triggerer, a thousand deferred jobs) keeps this instead.
     """
     metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    kept: dict[str, Any] = {"metadata": {"name": metadata.get("name")}, "spec": {}}
+    kept: dict[str, Any] = {"metadata": {"name": metadata.get("name"), "uid": metadata.get("uid")}, "spec": {}}
     if spec.get("nodeName"):
         kept["spec"]["nodeName"] = spec["nodeName"]
     for key in ("initContainers", "containers"):
@@ -631,6 +631,25 @@ class LogCursor:
             return text
         self.last_ns, self._emitted_at_last, self._to_skip = ns, 1, 0
         return text
+
+    def skip_second(self) -> None:
+        """Go on after the second of the last line seen: its lines that are left (more than one read holds) are
+        not shown, for a read from ``since_time()`` would bring back the same ones again."""
+        second = (self.last_ns or 0) // 10**9
+        self.last_ns, self._emitted_at_last, self._to_skip = (second + 1) * 10**9, 0, 0
+
+    def as_dict(self) -> dict[str, int] | None:
+        """Where the cursor is, JSON-safe (a trigger's event, the next trigger's argument); ``None`` before a line."""
+        return None if self.last_ns is None else {"last_ns": self.last_ns, "emitted_at_last": self._emitted_at_last}
+
+    @classmethod
+    def from_dict(cls, state: Mapping[str, Any] | None) -> LogCursor:
+        cursor = cls()
+        if state and isinstance(state.get("last_ns"), int):
+            cursor.last_ns = state["last_ns"]
+            cursor._emitted_at_last = int(state.get("emitted_at_last") or 0)
+            cursor._to_skip = cursor._emitted_at_last
+        return cursor
 
 
 def strip_timestamps(lines: Iterable[str]) -> list[str]:

@@ -22,6 +22,7 @@ from airflow_distributed.naming import job_name
 from airflow_distributed.spec import SpecValidationError, TrainingSpec, load_spec
 from airflow_distributed.spec.kubernetes_rules import env_name_problems
 from airflow_distributed.spec.limits import name_shown, shape_problems, shown, type_shown
+from airflow_distributed.triggers.log_relay import DEFAULT_LOGGING_INTERVAL
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -111,6 +112,10 @@ class DistributedTrainingOperator(BaseOperator):
         (templated)
     :param deferrable: wait in the triggerer instead of a worker slot (Kubernetes-side backends; the local backend
         always waits in the task, and says so once in the task log); default: ``[operators] default_deferrable``.
+    :param logging_interval: in deferrable mode, seconds between two reads of the master's new lines by the
+        trigger, which shows them in the task log with the master's progress (``kubernetes``, ``kubeflow``,
+        ``trainjob``); each read is bounded and each line shown once. Default 15; ``None`` shows the master's last
+        lines once, when the job ends.
     :param clean_pod_policy: what is deleted when the job ends: ``all`` (the job's Service and, by cascade, every
         object of it), ``running`` (pods still pending or running; finished ones are kept for their logs until the
         next try) or ``none``. Default: ``all`` after success, ``running`` after failure. A killed task deletes its
@@ -182,6 +187,7 @@ class DistributedTrainingOperator(BaseOperator):
         ray_conn_id: str | None = "ray_default",
         namespace: str | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        logging_interval: float | None = DEFAULT_LOGGING_INTERVAL,
         clean_pod_policy: Literal["all", "running", "none"] | None = None,
         gpu_resource_key: str = "nvidia.com/gpu",
         scheduler_name: str | None = None,
@@ -227,6 +233,7 @@ class DistributedTrainingOperator(BaseOperator):
         self.ray_conn_id = ray_conn_id
         self.namespace = namespace
         self.deferrable = deferrable
+        self.logging_interval = logging_interval
         self.clean_pod_policy = clean_pod_policy
         self.gpu_resource_key = gpu_resource_key
         self.scheduler_name = scheduler_name
@@ -285,6 +292,11 @@ class DistributedTrainingOperator(BaseOperator):
         if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not 0 <= grace < float("inf"):
             problems.append(("image_pull_grace", f"{shown(grace)} is not allowed: seconds, a number >= 0 (0: fail at "
                              "the first failed pull)"))
+        interval = self.logging_interval
+        if interval is not None and (isinstance(interval, bool) or not isinstance(interval, (int, float))
+                                     or not 0 < interval < float("inf")):
+            problems.append(("logging_interval", f"{shown(interval)} is not allowed: seconds, a number > 0, or None "
+                             "(the master's last lines once, at the end)"))
         for limit in ("progress_timeout", "queue_timeout"):
             wait = getattr(self, limit)
             if wait is not None and (isinstance(wait, bool) or not isinstance(wait, (int, float))

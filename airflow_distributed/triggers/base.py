@@ -10,6 +10,7 @@ from the watch its namespace's triggers share (``_feed``, ``_read``; ``shared_wa
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import time
@@ -32,6 +33,7 @@ from airflow_distributed.hooks.watch_loop import (
     lines,
 )
 from airflow_distributed.triggers.api_clients import client_configuration, shared_client
+from airflow_distributed.triggers.log_relay import LogRelay, MasterLog, api_read
 from airflow_distributed.triggers.shared_watch import Delivery, JobFeed, NamespaceWatch, WatchedKind, subscribe
 from airflow_distributed.triggers.shared_watch import log as shared_watch_log
 
@@ -50,6 +52,10 @@ class JobWaitTrigger(BaseTrigger):
     watch_timings: dict[str, Any] | None
     execution_deadline: float | None
     resume_state: dict[str, Any] | None
+    #: seconds between two relays of the master's new lines into the task log (``log_relay``); ``None``: none
+    logging_interval: float | None = None
+    #: where an earlier trigger of the same try stopped relaying (``LogRelay.state``)
+    log_cursor: dict[str, Any] | None = None
 
     def __init__(self, **arguments: Any) -> None:
         super().__init__()
@@ -93,8 +99,10 @@ class JobWaitTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         base = self._event_base()
+        relay = self._log_relay()
         try:
-            payload = {**base, **await self._wait()}
+            async with relay.running() if relay is not None else contextlib.nullcontext():
+                payload = {**base, **await self._wait()}
         except Exception as error:
             self.log.exception("waiting for %s failed", self.what)
             # A KubernetesJobError says already what was waited for and why it ended.
@@ -102,12 +110,33 @@ class JobWaitTrigger(BaseTrigger):
             payload = {**base, "status": "error", "message": message}
             if error_class_named(type(error).__name__) is type(error):  # the resumed task raises the same class
                 payload["error_class"] = type(error).__name__
+        if relay is not None and (where := relay.state()) is not None:
+            payload["log_cursor"] = where  # the resumed task shows only the lines after it
         self._fired = True
         yield TriggerEvent(payload)
 
     async def _wait(self) -> dict[str, Any]:
         """The event's ``status`` and what goes with it."""
         raise NotImplementedError
+
+    # ------------------------------------------------------------------ the master's log
+
+    def _log_relay(self) -> LogRelay | None:
+        """The relay of the master's new lines into the task log, every ``logging_interval`` seconds."""
+        if not self.logging_interval:
+            return None
+
+        async def read(master: MasterLog, query: Any) -> AsyncIterator[bytes]:
+            async with self.api_client() as api:
+                async for piece in api_read(api, self.namespace, master, query, self._answer):
+                    yield piece
+
+        return LogRelay(job=self.job_name, interval=float(self.logging_interval), locate=self._master_log,
+                        read=read, emit=self.log.info, cursor=self.log_cursor)
+
+    async def _master_log(self) -> MasterLog | None:
+        """The master's log, once its container has started (a subclass that relays it says how it is found)."""
+        return None
 
     # ------------------------------------------------------------------ the shared watch
 

@@ -22,11 +22,15 @@ from typing import Any
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 
 from airflow_distributed.hooks.api_retry import acall_with_retries
+from airflow_distributed.hooks.kubeflow import main_container
 from airflow_distributed.hooks.object_watch import ObjectWatch
 from airflow_distributed.hooks.pending_pods import PendingPods, expected_pods
-from airflow_distributed.manifests.kubeflow_status import job_status, job_suspended, pod_selector
+from airflow_distributed.jobstate.job_watch import log_available
+from airflow_distributed.manifests.kubeflow_status import job_status, job_suspended, master_pod_selector, pod_selector
+from airflow_distributed.manifests.trainjob_status import is_launcher
 from airflow_distributed.status import FAILED, SUCCEEDED
 from airflow_distributed.triggers.base import JobWaitTrigger
+from airflow_distributed.triggers.log_relay import READ_TIMEOUT, MasterLog
 from airflow_distributed.triggers.shared_watch import Delivery, WatchedKind
 
 
@@ -52,6 +56,9 @@ class KubeflowJobTrigger(JobWaitTrigger):
     :param image_pull_grace: seconds a replica's image pull may keep failing before the job fails (0: at once).
     :param resume_state: what the deferred task knew of its job and needs again to resume (its framework), handed
         back in every event as it is; small and JSON-safe.
+    :param logging_interval: seconds between two relays of the master's new lines and progress into the task log
+        (``log_relay``: the pod whose output the job's success rule reads); ``None``: none.
+    :param log_cursor: where an earlier trigger of the same try stopped relaying them.
     """
 
     group: str
@@ -66,6 +73,10 @@ class KubeflowJobTrigger(JobWaitTrigger):
     #: Whether a job object says it is suspended (no pod LISTs then).
     suspended_of: Callable[[Mapping[str, Any]], bool] = staticmethod(job_suspended)
     image_pull_grace: float
+    #: The label selector of the master's pods (the deciding replica's, ``master_pod_selector``).
+    master_selector: Callable[[Mapping[str, Any]], str] = staticmethod(master_pod_selector)
+    #: The container of a job's pods whose log is the master's.
+    log_container: Callable[[Mapping[str, Any]], str] = staticmethod(main_container)
 
     def __init__(
         self,
@@ -83,14 +94,18 @@ class KubeflowJobTrigger(JobWaitTrigger):
         watch_timings: dict[str, Any] | None = None,
         image_pull_grace: float = 0.0,
         resume_state: dict[str, Any] | None = None,
+        logging_interval: float | None = None,
+        log_cursor: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(
             job_name=job_name, namespace=namespace, group=group, version=version, plural=plural,
             kubernetes_conn_id=kubernetes_conn_id, watch_timeout=watch_timeout,
             execution_deadline=execution_deadline, delete_on_kill=delete_on_kill,
             started_at=started_at if started_at is not None else time.time(), watch_timings=watch_timings,
-            image_pull_grace=image_pull_grace, resume_state=resume_state,
+            image_pull_grace=image_pull_grace, resume_state=resume_state, logging_interval=logging_interval,
+            log_cursor=log_cursor,
         )
+        self._watch: ObjectWatch | None = None
 
     @property
     def what(self) -> str:
@@ -104,7 +119,7 @@ class KubeflowJobTrigger(JobWaitTrigger):
     async def _wait(self) -> dict[str, Any]:
         from kubernetes_asyncio import client as async_client
 
-        watch = ObjectWatch(self.job_name)
+        watch = self._watch = ObjectWatch(self.job_name)
         timings = self.timings
         pending = PendingPods(timings.pending_pods_interval, self.image_pull_grace, time.monotonic,
                               self.suspended_of)
@@ -151,6 +166,25 @@ class KubeflowJobTrigger(JobWaitTrigger):
             return {"status": state, "reason": reason, "message": message, "verdict": pending.verdict.as_dict()}
         status = self.status_of(watch.obj or {})
         return {"status": status.state, "reason": status.reason, "message": status.message}
+
+    async def _master_log(self) -> MasterLog | None:
+        """The newest started pod of the master (one LIST of its pods), once the job object is seen."""
+        from kubernetes_asyncio import client as async_client
+
+        obj = self._watch.obj if self._watch is not None else None
+        if obj is None:
+            return None
+        container = self.log_container(obj)
+        async with self.api_client() as api:
+            pods = (await self._json(async_client.CoreV1Api(api).list_namespaced_pod(
+                self.namespace, label_selector=self.master_selector(obj), _preload_content=False,
+                _request_timeout=READ_TIMEOUT))).get("items") or []
+        started = [pod for pod in pods if log_available(pod, container)]
+        if not started:
+            return None
+        # An MPI TrainJob's launcher before its node 0 (``kubeflow_output`` reads the same pod), then the newest.
+        pod = max(started, key=lambda p: (is_launcher(p), p["metadata"].get("creationTimestamp") or ""))
+        return MasterLog(pod["metadata"]["name"], str(pod["metadata"].get("uid") or ""), container)
 
     async def on_kill(self) -> None:
         """Airflow 3.3+: the user killed the deferred task; the operator's job must not keep running."""

@@ -28,13 +28,15 @@ from airflow_distributed.jobstate.job_watch import (
     JobTracker,
     JobVerdict,
     TableReporter,
+    log_available,
     pod_essentials,
     replica_table,
     slots_from_json,
 )
-from airflow_distributed.manifests.pod_names import JOB_LABEL
+from airflow_distributed.manifests.pod_names import JOB_LABEL, MAIN_CONTAINER
 from airflow_distributed.triggers.api_clients import client_configuration
 from airflow_distributed.triggers.base import JobWaitTrigger
+from airflow_distributed.triggers.log_relay import MasterLog
 from airflow_distributed.triggers.shared_watch import Delivery, WatchedKind
 
 
@@ -80,6 +82,9 @@ class DistributedJobTrigger(JobWaitTrigger):
         ``timeout`` then, so that ``execute_complete`` cleans up (a framework timeout would skip it).
     :param image_pull_grace: seconds a replica's image pull may keep failing before the job fails (0: at once).
     :param watch_timings: ``WatchTimings.as_dict()``: watch timeouts, reconnect budget and jitter.
+    :param logging_interval: seconds between two relays of the master's new lines and progress into the task log
+        (``log_relay``); ``None``: none.
+    :param log_cursor: where an earlier trigger of the same try stopped relaying them.
     :param resume_state: what the deferred task knew of its job and needs again to resume (its framework, an elastic
         budget), handed back in every event as it is, so that the task does not parse its spec again for it; small
         and JSON-safe.
@@ -113,6 +118,8 @@ class DistributedJobTrigger(JobWaitTrigger):
         watch_timings: dict[str, Any] | None = None,
         resume_state: dict[str, Any] | None = None,
         queue_timeout: float | None = None,
+        logging_interval: float | None = None,
+        log_cursor: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(
             job_name=job_name, namespace=namespace, replicas=replicas, startup_timeout=startup_timeout,
@@ -120,8 +127,10 @@ class DistributedJobTrigger(JobWaitTrigger):
             started_at=started_at, kubernetes_conn_id=kubernetes_conn_id, connection_extras=connection_extras,
             cluster_context=cluster_context, config_dict=config_dict, in_cluster=in_cluster,
             watch_timeout=watch_timeout, execution_deadline=execution_deadline, watch_timings=watch_timings,
-            image_pull_grace=image_pull_grace, resume_state=resume_state,
+            image_pull_grace=image_pull_grace, resume_state=resume_state, logging_interval=logging_interval,
+            log_cursor=log_cursor,
         )
+        self._tracker: JobTracker | None = None
 
     @cached_property
     def hook(self) -> AsyncKubernetesHook:
@@ -160,6 +169,7 @@ class DistributedJobTrigger(JobWaitTrigger):
         tracker = JobTracker(slots_from_json(self.replicas), startup_timeout=self.startup_timeout,
                              started_at=self.started_at, image_pull_grace=self.image_pull_grace,
                              queue_timeout=self.queue_timeout)
+        self._tracker = tracker
         report = TableReporter(self._log_table, time.time, TABLE_INTERVAL if len(tracker.slots) > TABLE_ROWS else 0.0)
 
         def apply(delivery: Delivery) -> None:
@@ -175,6 +185,13 @@ class DistributedJobTrigger(JobWaitTrigger):
         if verdict is not None:
             report.flush(tracker, force=True)
         return verdict
+
+    async def _master_log(self) -> MasterLog | None:
+        master = self.replicas[0][0]  # slots_to_json: the master first, its name first
+        pod = self._tracker.pod(master) if self._tracker is not None else None
+        if pod is None or not log_available(pod):
+            return None
+        return MasterLog(master, str(pod["metadata"].get("uid") or ""), MAIN_CONTAINER)
 
     def _log_table(self, rows: Any) -> None:
         self.log.info("replicas of %s:\n%s", self.job_name, replica_table(rows))

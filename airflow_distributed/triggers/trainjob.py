@@ -9,6 +9,7 @@ waiting, without LISTs of its pods. It fires one event: ``succeeded``, ``failed`
 from __future__ import annotations
 
 from airflow_distributed.manifests.trainjob_status import (
+    NODE,
     expected_nodes,
     node_selector,
     trainjob_status,
@@ -26,6 +27,9 @@ class TrainJobTrigger(KubeflowJobTrigger):
     pods_selector = staticmethod(node_selector)
     expected_pods = staticmethod(expected_nodes)
     suspended_of = staticmethod(trainjob_suspended)
+    #: The master's log is node 0's (an MPI runtime's launcher's), in its ``node`` container.
+    master_selector = staticmethod(lambda obj: node_selector(str((obj.get("metadata") or {}).get("name")), rank=0))
+    log_container = staticmethod(lambda obj: NODE)
 
 
 __all__ = ["TrainJobTrigger"]

@@ -1,5 +1,6 @@
 """DAGs of the tests on the real control plane (``tests/kube_control_plane``) that the emulator's DAG files lack: a
-job that outlives its task's ``execution_timeout``, sync and deferrable. The namespace is the DAG id's."""
+job that outlives its task's ``execution_timeout``, sync and deferrable, and a deferred job whose master's lines the
+trigger relays every half second. The namespace is the DAG id's."""
 
 from __future__ import annotations
 
@@ -20,3 +21,10 @@ for dag_id, deferrable in (("k8s_timed_out", False), ("k8s_timed_out_deferrable"
             backend="kubernetes", namespace=dag_id.replace("_", "-"), deferrable=deferrable,
             execution_timeout=timedelta(seconds=5),
         )
+
+with DAG(dag_id="k8s_deferred_logs", schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]):
+    DistributedTrainingOperator(
+        task_id="train", framework="pytorch", environment={"pytorch": {"n_workers": 2}},
+        command=["python", "/opt/jobs/train.py"], image="registry.example.com/trainer:1.0",
+        backend="kubernetes", namespace="k8s-deferred-logs", deferrable=True, logging_interval=0.5, startup_timeout=60,
+    )

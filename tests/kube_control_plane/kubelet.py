@@ -376,6 +376,10 @@ class KubeletNode:
                                         for ns, text in batch).encode())
             handler.wfile.flush()
 
+        if not follow and option("limitBytes"):  # as the kubelet does: the first limitBytes bytes, cut mid-line
+            handler.wfile.write("".join((f"{rfc3339nano(ns)} " if timestamps else "") + text + "\n" for ns, text
+                                        in lines).encode()[:int(option("limitBytes"))])  # type: ignore[arg-type]
+            return
         write(lines)
         if not follow:
             return

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import os
 import signal
+from datetime import datetime, timezone
 
 import pytest
 
+from airflow_distributed.live_report import PREFIX, record_line
 from tests.helpers import run_dag_at, wait_until, xcom
 from tests.kube_control_plane.control_plane import NOTHING, ControlPlane
 from tests.kube_control_plane.kubelet import KubeletNode
@@ -45,6 +47,50 @@ def test_a_dag_run_succeeds_with_the_masters_lines_in_the_task_log_and_leaves_no
     else:
         assert "waiting in the triggerer" in out
     # The Service deleted, the garbage collector deletes the rest; the test kubelet ends the pods' deletion.
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
+    assert control_plane.refused(user) == []
+
+
+@pytest.mark.parametrize("dag_namespace", ["k8s_deferred_logs"], indirect=True)
+def test_a_deferred_jobs_master_lines_and_progress_reach_the_task_log_while_it_runs_each_line_once(
+        control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str], capfd):
+    namespace, user = dag_namespace
+    reports = {10: ["step 10 loss 0.900", "1000 samples seen"], 50: ["step 50 loss 0.500"],
+               90: ["step 90 loss 0.100", "saving a checkpoint"]}
+
+    def log_reads() -> list[str]:
+        return sorted({e["requestReceivedTimestamp"] for e in control_plane.audit_events(user)
+                       if e["verb"] == "get" and (e.get("objectRef") or {}).get("subresource") == "log"})
+
+    def script(kubelet: Kubelet) -> None:
+        kubelet.run_all()
+        for percent, lines in reports.items():
+            kubelet.log(kubelet.master, *lines, record_line({"progress": {"step": percent, "total": 100,
+                                                                          "percent": float(percent)}}) or "")
+            # Shown while the job runs: a read of the master's log that began after the one that found these lines
+            # began after their relay (the trigger relays one read after the other), none of which the task makes.
+            written = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            wait_until(lambda written=written: len([at for at in log_reads() if at > written]) >= 2,
+                       timeout=60, interval=0.1)
+        kubelet.log(kubelet.master, "done")
+        kubelet.master_exits(0, document=DOCUMENT)
+
+    kubelet = Kubelet(node, namespace).play(script)
+    run, states = run_dag_at("k8s_deferred_logs")
+    kubelet.check()
+
+    assert states == {"train": "success"}
+    job = xcom(run, "train", "job_name")
+    out = capfd.readouterr().out
+    master = f"[{job}-master-0]"
+    for line in [*(line for lines in reports.values() for line in lines), "done"]:
+        # Relayed by the trigger, and not again by the resumed task's last lines.
+        assert out.count(f"{master} {line}") == 1, (line, out)
+    for percent in reports:
+        assert f"progress of {job}: {percent}% ({percent}/100 steps)" in out
+    assert PREFIX not in out  # the live records are for the job view, not the log
+    # The last lines, for the view and the job record, are whole all the same.
+    assert xcom(run, "train", "job")["logs"][f"{job}-master-0"][-2:] == ["saving a checkpoint", "done"]
     comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
     assert control_plane.refused(user) == []
 

@@ -78,9 +78,8 @@ def _print(emu: EmulatorProcess, jobs: list[tuple[str, str, list]], megabytes: f
     per_round = int(megabytes * MB / LINE / rounds)
     for round_ in range(rounds):
         started = time.monotonic()
-        for namespace, name, replicas in jobs:
-            text = "\n".join(f"{name} round {round_:03d} line {i:06d} ".ljust(LINE - 1, "x") for i in range(per_round))
-            emu.append_log(namespace, replicas[0][0], text, container="base")
+        for namespace, name, replicas in jobs:  # the lines are made in the emulator's process
+            emu.print_lines(namespace, replicas[0][0], f"{name} round {round_:03d}", per_round, LINE, "base")
         time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
     return per_round * rounds
 
@@ -88,6 +87,11 @@ def _print(emu: EmulatorProcess, jobs: list[tuple[str, str, list]], megabytes: f
 def _relayed_lines(path: Path) -> int:
     with path.open("rb") as lines:
         return sum(1 for line in lines if b" round " in line)
+
+
+def _skips(path: Path) -> int:
+    with path.open("rb") as lines:
+        return sum(1 for line in lines if b"skipped to the last" in line)
 
 
 async def _hold(emu: EmulatorProcess, config: str, jobs: list[tuple[str, str, list]], interval: float | None,
@@ -117,13 +121,16 @@ async def _hold(emu: EmulatorProcess, config: str, jobs: list[tuple[str, str, li
         started = time.monotonic()
         printed = await asyncio.to_thread(_print, emu, jobs, megabytes, rounds)
         expected = printed * len(jobs)
-        relayed = 0
         if interval:
-            while time.monotonic() - started < 600:
-                relayed = await asyncio.to_thread(_relayed_lines, log_file)
-                if relayed >= expected:
-                    break
+            # Caught up: every line relayed, or nothing more for three intervals (a relay that fell behind skipped).
+            relayed, last, since = 0, -1, time.monotonic()
+            while time.monotonic() - started < 600 and relayed < expected:
                 await asyncio.sleep(0.5)
+                relayed = await asyncio.to_thread(_relayed_lines, log_file)
+                if relayed != last:
+                    last, since = relayed, time.monotonic()
+                elif time.monotonic() - since > 3 * interval:
+                    break
         else:
             await asyncio.sleep(rounds + 2 * INTERVAL)  # as long as the relay would take, about
         span = time.monotonic() - started
@@ -135,6 +142,7 @@ async def _hold(emu: EmulatorProcess, config: str, jobs: list[tuple[str, str, li
             "loop_lag_ms": {"max": round(lags[-1] * 1000, 1), "p99": round(lags[int(len(lags) * 0.99)] * 1000, 1),
                             "median": round(lags[len(lags) // 2] * 1000, 1), "ticks": len(lags)},
             "relayed": {"lines_printed": expected, "lines_relayed": await asyncio.to_thread(_relayed_lines, log_file),
+                        "skips": await asyncio.to_thread(_skips, log_file),
                         "seconds_from_first_line_to_last_relayed": round(span, 1)},
             "cpu_seconds": round(sum(me.cpu_times()[:2]) - cpu, 1),
         }

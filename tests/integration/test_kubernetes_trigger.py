@@ -293,3 +293,53 @@ def test_before_airflow_3_3_cleanup_deletes_the_job_only_after_a_kill(emulator, 
         settled(emulator, ns, NOTHING)
     else:
         assert objects(emulator, ns)["services"] == [name] and len(objects(emulator, ns)["pods"]) == 3
+
+
+# ---------------------------------------------------------------------------------------------- the master's log
+
+
+def test_a_master_far_ahead_of_the_relay_is_shown_to_its_last_lines_with_the_gap_said_and_no_line_twice(
+        emulator, kubeconfig, ns):
+    import logging
+
+    from airflow_distributed.triggers.log_relay import RELAY_BYTES, SKIP_TAIL_LINES
+
+    slots, name = start_job(kubeconfig, ns)
+    shown: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            shown.append(record.getMessage())
+
+    burst = [f"line {i:06d} " + "x" * 60 for i in range(3 * RELAY_BYTES // 72)]  # 3 MiB with the timestamps
+
+    def script(kubelet: Kubelet) -> None:
+        kubelet.run_all()
+        try:
+            kubelet.log(kubelet.master, "first")
+            wait_until(lambda: f"[{kubelet.master}] first" in shown, timeout=30)
+            kubelet.log(kubelet.master, *burst)  # between two relays: more than one relay reads
+            wait_until(lambda: any("skipped to the last" in line for line in shown), timeout=15)
+            kubelet.log(kubelet.master, "after")
+            wait_until(lambda: f"[{kubelet.master}] after" in shown, timeout=30)
+        finally:  # the job ends whatever the relay did, so that the trigger does
+            kubelet.master_exits(0, document=DOCUMENT)
+
+    trigger = trigger_for(kubeconfig, ns, name, slots, logging_interval=0.2)
+    logger = logging.getLogger(f"test-relay-{ns}")
+    logger.addHandler(Keep())
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    trigger._log = logger
+    kubelet = Kubelet(emulator, ns).play(script)
+    event = first_event(trigger)
+    kubelet.check()
+
+    master = slots[0].name
+    lines = [line.removeprefix(f"[{master}] ") for line in shown if line.startswith(f"[{master}] ")]
+    relayed = [line for line in lines if line.startswith("line ")]
+    assert len(relayed) == len(set(relayed))  # no line twice
+    assert relayed[-SKIP_TAIL_LINES:] == burst[-SKIP_TAIL_LINES:]  # the master's last lines, after the gap
+    assert relayed[:100] == burst[:100] and len(relayed) < len(burst) // 2  # one relay's worth, then the gap
+    assert lines.count("first") == 1 and lines.count("after") == 1
+    assert event["status"] == "succeeded" and event["log_cursor"]["uid"]

@@ -927,6 +927,13 @@ class KubeEmulator:
             lines = [LogLine(start + i, line) for i, line in enumerate(text.splitlines())]
             self.cluster.store.append_log(uid, container, lines)
 
+    def print_lines(self, namespace: str, pod: str, prefix: str, count: int, width: int = 80,
+                    container: str | None = None) -> None:
+        """A container prints ``count`` lines of ``width`` characters, each ``<prefix> line <n> xxx...``: made
+        here, so that a benchmark's process does not pay for building what a master prints."""
+        self.append_log(namespace, pod, "\n".join(f"{prefix} line {i:07d} ".ljust(width - 1, "x")
+                                                 for i in range(count)), container)
+
     def add_event(self, namespace: str, involved_kind: str, involved_name: str, reason: str, message: str,
                   type: str = "Warning") -> dict:
         """Record a core/v1 Event about an object, as kubelet or the scheduler would."""

@@ -64,16 +64,18 @@ def test_a_deferred_jobs_master_lines_and_progress_reach_the_task_log_while_it_r
 
     def script(kubelet: Kubelet) -> None:
         kubelet.run_all()
-        for percent, lines in reports.items():
-            kubelet.log(kubelet.master, *lines, record_line({"progress": {"step": percent, "total": 100,
-                                                                          "percent": float(percent)}}) or "")
-            # Shown while the job runs: a read of the master's log that began after the one that found these lines
-            # began after their relay (the trigger relays one read after the other), none of which the task makes.
-            written = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-            wait_until(lambda written=written: len([at for at in log_reads() if at > written]) >= 2,
-                       timeout=60, interval=0.1)
-        kubelet.log(kubelet.master, "done")
-        kubelet.master_exits(0, document=DOCUMENT)
+        try:
+            for percent, lines in reports.items():
+                kubelet.log(kubelet.master, *lines, record_line({"progress": {"step": percent, "total": 100,
+                                                                              "percent": float(percent)}}) or "")
+                # Shown while the job runs: a read of the master's log that began after the one that found these
+                # lines began after their relay (one read after the other), none of which the deferred task makes.
+                written = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+                wait_until(lambda written=written: len([at for at in log_reads() if at > written]) >= 2,
+                           timeout=30, interval=0.1)
+        finally:  # the job ends whatever the relay did, so that the run does
+            kubelet.log(kubelet.master, "done")
+            kubelet.master_exits(0, document=DOCUMENT)
 
     kubelet = Kubelet(node, namespace).play(script)
     run, states = run_dag_at("k8s_deferred_logs")

@@ -15,6 +15,7 @@ import kubernetes_submit
 import kubernetes_wait
 import local_vs_torchrun
 import ray_vs_local
+import triggerer_logs
 import triggerer_scale
 
 if __name__ == "__main__":
@@ -27,5 +28,6 @@ if __name__ == "__main__":
         "kubernetes_submit": kubernetes_submit.measure(),
         "kubernetes_wait": kubernetes_wait.measure(),
         "triggerer_scale": triggerer_scale.measure(),
+        "triggerer_logs": triggerer_logs.measure(),
     }
     print(json.dumps(results, indent=2))

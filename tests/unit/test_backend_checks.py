@@ -196,3 +196,14 @@ def test_without_the_trainjob_extra_the_parse_says_which_extra_to_install():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert "backend: backend='trainjob' needs the 'trainjob' extra" in out
     assert "pip install 'airflow-distributed[trainjob]'" in out
+
+
+@pytest.mark.parametrize("interval", [0, -1.0, "15", True, float("inf")])
+def test_a_logging_interval_that_is_not_seconds_above_zero_is_refused_at_parse_naming_it(interval):
+    with pytest.raises(SpecValidationError, match=r"logging_interval: .* is not allowed: seconds, a number > 0"):
+        operator(deferrable=True, logging_interval=interval)
+
+
+@pytest.mark.parametrize("interval", [None, 0.5, 60])
+def test_a_logging_interval_of_seconds_or_none_passes_the_parse(interval):
+    assert operator(deferrable=True, logging_interval=interval).logging_interval == interval

@@ -109,7 +109,10 @@ def test_a_pytorchjob_that_succeeds_hands_the_masters_output_to_xcom_and_is_dele
     assert watches[0].query.get("fieldSelector") == expected
     assert [r.method for r in requests if r.path.endswith(f"/{PLURAL}")].count("POST") == 1
     if dag_id == "kubeflow_deferrable":
-        assert "waiting in the triggerer" in capfd.readouterr().out
+        out = capfd.readouterr().out
+        assert "waiting in the triggerer" in out
+        # The trigger relays the master pod's lines (its last relay, when the job ends), once each.
+        assert out.count(f"[{job}-master-0] step 1 loss 0.5") == 1
 
 
 @pytest.mark.parametrize(("dag_id", "plural", "framework", "container", "port", "derived"), [

@@ -17,7 +17,9 @@ the same triggers and jobs, nothing relayed), each in a fresh interpreter:
   the same span (the longest a loop iteration took, give or take 10 ms);
 - ``relayed``: lines of the masters in the log file, lines printed, and the seconds from the first line printed
   until the last was relayed;
-- ``cpu_seconds`` of this process over the span.
+- ``cpu_seconds`` of this process over the span;
+- ``longest_slice_ms``: the relay's longest synchronous piece of work between two yields (one slice of lines), in
+  wall and in CPU time.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import psutil  # noqa: E402 (an Airflow dependency)
 from triggerer_scale import _create_jobs, _namespace, _steady, _watches  # noqa: E402
 
 from airflow_distributed.triggers.kubernetes import DistributedJobTrigger  # noqa: E402
+from airflow_distributed.triggers.log_relay import LogRelay  # noqa: E402
 from tests.k8s_emulator.process import EmulatorProcess  # noqa: E402
 
 JOBS = 100
@@ -94,6 +97,23 @@ def _skips(path: Path) -> int:
         return sum(1 for line in lines if b"skipped to the last" in line)
 
 
+class _SliceTimes:
+    """The relay's synchronous work between two yields (``LogRelay._show`` of one slice of lines): the longest
+    in wall time and in this thread's CPU time; much more wall than CPU is the OS taking the core away."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu = 0.0, 0.0
+        show = LogRelay._show
+
+        def timed(relay: LogRelay, *args: Any) -> None:
+            wall, cpu = time.perf_counter(), time.thread_time()
+            show(relay, *args)
+            self.wall = max(self.wall, time.perf_counter() - wall)
+            self.cpu = max(self.cpu, time.thread_time() - cpu)
+
+        LogRelay._show = timed  # type: ignore[method-assign]
+
+
 async def _hold(emu: EmulatorProcess, config: str, jobs: list[tuple[str, str, list]], interval: float | None,
                 megabytes: float, rounds: int, log_file: Path) -> dict[str, Any]:
     me = psutil.Process()
@@ -103,7 +123,7 @@ async def _hold(emu: EmulatorProcess, config: str, jobs: list[tuple[str, str, li
                               connection_extras={"kube_config_path": config}, logging_interval=interval)
         for namespace, name, replicas in jobs
     ]
-    monitor = _LagMonitor()
+    monitor, slices = _LagMonitor(), _SliceTimes()
     tasks = [asyncio.create_task(monitor.run())]
 
     async def run(trigger: DistributedJobTrigger) -> None:
@@ -145,6 +165,7 @@ async def _hold(emu: EmulatorProcess, config: str, jobs: list[tuple[str, str, li
                         "skips": await asyncio.to_thread(_skips, log_file),
                         "seconds_from_first_line_to_last_relayed": round(span, 1)},
             "cpu_seconds": round(sum(me.cpu_times()[:2]) - cpu, 1),
+            "longest_slice_ms": {"wall": round(slices.wall * 1000, 1), "cpu": round(slices.cpu * 1000, 1)},
         }
     finally:
         for task in tasks:

@@ -7,7 +7,8 @@ not started, its pods are listed at a pace (``pending_pods``), by each trigger f
 event: ``succeeded`` or ``failed`` (with the status's reason and message, ``job_status``; or reason
 ``ImagePullFailed`` and a replica's pull-failure verdict), ``deleted``, ``timeout`` (the task's
 ``execution_timeout``) or ``error``. The operator's or sensor's
-``execute_complete`` reads the output.
+``execute_complete`` reads the output. Meanwhile the operator's trigger relays the master pod's new lines and progress
+into the task log every ``logging_interval`` seconds (``log_relay``; the pod found by one LIST per relay).
 
 ``delete_on_kill``: the operator's trigger deletes the job when the user kills the deferred task (Airflow 3.3+
 ``on_kill``); a sensor's does not, since the job is not the sensor's to stop.

@@ -6,6 +6,8 @@ relisted after 410), through ``kubernetes_asyncio`` and the cncf provider's ``As
 keeps its own ``job_watch.JobTracker`` of its job's pods, as ``DistributedTrainingHook.wait_for_job`` does with a
 watch of its own. It fires one event: ``succeeded``, ``failed`` (with the verdict), ``timeout`` (the
 task's ``execution_timeout``) or ``error``; the operator's ``execute_complete`` collects the output and cleans up.
+Meanwhile it relays the master's new lines and progress into the task log every ``logging_interval`` seconds
+(``log_relay``; the master's pod from its tracker).
 
 A user killing the deferred task (mark failed/success, clear) deletes the job: ``on_kill()`` on Airflow 3.3+,
 ``cleanup()`` on older versions, where it only deletes when the task is no longer deferred, so a triggerer

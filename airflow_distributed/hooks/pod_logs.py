@@ -22,7 +22,7 @@ from airflow_distributed.logs import TaskLog
 from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER
 
 if TYPE_CHECKING:
-    from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
+    from airflow_distributed.hooks.kube_api import KubeApiHook
 
 TAIL_LINES = 40
 #: Client-side read timeout of a follow: a quiet log is reconnected after this long (cheap), never hung on.
@@ -41,7 +41,7 @@ class PodLogFollower:
 
     def __init__(
         self,
-        hook: DistributedTrainingHook,
+        hook: KubeApiHook,
         namespace: str,
         pod: str,
         emit: Callable[[str, str], None],
@@ -154,7 +154,7 @@ class LogFollowers:
 
     def __init__(
         self,
-        hook: DistributedTrainingHook,
+        hook: KubeApiHook,
         namespace: str,
         names: Sequence[str],
         emit: Callable[[str, str], None] | None,

@@ -73,7 +73,6 @@ class BackendSettings:
 
     dag_id: str
     framework: str | None
-    environment: Any
     command: Sequence[str]
     args: Sequence[str] | None
     image: str | None

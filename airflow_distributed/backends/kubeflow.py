@@ -132,7 +132,7 @@ def resume_kubeflow(task: TaskCalls, settings: BackendSettings, context: Context
         return run.finish(verdict.outcome(job_object=obj))
     if status in ("succeeded", "failed"):
         obj = run.hook.get_kubeflow_job(run.namespace, run.resource, run.name)
-        return run.finish(status_outcome(run.hook.status_of(obj), obj) if obj is not None
+        return run.finish(status_outcome(run.hook.kind.status_of(obj), obj) if obj is not None
                           else JobOutcome(ending.DELETED))
     if status == "deleted":
         return run.finish(JobOutcome(ending.DELETED))

@@ -23,23 +23,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from airflow_distributed.jobstate.job_watch import JobVerdict, image_failure, pod_started
-from airflow_distributed.manifests.kubeflow_status import REPLICA_SPECS_KEY
 from airflow_distributed.status import FAILED
 
 #: The reason of a Kubeflow job failed by this check (its own status never says so), and how the task tells it
 #: from a verdict of the Kubeflow operator: the job did not end by itself, so the task deletes it.
 IMAGE_PULL_FAILED = "ImagePullFailed"
-
-
-def expected_pods(obj: Mapping[str, Any] | None) -> int | None:
-    """How many pods a Kubeflow job's replica specs ask for (``None``: not known from ``obj``)."""
-    if not obj:
-        return None
-    key = REPLICA_SPECS_KEY.get(str(obj.get("kind")))
-    specs = (obj.get("spec") or {}).get(key) if key else None
-    if not isinstance(specs, Mapping):
-        return None
-    return sum(int((spec or {}).get("replicas", 1)) for spec in specs.values())
 
 
 class PendingPods:
@@ -110,4 +98,4 @@ class PendingPods:
         return FAILED, IMAGE_PULL_FAILED, self.verdict.describe()
 
 
-__all__ = ["IMAGE_PULL_FAILED", "PendingPods", "expected_pods"]
+__all__ = ["IMAGE_PULL_FAILED", "PendingPods"]

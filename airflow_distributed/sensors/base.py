@@ -217,7 +217,7 @@ class DistributedJobSensor(BaseSensorOperator):
         if obj is None:
             self.log.info("%s does not exist (yet)", what)
             return False
-        status = hook.status_of(obj)
+        status = hook.kind.status_of(obj)
         if status.state not in (SUCCEEDED, FAILED):
             self._check_pulls(hook, namespace, obj, what)
             self.log.info("%s is %s: %s", what, status.state, status.message or status.reason)
@@ -238,7 +238,7 @@ class DistributedJobSensor(BaseSensorOperator):
         """A Kubeflow job whose replica's image cannot be pulled stays ``Created``: while some replica has not
         started, each poke LISTs the job's pods and applies the ``kubernetes`` backend's pull-failure verdict; not
         while the job is suspended (no pods on purpose, maybe for hours), whose resume starts its replicas again."""
-        if hook.suspended_of(obj):
+        if hook.kind.suspended_of(obj):
             self._pull_failures, self._all_started = {}, False
             return
         if self._all_started:
@@ -251,7 +251,7 @@ class DistributedJobSensor(BaseSensorOperator):
         verdict = image_failure(named, self._pull_failures, self.image_pull_grace, time.time())
         if verdict is not None:
             raise AirflowFailException(f"{what} failed: {verdict.describe()}")
-        expected = hook.expected_pods(obj)
+        expected = hook.kind.expected_pods(obj)
         # Kept for the pokes of this try only (poke mode); a started pod does not pull its image again.
         self._all_started = expected is not None and len(named) >= expected and all(
             pod_started(pod) for _, pod in named)

@@ -16,15 +16,15 @@ event: ``succeeded`` or ``failed`` (with the status's reason and message, ``job_
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 
 from airflow_distributed.hooks.api_retry import acall_with_retries
-from airflow_distributed.hooks.object_watch import ObjectWatch
-from airflow_distributed.hooks.pending_pods import PendingPods, expected_pods
-from airflow_distributed.manifests.kubeflow_status import job_status, job_suspended, pod_selector
+from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
+from airflow_distributed.hooks.pending_pods import PendingPods
+from airflow_distributed.manifests.kubeflow_status import KUBEFLOW_KIND, JobKind
 from airflow_distributed.status import FAILED, SUCCEEDED
 from airflow_distributed.triggers.base import JobWaitTrigger
 from airflow_distributed.triggers.shared_watch import Delivery, WatchedKind
@@ -58,13 +58,8 @@ class KubeflowJobTrigger(JobWaitTrigger):
     version: str
     plural: str
     delete_on_kill: bool
-    #: How an object of the kind is judged (a subclass for another kind has its own).
-    status_of = staticmethod(job_status)
-    #: The label selector of a job's pods, and how many it asks for (the pull-failure check's LISTs).
-    pods_selector: Callable[[str], str] = staticmethod(pod_selector)
-    expected_pods: Callable[[Mapping[str, Any] | None], int | None] = staticmethod(expected_pods)
-    #: Whether a job object says it is suspended (no pod LISTs then).
-    suspended_of: Callable[[Mapping[str, Any]], bool] = staticmethod(job_suspended)
+    #: How an object of the kind is judged: the hook's own (a subclass for another kind has its own).
+    kind: JobKind = KUBEFLOW_KIND
     image_pull_grace: float
 
     def __init__(
@@ -107,16 +102,18 @@ class KubeflowJobTrigger(JobWaitTrigger):
         watch = ObjectWatch(self.job_name)
         timings = self.timings
         pending = PendingPods(timings.pending_pods_interval, self.image_pull_grace, time.monotonic,
-                              self.suspended_of)
+                              self.kind.suspended_of)
 
         def ended() -> bool:
             return watch.deleted or pending.verdict is not None or (
-                watch.obj is not None and self.status_of(watch.obj).state in (SUCCEEDED, FAILED))
+                watch.obj is not None and self.kind.status_of(watch.obj).state in (SUCCEEDED, FAILED))
 
         def apply(delivery: Delivery) -> None:
             # A one-object view for the object watch: the job as listed or as the event left it.
+            # The shared watch's cache is no consistent read: an object it lacks is only not seen yet (see
+            # ObjectWatch); ``check`` asks the API server itself before the job is taken for deleted.
             if delivery.snapshot is not None:
-                watch.on_list({"items": delivery.snapshot})
+                watch.on_list({"items": delivery.snapshot}, consistent=False)
             for kind, obj in delivery.events:
                 watch.on_list({"items": [] if kind == "DELETED" else [obj]})
 
@@ -127,13 +124,26 @@ class KubeflowJobTrigger(JobWaitTrigger):
 
         async with self._feed(self.watched_kind, self.job_name) as feed, self.api_client() as api:
             list_pods = async_client.CoreV1Api(api).list_namespaced_pod
+            list_objects = async_client.CustomObjectsApi(api).list_namespaced_custom_object
+            unseen_checked = False
+
+            async def list_job() -> None:
+                body = await self._json(list_objects(self.group, self.version, self.namespace, self.plural,
+                                                     field_selector=name_selector(self.job_name),
+                                                     _preload_content=False))
+                watch.on_list(body)
 
             async def list_job_pods() -> None:
-                pods = await self._json(list_pods(self.namespace, label_selector=self.pods_selector(self.job_name),
+                pods = await self._json(list_pods(self.namespace, label_selector=self.kind.pods_selector(self.job_name),
                                                   _preload_content=False))
-                pending.on_pods(pods.get("items") or [], self.expected_pods(watch.obj))
+                pending.on_pods(pods.get("items") or [], self.kind.expected_pods(watch.obj))
 
             async def check() -> bool:
+                nonlocal unseen_checked
+                if watch.obj is None and not unseen_checked:
+                    unseen_checked = True
+                    await acall_with_retries(list_job, what=f"reading {self.what}", policy=self.retry, log=self.log)
+                    return True
                 if not pending.due_for(watch.obj):
                     return False
                 await acall_with_retries(list_job_pods, what=f"listing the pods of {self.what}", policy=self.retry,
@@ -145,11 +155,11 @@ class KubeflowJobTrigger(JobWaitTrigger):
             return {"status": "deleted", "message": f"{self.what} was deleted before it finished"}
         if not ended():
             return self._timeout_event()
-        if pending.verdict is not None and not (watch.obj is not None and self.status_of(watch.obj).state in (
+        if pending.verdict is not None and not (watch.obj is not None and self.kind.status_of(watch.obj).state in (
                 SUCCEEDED, FAILED)):
             state, reason, message = pending.status()
             return {"status": state, "reason": reason, "message": message, "verdict": pending.verdict.as_dict()}
-        status = self.status_of(watch.obj or {})
+        status = self.kind.status_of(watch.obj or {})
         return {"status": status.state, "reason": status.reason, "message": status.message}
 
     async def on_kill(self) -> None:

@@ -40,6 +40,18 @@ import threading
 import time
 from typing import Any
 
+from airflow_distributed.contract import (
+    ENV_CHECKPOINT_DIR,
+    ENV_CLUSTER,
+    ENV_INDEX,
+    ENV_JOB,
+    ENV_MODEL_DIR,
+    ENV_OUTPUT,
+    ENV_ROLE,
+    ENV_STACKS_SIGNAL,
+    ENV_TRY_NUMBER,
+    empty_document,
+)
 from airflow_distributed.live_report import record_line
 from airflow_distributed.strict_json import strict_number
 
@@ -56,18 +68,6 @@ __all__ = [
     "log_progress",
     "save_checkpoint",
 ]
-
-ENV_JOB = "AIRFLOW_DISTRIBUTED_JOB"
-ENV_ROLE = "AIRFLOW_DISTRIBUTED_ROLE"
-ENV_INDEX = "AIRFLOW_DISTRIBUTED_INDEX"
-ENV_CLUSTER = "AIRFLOW_DISTRIBUTED_CLUSTER"
-ENV_MODEL_DIR = "AIRFLOW_DISTRIBUTED_MODEL_DIR"
-ENV_OUTPUT = "AIRFLOW_DISTRIBUTED_OUTPUT"
-ENV_CHECKPOINT_DIR = "AIRFLOW_DISTRIBUTED_CHECKPOINT_DIR"
-ENV_TRY_NUMBER = "AIRFLOW_DISTRIBUTED_TRY_NUMBER"
-#: The signal (``SIGUSR1``) on which a replica prints every thread's Python stack, set by a backend that watches for
-#: hangs (``progress_timeout``).
-ENV_STACKS_SIGNAL = "AIRFLOW_DISTRIBUTED_STACKS_SIGNAL"
 
 #: Checkpoint files are ``checkpoint-<step>.pkl`` with the step zero-padded, so that names sort like steps.
 CHECKPOINT_FILE = re.compile(r"^checkpoint-(\d{12})\.pkl$")
@@ -302,7 +302,7 @@ def get_outputs() -> dict[str, Any]:
     """
     path = _output_path()
     with _lock:
-        document = _document_for(path) if path is not None else _empty_document()
+        document = _document_for(path) if path is not None else empty_document()
         return json.loads(json.dumps(document))
 
 
@@ -468,10 +468,6 @@ _lock = threading.RLock()
 _state: dict[str, Any] = {"path": None, "document": None}
 
 
-def _empty_document() -> dict[str, Any]:
-    return {"metrics": {}, "model_path": None, "history": []}
-
-
 def _output_path() -> str | None:
     path = os.environ.get(ENV_OUTPUT, "").strip()
     if not path:
@@ -487,7 +483,7 @@ def _output_path() -> str | None:
 def _document_for(path: str) -> dict[str, Any]:
     if _state["path"] != path or _state["document"] is None:
         _state["path"] = path
-        _state["document"] = _continued_document(path) or _empty_document()
+        _state["document"] = _continued_document(path) or empty_document()
     return _state["document"]
 
 
@@ -504,7 +500,7 @@ def _continued_document(path: str) -> dict[str, Any] | None:
         return None
     if not isinstance(document, dict) or not isinstance(document.get("history"), list):
         return None
-    return {**_empty_document(), **document}
+    return {**empty_document(), **document}
 
 
 def _write(path: str, document: dict[str, Any]) -> None:

@@ -75,6 +75,7 @@ from typing import Any, Literal
 
 from kubernetes import client
 
+from airflow_distributed.contract import ENV_INDEX
 from airflow_distributed.frameworks import get_framework
 from airflow_distributed.frameworks.horovod import HOSTFILE, SSH_PORT
 from airflow_distributed.frameworks.paddle import PSERVER
@@ -667,7 +668,7 @@ def _template_env(plan: ClusterPlan, kind: KubeflowKind, replicas: Sequence[Repl
     """The role's variables: the plan's (with only the framework variables the operator leaves out) less those the
     operator sets and less the index."""
     first = replicas[0]
-    dropped = kind.operator_env | {"AIRFLOW_DISTRIBUTED_INDEX"}
+    dropped = kind.operator_env | {ENV_INDEX}
     if len(replicas) > 1:
         dropped |= kind.rank_derived_env  # set by the command, see derive_task_id_command
     shared = {name: value for name, value in first.env.items() if name not in dropped}
@@ -681,12 +682,12 @@ def _template_env(plan: ClusterPlan, kind: KubeflowKind, replicas: Sequence[Repl
             )
     variables = env_vars(shared)
     if len(replicas) == 1 and first.index == 0:
-        variables += env_vars({"AIRFLOW_DISTRIBUTED_INDEX": "0"})
+        variables += env_vars({ENV_INDEX: "0"})
     else:
         # One template, many indices: each pod reads its own from the label the operator gives it.
         selector = model(client.V1ObjectFieldSelector, field_path=f"metadata.labels['{REPLICA_INDEX_LABEL}']")
         source = model(client.V1EnvVarSource, field_ref=selector)
-        variables.append(model(client.V1EnvVar, name="AIRFLOW_DISTRIBUTED_INDEX", value_from=source))
+        variables.append(model(client.V1EnvVar, name=ENV_INDEX, value_from=source))
     return sorted(variables, key=lambda var: var.name)
 
 

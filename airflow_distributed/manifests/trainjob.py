@@ -49,6 +49,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from airflow_distributed.contract import ENV_INDEX, ENV_ROLE
 from airflow_distributed.manifests.trainjob_status import GROUP, KIND, NODE, VERSION
 from airflow_distributed.plan import ClusterPlan, indexed_settings, master_settings
 from airflow_distributed.spec.models import SECTION_OF, PodSettings, TrainingSpec
@@ -78,7 +79,7 @@ RUNTIME_ENV = frozenset({"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "P
                          "OMPI_MCA_orte_default_hostfile", "OMPI_MCA_plm_rsh_args", "OMPI_MCA_orte_keep_fqdn_hostnames",
                          "OMPI_MCA_orte_set_default_slots"})
 # Set per node by node_program, from the completion index.
-NODE_ENV = frozenset({"AIRFLOW_DISTRIBUTED_ROLE", "AIRFLOW_DISTRIBUTED_INDEX", "RANK", "WORLD_SIZE", "MASTER_ADDR",
+NODE_ENV = frozenset({ENV_ROLE, ENV_INDEX, "RANK", "WORLD_SIZE", "MASTER_ADDR",
                       "MASTER_PORT", "DMLC_TASK_ID", "DMLC_NUM_WORKER"})
 
 _NO_RUNTIME = {

@@ -30,6 +30,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from airflow_distributed.backends.kubeflow import KubeflowJobRun
 from airflow_distributed.backends.trainjob import TrainJobRun
+from airflow_distributed.contract import ENV_FRAMEWORK
 from airflow_distributed.jobstate.job_watch import (
     JobTracker,
     JobVerdict,
@@ -188,7 +189,7 @@ class DistributedJobSensor(BaseSensorOperator):
             self.log.info("job %s/%s is running:\n%s", namespace, self.job_name, replica_table(tracker.statuses()))
             return False
         master = tracker.pod(tracker.master.name) or {}
-        framework = _pod_env(master, "AIRFLOW_DISTRIBUTED_FRAMEWORK") or self.framework or "unknown"
+        framework = _pod_env(master, ENV_FRAMEWORK) or self.framework or "unknown"
         self._check_framework(framework, f"job {namespace}/{self.job_name}")
         if not verdict.succeeded:
             raise AirflowFailException(f"job {namespace}/{self.job_name} failed: {verdict.describe()}")

@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from airflow_distributed.hooks.pending_pods import IMAGE_PULL_FAILED, PendingPods, expected_pods
+from airflow_distributed.hooks.pending_pods import IMAGE_PULL_FAILED, PendingPods
 from airflow_distributed.jobstate.job_watch import (
     ReplicaSlot,
     image_failure,
     pod_essentials,
     replica_status,
 )
-from airflow_distributed.manifests.kubeflow_status import job_suspended
+from airflow_distributed.manifests.kubeflow_status import expected_pods, job_suspended
 from airflow_distributed.manifests.kubernetes import (
     JobManifestOptions,
     build_job_objects,

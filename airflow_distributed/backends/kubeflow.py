@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
     from airflow_distributed.backends.base import BackendSettings, TaskCalls
     from airflow_distributed.hooks.kubeflow import KubeflowHandle, KubeflowJobHook
-    from airflow_distributed.manifests.kubeflow import KubeflowResource
+    from airflow_distributed.manifests.kubeflow_kinds import KubeflowResource
     from airflow_distributed.spec import TrainingSpec
     from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
 
@@ -75,7 +75,7 @@ def check_kubeflow_arguments(settings: BackendSettings, spec: TrainingSpec | Non
     problems = check_kubernetes_arguments(settings) + queue_timeout_refused(settings, "kubeflow")
     if spec is None:
         return problems
-    from airflow_distributed.manifests.kubeflow import kubeflow_problems
+    from airflow_distributed.manifests.kubeflow_checks import kubeflow_problems
 
     return problems + kubeflow_problems(spec)
 
@@ -182,7 +182,7 @@ class KubeflowJobRun:
 
     @staticmethod
     def resource_of(framework: str) -> KubeflowResource:
-        from airflow_distributed.manifests.kubeflow import kubeflow_resource
+        from airflow_distributed.manifests.kubeflow_kinds import kubeflow_resource
 
         return kubeflow_resource(framework)
 

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from airflow_distributed.backends.base import BackendSettings, TaskCalls
     from airflow_distributed.hooks.trainjob import TrainJobHook
-    from airflow_distributed.manifests.kubeflow import KubeflowResource
+    from airflow_distributed.manifests.kubeflow_kinds import KubeflowResource
     from airflow_distributed.spec import TrainingSpec
     from airflow_distributed.triggers.trainjob import TrainJobTrigger
 

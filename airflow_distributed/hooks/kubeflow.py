@@ -24,7 +24,7 @@ from airflow_distributed.hooks.watch_loop import WatchCalls, WatchPolicy, WatchT
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.job_watch import JobVerdict, container_state, pod_disruption, termination_message
 from airflow_distributed.jobstate.outcome import JobOutcome
-from airflow_distributed.manifests.kubeflow import KINDS, KubeflowKind, KubeflowResource
+from airflow_distributed.manifests.kubeflow_kinds import KINDS, KubeflowKind, KubeflowResource
 from airflow_distributed.manifests.kubeflow_status import (
     KUBEFLOW_KIND,
     REPLICA_INDEX_LABEL,

@@ -52,7 +52,8 @@ if TYPE_CHECKING:
     from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
     from airflow_distributed.jobstate.job_watch import JobTracker, ReplicaSlot
 
-#: Kubeflow kind -> framework (``manifests.kubeflow.KINDS``, kept here so that parsing a DAG imports no client).
+#: Kubeflow kind -> framework (``manifests.kubeflow_kinds.KINDS``, kept here so that parsing a DAG imports no client;
+#: a test keeps the two equal).
 KIND_FRAMEWORK: dict[str, str] = {"TFJob": "tensorflow", "PyTorchJob": "pytorch", "MXJob": "mxnet",
                                   "MPIJob": "horovod", "XGBoostJob": "xgboost", "PaddleJob": "paddle"}
 #: Kubeflow Trainer v2's one kind; any framework with a Trainer runtime (TensorFlow and MXNet have none).

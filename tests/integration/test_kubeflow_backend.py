@@ -250,7 +250,7 @@ def test_a_run_of_another_kind_starts_with_its_own_hook():
 def test_a_retry_reattaches_to_the_job_of_its_earlier_try(emulator):
     """409 on create: the running job of the earlier try is watched, not created twice."""
     from airflow_distributed.hooks.kubeflow import KubeflowJobHook
-    from airflow_distributed.manifests.kubeflow import kubeflow_resource
+    from airflow_distributed.manifests.kubeflow_kinds import kubeflow_resource
 
     namespace = "kubeflow-reattach"
     emulator.create_namespace(namespace)

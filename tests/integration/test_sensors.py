@@ -410,7 +410,7 @@ def test_a_pytorchjob_sensor_lists_no_pods_while_the_job_is_suspended(emulator):
 
 
 def test_a_sensor_refuses_a_kind_of_another_framework():
-    from airflow_distributed.manifests.kubeflow import KINDS
+    from airflow_distributed.manifests.kubeflow_kinds import KINDS
     from airflow_distributed.sensors import DistributedJobSensor, MXNetJobSensor, TensorflowJobSensor
     from airflow_distributed.sensors.base import KIND_FRAMEWORK
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from airflow_distributed.manifests.kubeflow import KINDS, kubeflow_resource
+from airflow_distributed.manifests.kubeflow_kinds import KINDS, kubeflow_resource
 from tests.integration import trainjob_controller as trainjob
 from tests.integration.test_kubernetes_rbac import role
 from tests.kube_control_plane.control_plane import TASK_ACCOUNT, ControlPlane, missing

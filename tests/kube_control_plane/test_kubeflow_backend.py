@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 
 from airflow_distributed.hooks.kubeflow import KubeflowJobHook
-from airflow_distributed.manifests.kubeflow import KINDS, kubeflow_resource
+from airflow_distributed.manifests.kubeflow_kinds import KINDS, kubeflow_resource
 from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
 from tests.helpers import wait_until
 from tests.integration.kubeflow_controller import KubeflowController

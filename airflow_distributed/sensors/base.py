@@ -31,6 +31,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 from airflow_distributed.backends.kubeflow import KubeflowJobRun
 from airflow_distributed.backends.trainjob import TrainJobRun
 from airflow_distributed.contract import ENV_FRAMEWORK
+from airflow_distributed.frameworks import all_frameworks
 from airflow_distributed.jobstate.job_watch import (
     JobTracker,
     JobVerdict,
@@ -58,7 +59,7 @@ KIND_FRAMEWORK: dict[str, str] = {"TFJob": "tensorflow", "PyTorchJob": "pytorch"
                                   "MPIJob": "horovod", "XGBoostJob": "xgboost", "PaddleJob": "paddle"}
 #: Kubeflow Trainer v2's one kind; any framework with a Trainer runtime (TensorFlow and MXNet have none).
 TRAINJOB_KIND = "TrainJob"
-_NO_TRAINER_RUNTIME = ("tensorflow", "mxnet")
+_NO_TRAINER_RUNTIME = frozenset(fw.name for fw in all_frameworks() if fw.no_trainer_runtime)
 #: A startup window no job reaches: a sensor judges a job's end, not how long its pods take to start.
 _NO_STARTUP_LIMIT = 10.0**9
 

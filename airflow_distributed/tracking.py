@@ -68,6 +68,9 @@ ENV_TRY_NUMBER = "AIRFLOW_DISTRIBUTED_TRY_NUMBER"
 #: The signal (``SIGUSR1``) on which a replica prints every thread's Python stack, set by a backend that watches for
 #: hangs (``progress_timeout``).
 ENV_STACKS_SIGNAL = "AIRFLOW_DISTRIBUTED_STACKS_SIGNAL"
+#: A folder where the process notes its pid once it prints its stacks on that signal: a cluster backend, which
+#: cannot see the pod's processes, signals those noted there (``kill`` through pods/exec).
+ENV_STACKS_DIR = "AIRFLOW_DISTRIBUTED_STACKS_DIR"
 
 #: Checkpoint files are ``checkpoint-<step>.pkl`` with the step zero-padded, so that names sort like steps.
 CHECKPOINT_FILE = re.compile(r"^checkpoint-(\d{12})\.pkl$")
@@ -638,7 +641,14 @@ def _register_stack_dump() -> None:
     try:
         faulthandler.register(number, file=sys.stderr, all_threads=True)
     except (AttributeError, OSError, RuntimeError, ValueError):  # no such signal here, or no real stderr
-        pass
+        return
+    folder = os.environ.get(ENV_STACKS_DIR)
+    if folder:
+        try:
+            os.makedirs(folder, exist_ok=True)
+            open(os.path.join(folder, str(os.getpid())), "w").close()
+        except OSError:  # a read-only /tmp: the stacks are not obtainable, the job runs all the same
+            pass
 
 
 _register_stack_dump()

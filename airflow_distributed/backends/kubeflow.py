@@ -43,6 +43,7 @@ from airflow_distributed.backends.kubernetes import (
     LIVE_JOB_XCOM_KEY,
     check_kubernetes_arguments,
     manifest_options,
+    progress_timeout_refused,
     queue_timeout_refused,
 )
 from airflow_distributed.jobstate import outcome as ending
@@ -72,7 +73,8 @@ def check_kubeflow_arguments(settings: BackendSettings, spec: TrainingSpec | Non
     Adds ``kubeflow_problems(spec)`` (per-index settings one pod template cannot express) for a spec that is not a
     template; a templated spec is checked when the job is built.
     """
-    problems = check_kubernetes_arguments(settings) + queue_timeout_refused(settings, "kubeflow")
+    problems = (check_kubernetes_arguments(settings) + queue_timeout_refused(settings, "kubeflow")
+                + progress_timeout_refused(settings, "kubeflow"))
     if spec is None:
         return problems
     from airflow_distributed.manifests.kubeflow import kubeflow_problems

@@ -20,3 +20,15 @@ for dag_id, deferrable in (("k8s_timed_out", False), ("k8s_timed_out_deferrable"
             backend="kubernetes", namespace=dag_id.replace("_", "-"), deferrable=deferrable,
             execution_timeout=timedelta(seconds=5),
         )
+
+# The hang watchdog: progress_timeout of a few seconds; the task's execution_timeout is the slack past which a
+# watchdog that did not fire fails the task otherwise (AirflowTaskTimeout, not JobHungError).
+for dag_id, deferrable in (("k8s_hung", False), ("k8s_hung_deferrable", True),
+                           ("k8s_slow_reporting", False), ("k8s_slow_reporting_deferrable", True)):
+    with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]):
+        DistributedTrainingOperator(
+            task_id="train", framework="pytorch", environment={"pytorch": {"n_workers": 2}},
+            command=["python", "/opt/jobs/train.py"], image="registry.example.com/trainer:1.0",
+            backend="kubernetes", namespace=dag_id.replace("_", "-"), deferrable=deferrable,
+            progress_timeout=timedelta(seconds=6), startup_timeout=60, execution_timeout=timedelta(seconds=60),
+        )

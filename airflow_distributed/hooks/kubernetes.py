@@ -280,7 +280,8 @@ class DistributedTrainingHook(KubeApiHook):
         tracker = JobTracker(slots, startup_timeout=startup_timeout, started_at=self._clock(),
                              image_pull_grace=image_pull_grace, queue_timeout=queue_timeout)
         followers = LogFollowers(self, namespace, follow, emit, tracker, self.job_log, log_cursors)
-        report = TableReporter(on_change, self._clock, TABLE_INTERVAL if len(slots) > TABLE_ROWS else 0.0)
+        report = TableReporter(on_change, self._clock, TABLE_INTERVAL if len(slots) > TABLE_ROWS else 0.0,
+                               on_queue=lambda note: self.job_log.info("job %s/%s: %s", namespace, name, note))
         timings = WatchTimings.of(watch_timings, server_timeout=watch_timeout)
         watch = JobWatch(tracker)
         verdict: list[JobVerdict] = []

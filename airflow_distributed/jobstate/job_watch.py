@@ -659,16 +659,35 @@ def replica_table(rows: Sequence[ReplicaStatus], limit: int = TABLE_ROWS) -> str
 TABLE_INTERVAL = 10.0
 
 
+def queue_note(tracker: JobTracker) -> str | None:
+    """Why the job waits for capacity and since when, from its queued replicas' pods (the scheduler's or Kueue's
+    condition and its transition time, the cluster's own record, so a deferral does not reset it); ``None`` when
+    no replica is queued."""
+    queued = tracker.queued()
+    if not queued:
+        return None
+    pod = tracker.pod(queued[0]) or {}
+    condition: Mapping[str, Any] = next((c for c in (pod.get("status") or {}).get("conditions") or []
+                      if c.get("type") == "PodScheduled" and c.get("status") == "False"), {})
+    since = condition.get("lastTransitionTime") or (pod.get("metadata") or {}).get("creationTimestamp") or "?"
+    reason, message = _waiting(pod)
+    others = f" (and {len(queued) - 1} more)" if len(queued) > 1 else ""
+    return (f"{len(queued)} of {len(tracker.slots)} replicas wait to be scheduled since {since}: "
+            f"{queued[0]}{others}: {reason or 'Pending'}" + (f": {message}" if message else ""))
+
+
 class TableReporter:
-    """Hands the replicas' states to ``on_change`` when they changed, at most once every ``interval`` seconds.
+    """Hands the replicas' states to ``on_change`` when they changed, at most once every ``interval`` seconds, and
+    ``queue_note`` to ``on_queue`` (when given) when it changes: why the job waits for capacity, and since when.
 
     :param clock: the caller's clock, in seconds.
     """
 
-    def __init__(self, on_change: Any, clock: Any, interval: float = 0.0) -> None:
-        self.on_change, self.clock, self.interval = on_change, clock, interval
+    def __init__(self, on_change: Any, clock: Any, interval: float = 0.0, on_queue: Any = None) -> None:
+        self.on_change, self.clock, self.interval, self.on_queue = on_change, clock, interval, on_queue
         self.pending = False
         self.last = float("-inf")
+        self._note: str | None = None
 
     def __call__(self, changed: bool, tracker: JobTracker) -> None:
         self.pending = self.pending or changed
@@ -681,3 +700,7 @@ class TableReporter:
         if force or now - self.last >= self.interval:
             self.pending, self.last = False, now
             self.on_change(tracker.statuses())
+            if self.on_queue is not None and (note := queue_note(tracker)) != self._note:
+                self._note = note
+                if note is not None:
+                    self.on_queue(note)

@@ -165,7 +165,8 @@ class DistributedJobTrigger(JobWaitTrigger):
         tracker = JobTracker(slots_from_json(self.replicas), startup_timeout=self.startup_timeout,
                              started_at=self.started_at, image_pull_grace=self.image_pull_grace,
                              queue_timeout=self.queue_timeout)
-        report = TableReporter(self._log_table, time.time, TABLE_INTERVAL if len(tracker.slots) > TABLE_ROWS else 0.0)
+        report = TableReporter(self._log_table, time.time, TABLE_INTERVAL if len(tracker.slots) > TABLE_ROWS else 0.0,
+                               on_queue=lambda note: self.log.info("%s: %s", self.what, note))
 
         def apply(delivery: Delivery) -> None:
             changed = tracker.reset(delivery.snapshot) if delivery.snapshot is not None else False

@@ -61,7 +61,11 @@ class MasterLogWatch:
         return now >= self.next_look
 
     def seconds_to_look(self, now: float) -> float:
-        return max(0.0, self.next_look - now)
+        """Until the next look, or sooner, when the job would be hung (so that the verdict is not a look late)."""
+        until = self.next_look
+        if self.running:
+            until = min(until, self.progress.changed_at + self.timeout)
+        return max(0.0, until - now)
 
     def query(self) -> list[tuple[str, str]]:
         """The query of the next look's pods/log request (the generated clients have no ``sinceTime``)."""

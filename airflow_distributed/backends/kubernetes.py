@@ -124,14 +124,6 @@ def progress_timeout_refused(settings: BackendSettings, backend: str) -> list[tu
              f"backend={backend!r} would not be stopped when it hangs; remove it, or use one of those")]
 
 
-def queue_timeout_refused(settings: BackendSettings, backend: str) -> list[tuple[str, str]]:
-    """``queue_timeout`` on a backend whose controller starts the pods: refused, the wait would not honour it."""
-    if settings.queue_timeout is None:
-        return []
-    return [("queue_timeout", f"is judged by backend='kubernetes' only: backend={backend!r} would wait for "
-             "scheduling within startup_timeout; remove it, or use backend='kubernetes'")]
-
-
 # ---------------------------------------------------------------------------------------------- entry points
 
 

@@ -59,8 +59,8 @@ REFUSED_ARGUMENTS = {
     "queue_name": "no Kueue admits a Ray job",
     "progress_timeout": "is watched by backend='local' and backend='kubernetes' only: a hung Ray job would not be "
                         "stopped by it",
-    "queue_timeout": "is judged by backend='kubernetes' only: the Ray job waits for its placement group within "
-                     "startup_timeout",
+    "queue_timeout": "is judged by the Kubernetes and Kubeflow backends only: the Ray job waits for its placement "
+                     "group within startup_timeout",
 }
 #: Operator arguments of the Kubernetes-side backends, harmless to ignore here: said once per try when given.
 IGNORED_ARGUMENTS = {

@@ -244,6 +244,16 @@ def _waiting(pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
     return None, None
 
 
+def waiting_reason(pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """Why a pod is not running yet (``_waiting``), for waiters outside this module."""
+    return _waiting(pod)
+
+
+def pod_queued(pod: Mapping[str, Any]) -> bool:
+    """Not started and not scheduled to a node: waiting for capacity (unschedulable, gated by Kueue)."""
+    return not pod_started(pod) and not _scheduled(pod)
+
+
 def _scheduled(pod: Mapping[str, Any]) -> bool:
     """The pod is bound to a node, and the scheduler does not say otherwise."""
     conditions = (pod.get("status") or {}).get("conditions") or []
@@ -460,8 +470,7 @@ class JobTracker:
 
     def queued(self) -> list[str]:
         """Replicas whose pod is not started and not scheduled to a node (unschedulable, gated by Kueue)."""
-        return [slot.name for slot in self.slots
-                if (pod := self._pods.get(slot.name)) is not None and not pod_started(pod) and not _scheduled(pod)]
+        return [slot.name for slot in self.slots if (pod := self._pods.get(slot.name)) is not None and pod_queued(pod)]
 
     @property
     def startup_deadline(self) -> float:

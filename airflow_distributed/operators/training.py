@@ -90,11 +90,11 @@ class DistributedTrainingOperator(BaseOperator):
     :param wait_for_completion: wait for the job to finish (the local backend always waits).
     :param startup_timeout: seconds a replica may stay pending before the job fails (Kubernetes); with
         ``queue_timeout``, counted from when the last replica was scheduled.
-    :param queue_timeout: ``backend="kubernetes"``: how long the replicas may wait to be scheduled (no capacity or
-        quota: unschedulable, held by Kueue), a ``timedelta`` or seconds, from the start of the wait; past it the
-        task fails with ``ReplicaNotScheduledError`` naming the scheduler's reason. Default: none, and
-        ``startup_timeout`` covers the wait for scheduling too. The local backend ignores it; the Kubeflow ones
-        refuse it.
+    :param queue_timeout: the cluster backends: how long the replicas may wait to be scheduled (no capacity or
+        quota: unschedulable, held or suspended by Kueue), a ``timedelta`` or seconds, from the start of the wait;
+        past it the task fails with ``ReplicaNotScheduledError`` naming the scheduler's (or Kueue's) reason. Default:
+        none, and on ``backend="kubernetes"`` ``startup_timeout`` covers the wait for scheduling too. The local
+        backend ignores it; ``ray`` refuses it.
     :param image_pull_grace: seconds a replica's image pull may keep failing (``ErrImagePull``,
         ``ImagePullBackOff``) before the job fails, for registries that flap; a pull that succeeds within it does
         not fail the job. Default 0: the first failed pull fails the job, naming the replica, the image and the

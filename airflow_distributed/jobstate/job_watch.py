@@ -669,20 +669,26 @@ TABLE_INTERVAL = 10.0
 
 
 def queue_note(tracker: JobTracker) -> str | None:
-    """Why the job waits for capacity and since when, from its queued replicas' pods (the scheduler's or Kueue's
-    condition and its transition time, the cluster's own record, so a deferral does not reset it); ``None`` when
-    no replica is queued."""
-    queued = tracker.queued()
+    """Why the job waits for capacity and since when, from its queued replicas' pods (``queue_note_of``); ``None``
+    when no replica is queued."""
+    return queue_note_of([(slot.name, tracker.pod(slot.name)) for slot in tracker.slots])
+
+
+def queue_note_of(pods: Sequence[tuple[str, Mapping[str, Any] | None]]) -> str | None:
+    """Why a job waits for capacity and since when, from its replicas' pods in plan order (``None``: not created):
+    the scheduler's or Kueue's condition and its transition time, the cluster's own record, so that a deferral or
+    a look from the job view tells the same time; ``None`` when no pod is queued."""
+    queued = [(name, pod) for name, pod in pods if pod is not None and pod_queued(pod)]
     if not queued:
         return None
-    pod = tracker.pod(queued[0]) or {}
+    first, pod = queued[0]
     condition: Mapping[str, Any] = next((c for c in (pod.get("status") or {}).get("conditions") or []
-                      if c.get("type") == "PodScheduled" and c.get("status") == "False"), {})
+                                         if c.get("type") == "PodScheduled" and c.get("status") == "False"), {})
     since = condition.get("lastTransitionTime") or (pod.get("metadata") or {}).get("creationTimestamp") or "?"
     reason, message = _waiting(pod)
     others = f" (and {len(queued) - 1} more)" if len(queued) > 1 else ""
-    return (f"{len(queued)} of {len(tracker.slots)} replicas wait to be scheduled since {since}: "
-            f"{queued[0]}{others}: {reason or 'Pending'}" + (f": {message}" if message else ""))
+    return (f"{len(queued)} of {len(pods)} replicas wait to be scheduled since {since}: "
+            f"{first}{others}: {reason or 'Pending'}" + (f": {message}" if message else ""))
 
 
 class TableReporter:

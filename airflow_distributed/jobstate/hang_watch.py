@@ -63,8 +63,9 @@ class MasterLogWatch:
     def seconds_to_look(self, now: float) -> float:
         """Until the next look, or sooner, when the job would be hung (so that the verdict is not a look late)."""
         until = self.next_look
-        if self.running:
-            until = min(until, self.progress.changed_at + self.timeout)
+        hung_at = self.progress.changed_at + self.timeout
+        if self.running and hung_at > now:  # once past it, the next look (a replica not running: not hung yet)
+            until = min(until, hung_at)
         return max(0.0, until - now)
 
     def query(self) -> list[tuple[str, str]]:

@@ -54,5 +54,7 @@ def test_looks_are_paced_and_bounded() -> None:
     assert not watch.due(14.9) and watch.due(15) and watch.seconds_to_look(5) == 10
     watch.observe([], running=True, now=50)
     assert watch.seconds_to_look(51) == 9  # the hung verdict is due before the next look: woken for it
+    # Past it with no verdict (a replica stopped running since the look): the next look, not a busy wait.
+    assert watch.seconds_to_look(61) == 4
     assert dict(watch.query()) == {"timestamps": "true", "tailLines": "50", "limitBytes": str(256 * 1024)}
     assert MasterLogWatch(8, started_at=0).interval == 2

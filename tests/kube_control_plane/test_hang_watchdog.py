@@ -67,7 +67,7 @@ def test_a_slow_master_that_prints_within_each_progress_timeout_is_left_to_succe
 
     def script(k: Kubelet) -> None:
         k.run_all()
-        # Quiet for two thirds of progress_timeout (6 s) between lines, four times: 16 s with no stop.
+        # Quiet for 4 s between lines (progress_timeout 10 s), four times: 16 s, longer than the timeout, no stop.
         for step in range(1, 5):
             k.log(k.master, f"step {step} loss {0.5 ** step:.3f}")
             time.sleep(4)

@@ -31,6 +31,9 @@ ENV_TRY_NUMBER = "AIRFLOW_DISTRIBUTED_TRY_NUMBER"
 #: The signal (``SIGUSR1``) on which a replica prints every thread's Python stack, set by a backend that watches for
 #: hangs (``progress_timeout``).
 ENV_STACKS_SIGNAL = "AIRFLOW_DISTRIBUTED_STACKS_SIGNAL"
+#: A folder where the process notes its pid once it prints its stacks on that signal: a cluster backend, which
+#: cannot see the pod's processes, signals those noted there (``kill`` through pods/exec).
+ENV_STACKS_DIR = "AIRFLOW_DISTRIBUTED_STACKS_DIR"
 
 #: The output document's keys: what the master reported. ``progress`` and ``return_value`` are there once reported.
 METRICS, MODEL_PATH, HISTORY, PROGRESS, RETURN_VALUE = "metrics", "model_path", "history", "progress", "return_value"
@@ -50,6 +53,7 @@ __all__ = [
     "ENV_MODEL_DIR",
     "ENV_OUTPUT",
     "ENV_ROLE",
+    "ENV_STACKS_DIR",
     "ENV_STACKS_SIGNAL",
     "ENV_TRY_NUMBER",
     "HISTORY",

@@ -48,6 +48,7 @@ from airflow_distributed.contract import (
     ENV_MODEL_DIR,
     ENV_OUTPUT,
     ENV_ROLE,
+    ENV_STACKS_DIR,
     ENV_STACKS_SIGNAL,
     ENV_TRY_NUMBER,
     empty_document,
@@ -634,7 +635,14 @@ def _register_stack_dump() -> None:
     try:
         faulthandler.register(number, file=sys.stderr, all_threads=True)
     except (AttributeError, OSError, RuntimeError, ValueError):  # no such signal here, or no real stderr
-        pass
+        return
+    folder = os.environ.get(ENV_STACKS_DIR)
+    if folder:
+        try:
+            os.makedirs(folder, exist_ok=True)
+            open(os.path.join(folder, str(os.getpid())), "w").close()
+        except OSError:  # a read-only /tmp: the stacks are not obtainable, the job runs all the same
+            pass
 
 
 _register_stack_dump()

@@ -57,9 +57,10 @@ REFUSED_ARGUMENTS = {
     "gang_scheduling": "the Ray backend always reserves every replica together in one placement group",
     "scheduler_name": "Ray's own scheduler places the replicas",
     "queue_name": "no Kueue admits a Ray job",
-    "progress_timeout": "is watched by backend='local' only: a hung Ray job would not be stopped by it",
-    "queue_timeout": "is judged by backend='kubernetes' only: the Ray job waits for its placement group within "
-                     "startup_timeout",
+    "progress_timeout": "is watched by backend='local' and backend='kubernetes' only: a hung Ray job would not be "
+                        "stopped by it",
+    "queue_timeout": "is judged by the Kubernetes and Kubeflow backends only: the Ray job waits for its placement "
+                     "group within startup_timeout",
 }
 #: Operator arguments of the Kubernetes-side backends, harmless to ignore here: said once per try when given.
 IGNORED_ARGUMENTS = {

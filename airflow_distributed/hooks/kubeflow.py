@@ -246,6 +246,7 @@ class KubeflowJobHook(KubeApiHook):
         on_change: Callable[[JobStatus], None] | None = None,
         on_object: Callable[[dict[str, Any]], None] | None = None,
         image_pull_grace: float = 0.0,
+        queue_timeout: float | None = None,
     ) -> JobOutcome:
         """Until the job succeeds or fails (its conditions), is deleted, or ``stopped()`` turns true; or a replica's
         image cannot be pulled (``pending_pods``: its pods are listed while some replica has not started).
@@ -256,11 +257,14 @@ class KubeflowJobHook(KubeApiHook):
         :param on_change: called with the job's status whenever it changes.
         :param on_object: called with the object as seen whenever its status changes (after ``on_change``).
         :param image_pull_grace: seconds a replica's pull may keep failing (ErrImagePull, ImagePullBackOff).
+        :param queue_timeout: seconds the job may wait for capacity (suspended, e.g. by Kueue, or a pod left
+            unschedulable), from now; past it the wait ends with a ``queue`` verdict (``pending_pods``).
         """
         stopped = stopped or (lambda: False)
         timings = WatchTimings.of(watch_timings, server_timeout=watch_timeout)
         watch = ObjectWatch(name)
-        pending = PendingPods(timings.pending_pods_interval, image_pull_grace, self._clock, self.kind.suspended_of)
+        pending = PendingPods(timings.pending_pods_interval, image_pull_grace, self._clock, self.kind.suspended_of,
+                              queue_timeout=queue_timeout)
         what = f"watching {resource.kind} {namespace}/{name}"
         outcome: list[JobOutcome] = []
         last: list[JobStatus] = []

@@ -137,7 +137,7 @@ def _describe(outcome: JobOutcome, startup_timeout: float | None, queue_timeout:
         return outcome.message or "the job hung"
     if ending == QUEUED:
         within = f" within {queue_timeout:g}s (queue_timeout)" if queue_timeout is not None else ""
-        return (f"replica {replica} was not scheduled{within}: "
+        return (f"{f'replica {replica}' if replica else 'the job'} was not scheduled{within}: "
                 f"{_detail(outcome.reason, outcome.message) or 'Unschedulable'}")
     if ending == POD_FAILED:
         return f"the pod of replica {replica} failed: {_detail(outcome.reason, outcome.message) or 'Failed'}"

@@ -90,11 +90,11 @@ class DistributedTrainingOperator(BaseOperator):
     :param wait_for_completion: wait for the job to finish (the local backend always waits).
     :param startup_timeout: seconds a replica may stay pending before the job fails (Kubernetes); with
         ``queue_timeout``, counted from when the last replica was scheduled.
-    :param queue_timeout: ``backend="kubernetes"``: how long the replicas may wait to be scheduled (no capacity or
-        quota: unschedulable, held by Kueue), a ``timedelta`` or seconds, from the start of the wait; past it the
-        task fails with ``ReplicaNotScheduledError`` naming the scheduler's reason. Default: none, and
-        ``startup_timeout`` covers the wait for scheduling too. The local backend ignores it; the Kubeflow ones
-        refuse it.
+    :param queue_timeout: the cluster backends: how long the replicas may wait to be scheduled (no capacity or
+        quota: unschedulable, held or suspended by Kueue), a ``timedelta`` or seconds, from the start of the wait;
+        past it the task fails with ``ReplicaNotScheduledError`` naming the scheduler's (or Kueue's) reason. Default:
+        none, and on ``backend="kubernetes"`` ``startup_timeout`` covers the wait for scheduling too. The local
+        backend ignores it; ``ray`` refuses it.
     :param image_pull_grace: seconds a replica's image pull may keep failing (``ErrImagePull``,
         ``ImagePullBackOff``) before the job fails, for registries that flap; a pull that succeeds within it does
         not fail the job. Default 0: the first failed pull fails the job, naming the replica, the image and the
@@ -135,12 +135,13 @@ class DistributedTrainingOperator(BaseOperator):
         refused or whose arguments are invalid, and leaves a script's error to ``retries``; see
         ``docs/failures.md``. Give another policy to replace it (``ExceptionRetryPolicy(rules=[])``: plain
         ``retries`` for every failure). On Airflow < 3.3 there is none, and the errors' classes are still raised.
-    :param progress_timeout: the hang watchdog (``backend="local"``; refused by the others), a ``timedelta`` or
-        seconds: when the master has reported no progress or metric (``tracking.log_progress``/``log_metrics``)
-        and printed no line for that long while every replica runs, the job is hung: each replica prints its Python
-        stacks (where its script imports ``airflow_distributed.tracking``), every replica is stopped, and the task
-        fails with ``JobHungError``, naming the last step reported and quoting each replica's last lines. A job
-        that is slow but reports is never stopped by it. Default: none.
+    :param progress_timeout: the hang watchdog (``backend="local"`` and ``"kubernetes"``, in the task or the
+        triggerer; refused by the others), a ``timedelta`` or seconds: when the master has reported no progress or
+        metric (``tracking.log_progress``/``log_metrics``) and printed no line for that long while every replica
+        runs, the job is hung: each replica prints its Python stacks (where its script imports
+        ``airflow_distributed.tracking``; on Kubernetes asked over pods/exec), every replica is stopped (the
+        Kubernetes job deleted), and the task fails with ``JobHungError``, naming the last step reported and
+        quoting each replica's last lines. A job that is slow but reports is never stopped by it. Default: none.
     :param watch_timings: how the wait watches the job (Kubernetes and Kubeflow backends, synchronous and
         deferred), a dict of ``hooks.watch_loop.WatchTimings`` fields: ``server_timeout`` (``timeoutSeconds`` of
         each watch request, default 300), ``read_timeout_margin`` (client read timeout above it, 30),

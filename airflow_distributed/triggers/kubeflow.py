@@ -61,6 +61,7 @@ class KubeflowJobTrigger(JobWaitTrigger):
     #: How an object of the kind is judged: the hook's own (a subclass for another kind has its own).
     kind: JobKind = KUBEFLOW_KIND
     image_pull_grace: float
+    queue_timeout: float | None
 
     def __init__(
         self,
@@ -78,9 +79,11 @@ class KubeflowJobTrigger(JobWaitTrigger):
         watch_timings: dict[str, Any] | None = None,
         image_pull_grace: float = 0.0,
         resume_state: dict[str, Any] | None = None,
+        queue_timeout: float | None = None,
     ) -> None:
         super().__init__(
             job_name=job_name, namespace=namespace, group=group, version=version, plural=plural,
+            queue_timeout=queue_timeout,
             kubernetes_conn_id=kubernetes_conn_id, watch_timeout=watch_timeout,
             execution_deadline=execution_deadline, delete_on_kill=delete_on_kill,
             started_at=started_at if started_at is not None else time.time(), watch_timings=watch_timings,
@@ -101,8 +104,10 @@ class KubeflowJobTrigger(JobWaitTrigger):
 
         watch = ObjectWatch(self.job_name)
         timings = self.timings
+        # The queue limit counts from the start of the task's wait, not of this trigger (a triggerer restart).
+        queue = None if self.queue_timeout is None else max(0.0, self.queue_timeout - (time.time() - self.started_at))
         pending = PendingPods(timings.pending_pods_interval, self.image_pull_grace, time.monotonic,
-                              self.kind.suspended_of)
+                              self.kind.suspended_of, queue_timeout=queue)
 
         def ended() -> bool:
             return watch.deleted or pending.verdict is not None or (
@@ -118,9 +123,13 @@ class KubeflowJobTrigger(JobWaitTrigger):
                 watch.on_list({"items": [] if kind == "DELETED" else [obj]})
 
         def next_list_in() -> float | None:
-            if not pending.pending or pending.suspended or pending.verdict is not None or watch.obj is None:
+            if watch.obj is None or pending.verdict is not None:
                 return None
-            return pending.next_at - pending.clock()
+            queue = pending.seconds_to_queue_deadline()
+            if not pending.pending or pending.suspended:
+                return queue
+            following = pending.next_at - pending.clock()
+            return following if queue is None else min(following, queue)
 
         async with self._feed(self.watched_kind, self.job_name) as feed, self.api_client() as api:
             list_pods = async_client.CoreV1Api(api).list_namespaced_pod

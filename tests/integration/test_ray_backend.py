@@ -15,6 +15,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
+import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,7 +45,7 @@ def ray_cluster():
     with pytest.MonkeyPatch.context() as patch:
         for name, value in LOOPBACK_ONLY.items():
             patch.setenv(name, value)
-        with RayCluster(cpus=4) as cluster:
+        with RayCluster(cpus=4, resources={"ssd": 2}) as cluster:
             patch.setenv("AIRFLOW_CONN_RAY_DEFAULT", cluster.connection())
             yield cluster
             assert_nothing_left(cluster)
@@ -184,6 +186,87 @@ def test_a_killed_task_stops_its_ray_job_and_leaves_nothing_running(ray_cluster)
         proc.wait(timeout=60)
 
     assert [job["status"] for job in jobs_of(ray_cluster, "ray_long_running")] == ["STOPPED"]
+    assert_nothing_left(ray_cluster)
+
+
+def _gone_with_nothing_left(cluster: RayCluster, job: str) -> None:
+    """Job ``job`` stopped by its driver as abandoned, nothing of it left, its liveness key removed too."""
+    from airflow_distributed.manifests.ray import liveness_key
+
+    wait_until(lambda: cluster.get(f"/api/jobs/{job}")["status"] in FINAL, timeout=90, interval=0.5)  # type: ignore[index]
+    assert cluster.get(f"/api/jobs/{job}")["status"] == "FAILED"  # type: ignore[index]
+    logs = cluster.get(f"/api/jobs/{job}/logs")["logs"]  # type: ignore[index]
+    assert "the job was abandoned and stopped" in logs, logs[-3000:]
+    with pytest.raises(urllib.error.HTTPError, match="404"):
+        cluster.get(f"/api/packages/{liveness_key(job).replace('://', '/', 1)}")
+    assert_nothing_left(cluster)
+
+
+def test_a_sigkilled_task_renews_no_more_and_its_driver_stops_the_abandoned_job(ray_cluster):
+    # liveness_grace is 4 s in this DAG: while the task waits, its renewals keep the job running past it.
+    with _in_a_task_process("ray_abandoned") as proc:
+        wait_until(lambda: _running_replicas(ray_cluster, "ray_abandoned"), timeout=120, interval=0.5)
+        time.sleep(10)
+        [job] = jobs_of(ray_cluster, "ray_abandoned")
+        assert job["status"] == "RUNNING" and len(replica_processes("train-")) == 3
+        proc.kill()  # no handler, no on_kill: only the driver's liveness watch can stop the job now
+        proc.wait(timeout=30)
+
+    _gone_with_nothing_left(ray_cluster, job["submission_id"])
+
+
+def test_a_deferred_wait_renews_the_liveness_and_a_lost_triggerer_leaves_nothing_running(ray_cluster):
+    from airflow_distributed.hooks.ray import RayJobHook
+    from airflow_distributed.manifests.ray import RayOptions, job_description, job_layout, ray_job
+    from airflow_distributed.spec import load_spec
+    from airflow_distributed.triggers.ray import RayJobTrigger
+
+    name = "train-deferred-lost"
+    spec = load_spec("pytorch", {"pytorch": {"n_workers": 1}, "resources": {"limits": {"cpu": 0.5}}})
+    layout = job_layout(DEFAULT_WORK_ROOT, name, "/tmp/unused-model", "/tmp/unused-model/ckpt")
+    description = job_description(spec=spec, job_name=name, command=["python", "-c", "import time; time.sleep(3600)"],
+                                  layout=layout, files={}, env={}, try_number=1, stop_grace_period=1.0,
+                                  options=RayOptions(liveness_grace=3.0))
+    hook = RayJobHook()
+    hook.submit(name, *ray_job(description, sys.executable), metadata={"dag_id": "deferred_lost"})
+    trigger = RayJobTrigger(job_name=name, ray_conn_id="ray_default", poll_interval=0.5, renew_every=0.6)
+
+    async def deferred_then_triggerer_lost() -> tuple[str, int]:
+        waiting = asyncio.ensure_future(anext(trigger.run()))
+        await asyncio.to_thread(wait_until, lambda: len(replica_processes(name)) == 2, 120, 0.5)
+        await asyncio.sleep(9.0)  # three graces: only the trigger's renewals keep the job running
+        seen = hook.info(name)["status"], len(replica_processes(name))
+        waiting.cancel()  # as a triggerer that dies: nothing renews any more
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        return seen
+
+    assert asyncio.run(deferred_then_triggerer_lost()) == ("RUNNING", 2)
+
+    _gone_with_nothing_left(ray_cluster, name)
+
+
+@pytest.mark.parametrize(("dag_id", "reason"), [
+    ("ray_strict_spread", "STRICT_SPREAD needs one node per replica (3) and the cluster has 1 alive"),
+    ("ray_missing_resource", "no node of the cluster has the resources fpga"),
+])
+def test_a_placement_the_cluster_cannot_make_fails_at_startup_timeout_naming_why(ray_cluster, capfd, dag_id, reason):
+    run, states = run_dag(dag_id)
+
+    assert states == {"train": "failed"}
+    failure = failure_line(capfd.readouterr().out)
+    assert "did not reserve the job's placement group" in failure and reason in failure
+    assert replica_processes("train-") == []
+    assert_nothing_left(ray_cluster)
+
+
+def test_custom_resources_are_reserved_in_every_replicas_bundle(ray_cluster):
+    run, states = run_dag("ray_custom_resources")
+
+    assert states == {"train": "success"}
+    job_name = xcom(run, "train")["job_name"]
+    [group] = [g for g in ray_cluster.placement_groups(detail=True) if g["name"] == job_name]
+    assert [bundle["unit_resources"] for bundle in group["bundles"]] == [{"CPU": 0.5, "ssd": 0.5}] * 3, group
     assert_nothing_left(ray_cluster)
 
 

@@ -320,6 +320,10 @@ def test_killing_a_deferred_task_stops_its_ray_job(ray_cluster):
     asyncio.run(RayJobTrigger(job_name=name, ray_conn_id="ray_default", poll_interval=1.0).on_kill())
 
     assert hook.info(name)["status"] == "STOPPED"
+    # The driver's own stop handling ran (not Ray's bare exit on SIGTERM): it reported the stop.
+    from airflow_distributed.manifests.ray import last_report
+
+    assert (last_report(hook.logs(name), "outcome") or {}).get("ending") == "stopped"
     assert_nothing_left(ray_cluster)
 
 

@@ -101,16 +101,26 @@ def ray_option_problems(options: Any) -> list[tuple[str, str]]:
         elif name.startswith(("node:", "accelerator_type:")) or "_group_" in name:
             problems.append((where, "is a resource Ray sets itself (node:..., placement groups'); for an "
                              "accelerator give accelerator_type"))
-        elif isinstance(amount, bool) or not isinstance(amount, (int, float)) or not 0 < amount < float("inf"):
+        elif not _positive_number(amount):
             problems.append((where, "is not allowed: an amount, a number > 0"))
     accelerator = options.get("accelerator_type")
     if accelerator is not None and (not isinstance(accelerator, str) or not accelerator or ":" in accelerator):
         problems.append(("ray_options.accelerator_type", "expected the accelerator's name as Ray knows it, e.g. "
                          "'A100'"))
     grace = options.get("liveness_grace", DEFAULT_LIVENESS_GRACE)
-    if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not 0 < grace < float("inf"):
+    if not _positive_number(grace):
         problems.append(("ray_options.liveness_grace", "is not allowed: seconds, a number > 0"))
     return problems
+
+
+def _positive_number(value: Any) -> bool:
+    """A number > 0 that a float holds (an int too large for one would fail the job, not the parse)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return 0 < float(value) < float("inf")
+    except OverflowError:
+        return False
 
 
 def renew_interval(grace: float) -> float:

@@ -64,7 +64,7 @@ tensorflow = _dag("ray_tensorflow_multiworker", "tensorflow_multiworker.py", ["-
                   framework="tensorflow", env={"TF_CPP_MIN_LOG_LEVEL": "2"})
 xgboost = _dag("ray_xgboost", "xgboost_dist.py", ["--steps", "8"], framework="xgboost")
 # A task SIGKILLed while its job runs: nothing renews the job's liveness, whose grace is compressed to seconds.
-abandoned = _dag("ray_abandoned", "pytorch_ddp.py", slow, ray_options={"liveness_grace": 4.0})
+abandoned = _dag("ray_abandoned", "pytorch_ddp.py", slow, ray_options={"liveness_grace": 6.0})
 # One node only: three bundles on three nodes cannot be placed, and the job says why once startup_timeout passes.
 strict_spread = _dag("ray_strict_spread", "pytorch_ddp.py", quick, startup_timeout=3.0,
                      ray_options={"placement_strategy": "STRICT_SPREAD"})
@@ -72,3 +72,4 @@ strict_spread = _dag("ray_strict_spread", "pytorch_ddp.py", quick, startup_timeo
 custom_resources = _dag("ray_custom_resources", "pytorch_ddp.py", quick, ray_options={"resources": {"ssd": 0.5}})
 missing_resource = _dag("ray_missing_resource", "pytorch_ddp.py", quick, startup_timeout=3.0,
                         ray_options={"resources": {"fpga": 1}})
+jax = _dag("ray_jax", "jax_data_parallel.py", ["--steps", "20"], framework="jax")

@@ -187,6 +187,8 @@ def test_the_specs_tpus_are_reserved_as_rays_tpu_resource():
     ({"resources": ["ssd"]}, "ray_options.resources", "mapping"),
     ({"accelerator_type": "accelerator_type:A100"}, "ray_options.accelerator_type", "'A100'"),
     ({"liveness_grace": 0}, "ray_options.liveness_grace", "> 0"),
+    ({"liveness_grace": 10**400}, "ray_options.liveness_grace", "> 0"),
+    ({"resources": {"ssd": float("nan")}}, "ray_options.resources.ssd", "> 0"),
     ({"spread": True}, "ray_options.spread", "placement_strategy"),
     ("PACK", "ray_options", "mapping"),
 ])

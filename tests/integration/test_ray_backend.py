@@ -75,6 +75,13 @@ def driver_report(cluster: RayCluster, job: str) -> dict:
     return report
 
 
+def assert_on_loopback(cluster: RayCluster, job: str) -> list[str]:
+    """Every replica's address came from an actor (the driver reports them) and is on loopback; the addresses."""
+    addresses = [r["where"] for r in driver_report(cluster, job)["replicas"]]
+    assert [address.rsplit(":", 1)[0] for address in addresses] == ["127.0.0.1"] * 3
+    return addresses
+
+
 def failure_line(out: str) -> str:
     return next(line for line in out.splitlines() if re.search(r"job \S+ failed after \d+\.\ds", line))
 
@@ -88,10 +95,7 @@ def test_pytorch_ddp_on_ray_trains_with_identical_parameters_on_every_rank(ray_c
     assert result["backend"] == "ray" and result["state"] == "succeeded"
     assert [(r["role"], r["index"], r["exit_code"]) for r in result["replicas"]] == [
         ("master", 0, 0), ("worker", 0, 0), ("worker", 1, 0)]
-    # Every address came from an actor (the driver reports them), and every one is on loopback.
-    addresses = [r["where"] for r in driver_report(ray_cluster, result["job_name"])["replicas"]]
-    assert [address.rsplit(":", 1)[0] for address in addresses] == ["127.0.0.1"] * 3
-    assert len(set(addresses)) == 3
+    assert len(set(assert_on_loopback(ray_cluster, result["job_name"]))) == 3
     metrics = xcom(run, "train", "metrics")
     assert metrics["world_size"] == 3 and metrics["final_loss"] < metrics["initial_loss"]
     logs = xcom(run, "train", "job")["logs"]
@@ -121,32 +125,31 @@ def test_tensorflow_multiworker_on_ray_trains_across_a_chief_and_two_workers(ray
     assert [(r["role"], r["exit_code"]) for r in result["replicas"]] == [("chief", 0), ("worker", 0), ("worker", 0)]
     metrics = xcom(run, "train", "metrics")
     assert metrics["final_loss"] < metrics["initial_loss"]
-    addresses = [r["where"] for r in driver_report(ray_cluster, result["job_name"])["replicas"]]
-    assert [address.rsplit(":", 1)[0] for address in addresses] == ["127.0.0.1"] * 3
+    assert_on_loopback(ray_cluster, result["job_name"])
     assert_nothing_left(ray_cluster)
 
 
-def test_xgboost_on_ray_all_reduces_across_three_workers(ray_cluster):
-    pytest.importorskip("xgboost", reason="xgboost-cpu is part of the test extra")
-    run, states = run_dag("ray_xgboost")
+COLLECTIVES = {
+    # dag_id: (module, framework, lines of each rank, the master's metrics: (sum across ranks, replicas agree))
+    "ray_xgboost": ("xgboost", "xgboost", lambda rank: [
+        f"worker {rank}/3: task {rank}", f"worker {rank}: all-reduce sum of ranks + 1 is 6.0"],
+        ("allreduce_sum", "boosters_identical")),
+    "ray_jax": ("jax", "jax", lambda process: [
+        f"process {process}/3: 1 local of 3 devices", f"process {process}: psum of process ids + 1 is 6.0"],
+        ("psum", "parameters_identical")),
+}
+
+
+@pytest.mark.parametrize("dag_id", sorted(COLLECTIVES))
+def test_xgboost_and_jax_on_ray_sum_across_three_processes(ray_cluster, dag_id):
+    module, framework, lines, (total, agree) = COLLECTIVES[dag_id]
+    pytest.importorskip(module, reason=f"{module} is part of the test extra")
+    run, states = run_dag(dag_id)
 
     assert states == {"train": "success"}
-    metrics = assert_master_and_two_workers_exchanged(run, "xgboost", lambda rank: [
-        f"worker {rank}/3: task {rank}", f"worker {rank}: all-reduce sum of ranks + 1 is 6.0"])
-    assert (metrics["allreduce_sum"], metrics["boosters_identical"]) == (6.0, True)
-    assert_nothing_left(ray_cluster)
-
-
-def test_jax_on_ray_joins_three_processes_through_jax_distributed(ray_cluster):
-    pytest.importorskip("jax", reason="jax is part of the test extra")
-    run, states = run_dag("ray_jax")
-
-    assert states == {"train": "success"}
-    metrics = assert_master_and_two_workers_exchanged(run, "jax", lambda process: [
-        f"process {process}/3: 1 local of 3 devices", f"process {process}: psum of process ids + 1 is 6.0"])
-    assert (metrics["psum"], metrics["parameters_identical"]) == (6.0, True)
-    addresses = [r["where"] for r in driver_report(ray_cluster, xcom(run, "train", "job_name"))["replicas"]]
-    assert [address.rsplit(":", 1)[0] for address in addresses] == ["127.0.0.1"] * 3
+    metrics = assert_master_and_two_workers_exchanged(run, framework, lines)
+    assert (metrics[total], metrics[agree]) == (6.0, True)
+    assert_on_loopback(ray_cluster, xcom(run, "train", "job_name"))
     assert_nothing_left(ray_cluster)
 
 

@@ -83,9 +83,10 @@ class RayJobHook(BaseHook):
     def address(self) -> str:
         return self._settings[0]
 
-    def _request(self, method: str, route: str) -> requests.Response:
+    def _request(self, method: str, route: str, data: str | None = None) -> requests.Response:
         address, headers, verify = self._settings
-        return requests.request(method, f"{address}{route}", headers=headers, verify=verify, timeout=REQUEST_TIMEOUT)
+        return requests.request(method, f"{address}{route}", data=data, headers=headers, verify=verify,
+                                timeout=REQUEST_TIMEOUT)
 
     def submit(self, name: str, entrypoint: str, runtime_env: Mapping[str, Any],
                metadata: Mapping[str, str] | None = None, ship_package: bool = True) -> str:
@@ -144,10 +145,8 @@ class RayJobHook(BaseHook):
         time with its own clock."""
         from airflow_distributed.manifests.ray import liveness_key
 
-        address, headers, verify = self._settings
         protocol, _, package = liveness_key(name).partition("://")
-        response = requests.put(f"{address}/api/packages/{protocol}/{package}", data=f"{time.time():.6f}",
-                                headers=headers, verify=verify, timeout=REQUEST_TIMEOUT)
+        response = self._request("PUT", f"/api/packages/{protocol}/{package}", data=f"{time.time():.6f}")
         _raise_for(response, f"renewing the liveness of Ray job {name}")
 
     def wait_final(self, name: str, timeout: float, interval: float = 0.5) -> dict[str, Any] | None:

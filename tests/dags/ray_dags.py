@@ -73,3 +73,13 @@ custom_resources = _dag("ray_custom_resources", "pytorch_ddp.py", quick, ray_opt
 missing_resource = _dag("ray_missing_resource", "pytorch_ddp.py", quick, startup_timeout=3.0,
                         ray_options={"resources": {"fpga": 1}})
 jax = _dag("ray_jax", "jax_data_parallel.py", ["--steps", "20"], framework="jax")
+# Paddle runs in its own virtualenv (``make paddle``): the replicas' command names that interpreter, the driver
+# keeps the cluster's.
+PADDLE_PYTHON = Path(__file__).resolve().parents[2] / ".venvs" / "paddle" / "bin" / "python"
+with DAG(dag_id="ray_paddle", schedule=None, start_date=START, catchup=False, tags=["test", "ray"]) as paddle_dag:
+    DistributedTrainingOperator(
+        task_id="train", framework="paddle", backend="ray", python=sys.executable,
+        command=[str(PADDLE_PYTHON), str(TRAINING_DIR / "paddle_collective.py"), *quick],
+        environment={"paddle": {"n_workers": 2, "default_worker": HALF_A_CORE}, **HALF_A_CORE},
+        model_dir=os.path.join(MODELS, "ray_paddle"), stop_grace_period=1.0, settle_period=2.0,
+    )

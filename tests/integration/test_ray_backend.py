@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import os
 import re
@@ -17,7 +18,7 @@ import sys
 import textwrap
 import time
 import urllib.error
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -129,21 +130,31 @@ def test_tensorflow_multiworker_on_ray_trains_across_a_chief_and_two_workers(ray
     assert_nothing_left(ray_cluster)
 
 
+def _installed(module: str) -> Callable[[], str | None]:
+    return lambda: None if importlib.util.find_spec(module) else f"{module} is part of the test extra"
+
+
 COLLECTIVES = {
-    # dag_id: (module, framework, lines of each rank, the master's metrics: (sum across ranks, replicas agree))
-    "ray_xgboost": ("xgboost", "xgboost", lambda rank: [
+    # dag_id: (why it cannot run here, or None; framework; lines of each rank; the master's metrics: the sum
+    # across ranks, and whether the replicas' parameters agree)
+    "ray_xgboost": (_installed("xgboost"), "xgboost", lambda rank: [
         f"worker {rank}/3: task {rank}", f"worker {rank}: all-reduce sum of ranks + 1 is 6.0"],
         ("allreduce_sum", "boosters_identical")),
-    "ray_jax": ("jax", "jax", lambda process: [
+    "ray_jax": (_installed("jax"), "jax", lambda process: [
         f"process {process}/3: 1 local of 3 devices", f"process {process}: psum of process ids + 1 is 6.0"],
         ("psum", "parameters_identical")),
+    "ray_paddle": (lambda: None if (ROOT / ".venvs" / "paddle" / "bin" / "python").exists()
+                   else "no PaddlePaddle environment: run `make paddle`", "paddle", lambda rank: [
+        f"trainer {rank}/3: endpoint 127.0.0.1:", f"trainer {rank}: all-reduce sum of trainer ids + 1 is 6.0"],
+        ("allreduce_sum", "parameters_identical")),
 }
 
 
 @pytest.mark.parametrize("dag_id", sorted(COLLECTIVES))
-def test_xgboost_and_jax_on_ray_sum_across_three_processes(ray_cluster, dag_id):
-    module, framework, lines, (total, agree) = COLLECTIVES[dag_id]
-    pytest.importorskip(module, reason=f"{module} is part of the test extra")
+def test_xgboost_jax_and_paddle_on_ray_sum_across_three_processes(ray_cluster, dag_id):
+    missing, framework, lines, (total, agree) = COLLECTIVES[dag_id]
+    if missing() is not None:
+        pytest.skip(missing())
     run, states = run_dag(dag_id)
 
     assert states == {"train": "success"}

@@ -89,6 +89,7 @@ class BackendSettings:
     settle_period: float
     kubernetes_conn_id: str | None
     ray_conn_id: str | None
+    ray_options: Mapping[str, Any] | None
     namespace: str | None
     deferrable: bool
     clean_pod_policy: Literal["all", "running", "none"] | None

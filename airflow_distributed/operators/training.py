@@ -106,6 +106,11 @@ class DistributedTrainingOperator(BaseOperator):
     :param settle_period: seconds the other replicas get to finish on their own after the master succeeds.
     :param kubernetes_conn_id: the cncf provider's Kubernetes connection (Kubernetes backend).
     :param ray_conn_id: the Ray cluster's connection (its dashboard, where the Jobs API is), ``backend="ray"``.
+    :param ray_options: ``backend="ray"`` only (refused by the others), a dict of ``manifests.ray.RayOptions``
+        fields: ``placement_strategy`` (``PACK`` by default, ``SPREAD``, ``STRICT_PACK``, ``STRICT_SPREAD``),
+        ``resources`` (Ray custom resources every replica's bundle reserves, name to amount), ``accelerator_type``
+        (e.g. ``A100``) and ``liveness_grace`` (seconds a job goes on after its task is lost, SIGKILLed, before its
+        driver stops it; default 300). See ``docs/ray.md``.
     :param namespace: namespace of the job's objects, a DNS-1123 label (checked when the DAG is parsed, and once
         rendered before anything is created); default: the connection's ``namespace`` extra, else ``default``.
         (templated)
@@ -181,6 +186,7 @@ class DistributedTrainingOperator(BaseOperator):
         settle_period: float = 5.0,
         kubernetes_conn_id: str | None = "kubernetes_default",
         ray_conn_id: str | None = "ray_default",
+        ray_options: Mapping[str, Any] | None = None,
         namespace: str | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         clean_pod_policy: Literal["all", "running", "none"] | None = None,
@@ -226,6 +232,7 @@ class DistributedTrainingOperator(BaseOperator):
         self.settle_period = settle_period
         self.kubernetes_conn_id = kubernetes_conn_id
         self.ray_conn_id = ray_conn_id
+        self.ray_options = dict(ray_options) if isinstance(ray_options, Mapping) else ray_options
         self.namespace = namespace
         self.deferrable = deferrable
         self.clean_pod_policy = clean_pod_policy
@@ -292,6 +299,9 @@ class DistributedTrainingOperator(BaseOperator):
                                      or not 0 < wait < float("inf")):
                 problems.append((limit, "is not allowed: a timedelta or seconds, a number > 0"))
         problems.extend(_watch_timings_problems(self.watch_timings))
+        if self.ray_options is not None and self.backend != "ray":
+            problems.append(("ray_options", f"is read by backend='ray' only; backend={self.backend!r} places no Ray "
+                             "placement group: remove it, or use backend='ray'"))
         if self._backend is not None:
             problems.extend(self._backend.check(BackendSettings.of(self), spec))
         if self.model_asset is not None:

@@ -14,7 +14,7 @@ from kubernetes import client
 from airflow_distributed.hooks.kubeflow import KubeflowJobHook
 from airflow_distributed.hooks.pending_pods import QUEUE_TIMED_OUT
 from airflow_distributed.jobstate.outcome import describe
-from airflow_distributed.manifests.kubeflow import KINDS, kubeflow_resource
+from airflow_distributed.manifests.kubeflow_kinds import KINDS, kubeflow_resource
 from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
 from tests.helpers import wait_until
 from tests.integration.kubeflow_controller import KubeflowController

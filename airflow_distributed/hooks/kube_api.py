@@ -44,6 +44,10 @@ class _Response:
         self.data = data
 
 
+#: What the generated client's ``read_namespaced_pod_log`` accepts: an API server of 1.20 refuses ``text/plain``
+#: alone with 406 (its pods/log negotiates only json, yaml and protobuf) and streams the plain log all the same.
+LOG_ACCEPT = "text/plain, application/json, application/yaml, application/vnd.kubernetes.protobuf"
+
 class KubeApiHook(KubernetesHook):
     """A ``KubernetesHook`` whose calls are retried after transient failures and report the others by name.
 
@@ -173,8 +177,6 @@ class KubeApiHook(KubernetesHook):
 
         :raises KubernetesJobError: the log could not be read.
         """
-        from airflow_distributed.hooks.pod_logs import LOG_ACCEPT
-
         try:
             # The generated client has no sinceTime argument: the same endpoint through the client's call_api.
             response = self._call(f"reading the log of pod {namespace}/{pod}", self.api_client.call_api,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from kubernetes.watch.watch import iter_resp_lines
 
 from airflow_distributed.hooks.api_retry import api_status, is_transient, short_error
+from airflow_distributed.hooks.kube_api import LOG_ACCEPT
 from airflow_distributed.jobstate.job_watch import JobTracker, LogCursor, container_state, log_available
 from airflow_distributed.logs import TaskLog
 from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER
@@ -27,9 +28,6 @@ if TYPE_CHECKING:
 TAIL_LINES = 40
 #: Client-side read timeout of a follow: a quiet log is reconnected after this long (cheap), never hung on.
 FOLLOW_READ_TIMEOUT = 300.0
-#: What the generated client's ``read_namespaced_pod_log`` accepts: an API server of 1.20 refuses ``text/plain``
-#: alone with 406 (its pods/log negotiates only json, yaml and protobuf) and streams the plain log all the same.
-LOG_ACCEPT = "text/plain, application/json, application/yaml, application/vnd.kubernetes.protobuf"
 
 
 class PodLogFollower:

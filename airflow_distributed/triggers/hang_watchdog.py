@@ -61,7 +61,7 @@ class TriggerHangWatchdog:
         return True
 
     async def _read(self, pod: str) -> list[str]:
-        from airflow_distributed.hooks.pod_logs import LOG_ACCEPT
+        from airflow_distributed.hooks.kube_api import LOG_ACCEPT
 
         async with self._api_client() as api:
             # The generated client has no sinceTime argument: the same endpoint through the client's call_api.

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from airflow_distributed.checkpoints import CHECKPOINT_FILE
 from airflow_distributed.manifests.ray import DEFAULT_WORK_ROOT
-from airflow_distributed.tracking import CHECKPOINT_FILE
 from tests.conftest import ROOT
 from tests.helpers import (
     assert_master_and_two_workers_exchanged,

@@ -325,7 +325,7 @@ def test_a_pull_that_recovers_within_the_grace_lets_the_job_succeed(emulator, ca
     settled(emulator, namespace, NOTHING)
 
 
-# ---------------------------------------------------------------------------------------------- kill, reattach
+# ---------------------------------------------------------------------------------------------- kill
 
 
 def test_sigterm_to_the_task_runs_on_kill_and_deletes_the_job(emulator, capfd):

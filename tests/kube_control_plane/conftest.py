@@ -69,6 +69,8 @@ def roles_of(dag_id: str) -> list[dict]:
     """The Roles of docs/rbac.yaml a DAG's task is bound to: the kubernetes backend's, and its backend's own."""
     own = {"kubeflow": "airflow-distributed-kubeflow", "trainjob": "airflow-distributed-trainjob"}
     backend = dag_id.split("_", 1)[0]
+    if backend == "sensor" and any(f"_{kind.kind.lower()}" in dag_id for kind in KINDS.values()):
+        backend = "kubeflow"  # a sensor of a Kubeflow kind reads the job object as the kubeflow backend does
     return [role("airflow-distributed"), *([role(own[backend])] if backend in own else [])]
 
 

@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: example test test-slow lint mxnet paddle paddle-ps browser kube bench clean
+.PHONY: example test test-slow lint wheel mxnet paddle paddle-ps browser kube bench clean
 
 # pip's output goes to a log that is shown only when the install fails.
 PIP_INSTALL = $(PY) -m pip install --quiet --disable-pip-version-check
@@ -50,6 +50,10 @@ test: $(VENV)/.installed-test mxnet paddle paddle-ps browser kube
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+
+# The built wheel in a clean virtualenv outside the checkout: the example DAGs parse with what users install.
+wheel:
+	bash scripts/check-wheel.sh $(PYTHON)
 
 test-slow: $(VENV)/.installed-test mxnet paddle paddle-ps
 	bash scripts/build-horovod.sh $(PY)

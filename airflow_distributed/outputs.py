@@ -19,6 +19,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from airflow_distributed.contract import empty_document
 from airflow_distributed.live_report import is_record
 from airflow_distributed.status import ReplicaStatus
 from airflow_distributed.strict_json import DROPPED, StrictJson, downsample, safe_text, strict_number
@@ -52,7 +53,7 @@ def parse_output_document(text: str | None) -> dict[str, Any]:
     whose values had to be changed keeps what it could, with a ``warnings`` line saying where.
     """
     if not text or not text.strip():
-        return _empty()
+        return empty_document()
     if len(text) > DOCUMENT_TEXT_LIMIT:
         return _unreadable(f"it is larger than {DOCUMENT_TEXT_LIMIT // 2**20} MiB")
     try:
@@ -70,7 +71,7 @@ def parse_output_document(text: str | None) -> dict[str, Any]:
 def sanitise_document(doc: Mapping[str, Any]) -> dict[str, Any]:
     """A decoded output document as strict JSON within ``DOCUMENT_LIMIT``; see :func:`parse_output_document`."""
     clean = StrictJson(DOCUMENT_LIMIT - _FRAME)
-    parsed: dict[str, Any] = {"metrics": {}, "model_path": None, "history": []}
+    parsed: dict[str, Any] = empty_document()
     model_path = doc.get("model_path")
     if isinstance(model_path, str):
         parsed["model_path"] = _kept(clean.clean(model_path, "model_path"))
@@ -156,12 +157,8 @@ def _json_type(value: Any) -> str:
     return "list" if isinstance(value, (list, tuple)) else "object" if isinstance(value, Mapping) else "value"
 
 
-def _empty() -> dict[str, Any]:
-    return {"metrics": {}, "model_path": None, "history": []}
-
-
 def _unreadable(why: str) -> dict[str, Any]:
-    return {**_empty(), UNREADABLE: True,
+    return {**empty_document(), UNREADABLE: True,
             WARNINGS: [f"the master's output document could not be read, so no metrics were taken from it: {why}"]}
 
 

@@ -13,6 +13,17 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Protocol
 
+from airflow_distributed.contract import (
+    ENV_CHECKPOINT_DIR,
+    ENV_CLUSTER,
+    ENV_FRAMEWORK,
+    ENV_INDEX,
+    ENV_JOB,
+    ENV_MODEL_DIR,
+    ENV_OUTPUT,
+    ENV_ROLE,
+    ENV_TRY_NUMBER,
+)
 from airflow_distributed.elastic import ElasticPlan, elastic_plan
 from airflow_distributed.frameworks import get_framework
 from airflow_distributed.naming import replica_name
@@ -240,19 +251,19 @@ def indexed_settings(entry: IndexedReplica) -> PodSettings:
 
 def _common_env(plan: ClusterPlan, replica: Replica, cluster_json: str) -> dict[str, str]:
     env = {
-        "AIRFLOW_DISTRIBUTED_JOB": plan.job_name,
-        "AIRFLOW_DISTRIBUTED_FRAMEWORK": plan.framework,
-        "AIRFLOW_DISTRIBUTED_ROLE": replica.role,
-        "AIRFLOW_DISTRIBUTED_INDEX": str(replica.index),
-        "AIRFLOW_DISTRIBUTED_CLUSTER": cluster_json,
-        "AIRFLOW_DISTRIBUTED_MODEL_DIR": plan.layout.model_dir,
-        "AIRFLOW_DISTRIBUTED_TRY_NUMBER": str(plan.try_number),
+        ENV_JOB: plan.job_name,
+        ENV_FRAMEWORK: plan.framework,
+        ENV_ROLE: replica.role,
+        ENV_INDEX: str(replica.index),
+        ENV_CLUSTER: cluster_json,
+        ENV_MODEL_DIR: plan.layout.model_dir,
+        ENV_TRY_NUMBER: str(plan.try_number),
         "PYTHONUNBUFFERED": "1",
     }
     if plan.layout.checkpoint_dir:
-        env["AIRFLOW_DISTRIBUTED_CHECKPOINT_DIR"] = plan.layout.checkpoint_dir
+        env[ENV_CHECKPOINT_DIR] = plan.layout.checkpoint_dir
     if replica.is_master:
-        env["AIRFLOW_DISTRIBUTED_OUTPUT"] = plan.layout.output_path
+        env[ENV_OUTPUT] = plan.layout.output_path
     return env
 
 

@@ -33,15 +33,27 @@ import atexit
 import json
 import math
 import os
-import pickle
-import re
 import tempfile
 import threading
 import time
 from typing import Any
 
+from airflow_distributed.atomic_file import write_atomic
+from airflow_distributed.checkpoints import (
+    URL,
+    get_checkpoint_dir,
+    latest_checkpoint,
+    save_checkpoint,
+)
+from airflow_distributed.contract import (
+    ENV_MODEL_DIR,
+    empty_document,
+)
 from airflow_distributed.live_report import record_line
+from airflow_distributed.replica_info import get_cluster_info, get_task_info, get_try_number, master_output_path
+from airflow_distributed.stack_dump import register_stack_dump
 from airflow_distributed.strict_json import strict_number
+from airflow_distributed.trainer_status import report_to_trainer
 
 __all__ = [
     "get_checkpoint_dir",
@@ -57,75 +69,6 @@ __all__ = [
     "save_checkpoint",
 ]
 
-ENV_JOB = "AIRFLOW_DISTRIBUTED_JOB"
-ENV_ROLE = "AIRFLOW_DISTRIBUTED_ROLE"
-ENV_INDEX = "AIRFLOW_DISTRIBUTED_INDEX"
-ENV_CLUSTER = "AIRFLOW_DISTRIBUTED_CLUSTER"
-ENV_MODEL_DIR = "AIRFLOW_DISTRIBUTED_MODEL_DIR"
-ENV_OUTPUT = "AIRFLOW_DISTRIBUTED_OUTPUT"
-ENV_CHECKPOINT_DIR = "AIRFLOW_DISTRIBUTED_CHECKPOINT_DIR"
-ENV_TRY_NUMBER = "AIRFLOW_DISTRIBUTED_TRY_NUMBER"
-#: The signal (``SIGUSR1``) on which a replica prints every thread's Python stack, set by a backend that watches for
-#: hangs (``progress_timeout``).
-ENV_STACKS_SIGNAL = "AIRFLOW_DISTRIBUTED_STACKS_SIGNAL"
-
-#: Checkpoint files are ``checkpoint-<step>.pkl`` with the step zero-padded, so that names sort like steps.
-CHECKPOINT_FILE = re.compile(r"^checkpoint-(\d{12})\.pkl$")
-#: In the checkpoint directory, what one job's :func:`save_checkpoint` wrote there: one path a line, relative to
-#: the directory, folders it created ending in ``/``. A shared directory holds other jobs' checkpoints too; this
-#: list is how a job reads, prunes and removes only its own.
-WRITTEN_LIST = ".airflow-distributed-{job}.checkpoints"
-
-# Global-rank variables set by the launchers that start several processes inside one replica. Horovod's own comes
-# first because under horovodrun + MPI the MPI ones are set as well and agree with it; RANK is torchrun's (and the
-# contract's: the PyTorch master replica has RANK=0, so a plain master still counts).
-_LAUNCHER_RANK_VARIABLES = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK")
-
-# "s3://bucket/x", "gs://...", "hdfs://..." are left to the training framework; only plain paths are created here.
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-
-
-def get_cluster_info() -> dict[str, list[str]]:
-    """Return the whole job as ``{role: ["host:port", ...]}``, from ``AIRFLOW_DISTRIBUTED_CLUSTER``.
-
-    An empty dict when the variable is unset (the script runs outside a job). Raises ``ValueError`` when it is set
-    but is not a JSON object of lists of addresses.
-    """
-    raw = os.environ.get(ENV_CLUSTER)
-    if raw is None or not raw.strip():
-        return {}
-    try:
-        cluster = json.loads(raw)
-    except ValueError as exc:
-        raise ValueError(f"{ENV_CLUSTER} is not valid JSON: {exc}") from None
-    if not isinstance(cluster, dict) or not all(
-        isinstance(role, str) and isinstance(addresses, list) and all(isinstance(a, str) for a in addresses)
-        for role, addresses in cluster.items()
-    ):
-        raise ValueError(f'{ENV_CLUSTER} must be a JSON object like {{"worker": ["host:port", ...]}}, got {raw!r}')
-    return cluster
-
-
-def get_task_info() -> dict[str, Any]:
-    """Return this replica as ``{"job": str | None, "role": str | None, "index": int, "is_master": bool}``.
-
-    ``is_master`` is true on the replica given ``AIRFLOW_DISTRIBUTED_OUTPUT`` (the master), and there only in the
-    process of global rank 0 when a launcher inside the replica started several processes that inherited the
-    variable (``HOROVOD_RANK``, ``OMPI_COMM_WORLD_RANK``, ``PMI_RANK`` or ``RANK`` set to something other than 0).
-    """
-    raw_index = os.environ.get(ENV_INDEX, "").strip()
-    try:
-        index = int(raw_index) if raw_index else 0
-    except ValueError:
-        raise ValueError(f"{ENV_INDEX} must be an integer, got {raw_index!r}") from None
-    return {
-        "job": os.environ.get(ENV_JOB) or None,
-        "role": os.environ.get(ENV_ROLE) or None,
-        "index": index,
-        "is_master": _output_path() is not None,
-    }
-
-
 _fallback_model_dir: str | None = None
 
 
@@ -139,7 +82,7 @@ def get_model_dir() -> str:
     global _fallback_model_dir
     model_dir = os.environ.get(ENV_MODEL_DIR, "").strip()
     if model_dir:
-        if not _URL.match(model_dir):
+        if not URL.match(model_dir):
             os.makedirs(model_dir, exist_ok=True)
         return model_dir
     with _lock:
@@ -170,7 +113,7 @@ def log_metrics(step: int | None = None, **values: Any) -> None:
     # as on the master of a real job.
     clean = {name: _json_safe(value, name) for name, value in values.items()}
     clean_step = None if step is None else _json_safe(step, "step")
-    path = _output_path()
+    path = master_output_path()
     if path is None:
         return
     with _lock:
@@ -194,7 +137,7 @@ def log_model(path: str | os.PathLike[str]) -> None:
 
 def _set_in_document(key: str, value: Any) -> None:
     """On the master: ``document[key] = value``, then the document rewritten (atomically)."""
-    output = _output_path()
+    output = master_output_path()
     if output is None:
         return
     with _lock:
@@ -215,7 +158,7 @@ def log_progress(step: int, total: int) -> None:
         raise TypeError(f"step and total must be whole numbers, got {step!r} and {total!r}")
     if total < 1 or not 0 <= step <= total:
         raise ValueError(f"need 0 <= step <= total and total >= 1, got step={step} total={total}")
-    output = _output_path()
+    output = master_output_path()
     if output is None:
         return
     now = time.monotonic()
@@ -228,62 +171,11 @@ def log_progress(step: int, total: int) -> None:
         eta = round(elapsed / done * (total - step), 1) if done > 0 else None
         _set_in_document("progress", {"step": step, "total": total, "percent": round(100.0 * step / total, 1),
                                       "eta_seconds": eta})
-        _report_to_trainer(now, int(100 * step / total), eta, step == total)
+        report_to_trainer(now, int(100 * step / total), eta, step == total,
+                          (_state.get("document") or {}).get("metrics", {}))
 
 
 _progress: dict[str, Any] = {}
-
-# Kubeflow Trainer v2 (``TrainJobStatus`` feature gate) gives a TrainJob's trainer containers an HTTPS endpoint
-# for its status.trainerStatus, a CA file and a bearer token file (a projected token that rotates: read each time).
-ENV_TRAINER_URL = "KUBEFLOW_TRAINER_SERVER_URL"
-ENV_TRAINER_CA = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
-ENV_TRAINER_TOKEN = "KUBEFLOW_TRAINER_SERVER_TOKEN"
-#: At most one report per interval (seconds), as the Trainer asks of its clients; the last step is always sent.
-TRAINER_REPORT_INTERVAL = 5.0
-_trainer: dict[str, Any] = {}
-
-
-def _report_to_trainer(now: float, percent: int, eta: float | None, last: bool) -> None:
-    """POST the progress and the latest scalar metrics to the Trainer's status endpoint, if there is one.
-
-    Never raises, and gives up on a slow endpoint after a few seconds: a report must not stop training.
-    """
-    url = os.environ.get(ENV_TRAINER_URL)
-    if not url or (not last and now - _trainer.get("sent", -math.inf) < TRAINER_REPORT_INTERVAL):
-        return
-    _trainer["sent"] = now
-    import ssl
-    import sys
-    import urllib.request
-    from datetime import datetime, timezone
-
-    metrics = [{"name": str(name)[:64], "value": str(value)[:64]}
-               for name, value in (_state.get("document") or {}).get("metrics", {}).items()
-               if isinstance(value, (int, float, str)) and not isinstance(value, bool) and str(name)][:256]
-    status: dict[str, Any] = {"progressPercentage": max(0, min(100, percent)),
-                              "lastUpdatedTime": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
-    if eta is not None:
-        status["estimatedRemainingSeconds"] = max(0, int(eta))
-    if metrics:
-        status["metrics"] = metrics
-    headers = {"Content-Type": "application/json"}
-    try:
-        token_path = os.environ.get(ENV_TRAINER_TOKEN)
-        if token_path:
-            with open(token_path, encoding="utf-8") as handle:
-                headers["Authorization"] = f"Bearer {handle.read().strip()}"
-        context = ssl.create_default_context(cafile=os.environ.get(ENV_TRAINER_CA) or None) \
-            if url.startswith("https:") else None
-        request = urllib.request.Request(url, data=json.dumps({"trainerStatus": status}).encode(), headers=headers,
-                                         method="POST")
-        with urllib.request.urlopen(request, timeout=3, context=context) as response:
-            response.read()
-    except Exception as error:  # best effort: a failed report must not stop training
-        if not _trainer.get("warned"):
-            _trainer["warned"] = True
-            print(f"airflow_distributed.tracking: could not report progress to {url}: {error}", file=sys.stderr,
-                  flush=True)
-
 
 def record_return_value(value: Any) -> None:
     """Record a ``@task.distributed`` function's return value (``return_value`` in the output document).
@@ -300,166 +192,10 @@ def get_outputs() -> dict[str, Any]:
     It starts empty in every process (``{"metrics": {}, "model_path": None, "history": []}``); on a replica that is
     not the master it stays empty.
     """
-    path = _output_path()
+    path = master_output_path()
     with _lock:
-        document = _document_for(path) if path is not None else _empty_document()
+        document = _document_for(path) if path is not None else empty_document()
         return json.loads(json.dumps(document))
-
-
-# --- internals -------------------------------------------------------------------------------------------------
-
-def get_try_number() -> int:
-    """Return the Airflow try this job runs in (1 for the first), from ``AIRFLOW_DISTRIBUTED_TRY_NUMBER``; 1 outside
-    a job."""
-    raw = os.environ.get(ENV_TRY_NUMBER, "").strip()
-    try:
-        return int(raw) if raw else 1
-    except ValueError:
-        raise ValueError(f"{ENV_TRY_NUMBER} must be an integer, got {raw!r}") from None
-
-
-def get_checkpoint_dir() -> str | None:
-    """Return the checkpoint directory of this task instance, from ``AIRFLOW_DISTRIBUTED_CHECKPOINT_DIR``.
-
-    Every try of the same task instance (and every replica) is given the same directory, so a retry finds what the
-    failed try saved. ``None`` when the variable is unset; a URL (``s3://...``) is returned as it is, for the
-    framework's own checkpointing to write to (:func:`save_checkpoint` writes plain paths only).
-    """
-    return os.environ.get(ENV_CHECKPOINT_DIR, "").strip() or None
-
-
-def save_checkpoint(state: Any, step: int, *, keep: int = 3, every_replica: bool = False) -> str | None:
-    """Save ``state`` (anything :mod:`pickle` takes: a ``state_dict``, NumPy arrays, plain values) as of ``step``.
-
-    The file is written atomically (a killed replica leaves the previous checkpoint intact, never half a file), then
-    all but the newest ``keep`` checkpoints are removed. Only the master saves, since in data-parallel training
-    every replica holds the same state; ``every_replica=True`` gives each replica a folder of its own
-    (``<role>-<index>``) for state that differs per replica (parameter-server shards, data-loader positions).
-    In a job, every file and folder it writes is added to the job's list in the directory (``WRITTEN_LIST``):
-    pruning, :func:`latest_checkpoint` and the backend's clean-up after success see only those, so jobs may share
-    a directory. Returns the path written, or ``None`` where nothing was saved (another replica, or no checkpoint
-    directory).
-    """
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"step must be a whole number >= 0, got {step!r}")
-    if keep < 1:
-        raise ValueError(f"keep must be at least 1, got {keep!r}")
-    directory = _checkpoint_folder(every_replica)
-    root = get_checkpoint_dir()
-    if directory is None or root is None or (not every_replica and _output_path() is None):
-        return None
-    path = os.path.join(directory, f"checkpoint-{step:012d}.pkl")
-    created = _make_folders(directory)
-    # Recorded before it is written: a replica killed mid-write leaves a file the clean-up still knows of.
-    _record_written(root, [*(folder + os.sep for folder in created), path])
-    _write_atomic(path, pickle.dumps({"step": step, "state": state}, protocol=pickle.HIGHEST_PROTOCOL))
-    for _, old in _checkpoints(directory)[:-keep]:
-        try:
-            os.unlink(old)
-        except FileNotFoundError:
-            pass
-    return path
-
-
-def latest_checkpoint(*, every_replica: bool = False) -> tuple[int, Any] | None:
-    """Return ``(step, state)`` of the newest checkpoint saved by :func:`save_checkpoint`, or ``None``.
-
-    Any replica may read the master's checkpoints when the directory is shared (always on the local backend; on
-    Kubernetes when it is on a volume every pod mounts). A file that cannot be read (a try killed by the kernel
-    mid-write on a filesystem without atomic rename) is skipped for the one before it. In a job, only checkpoints
-    of this job (any of its tries) are read, never another job's in a shared directory.
-    """
-    directory = _checkpoint_folder(every_replica)
-    if directory is None:
-        return None
-    for _, path in reversed(_checkpoints(directory)):
-        try:
-            with open(path, "rb") as handle:
-                saved = pickle.load(handle)
-        except (OSError, EOFError, pickle.UnpicklingError):
-            continue
-        return saved["step"], saved["state"]
-    return None
-
-
-def _checkpoint_folder(every_replica: bool) -> str | None:
-    directory = get_checkpoint_dir()
-    if directory is None or _URL.match(directory):
-        return None
-    if every_replica:
-        role = os.environ.get(ENV_ROLE) or "replica"
-        directory = os.path.join(directory, f"{role}-{get_task_info()['index']}")
-    return directory
-
-
-def _checkpoints(directory: str) -> list[tuple[int, str]]:
-    """(step, path) of the checkpoints in ``directory``, oldest first: in a job, only those the job wrote."""
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    found = [(int(match.group(1)), os.path.join(directory, name))
-             for name in names if (match := CHECKPOINT_FILE.match(name))]
-    job, root = os.environ.get(ENV_JOB), get_checkpoint_dir()
-    if job and root:
-        own = {os.path.normpath(os.path.join(root, name)) for name in written_checkpoints(root, job)[0]}
-        found = [(step, path) for step, path in found if os.path.normpath(path) in own]
-    return sorted(found)
-
-
-def written_list_path(directory: str, job: str) -> str:
-    """The list of what job ``job`` wrote in checkpoint directory ``directory`` (see ``WRITTEN_LIST``)."""
-    return os.path.join(directory, WRITTEN_LIST.format(job=job))
-
-
-def written_checkpoints(directory: str, job: str) -> tuple[list[str], list[str]]:
-    """``(files, folders)`` job ``job`` wrote in ``directory`` (relative paths, in the order written); names that
-    would leave the directory are left out, whoever wrote them."""
-    try:
-        with open(written_list_path(directory, job), encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except FileNotFoundError:
-        return [], []
-    files: list[str] = []
-    folders: list[str] = []
-    for line in dict.fromkeys(lines):
-        name = os.path.normpath(line)
-        if not line or os.path.isabs(line) or name == os.pardir or name.startswith(os.pardir + os.sep):
-            continue
-        (folders if line.endswith(os.sep) else files).append(name)
-    return files, folders
-
-
-def _make_folders(directory: str) -> list[str]:
-    """Create ``directory`` and any missing parent; returns those created here, outermost first."""
-    missing = []
-    folder = os.path.abspath(directory)
-    while not os.path.isdir(folder):
-        missing.append(folder)
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            break
-        folder = parent
-    os.makedirs(directory, exist_ok=True)
-    return missing[::-1]
-
-
-def _record_written(root: str, paths: list[str]) -> None:
-    """Append ``paths`` under ``root`` to this job's list of what it wrote; nothing outside a job (no one cleans)."""
-    job = os.environ.get(ENV_JOB)
-    if not job:
-        return
-    lines = []
-    for path in paths:
-        relative = os.path.relpath(path.rstrip(os.sep), root)
-        if relative != os.pardir and not relative.startswith(os.pardir + os.sep):
-            lines.append(relative + (os.sep if path.endswith(os.sep) else "") + "\n")
-    # One append per call: replicas saving at once (every_replica) each add whole lines.
-    fd = os.open(written_list_path(root, job), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, "".join(lines).encode("utf-8"))
-    finally:
-        os.close(fd)
 
 
 _lock = threading.RLock()
@@ -468,26 +204,10 @@ _lock = threading.RLock()
 _state: dict[str, Any] = {"path": None, "document": None}
 
 
-def _empty_document() -> dict[str, Any]:
-    return {"metrics": {}, "model_path": None, "history": []}
-
-
-def _output_path() -> str | None:
-    path = os.environ.get(ENV_OUTPUT, "").strip()
-    if not path:
-        return None
-    for variable in _LAUNCHER_RANK_VARIABLES:
-        rank = os.environ.get(variable, "").strip()
-        if rank:
-            # Only the first variable set decides: under mpirun both HOROVOD_RANK and OMPI_COMM_WORLD_RANK are set.
-            return path if rank == "0" else None
-    return path
-
-
 def _document_for(path: str) -> dict[str, Any]:
     if _state["path"] != path or _state["document"] is None:
         _state["path"] = path
-        _state["document"] = _continued_document(path) or _empty_document()
+        _state["document"] = _continued_document(path) or empty_document()
     return _state["document"]
 
 
@@ -504,11 +224,11 @@ def _continued_document(path: str) -> dict[str, Any] | None:
         return None
     if not isinstance(document, dict) or not isinstance(document.get("history"), list):
         return None
-    return {**_empty_document(), **document}
+    return {**empty_document(), **document}
 
 
 def _write(path: str, document: dict[str, Any]) -> None:
-    _write_atomic(path, (json.dumps(document, allow_nan=False, sort_keys=False) + "\n").encode("utf-8"))
+    write_atomic(path, (json.dumps(document, allow_nan=False, sort_keys=False) + "\n").encode("utf-8"))
     _print_record(document)
 
 
@@ -557,30 +277,6 @@ def _print_now(document: dict[str, Any]) -> None:
             pass
 
 
-def _write_atomic(path: str, data: bytes) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    # Same directory as the target, so os.replace is a rename within one filesystem and therefore atomic.
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        # mkstemp creates the file readable by its owner only; the backend reading it may run as another user
-        # (the Kubernetes XCom sidecar), so give it the permissions a plain open() would have.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def _json_safe(value: Any, name: str) -> Any:
     if value is None or isinstance(value, (bool, str)):
         return value
@@ -622,23 +318,4 @@ def _json_safe(value: Any, name: str) -> Any:
     )
 
 
-def _register_stack_dump() -> None:
-    """Print every thread's stack to stderr on the signal ``AIRFLOW_DISTRIBUTED_STACKS_SIGNAL`` names: the backend
-    sends it to the replicas of a job it found hung, and their last lines show where each was stuck."""
-    name = os.environ.get(ENV_STACKS_SIGNAL)
-    if not name:
-        return
-    import faulthandler
-    import signal
-    import sys
-
-    number = getattr(signal, name, None)
-    if not isinstance(number, int) or not name.startswith("SIG"):
-        return
-    try:
-        faulthandler.register(number, file=sys.stderr, all_threads=True)
-    except (AttributeError, OSError, RuntimeError, ValueError):  # no such signal here, or no real stderr
-        pass
-
-
-_register_stack_dump()
+register_stack_dump()

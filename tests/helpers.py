@@ -41,6 +41,15 @@ def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1) -> Any:
     raise AssertionError(f"condition not met within {timeout}s")
 
 
+def output_so_far() -> str:
+    """What the test has written to its standard output so far, as ``capfd`` captured it, read without taking it.
+
+    For a thread that watches a running task's output: ``capfd.readouterr()`` takes the capture and then empties
+    it, so a line the task writes between the two is lost; reading file descriptor 1 (the capture's file while
+    ``capfd`` is active) at an offset moves nothing, and ``readouterr()`` at the end still returns everything."""
+    return os.pread(1, os.fstat(1).st_size, 0).decode("utf-8", "replace")
+
+
 def run_dag(dag_id: str, conf: dict | None = None):
     """Run a DAG of the DAGs folder once with ``dag.test()``; return (dag run, {task_id: state})."""
     from airflow.dag_processing.dagbag import DagBag

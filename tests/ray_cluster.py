@@ -36,10 +36,12 @@ def _free_ports(count: int) -> list[int]:
 
 
 class RayCluster:
-    """One head node with ``cpus`` logical CPUs; ``address`` is its dashboard (the Jobs API)."""
+    """One head node with ``cpus`` logical CPUs and the custom ``resources`` given (name to amount); ``address``
+    is its dashboard (the Jobs API)."""
 
-    def __init__(self, cpus: int = 4) -> None:
+    def __init__(self, cpus: int = 4, resources: dict[str, float] | None = None) -> None:
         self.cpus = cpus
+        self.resources = dict(resources or {})
         self.temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # Ray's socket paths must stay short
         self.env = {**os.environ, **LOOPBACK_ONLY, "PYTHONPATH": str(ROOT)}
         self._ray = str(Path(sys.executable).with_name("ray"))
@@ -73,7 +75,8 @@ class RayCluster:
              "--dashboard-host", "127.0.0.1", "--dashboard-port", str(self.dashboard_port),
              "--port", str(self.gcs_port), "--ray-client-server-port", str(self.client_port),
              "--dashboard-agent-listen-port", str(self.agent_port), "--temp-dir", self.temp_dir,
-             "--disable-usage-stats", "--include-dashboard", "true"],
+             "--disable-usage-stats", "--include-dashboard", "true",
+             *(["--resources", json.dumps(self.resources)] if self.resources else [])],
             check=True, capture_output=True, env=self.env, timeout=120,
         )
         deadline = time.monotonic() + 60
@@ -90,9 +93,10 @@ class RayCluster:
         with urllib.request.urlopen(f"{self.address}{route}", timeout=30) as response:
             return json.loads(response.read())
 
-    def placement_groups(self) -> list[dict]:
-        """Every placement group the cluster knows, with its ``state`` (``REMOVED`` once removed)."""
-        answer = self.get("/api/v0/placement_groups?limit=1000")
+    def placement_groups(self, detail: bool = False) -> list[dict]:
+        """Every placement group the cluster knows, with its ``state`` (``REMOVED`` once removed); with ``detail``,
+        its ``bundles`` too."""
+        answer = self.get(f"/api/v0/placement_groups?limit=1000&detail={str(detail).lower()}")
         return answer["data"]["result"]["result"]  # type: ignore[index]
 
     def processes(self) -> list[psutil.Process]:

@@ -73,7 +73,6 @@ class BackendSettings:
 
     dag_id: str
     framework: str | None
-    environment: Any
     command: Sequence[str]
     args: Sequence[str] | None
     image: str | None
@@ -90,6 +89,7 @@ class BackendSettings:
     settle_period: float
     kubernetes_conn_id: str | None
     ray_conn_id: str | None
+    ray_options: Mapping[str, Any] | None
     namespace: str | None
     deferrable: bool
     logging_interval: float | None

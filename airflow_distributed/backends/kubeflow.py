@@ -43,7 +43,7 @@ from airflow_distributed.backends.kubernetes import (
     LIVE_JOB_XCOM_KEY,
     check_kubernetes_arguments,
     manifest_options,
-    queue_timeout_refused,
+    progress_timeout_refused,
 )
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.failures import job_failure
@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
     from airflow_distributed.backends.base import BackendSettings, TaskCalls
     from airflow_distributed.hooks.kubeflow import KubeflowHandle, KubeflowJobHook
-    from airflow_distributed.manifests.kubeflow import KubeflowResource
+    from airflow_distributed.manifests.kubeflow_kinds import KubeflowResource
     from airflow_distributed.spec import TrainingSpec
     from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
 
@@ -72,10 +72,10 @@ def check_kubeflow_arguments(settings: BackendSettings, spec: TrainingSpec | Non
     Adds ``kubeflow_problems(spec)`` (per-index settings one pod template cannot express) for a spec that is not a
     template; a templated spec is checked when the job is built.
     """
-    problems = check_kubernetes_arguments(settings) + queue_timeout_refused(settings, "kubeflow")
+    problems = check_kubernetes_arguments(settings) + progress_timeout_refused(settings, "kubeflow")
     if spec is None:
         return problems
-    from airflow_distributed.manifests.kubeflow import kubeflow_problems
+    from airflow_distributed.manifests.kubeflow_checks import kubeflow_problems
 
     return problems + kubeflow_problems(spec)
 
@@ -120,19 +120,19 @@ def resume_kubeflow(task: TaskCalls, settings: BackendSettings, context: Context
                     on_start: Callable[[KubeflowJobRun], None] = _ignore) -> dict[str, Any]:
     """``execute_complete``: the trigger's event -> output, clean-up and XCom, as in the synchronous path."""
     from airflow_distributed.hooks.kubeflow import status_outcome
-    from airflow_distributed.hooks.pending_pods import IMAGE_PULL_FAILED
+    from airflow_distributed.hooks.pending_pods import OWN_VERDICTS
 
     run = (run_class or KubeflowJobRun).resume(task, settings, context, event)
     on_start(run)
     status = event.get("status")
-    if status == "failed" and event.get("reason") == IMAGE_PULL_FAILED:
+    if status == "failed" and event.get("reason") in OWN_VERDICTS:
         # The trigger's own verdict: the job's status does not show it, so it is not read back.
         verdict = JobVerdict.from_dict(event.get("verdict") or {"state": "failed", "cause": ending.IMAGE})
         obj = run.hook.get_kubeflow_job(run.namespace, run.resource, run.name)
         return run.finish(verdict.outcome(job_object=obj))
     if status in ("succeeded", "failed"):
         obj = run.hook.get_kubeflow_job(run.namespace, run.resource, run.name)
-        return run.finish(status_outcome(run.hook.status_of(obj), obj) if obj is not None
+        return run.finish(status_outcome(run.hook.kind.status_of(obj), obj) if obj is not None
                           else JobOutcome(ending.DELETED))
     if status == "deleted":
         return run.finish(JobOutcome(ending.DELETED))
@@ -182,7 +182,7 @@ class KubeflowJobRun:
 
     @staticmethod
     def resource_of(framework: str) -> KubeflowResource:
-        from airflow_distributed.manifests.kubeflow import kubeflow_resource
+        from airflow_distributed.manifests.kubeflow_kinds import kubeflow_resource
 
         return kubeflow_resource(framework)
 
@@ -245,6 +245,7 @@ class KubeflowJobRun:
             outcome = self.hook.wait_for_kubeflow_job(
                 self.namespace, self.resource, self.name, stopped=lambda: self.stopped,
                 watch_timings=watch_timings(self.settings), image_pull_grace=self.settings.image_pull_grace,
+                queue_timeout=self.settings.queue_timeout,
                 on_change=lambda status: self.log.info("%s %s/%s is %s%s", self.resource.kind, self.namespace,
                                                        self.name, status.state,
                                                        f": {status.message}" if status.message else ""),
@@ -274,6 +275,7 @@ class KubeflowJobRun:
                                      watch_timings=watch_timings(self.settings).as_dict(),
                                      image_pull_grace=self.settings.image_pull_grace,
                                      logging_interval=self.settings.logging_interval,
+                                     queue_timeout=self.settings.queue_timeout,
                                      resume_state={"framework": self.framework})
         self.log.info("job %s/%s: waiting in the triggerer", self.namespace, self.name)
         self.task.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
@@ -303,7 +305,8 @@ class KubeflowJobRun:
             self.delete_quietly()
             raise
         statuses = self.hook.replica_statuses(pods, container)
-        deleted = self.clean_up(succeeded, exists=obj is not None, unfinished=outcome.ending == ending.IMAGE)
+        deleted = self.clean_up(succeeded, exists=obj is not None, unfinished=outcome.ending in (ending.IMAGE,
+                                                                                             ending.QUEUED))
         if statuses:
             self.log.info("replicas of %s (final):\n%s", self.name, replica_table(statuses))
         result = job_result(job_name=self.name, framework=self.framework, backend=self.backend,
@@ -317,7 +320,7 @@ class KubeflowJobRun:
         if not succeeded:
             outcome = replace(outcome, replicas=statuses, tail=tuple(logs.get(outcome.replica or "", ())), logs=logs)
             note = "the job was deleted" if deleted else "the job is kept for a look until the next try"
-            raise job_failure(job, outcome, elapsed, note)
+            raise job_failure(job, outcome, elapsed, note, queue_timeout=self.settings.queue_timeout)
         return push_success(self.context, self.log, result, document, self.namespace, self.name, elapsed)
 
     def _document(self, obj: dict[str, Any] | None) -> dict[str, Any]:

@@ -106,9 +106,6 @@ LIVE_JOB_XCOM_KEY = "kubernetes_job"
 def check_kubernetes_arguments(settings: BackendSettings) -> list[tuple[str, str]]:
     """Problems with the operator's Kubernetes arguments, as ``(argument, message)`` for ``SpecValidationError``."""
     problems = namespace_problems(settings.namespace)
-    if settings.progress_timeout is not None:
-        problems.append(("progress_timeout", "is watched by backend='local' only: a job here would not be stopped "
-                         "when it hangs; remove it, or use backend='local'"))
     policy = settings.clean_pod_policy
     if policy is not None and policy not in CLEAN_POD_POLICIES:
         problems.append(("clean_pod_policy", f"{policy!r} is not supported; allowed: {', '.join(CLEAN_POD_POLICIES)}"))
@@ -121,12 +118,12 @@ def check_kubernetes_arguments(settings: BackendSettings) -> list[tuple[str, str
     return problems
 
 
-def queue_timeout_refused(settings: BackendSettings, backend: str) -> list[tuple[str, str]]:
-    """``queue_timeout`` on a backend whose controller starts the pods: refused, the wait would not honour it."""
-    if settings.queue_timeout is None:
+def progress_timeout_refused(settings: BackendSettings, backend: str) -> list[tuple[str, str]]:
+    """``progress_timeout`` on a backend whose wait does not watch for hangs: refused, a hung job would not stop."""
+    if settings.progress_timeout is None:
         return []
-    return [("queue_timeout", f"is judged by backend='kubernetes' only: backend={backend!r} would wait for "
-             "scheduling within startup_timeout; remove it, or use backend='kubernetes'")]
+    return [("progress_timeout", f"is watched by backend='local' and backend='kubernetes' only: a job of "
+             f"backend={backend!r} would not be stopped when it hangs; remove it, or use one of those")]
 
 
 # ---------------------------------------------------------------------------------------------- entry points
@@ -280,7 +277,7 @@ class KubernetesJobRun:
         layout = layout_for_kubernetes(settings.model_dir, job_name=self.name, checkpoint_dir=settings.checkpoint_dir)
         program = self.task.replica_program(list(command), layout)
         plan = build_plan(spec, self.name, KubernetesAddressing(self.namespace), layout, program.command,
-                          backend="kubernetes", env=settings.env, try_number=self.context["ti"].try_number,
+                          backend="kubernetes", env=stacks_env(settings), try_number=self.context["ti"].try_number,
                           files=program.files, secret_files=program.secret_files)
         options = manifest_options(settings, self.context, self.namespace)
         # One key pair per job (its pods get the Service's uid through ``owned_by``, not a second build).
@@ -367,6 +364,7 @@ class KubernetesJobRun:
                     follow=self._followed(),
                     emit=self._emit,
                     log_cursors=log_cursors,
+                    progress_timeout=self.settings.progress_timeout,
                 )
                 if not self._after_failure(outcome):
                     break
@@ -439,6 +437,7 @@ class KubernetesJobRun:
             replicas=slots_to_json([slot for slot in self.slots if slot.name not in self.dropped]),
             startup_timeout=self.settings.startup_timeout,
             queue_timeout=self.settings.queue_timeout,
+            progress_timeout=self.settings.progress_timeout,
             started_at=time.time(),
             kubernetes_conn_id=self.settings.kubernetes_conn_id,
             execution_deadline=deadline,
@@ -479,7 +478,7 @@ class KubernetesJobRun:
     # ------------------------------------------------------------------ finish
 
     def tail(self, replica: str, pods: Mapping[str, Any], container: str | None = None,
-             timestamps: bool = False) -> list[str]:
+             lines: int = TAIL_LINES, timestamps: bool = False) -> list[str]:
         """A replica's last lines (with ``timestamps``: as read, timestamped, live records included); best effort: a
         log that cannot be read decides nothing."""
         from airflow_distributed.hooks.api_retry import KubernetesJobError
@@ -488,9 +487,9 @@ class KubernetesJobRun:
         if pods.get(replica) is None:
             return []
         try:
-            lines = self.hook.read_log_tail(self.namespace, replica, TAIL_LINES, container or MAIN_CONTAINER,
-                                            timestamps=timestamps)
-            return lines if timestamps else without_records(lines)
+            read = self.hook.read_log_tail(self.namespace, replica, lines, container or MAIN_CONTAINER,
+                                           timestamps=timestamps)
+            return read if timestamps else without_records(read)
         except KubernetesJobError as error:
             self.log.warning("could not read the last lines of %s: %s", replica, error)
             return []
@@ -499,13 +498,16 @@ class KubernetesJobRun:
         """Output, logs, clean-up, XCom; raises ``DistributedJobError`` unless the job succeeded."""
         ti = self.context["ti"]
         killed = outcome.ending == ending.STOPPED
+        hung = outcome.ending == ending.HUNG  # deleted whole, as a kill: a hung job's pods hold their GPUs
         try:
-            document, outcome = self._collect(outcome, killed)
+            if hung:
+                outcome = replace(outcome, logs=self.hung_logs(outcome))
+            document, outcome = self._collect(outcome, killed or hung)
         except BaseException:
             # Whatever could not be read, the pods must not outlive the task.
-            self._clean_up_quietly(outcome.succeeded, killed)
+            self._clean_up_quietly(outcome.succeeded, killed or hung)
             raise
-        stopped = self.clean_up(outcome.succeeded, kill=killed)
+        stopped = self.clean_up(outcome.succeeded, kill=killed or hung)
         statuses = _after_cleanup(self._with_dropped(outcome.replicas), stopped)
         self.log.info("replicas of %s (final):\n%s", self.name, replica_table(statuses))
         result = job_result(job_name=self.name, framework=self.framework, backend="kubernetes",
@@ -516,11 +518,30 @@ class KubernetesJobRun:
         if not outcome.succeeded:
             if self.elastic_failure:
                 outcome = replace(outcome, ending=ending.GAVE_UP, reason=self.elastic_failure)
-            note = "the job was deleted" if killed else self.cleanup_note(False)
+            note = "the job was deleted" if killed or hung else self.cleanup_note(False)
             raise job_failure(f"{self.namespace}/{self.name}", outcome, elapsed, note,
                               startup_timeout=self.settings.startup_timeout,
                               queue_timeout=self.settings.queue_timeout)
         return push_success(self.context, self.log, result, document, self.namespace, self.name, elapsed)
+
+    def hung_logs(self, outcome: JobOutcome) -> dict[str, list[str]]:
+        """The last lines of a hung job's replicas (the first ``HUNG_REPLICAS``), after asking each to print its
+        Python stacks (pods/exec; the processes that imported ``tracking`` print them). A replica that could not
+        be asked is said so in the task log, and its last lines are quoted all the same."""
+        from airflow_distributed.jobstate.hang_watch import HUNG_REPLICAS, STACKS_WAIT
+        from airflow_distributed.jobstate.outcome import HUNG_TAIL_LINES
+        from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER
+
+        pods = outcome.pods
+        names = [slot.name for slot in self.slots if slot.name not in self.dropped and pods.get(slot.name)][
+            :HUNG_REPLICAS]
+        failed = self.hook.dump_stacks(self.namespace, names, MAIN_CONTAINER)
+        for name, why in failed.items():
+            self.log.warning("could not ask %s for its Python stacks (%s): its last lines are quoted without them",
+                             name, why)
+        if len(failed) < len(names):
+            time.sleep(STACKS_WAIT)  # faulthandler writes at once; the kubelet's log takes a moment
+        return {name: self.tail(name, pods, lines=HUNG_TAIL_LINES) for name in names}
 
     def usage(self, pods: Mapping[str, Any], elapsed: float) -> dict[str, Any]:
         """What the job cost, from its pods' requests and start and end times (those replaced before included)."""
@@ -663,6 +684,17 @@ def manifest_options(settings: BackendSettings, context: Context, namespace: str
         queue_name=settings.queue_name,
         active_deadline_seconds=deadline,
     )
+
+
+def stacks_env(settings: BackendSettings) -> Mapping[str, str] | None:
+    """The replicas' variables: with ``progress_timeout``, those on which ``tracking`` prints its process's stacks
+    and notes its pid for the hang watchdog's exec."""
+    if settings.progress_timeout is None:
+        return settings.env
+    from airflow_distributed.contract import ENV_STACKS_DIR, ENV_STACKS_SIGNAL
+    from airflow_distributed.jobstate.hang_watch import STACKS_DIR, STACKS_SIGNAL
+
+    return {**(settings.env or {}), ENV_STACKS_SIGNAL: STACKS_SIGNAL, ENV_STACKS_DIR: STACKS_DIR}
 
 
 def delete_secrets(hook: DistributedTrainingHook, namespace: str, name: str) -> None:

@@ -23,6 +23,7 @@ from airflow_distributed.backends.base import (
 )
 from airflow_distributed.backends.job_usage import usage_over_tries
 from airflow_distributed.backends.local_live import LIVE_XCOM_KEY, LiveJobReport
+from airflow_distributed.contract import ENV_STACKS_SIGNAL
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.failures import job_failure
 from airflow_distributed.jobstate.outcome import JobOutcome
@@ -129,7 +130,6 @@ class LocalBackend:
         env = dict(settings.env or {})
         if settings.progress_timeout is not None:  # the replicas print their stacks when the job hangs
             from airflow_distributed.hooks.local import STACKS_SIGNAL
-            from airflow_distributed.tracking import ENV_STACKS_SIGNAL
 
             env[ENV_STACKS_SIGNAL] = STACKS_SIGNAL.name
         plan = build_plan(spec, name, addressing, layout, resolve_python(program.command, interpreter),

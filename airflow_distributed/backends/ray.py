@@ -57,9 +57,10 @@ REFUSED_ARGUMENTS = {
     "gang_scheduling": "the Ray backend always reserves every replica together in one placement group",
     "scheduler_name": "Ray's own scheduler places the replicas",
     "queue_name": "no Kueue admits a Ray job",
-    "progress_timeout": "is watched by backend='local' only: a hung Ray job would not be stopped by it",
-    "queue_timeout": "is judged by backend='kubernetes' only: the Ray job waits for its placement group within "
-                     "startup_timeout",
+    "progress_timeout": "is watched by backend='local' and backend='kubernetes' only: a hung Ray job would not be "
+                        "stopped by it",
+    "queue_timeout": "is judged by the Kubernetes and Kubeflow backends only: the Ray job waits for its placement "
+                     "group within startup_timeout",
 }
 #: Operator arguments of the Kubernetes-side backends, harmless to ignore here: said once per try when given.
 IGNORED_ARGUMENTS = {
@@ -101,11 +102,19 @@ class RayBackend:
     def run(self, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, name: str,
             command: Sequence[str]) -> dict[str, Any]:
         from airflow_distributed.hooks.ray import FINAL_STATES, RayJobHook
-        from airflow_distributed.manifests.ray import DEFAULT_WORK_ROOT, job_description, job_layout, ray_job
+        from airflow_distributed.manifests.ray import (
+            DEFAULT_WORK_ROOT,
+            RayOptions,
+            job_description,
+            job_layout,
+            ray_job,
+            renew_interval,
+        )
 
         log = self._log = task.log
         log_ignored(log, self.name, ignored_by_ray(settings, spec))
         hook = RayJobHook(ray_conn_id=settings.ray_conn_id or RayJobHook.default_conn_name)
+        options = RayOptions.of(settings.ray_options)
         info = hook.info(name)
         if info is not None and info.get("status") not in FINAL_STATES:
             log.info("Ray job %s is already running on %s (an earlier try's): waiting for it", name, hook.address)
@@ -121,7 +130,7 @@ class RayBackend:
             program = task.replica_program(list(command), layout)
             description = job_description(
                 spec=spec, job_name=name, command=program.command, layout=layout, files=program.files,
-                env=settings.env,
+                env=settings.env, options=options, liveness=settings.wait_for_completion,
                 try_number=context["ti"].try_number, startup_timeout=settings.startup_timeout,
                 settle_period=settings.settle_period, stop_grace_period=settings.stop_grace_period,
                 poll_interval=min(settings.poll_interval, 0.5), keep_checkpoints=settings.keep_checkpoints,
@@ -136,11 +145,13 @@ class RayBackend:
         if not settings.wait_for_completion:
             log.info("Ray job %s submitted; not waiting for it (wait_for_completion=False)", name)
             return {"job_name": name}
+        renew_every = renew_interval(options.liveness_grace)
         if settings.deferrable:
-            self._defer(task, settings, context, name, spec.framework)
+            self._defer(task, settings, context, name, spec.framework, renew_every)
         live = _live_report(context, log, name, spec.framework)
         try:
-            info = wait_for_job(hook, name, max(MIN_POLL_INTERVAL, settings.poll_interval), log, on_report=live)
+            info = wait_for_job(hook, name, max(MIN_POLL_INTERVAL, settings.poll_interval), log, on_report=live,
+                                renew_every=renew_every)
         except BaseException:
             # execution_timeout (AirflowTaskTimeout) or anything else: the job must not outlive the wait.
             stop_job(hook, name, log)
@@ -149,7 +160,8 @@ class RayBackend:
             self._job = None
         return finish(context, log, settings, hook, name, spec.framework, info)
 
-    def _defer(self, task: TaskCalls, settings: BackendSettings, context: Context, name: str, framework: str) -> None:
+    def _defer(self, task: TaskCalls, settings: BackendSettings, context: Context, name: str, framework: str,
+               renew_every: float) -> None:
         from airflow_distributed.backends.job_run import deferral_deadline
         from airflow_distributed.triggers.ray import RayJobTrigger
 
@@ -157,7 +169,7 @@ class RayBackend:
         trigger = RayJobTrigger(job_name=name, ray_conn_id=settings.ray_conn_id or "ray_default",
                                 poll_interval=max(MIN_POLL_INTERVAL, settings.poll_interval),
                                 execution_deadline=deadline, reconnect_budget=RECONNECT_BUDGET,
-                                resume_state={"framework": framework})
+                                renew_every=renew_every, resume_state={"framework": framework})
         task.log.info("Ray job %s: waiting in the triggerer", name)
         self._job = None  # the task process ends while deferred: on_kill then has nothing to stop
         task.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
@@ -201,19 +213,21 @@ def _live_report(context: Context, log: Any, name: str, framework: str) -> Calla
 
 def wait_for_job(hook: RayJobHook, name: str, interval: float, log: Any,
                  reconnect_budget: float = RECONNECT_BUDGET,
-                 on_report: Callable[[str], None] | None = None) -> dict[str, Any]:
+                 on_report: Callable[[str], None] | None = None, renew_every: float | None = None) -> dict[str, Any]:
     """The job's details once it is in a final state; the replicas' table in the task log as it changes. The Jobs
     API may be unreachable for up to ``reconnect_budget`` seconds in a row: that is not a failure of the job.
 
     :param on_report: called with the driver's log at every poll while the job runs.
+    :param renew_every: seconds between two renewals of the job's liveness (``None``: none), the first at once.
     """
     import requests
 
-    from airflow_distributed.hooks.ray import FINAL_STATES
+    from airflow_distributed.hooks.ray import FINAL_STATES, renew_liveness
     from airflow_distributed.manifests.ray import last_report
 
     last_rows: Any = None
     unreachable_since: float | None = None
+    renewed_at: float | None = None
     while True:
         try:
             info = hook.info(name)
@@ -221,6 +235,9 @@ def wait_for_job(hook: RayJobHook, name: str, interval: float, log: Any,
                 raise DistributedJobError(f"Ray job {name} is gone from the cluster (deleted while it ran?)")
             if info.get("status") in FINAL_STATES:
                 return info
+            if renew_every is not None and (renewed_at is None or time.monotonic() - renewed_at >= renew_every):
+                renewed_at = time.monotonic()
+                renew_liveness(hook, name, log)
             logs = hook.logs(name)
             report = last_report(logs, "replicas")
             if on_report is not None:
@@ -312,8 +329,11 @@ def ray_dirs(settings: BackendSettings, name: str) -> tuple[str, str]:
 
 def check_ray_arguments(settings: BackendSettings, spec: TrainingSpec | None) -> list[Problem]:
     """Problems with the arguments for ``backend="ray"``: settings a Ray cluster cannot honour, named."""
+    from airflow_distributed.manifests.ray import ray_option_problems  # pure and light: no Ray at parse time
+
     problems: list[Problem] = [(name, why) for name, why in REFUSED_ARGUMENTS.items()
                                if getattr(settings, name) is not None]
+    problems += ray_option_problems(settings.ray_options)
     if spec is not None and spec.framework == "horovod":
         problems.append(("framework", "horovod is not run by backend='ray': its launcher reaches the workers over "
                          "SSH; use horovod on backend='local' or 'kubernetes', or pytorch/tensorflow on ray"))

@@ -22,7 +22,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_distributed.backends.job_run import job_namespace, require_image
 from airflow_distributed.backends.kubeflow import KubeflowBackend, KubeflowJobRun
-from airflow_distributed.backends.kubernetes import check_kubernetes_arguments, manifest_options, queue_timeout_refused
+from airflow_distributed.backends.kubernetes import (
+    check_kubernetes_arguments,
+    manifest_options,
+    progress_timeout_refused,
+)
 from airflow_distributed.backends.local_live import LIVE_XCOM_KEY
 from airflow_distributed.plan import build_plan
 
@@ -31,7 +35,7 @@ if TYPE_CHECKING:
 
     from airflow_distributed.backends.base import BackendSettings, TaskCalls
     from airflow_distributed.hooks.trainjob import TrainJobHook
-    from airflow_distributed.manifests.kubeflow import KubeflowResource
+    from airflow_distributed.manifests.kubeflow_kinds import KubeflowResource
     from airflow_distributed.spec import TrainingSpec
     from airflow_distributed.triggers.trainjob import TrainJobTrigger
 
@@ -46,7 +50,7 @@ def check_trainjob_arguments(settings: BackendSettings, spec: TrainingSpec | Non
     a TrainJob cannot carry are not set. Light: the typed models are imported only when a job is built."""
     from airflow_distributed.manifests.trainjob import RUNTIME_KINDS, trainjob_problems
 
-    problems = check_kubernetes_arguments(settings) + queue_timeout_refused(settings, "trainjob")
+    problems = check_kubernetes_arguments(settings) + progress_timeout_refused(settings, "trainjob")
     if importlib.util.find_spec(MODELS_PACKAGE) is None:  # found, not imported: a DAG parse stays light
         problems.append(("backend", f"backend='trainjob' needs the 'trainjob' extra, which is not installed here "
                          f"(no module {MODELS_PACKAGE!r}): pip install 'airflow-distributed[trainjob]'"))

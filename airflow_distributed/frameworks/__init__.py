@@ -16,6 +16,11 @@ _REGISTRY: dict[str, Framework] = {
 }
 
 
+def all_frameworks() -> tuple[Framework, ...]:
+    """Every framework, in the registry's order."""
+    return tuple(_REGISTRY.values())
+
+
 def get_framework(name: str) -> Framework:
     try:
         return _REGISTRY[name]
@@ -23,4 +28,4 @@ def get_framework(name: str) -> Framework:
         raise ValueError(f"unknown framework {name!r}; allowed: {', '.join(_REGISTRY)}") from None
 
 
-__all__ = ["Framework", "Role", "get_framework"]
+__all__ = ["Framework", "Role", "all_frameworks", "get_framework"]

@@ -29,6 +29,13 @@ class Framework:
     #: Roles in launch order; the first is the master (Polyaxon always creates it, index 0).
     roles: ClassVar[tuple[Role, ...]]
     default_port: ClassVar[int]
+    #: Kubeflow Trainer v2: the built-in runtime this framework's TrainJobs reference when none is given.
+    trainer_runtime: ClassVar[str | None] = None
+    #: Kubeflow Trainer v2: the framework runs on an MPI runtime (``mlPolicy.mpi``), which Trainer does not ship
+    #: for it, so the DAG names the cluster's.
+    trainer_mpi: ClassVar[bool] = False
+    #: Why Kubeflow Trainer v2 cannot run the framework at all (``None``: it can, or nothing is known against it).
+    no_trainer_runtime: ClassVar[str | None] = None
 
     @property
     def master_role(self) -> str:

@@ -15,6 +15,7 @@ class Jax(Framework):
     roles = (Role("master", None), Role("worker", "worker"))
     # JAXJob's default port for the coordinator.
     default_port = 6666
+    trainer_runtime = "jax-distributed"
 
     def replica_env(self, replica, plan, backend):
         return {

@@ -9,6 +9,7 @@ class MXNet(Framework):
     name = "mxnet"
     roles = (Role("scheduler", None), Role("server", "ps"), Role("worker", "worker"))
     default_port = 9091
+    no_trainer_runtime = "MXNet has no Kubeflow Trainer v2 runtime"
 
     def replica_env(self, replica, plan, backend):
         scheduler = plan.master

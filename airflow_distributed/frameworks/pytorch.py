@@ -19,6 +19,7 @@ class PyTorch(Framework):
     name = "pytorch"
     roles = (Role("master", None), Role("worker", "worker"))
     default_port = 23456
+    trainer_runtime = "torch-distributed"
 
     def replica_env(self, replica, plan, backend):
         env = master_rank_env(replica, plan)

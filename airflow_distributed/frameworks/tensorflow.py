@@ -12,6 +12,7 @@ class TensorFlow(Framework):
     # ps before workers: with ParameterServerStrategy workers block until the servers answer.
     roles = (Role("chief", None), Role("ps", "ps"), Role("worker", "worker"))
     default_port = 2222
+    no_trainer_runtime = "TensorFlow has no Kubeflow Trainer v2 runtime"
 
     def replica_env(self, replica, plan, backend):
         tf_config = {

@@ -27,6 +27,7 @@ class XGBoost(Framework):
     roles = (Role("master", None), Role("worker", "worker"))
     # XGBoostJob's default port; the tracker listens on it.
     default_port = 9999
+    trainer_runtime = "xgboost-distributed"
 
     def replica_env(self, replica, plan, backend):
         return {

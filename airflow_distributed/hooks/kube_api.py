@@ -44,6 +44,10 @@ class _Response:
         self.data = data
 
 
+#: What the generated client's ``read_namespaced_pod_log`` accepts: an API server of 1.20 refuses ``text/plain``
+#: alone with 406 (its pods/log negotiates only json, yaml and protobuf) and streams the plain log all the same.
+LOG_ACCEPT = "text/plain, application/json, application/yaml, application/vnd.kubernetes.protobuf"
+
 class KubeApiHook(KubernetesHook):
     """A ``KubernetesHook`` whose calls are retried after transient failures and report the others by name.
 
@@ -166,6 +170,42 @@ class KubeApiHook(KubernetesHook):
         finally:
             response.release_conn()
         return text.splitlines() if timestamps else strip_timestamps(text.splitlines())
+
+    def read_log_lines(self, namespace: str, pod: str, container: str, query: list[tuple[str, str]]) -> list[str]:
+        """A container's log lines as read with ``query`` (pods/log's ``timestamps``, ``sinceTime``, ``tailLines``,
+        ``limitBytes``), kept as served; empty when there is none (not started, pod gone). One bounded request: the
+        hang watchdog's look at the master.
+
+        :raises KubernetesJobError: the log could not be read.
+        """
+        try:
+            # The generated client has no sinceTime argument: the same endpoint through the client's call_api.
+            response = self._call(f"reading the log of pod {namespace}/{pod}", self.api_client.call_api,
+                                  "/api/v1/namespaces/{namespace}/pods/{name}/log", "GET",
+                                  path_params={"namespace": namespace, "name": pod},
+                                  query_params=[("container", container), *query],
+                                  header_params={"Accept": LOG_ACCEPT}, auth_settings=["BearerToken"],
+                                  _preload_content=False, _return_http_data_only=True, _request_timeout=(10.0, 30.0))
+        except KubernetesJobError as error:
+            if error.status in (400, 404):
+                return []
+            raise
+        try:
+            return response.data.decode("utf-8", "replace").splitlines()
+        finally:
+            response.release_conn()
+
+    def run_in_container(self, namespace: str, pod: str, container: str, command: list[str],
+                         timeout: float = 10.0) -> str:
+        """Run ``command`` in a running container (pods/exec, as the XCom sidecar's reads) and return its output.
+
+        :raises Exception: the exec failed (refused, the container gone): the caller decides what that means.
+        """
+        from kubernetes.stream import stream
+
+        return str(stream(self.core_v1_client.connect_get_namespaced_pod_exec, pod, namespace, container=container,
+                          command=command, stdout=True, stderr=True, stdin=False, tty=False,
+                          _request_timeout=timeout))
 
     # ------------------------------------------------------------------ create, delete
 

@@ -19,20 +19,19 @@ from kubernetes import client
 from airflow_distributed.hooks.api_retry import KubernetesJobError
 from airflow_distributed.hooks.kube_api import EXISTS, MISSING, KubeApiHook
 from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
-from airflow_distributed.hooks.pending_pods import PendingPods, expected_pods
+from airflow_distributed.hooks.pending_pods import PendingPods
 from airflow_distributed.hooks.watch_loop import WatchCalls, WatchPolicy, WatchTimings, run_watch
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.job_watch import JobVerdict, container_state, pod_disruption, termination_message
 from airflow_distributed.jobstate.outcome import JobOutcome
-from airflow_distributed.manifests.kubeflow import KINDS, KubeflowKind, KubeflowResource
+from airflow_distributed.manifests.kubeflow_kinds import KINDS, KubeflowKind, KubeflowResource
 from airflow_distributed.manifests.kubeflow_status import (
+    KUBEFLOW_KIND,
     REPLICA_INDEX_LABEL,
     REPLICA_TYPE_LABEL,
+    JobKind,
     JobStatus,
-    job_status,
-    job_suspended,
     master_pod_selector,
-    pod_selector,
 )
 from airflow_distributed.manifests.kubernetes import JOB_LABEL, ROLE_LABEL
 from airflow_distributed.status import FAILED, PENDING, RUNNING, SUCCEEDED, ReplicaStatus
@@ -148,13 +147,9 @@ class KubeflowJobHook(KubeApiHook):
     and ``DistributedTrainingHook``)."""
 
     hook_name = "Distributed training (Kubeflow)"
-    #: How the watch, the reattach and the triggers judge an object of the kind (a subclass's kind has its own).
-    status_of: Callable[[Mapping[str, Any]], JobStatus] = staticmethod(job_status)
-    #: The label selector of a job's pods, and how many it asks for (the pull-failure check's LISTs).
-    pods_selector: Callable[[str], str] = staticmethod(pod_selector)
-    expected_pods: Callable[[Mapping[str, Any] | None], int | None] = staticmethod(expected_pods)
-    #: Whether a job object says it is suspended (no pod LISTs then).
-    suspended_of: Callable[[Mapping[str, Any]], bool] = staticmethod(job_suspended)
+    #: How the watch, the reattach, the sensors and the trigger judge an object of the kind (a subclass's kind
+    #: has its own; its trigger holds the same).
+    kind: JobKind = KUBEFLOW_KIND
 
     def main_container(self, obj: Mapping[str, Any]) -> str:
         """The container whose exit and termination message count (``main_container``)."""
@@ -186,7 +181,7 @@ class KubeflowJobHook(KubeApiHook):
 
     def kubeflow_pods(self, namespace: str, obj: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Every pod the Kubeflow operator made for the job."""
-        return self.list_pods(namespace, self.pods_selector(obj["metadata"]["name"]))
+        return self.list_pods(namespace, self.kind.pods_selector(obj["metadata"]["name"]))
 
     def kubeflow_output(self, namespace: str, obj: Mapping[str, Any]) -> str | None:
         """The output document from the termination message of the replica whose success decides the job
@@ -227,7 +222,7 @@ class KubeflowJobHook(KubeApiHook):
             if labels.get(JOB_LABEL) != name:
                 raise KubernetesJobError(f"{resource.kind} {namespace}/{name} exists and is not a distributed training "
                                          f"job's (no label {JOB_LABEL}={name}); delete or rename it")
-            status = self.status_of(existing)
+            status = self.kind.status_of(existing)
             if existing["metadata"].get("deletionTimestamp") is None and status.state != FAILED:
                 self.job_log.info("%s %s/%s from an earlier try is %s; reattaching", resource.kind, namespace, name,
                                   status.state)
@@ -251,6 +246,7 @@ class KubeflowJobHook(KubeApiHook):
         on_change: Callable[[JobStatus], None] | None = None,
         on_object: Callable[[dict[str, Any]], None] | None = None,
         image_pull_grace: float = 0.0,
+        queue_timeout: float | None = None,
     ) -> JobOutcome:
         """Until the job succeeds or fails (its conditions), is deleted, or ``stopped()`` turns true; or a replica's
         image cannot be pulled (``pending_pods``: its pods are listed while some replica has not started).
@@ -261,11 +257,14 @@ class KubeflowJobHook(KubeApiHook):
         :param on_change: called with the job's status whenever it changes.
         :param on_object: called with the object as seen whenever its status changes (after ``on_change``).
         :param image_pull_grace: seconds a replica's pull may keep failing (ErrImagePull, ImagePullBackOff).
+        :param queue_timeout: seconds the job may wait for capacity (suspended, e.g. by Kueue, or a pod left
+            unschedulable), from now; past it the wait ends with a ``queue`` verdict (``pending_pods``).
         """
         stopped = stopped or (lambda: False)
         timings = WatchTimings.of(watch_timings, server_timeout=watch_timeout)
         watch = ObjectWatch(name)
-        pending = PendingPods(timings.pending_pods_interval, image_pull_grace, self._clock, self.suspended_of)
+        pending = PendingPods(timings.pending_pods_interval, image_pull_grace, self._clock, self.kind.suspended_of,
+                              queue_timeout=queue_timeout)
         what = f"watching {resource.kind} {namespace}/{name}"
         outcome: list[JobOutcome] = []
         last: list[JobStatus] = []
@@ -275,13 +274,11 @@ class KubeflowJobHook(KubeApiHook):
                 outcome.append(JobOutcome(ending.STOPPED, job_object=watch.obj))
                 return True
             if watch.obj is None:
-                if watch.deleted:
+                if watch.deleted:  # or not found by the LIST: the same rule as the trigger's (ObjectWatch)
                     outcome.append(JobOutcome(ending.DELETED))
                     return True
-                if not watch.needs_list:
-                    raise KubernetesJobError(f"{what}: the job does not exist")
                 return False
-            status = self.status_of(watch.obj)
+            status = self.kind.status_of(watch.obj)
             if status not in last[-1:]:
                 if on_change is not None:
                     on_change(status)
@@ -298,8 +295,8 @@ class KubeflowJobHook(KubeApiHook):
 
         def check_pods() -> None:
             pods = self._json(self.core_v1_client.list_namespaced_pod(
-                namespace, label_selector=self.pods_selector(name), _preload_content=False))
-            pending.on_pods(pods.get("items") or [], self.expected_pods(watch.obj))
+                namespace, label_selector=self.kind.pods_selector(name), _preload_content=False))
+            pending.on_pods(pods.get("items") or [], self.kind.expected_pods(watch.obj))
 
         args = (resource.group, resource.version, namespace, resource.plural)
         list_objects = self.custom_objects.list_namespaced_custom_object

@@ -16,6 +16,7 @@ needs on top:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from airflow_distributed.hooks.api_retry import KubernetesJobError, short_error
 from airflow_distributed.hooks.kube_api import EXISTS, MISSING, KubeApiHook
 from airflow_distributed.hooks.pod_logs import LogFollowers
 from airflow_distributed.hooks.watch_loop import WATCH_TIMEOUT, WatchCalls, WatchPolicy, WatchTimings, run_watch
+from airflow_distributed.jobstate.hang_watch import STACKS_COMMAND, MasterLogWatch, all_running, hung_verdict
 from airflow_distributed.jobstate.job_watch import (
     FAILURE,
     TABLE_INTERVAL,
@@ -43,6 +45,7 @@ from airflow_distributed.jobstate.job_watch import (
 from airflow_distributed.jobstate.outcome import JobOutcome
 from airflow_distributed.manifests.kubernetes import (
     JOB_LABEL,
+    MAIN_CONTAINER,
     SIDECAR_CONTAINER,
     JobObjects,
 )
@@ -254,6 +257,7 @@ class DistributedTrainingHook(KubeApiHook):
         emit: Callable[[str, str], None] | None = None,
         image_pull_grace: float = 0.0,
         log_cursors: dict[str, tuple[str, LogCursor]] | None = None,
+        progress_timeout: float | None = None,
     ) -> JobOutcome:
         """Until the master succeeds or a replica fails: one LIST, then one watch of the job's pods.
 
@@ -268,15 +272,20 @@ class DistributedTrainingHook(KubeApiHook):
         :param image_pull_grace: seconds a replica's image pull may keep failing before the job fails (0: at once).
         :param log_cursors: where each followed log is, kept by the caller across the waits of one try
             (``LogFollowers``): a second wait goes on where the first stopped.
+        :param progress_timeout: the hang watchdog: the master's log is looked at between watches
+            (``hang_watch``); no new line for this long while every replica runs ends the wait with a ``hung``
+            verdict.
         """
         stopped = stopped or (lambda: False)
         tracker = JobTracker(slots, startup_timeout=startup_timeout, started_at=self._clock(),
                              image_pull_grace=image_pull_grace, queue_timeout=queue_timeout)
         followers = LogFollowers(self, namespace, follow, emit, tracker, self.job_log, log_cursors)
-        report = TableReporter(on_change, self._clock, TABLE_INTERVAL if len(slots) > TABLE_ROWS else 0.0)
+        report = TableReporter(on_change, self._clock, TABLE_INTERVAL if len(slots) > TABLE_ROWS else 0.0,
+                               on_queue=lambda note: self.job_log.info("job %s/%s: %s", namespace, name, note))
         timings = WatchTimings.of(watch_timings, server_timeout=watch_timeout)
         watch = JobWatch(tracker)
         verdict: list[JobVerdict] = []
+        hang = None if progress_timeout is None else MasterLogWatch(progress_timeout, self._clock())
 
         def done() -> bool:
             if stopped():
@@ -286,10 +295,22 @@ class DistributedTrainingHook(KubeApiHook):
             followers.start_ready()
             report.flush(tracker)
             found = tracker.verdict(self._clock())
+            if found is None and hang is not None:
+                found = hung_verdict(hang, tracker, self._clock())
             if found is not None:
                 report.flush(tracker, force=True)
                 verdict.append(found)
             return found is not None
+
+        def look() -> None:
+            assert hang is not None
+            self.look_at_master(namespace, tracker, hang)
+
+        def watch_seconds() -> int:
+            seconds = watch.watch_seconds(self._clock(), timings.server_timeout)
+            if hang is not None:  # back in time for the next look at the master's log
+                seconds = max(1, min(seconds, math.ceil(hang.seconds_to_look(self._clock()))))
+            return seconds
 
         selector = f"{JOB_LABEL}={name}"
         calls = WatchCalls(
@@ -302,7 +323,9 @@ class DistributedTrainingHook(KubeApiHook):
             on_list=lambda body: report(watch.on_list(body), tracker),
             on_line=lambda line: report(watch.on_line(line), tracker),
             done=done,
-            watch_seconds=lambda: watch.watch_seconds(self._clock(), timings.server_timeout),
+            watch_seconds=watch_seconds,
+            check=look if hang is not None else None,
+            check_due=(lambda: hang.due(self._clock())) if hang is not None else None,
         )
         policy = WatchPolicy(f"watching the pods of job {namespace}/{name}", timings, self.retry, clock=self._clock)
         try:
@@ -310,6 +333,34 @@ class DistributedTrainingHook(KubeApiHook):
         finally:
             followers.finish()
         return verdict[-1].outcome(tracker.statuses(), logs=followers.tails(), pods=tracker.last_pods())
+
+    def look_at_master(self, namespace: str, tracker: JobTracker, hang: MasterLogWatch) -> None:
+        """One look of the hang watchdog: the master's new lines, read bounded, while every replica runs. A read
+        that fails is logged and tells nothing (the watchdog's clock starts again)."""
+        running = all_running(row.state for row in tracker.statuses())
+        lines: list[str] | None = None
+        if running:
+            try:
+                lines = self.read_log_lines(namespace, tracker.master.name, MAIN_CONTAINER, hang.query())
+            except KubernetesJobError as error:
+                self.job_log.warning("progress_timeout: could not read the master's log (%s); the watchdog's "
+                                     "clock starts again", error)
+        hang.observe(lines, running, self._clock())
+
+    def dump_stacks(self, namespace: str, pods: Sequence[str], container: str) -> dict[str, str]:
+        """Ask each pod's processes that imported ``tracking`` to print their Python stacks (pods/exec of
+        ``hang_watch.STACKS_COMMAND``); returns, by pod, why it could not be asked (the rest were).
+
+        One pod after the other: the client's ``stream`` swaps its API client's request function for the time of a
+        call, and two calls at once would leave the websocket one in place for every later request.
+        """
+        failed: dict[str, str] = {}
+        for pod in pods:
+            try:
+                self.run_in_container(namespace, pod, container, list(STACKS_COMMAND))
+            except Exception as error:
+                failed[pod] = short_error(error)
+        return failed
 
     # ------------------------------------------------------------------ logs, events, output
 

@@ -22,6 +22,12 @@ class ObjectWatch(ResumableWatch):
     """The latest version of the object ``name``, from a LIST and the events of a watch.
 
     ``obj`` is ``None`` until it is seen and after it is deleted; ``deleted`` tells the second case apart.
+
+    The missing-object rule, the same for the synchronous wait and the trigger: an object that a consistent read
+    (a LIST or GET from etcd, not from a cache) does not find is gone, seen before or not: the job was deleted
+    before it finished (``on_list(..., consistent=True)``, a ``DELETED`` event). What a shared watch's cache does
+    not hold yet is only not seen (the object may have been created after the cache's last event): the trigger
+    asks a consistent read before it says so.
     """
 
     def __init__(self, name: str) -> None:
@@ -30,12 +36,18 @@ class ObjectWatch(ResumableWatch):
         self.obj: dict[str, Any] | None = None
         self.deleted = False
 
-    def on_list(self, body: Mapping[str, Any]) -> bool:
-        """A LIST's answer; returns whether the object changed."""
+    def on_list(self, body: Mapping[str, Any], *, consistent: bool = True) -> bool:
+        """A LIST's answer; returns whether the object changed.
+
+        :param consistent: the answer is a consistent read, so an object it lacks is gone (see the class).
+        """
         self._list_version(body)
         found = next((dict(item) for item in body.get("items") or []
                       if (item.get("metadata") or {}).get("name") == self.name), None)
-        return self._set(found)
+        changed = self._set(found)
+        if found is None and consistent:
+            self.deleted = True
+        return changed
 
     def on_line(self, line: str | bytes) -> bool:
         """One line of the watch stream; returns whether the object changed (see ``ResumableWatch._event``)."""

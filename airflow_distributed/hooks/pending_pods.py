@@ -11,6 +11,10 @@ A suspended job (``runPolicy.suspend``, a TrainJob's ``spec.suspend``, e.g. wait
 pods on purpose and may stay so for hours: no LIST is made while the object says so (``on_job``). Its resume starts
 the check afresh, since its replicas start again (a job suspended while running had its pods deleted).
 
+With ``queue_timeout``, a job that waits for capacity (suspended, or a pod the scheduler leaves unschedulable or
+Kueue holds) past that many seconds from the start of the wait gets a ``queue`` verdict (``QUEUE_TIMED_OUT``); the
+watches are cut so that it comes on time.
+
 The waiter's watch loop asks ``due_for(object)`` (which hands the object's suspension to ``on_job``) between
 watches and after each event (a resume makes a LIST due at once), makes the LIST, hands its items to ``on_pods``,
 and cuts its watches to ``watch_seconds`` so that the next LIST is not late (a suspended job's watches are not cut).
@@ -22,24 +26,17 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from airflow_distributed.jobstate.job_watch import JobVerdict, image_failure, pod_started
-from airflow_distributed.manifests.kubeflow_status import REPLICA_SPECS_KEY
+from airflow_distributed.jobstate.job_watch import FAILURE, JobVerdict, image_failure, pod_queued, pod_started
+from airflow_distributed.jobstate.outcome import QUEUED
 from airflow_distributed.status import FAILED
 
 #: The reason of a Kubeflow job failed by this check (its own status never says so), and how the task tells it
 #: from a verdict of the Kubeflow operator: the job did not end by itself, so the task deletes it.
 IMAGE_PULL_FAILED = "ImagePullFailed"
-
-
-def expected_pods(obj: Mapping[str, Any] | None) -> int | None:
-    """How many pods a Kubeflow job's replica specs ask for (``None``: not known from ``obj``)."""
-    if not obj:
-        return None
-    key = REPLICA_SPECS_KEY.get(str(obj.get("kind")))
-    specs = (obj.get("spec") or {}).get(key) if key else None
-    if not isinstance(specs, Mapping):
-        return None
-    return sum(int((spec or {}).get("replicas", 1)) for spec in specs.values())
+#: The same for a job that waited for capacity past ``queue_timeout``.
+QUEUE_TIMED_OUT = "QueueTimedOut"
+#: The trigger's own verdicts, which the job's status does not show.
+OWN_VERDICTS = (IMAGE_PULL_FAILED, QUEUE_TIMED_OUT)
 
 
 class PendingPods:
@@ -49,18 +46,24 @@ class PendingPods:
     :param image_pull_grace: seconds a pull may keep failing (ErrImagePull, ImagePullBackOff) before the verdict.
     :param clock: the caller's clock in seconds (the first LIST is due at once).
     :param suspended_of: whether a job object of the kind says it is suspended (``kubeflow_status.job_suspended``).
+    :param queue_timeout: seconds the job may wait for capacity, from now (``None``: no limit).
     """
 
     def __init__(self, interval: float, image_pull_grace: float, clock: Callable[[], float],
-                 suspended_of: Callable[[Mapping[str, Any]], bool] = lambda obj: False) -> None:
+                 suspended_of: Callable[[Mapping[str, Any]], bool] = lambda obj: False,
+                 queue_timeout: float | None = None) -> None:
         self.interval, self.image_pull_grace, self.clock = interval, image_pull_grace, clock
         self.suspended_of = suspended_of
+        self.queue_timeout = queue_timeout
+        self.queue_deadline = None if queue_timeout is None else clock() + queue_timeout
+        #: why the job waits for capacity, as last seen: (replica or ``None`` for the whole job, reason, message)
+        self.queued: tuple[str | None, str, str | None] | None = None
         #: when each replica's pull was first seen failing (``image_failure`` keeps it).
         self.pull_failures: dict[str, float] = {}
         self.next_at = clock()
         self.pending = True
         self.suspended = False
-        self.verdict: JobVerdict | None = None
+        self._pull_verdict: JobVerdict | None = None
         #: LISTs made, for logs and tests.
         self.lists = 0
 
@@ -70,10 +73,28 @@ class PendingPods:
         if suspended == self.suspended:
             return
         self.suspended = suspended
+        self.queued = (None, "Suspended", "the job is suspended (waiting to be admitted, e.g. by Kueue)") \
+            if suspended else None
         if suspended:
             self.pull_failures.clear()  # the pods are gone; a pull failing before does not count after
         else:
             self.pending, self.next_at = True, self.clock()
+
+    @property
+    def verdict(self) -> JobVerdict | None:
+        """A replica's image that cannot be pulled, or the job waiting for capacity past ``queue_timeout``."""
+        if self._pull_verdict is not None:
+            return self._pull_verdict
+        if self.queued is not None and self.queue_deadline is not None and self.clock() >= self.queue_deadline:
+            replica, reason, message = self.queued
+            return JobVerdict(FAILURE, replica, QUEUED, None, reason, message)
+        return None
+
+    def seconds_to_queue_deadline(self) -> float | None:
+        """Until the queue verdict, while the job waits for capacity (``None``: not waiting, or no limit)."""
+        if self.queued is None or self.queue_deadline is None:
+            return None
+        return max(0.0, self.queue_deadline - self.clock())
 
     def due(self) -> bool:
         return self.pending and not self.suspended and self.verdict is None and self.clock() >= self.next_at
@@ -88,6 +109,9 @@ class PendingPods:
     def watch_seconds(self, longest: int) -> int:
         """``timeoutSeconds`` of the next watch: it ends by the next LIST while a replica is pending (a suspended
         job's watch is not cut: its resume comes as an event)."""
+        queue = self.seconds_to_queue_deadline()
+        if queue is not None:
+            longest = max(1, min(longest, math.ceil(queue)))
         if not self.pending or self.suspended or self.verdict is not None:
             return longest
         return max(1, min(longest, math.ceil(self.next_at - self.clock())))
@@ -97,8 +121,10 @@ class PendingPods:
         now = self.clock()
         self.lists += 1
         named = sorted(((str(pod["metadata"]["name"]), pod) for pod in pods), key=lambda item: item[0])
-        self.verdict = image_failure(named, self.pull_failures, self.image_pull_grace, now)
+        self._pull_verdict = image_failure(named, self.pull_failures, self.image_pull_grace, now)
         self.pending = expected is None or len(named) < expected or not all(pod_started(pod) for _, pod in named)
+        if not self.suspended:
+            self.queued = next(((name, *queue_reason(pod)) for name, pod in named if pod_queued(pod)), None)
         # A failing pull is looked at again when its grace ends, not one interval later.
         ends = [since + self.image_pull_grace for since in self.pull_failures.values()]
         self.next_at = min([now + self.interval, *ends])
@@ -106,8 +132,18 @@ class PendingPods:
 
     def status(self) -> tuple[str, str, str]:
         """The verdict as a Kubeflow ``JobStatus``'s (state, reason, message)."""
-        assert self.verdict is not None
-        return FAILED, IMAGE_PULL_FAILED, self.verdict.describe()
+        verdict = self.verdict
+        assert verdict is not None
+        own = QUEUE_TIMED_OUT if verdict.cause == QUEUED else IMAGE_PULL_FAILED
+        return FAILED, own, verdict.describe()
 
 
-__all__ = ["IMAGE_PULL_FAILED", "PendingPods", "expected_pods"]
+def queue_reason(pod: Mapping[str, Any]) -> tuple[str, str | None]:
+    """Why a queued pod waits: the scheduler's (or Kueue's gate's) reason and message."""
+    from airflow_distributed.jobstate.job_watch import waiting_reason
+
+    reason, message = waiting_reason(pod)
+    return reason or "Unschedulable", message
+
+
+__all__ = ["IMAGE_PULL_FAILED", "OWN_VERDICTS", "QUEUE_TIMED_OUT", "PendingPods", "queue_reason"]

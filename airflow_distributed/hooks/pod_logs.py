@@ -17,19 +17,17 @@ from typing import TYPE_CHECKING, Any
 from kubernetes.watch.watch import iter_resp_lines
 
 from airflow_distributed.hooks.api_retry import api_status, is_transient, short_error
+from airflow_distributed.hooks.kube_api import LOG_ACCEPT
 from airflow_distributed.jobstate.job_watch import JobTracker, LogCursor, container_state, log_available
 from airflow_distributed.logs import TaskLog
 from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER
 
 if TYPE_CHECKING:
-    from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
+    from airflow_distributed.hooks.kube_api import KubeApiHook
 
 TAIL_LINES = 40
 #: Client-side read timeout of a follow: a quiet log is reconnected after this long (cheap), never hung on.
 FOLLOW_READ_TIMEOUT = 300.0
-#: What the generated client's ``read_namespaced_pod_log`` accepts: an API server of 1.20 refuses ``text/plain``
-#: alone with 406 (its pods/log negotiates only json, yaml and protobuf) and streams the plain log all the same.
-LOG_ACCEPT = "text/plain, application/json, application/yaml, application/vnd.kubernetes.protobuf"
 
 
 class PodLogFollower:
@@ -41,7 +39,7 @@ class PodLogFollower:
 
     def __init__(
         self,
-        hook: DistributedTrainingHook,
+        hook: KubeApiHook,
         namespace: str,
         pod: str,
         emit: Callable[[str, str], None],
@@ -154,7 +152,7 @@ class LogFollowers:
 
     def __init__(
         self,
-        hook: DistributedTrainingHook,
+        hook: KubeApiHook,
         namespace: str,
         names: Sequence[str],
         emit: Callable[[str, str], None] | None,

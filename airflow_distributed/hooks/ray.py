@@ -83,9 +83,10 @@ class RayJobHook(BaseHook):
     def address(self) -> str:
         return self._settings[0]
 
-    def _request(self, method: str, route: str) -> requests.Response:
+    def _request(self, method: str, route: str, data: str | None = None) -> requests.Response:
         address, headers, verify = self._settings
-        return requests.request(method, f"{address}{route}", headers=headers, verify=verify, timeout=REQUEST_TIMEOUT)
+        return requests.request(method, f"{address}{route}", data=data, headers=headers, verify=verify,
+                                timeout=REQUEST_TIMEOUT)
 
     def submit(self, name: str, entrypoint: str, runtime_env: Mapping[str, Any],
                metadata: Mapping[str, str] | None = None, ship_package: bool = True) -> str:
@@ -134,6 +135,20 @@ class RayJobHook(BaseHook):
         if response.status_code != 404:
             _raise_for(response, f"deleting Ray job {name}")
 
+    def renew_liveness(self, name: str) -> None:
+        """Tell job ``name``'s driver that its task still waits for it: write a new value to the job's liveness key.
+
+        The key is written through the Jobs API's package upload route (``PUT /api/packages/gcs/<key>``), which
+        stores it in the cluster's GCS key-value store, where the driver reads it: the one route of the Jobs API
+        that writes, the one this task already uses to submit (same address, headers and TLS), and one small
+        request per renewal. The value is this host's clock, only to differ from the last one: the driver measures
+        time with its own clock."""
+        from airflow_distributed.manifests.ray import liveness_key
+
+        protocol, _, package = liveness_key(name).partition("://")
+        response = self._request("PUT", f"/api/packages/{protocol}/{package}", data=f"{time.time():.6f}")
+        _raise_for(response, f"renewing the liveness of Ray job {name}")
+
     def wait_final(self, name: str, timeout: float, interval: float = 0.5) -> dict[str, Any] | None:
         """The job's details once in a final state, or as last seen after ``timeout``."""
         deadline = time.monotonic() + timeout
@@ -144,9 +159,18 @@ class RayJobHook(BaseHook):
         return info
 
 
+def renew_liveness(hook: RayJobHook, name: str, log: Any) -> None:
+    """Renew job ``name``'s liveness; an answer of the Jobs API that refuses it is said, not taken for a failure of
+    the job (the driver's grace outlasts several renewals). A dropped connection is the caller's to count."""
+    try:
+        hook.renew_liveness(name)
+    except RayJobsApiError as error:
+        log.warning("could not renew the liveness of Ray job %s: %s", name, error)
+
+
 def _raise_for(response: requests.Response, doing: str) -> None:
     if response.status_code >= 400:
         raise RayJobsApiError(f"{doing}: the Ray Jobs API answered {response.status_code}: {response.text[:500]}")
 
 
-__all__ = ["FINAL_STATES", "RayJobHook", "RayJobsApiError", "jobs_api_address"]
+__all__ = ["FINAL_STATES", "RayJobHook", "RayJobsApiError", "jobs_api_address", "renew_liveness"]

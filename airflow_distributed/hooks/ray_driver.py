@@ -6,7 +6,9 @@ does), and starts each replica's command as a subprocess of its actor with the c
 exit decides; a replica that exits non-zero stops the others. What it sees goes to its log as reports
 (``manifests.ray.report_line``), which the task reads through the Jobs API. Whatever the ending (a stop of the Ray
 Job included: SIGTERM), the replicas are stopped and the placement group removed; if the driver is SIGKILLed, Ray
-removes its actors and placement group, and a replica dies with its actor (``PR_SET_PDEATHSIG``).
+removes its actors and placement group, and a replica dies with its actor (``PR_SET_PDEATHSIG``). A job whose task
+is gone without stopping it (SIGKILLed, its worker lost) is stopped the same way once its liveness key has not
+been renewed for the job's liveness grace (``LivenessWatch``).
 
 Run as ``python -m airflow_distributed.hooks.ray_driver`` with the job's description in ``JOB_VARIABLE``. Needs
 Ray and this package (shipped with the job) on the cluster, not Airflow.
@@ -27,7 +29,8 @@ from collections import deque
 from typing import Any
 
 import ray
-from ray.util.placement_group import placement_group, remove_placement_group
+from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_get
+from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from airflow_distributed.hooks.local import TAIL_LINES, LocalProcessHook, die_with_parent
@@ -49,6 +52,58 @@ STOP_GRACE_ON_SIGTERM = 1.5
 
 class JobStopped(BaseException):
     """The Ray Job was stopped (SIGTERM to the driver)."""
+
+
+class LivenessWatch:
+    """Stops the job when the task that waits for it stopped renewing its liveness key for ``grace`` seconds.
+
+    The key (``manifests.ray.liveness_key``, written by ``RayJobHook.renew_liveness``) is read from the GCS every
+    ``grace / 10`` seconds (at most every 5 s); only a change counts, timed by this node's clock, so the two clocks
+    need not agree. The grace starts when the driver does. Past it, the driver is sent the SIGTERM a stop of the
+    Ray Job sends: the same clean-up runs, wherever the driver was waiting.
+    """
+
+    def __init__(self, key: str, grace: float, clock: Any = time.monotonic) -> None:
+        self.key = key
+        self.grace = grace
+        self._clock = clock
+        self._seen: bytes | None = None
+        self._seen = self._read()
+        self._renewed_at = clock()
+        #: set once the grace passed without a renewal
+        self.abandoned = False
+
+    def _read(self) -> bytes | None:
+        try:
+            return _internal_kv_get(self.key)
+        except Exception as error:  # the GCS unreachable a moment: not a missing renewal
+            print(f"reading the liveness key: {error}", file=sys.stderr, flush=True)
+            return self._seen
+
+    def expired(self) -> bool:
+        """Whether the grace passed since the last renewal seen (read now)."""
+        value = self._read()
+        if value is not None and value != self._seen:
+            self._seen, self._renewed_at = value, self._clock()
+        return self._clock() - self._renewed_at > self.grace
+
+    def start(self) -> None:
+        threading.Thread(target=self._watch, name="liveness", daemon=True).start()
+
+    def _watch(self) -> None:
+        while not self.expired():
+            time.sleep(min(5.0, self.grace / 10))
+        self.abandoned = True
+        print(f"the task waiting for this job renewed its liveness last {self.grace:g}s ago (killed, or its worker "
+              "lost): stopping the job", flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def remove(self) -> None:
+        """Delete the key (the job is over: nothing of it stays in the cluster)."""
+        try:
+            _internal_kv_del(self.key)
+        except Exception as error:
+            print(f"removing the liveness key: {error}", file=sys.stderr, flush=True)
 
 
 class ReplicaActor:
@@ -154,7 +209,8 @@ class Driver:
         if not self.group.wait(timeout_seconds=job["startup_timeout"]):
             return {"kind": "outcome", "ending": ending.NOT_STARTED, "replicas": [],
                     "message": f"the cluster did not reserve the job's placement group ({job['strategy']}, "
-                               f"bundles {json.dumps(job['bundles'])}) within {job['startup_timeout']:g}s"}
+                               f"bundles {json.dumps(job['bundles'])}) within {job['startup_timeout']:g}s: "
+                               f"{self._unplaced_reason()}"}
         actor_class = ray.remote(ReplicaActor)
         for index, reserved in enumerate(job["bundles"]):
             options: dict[str, Any] = {
@@ -181,6 +237,25 @@ class Driver:
                                            dict(plan.files)))
         ray.get(pids)
         return self._wait()
+
+    def _unplaced_reason(self) -> str:
+        """Why the placement group is not placed, as far as the cluster tells: its state, and for the strict
+        spread the nodes it needs against those alive; for a custom resource, whether any node has it."""
+        job = self.job
+        try:
+            state = (placement_group_table(self.group).get("stats") or {}).get("scheduling_state") or "unknown"
+            nodes = [node for node in ray.nodes() if node.get("Alive")]
+        except Exception as error:
+            return f"its state could not be read ({error})"
+        reasons = [f"scheduling state {state}"]
+        if job["strategy"] == "STRICT_SPREAD" and len(job["bundles"]) > len(nodes):
+            reasons.append(f"STRICT_SPREAD needs one node per replica ({len(job['bundles'])}) and the cluster has "
+                           f"{len(nodes)} alive")
+        known = {name for node in nodes for name in node.get("Resources") or {}}
+        missing = sorted({name for reserved in job["bundles"] for name in reserved} - known)
+        if missing:
+            reasons.append(f"no node of the cluster has the resources {', '.join(missing)}")
+        return "; ".join(reasons)
 
     def _statuses(self, polls: list[dict[str, Any]], stopped: set[int] | frozenset[int] = frozenset()
                   ) -> list[dict[str, Any]]:
@@ -265,7 +340,8 @@ class Driver:
         return report
 
     def clean_up(self, grace: float) -> None:
-        """Stop what runs, remove each node's work folder, the actors and the placement group."""
+        """Stop what runs, remove each node's work folder, the actors and the placement group (the liveness key is
+        the caller's)."""
         work_dir = os.path.dirname(self.layout.files_dir)
         try:
             if self.actors:
@@ -285,18 +361,28 @@ def _stopped(signum: int, frame: Any) -> None:
 
 def main() -> int:
     job = json.loads(os.environ[JOB_VARIABLE])
-    signal.signal(signal.SIGTERM, _stopped)
     ray.init(log_to_driver=True)
+    # After ray.init, which sets its own SIGTERM handler (a bare exit): a stop must run the clean-up below.
+    signal.signal(signal.SIGTERM, _stopped)
     driver = Driver(job)
     grace = job["stop_grace_period"]
+    watch = LivenessWatch(job["liveness_key"], job["liveness_grace"]) if job.get("liveness_key") else None
     try:
+        if watch is not None:
+            watch.start()
         report = driver.run()
     except JobStopped:
-        grace = min(grace, STOP_GRACE_ON_SIGTERM)
         report = {"kind": "outcome", "ending": ending.STOPPED, "replicas": driver._last}
+        if watch is not None and watch.abandoned:  # no Ray SIGKILL follows: the replicas get their whole grace
+            report["message"] = (f"no task renewed the job's liveness for {watch.grace:g}s (liveness_grace): the "
+                                 "job was abandoned and stopped")
+        else:
+            grace = min(grace, STOP_GRACE_ON_SIGTERM)
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the clean-up is not interrupted by a second stop
         driver.clean_up(grace)
+        if watch is not None:
+            watch.remove()
     print(report_line(report), flush=True)
     return 0 if report["ending"] == ending.SUCCEEDED else 1
 

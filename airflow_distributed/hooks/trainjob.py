@@ -7,25 +7,23 @@ resumed from its resourceVersion) with the TrainJob's own verdict (``trainjob_st
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_distributed.hooks.kubeflow import KubeflowJobHook, replica_statuses_of_pods
 from airflow_distributed.jobstate.job_watch import termination_message
-from airflow_distributed.manifests.kubeflow import KubeflowResource
-from airflow_distributed.manifests.kubeflow_status import JobStatus
+from airflow_distributed.manifests.kubeflow_kinds import KubeflowResource
+from airflow_distributed.manifests.kubeflow_status import JobKind
 from airflow_distributed.manifests.trainjob_status import (
     GROUP,
     KIND,
     NODE,
     PLURAL,
+    TRAINJOB_KIND,
     VERSION,
-    expected_nodes,
     is_launcher,
     node_rank,
     node_selector,
-    trainjob_status,
-    trainjob_suspended,
 )
 from airflow_distributed.status import ReplicaStatus
 
@@ -56,10 +54,7 @@ class TrainJobHook(KubeflowJobHook):
     ``DistributedTrainingHook``); pass ``TRAINJOB`` as the resource to the Kubeflow hook's calls."""
 
     hook_name = "Distributed training (Kubeflow Trainer)"
-    status_of: Callable[[Mapping[str, Any]], JobStatus] = staticmethod(trainjob_status)
-    pods_selector: Callable[[str], str] = staticmethod(node_selector)
-    expected_pods: Callable[[Mapping[str, Any] | None], int | None] = staticmethod(expected_nodes)
-    suspended_of: Callable[[Mapping[str, Any]], bool] = staticmethod(trainjob_suspended)
+    kind: JobKind = TRAINJOB_KIND
 
     def main_container(self, obj: Mapping[str, Any]) -> str:
         return NODE

@@ -244,6 +244,16 @@ def _waiting(pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
     return None, None
 
 
+def waiting_reason(pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """Why a pod is not running yet (``_waiting``), for waiters outside this module."""
+    return _waiting(pod)
+
+
+def pod_queued(pod: Mapping[str, Any]) -> bool:
+    """Not started and not scheduled to a node: waiting for capacity (unschedulable, gated by Kueue)."""
+    return not pod_started(pod) and not _scheduled(pod)
+
+
 def _scheduled(pod: Mapping[str, Any]) -> bool:
     """The pod is bound to a node, and the scheduler does not say otherwise."""
     conditions = (pod.get("status") or {}).get("conditions") or []
@@ -460,8 +470,7 @@ class JobTracker:
 
     def queued(self) -> list[str]:
         """Replicas whose pod is not started and not scheduled to a node (unschedulable, gated by Kueue)."""
-        return [slot.name for slot in self.slots
-                if (pod := self._pods.get(slot.name)) is not None and not pod_started(pod) and not _scheduled(pod)]
+        return [slot.name for slot in self.slots if (pod := self._pods.get(slot.name)) is not None and pod_queued(pod)]
 
     @property
     def startup_deadline(self) -> float:
@@ -678,16 +687,41 @@ def replica_table(rows: Sequence[ReplicaStatus], limit: int = TABLE_ROWS) -> str
 TABLE_INTERVAL = 10.0
 
 
+def queue_note(tracker: JobTracker) -> str | None:
+    """Why the job waits for capacity and since when, from its queued replicas' pods (``queue_note_of``); ``None``
+    when no replica is queued."""
+    return queue_note_of([(slot.name, tracker.pod(slot.name)) for slot in tracker.slots])
+
+
+def queue_note_of(pods: Sequence[tuple[str, Mapping[str, Any] | None]]) -> str | None:
+    """Why a job waits for capacity and since when, from its replicas' pods in plan order (``None``: not created):
+    the scheduler's or Kueue's condition and its transition time, the cluster's own record, so that a deferral or
+    a look from the job view tells the same time; ``None`` when no pod is queued."""
+    queued = [(name, pod) for name, pod in pods if pod is not None and pod_queued(pod)]
+    if not queued:
+        return None
+    first, pod = queued[0]
+    condition: Mapping[str, Any] = next((c for c in (pod.get("status") or {}).get("conditions") or []
+                                         if c.get("type") == "PodScheduled" and c.get("status") == "False"), {})
+    since = condition.get("lastTransitionTime") or (pod.get("metadata") or {}).get("creationTimestamp") or "?"
+    reason, message = _waiting(pod)
+    others = f" (and {len(queued) - 1} more)" if len(queued) > 1 else ""
+    return (f"{len(queued)} of {len(pods)} replicas wait to be scheduled since {since}: "
+            f"{first}{others}: {reason or 'Pending'}" + (f": {message}" if message else ""))
+
+
 class TableReporter:
-    """Hands the replicas' states to ``on_change`` when they changed, at most once every ``interval`` seconds.
+    """Hands the replicas' states to ``on_change`` when they changed, at most once every ``interval`` seconds, and
+    ``queue_note`` to ``on_queue`` (when given) when it changes: why the job waits for capacity, and since when.
 
     :param clock: the caller's clock, in seconds.
     """
 
-    def __init__(self, on_change: Any, clock: Any, interval: float = 0.0) -> None:
-        self.on_change, self.clock, self.interval = on_change, clock, interval
+    def __init__(self, on_change: Any, clock: Any, interval: float = 0.0, on_queue: Any = None) -> None:
+        self.on_change, self.clock, self.interval, self.on_queue = on_change, clock, interval, on_queue
         self.pending = False
         self.last = float("-inf")
+        self._note: str | None = None
 
     def __call__(self, changed: bool, tracker: JobTracker) -> None:
         self.pending = self.pending or changed
@@ -700,3 +734,7 @@ class TableReporter:
         if force or now - self.last >= self.interval:
             self.pending, self.last = False, now
             self.on_change(tracker.statuses())
+            if self.on_queue is not None and (note := queue_note(tracker)) != self._note:
+                self._note = note
+                if note is not None:
+                    self.on_queue(note)

@@ -124,7 +124,8 @@ def _describe(outcome: JobOutcome, startup_timeout: float | None, queue_timeout:
                 f"({_detail(outcome.reason, outcome.message)})")
     if ending == NOT_STARTED:
         within = f" within {startup_timeout:g}s" if startup_timeout is not None else ""
-        return f"replica {replica} did not start{within}: {_detail(outcome.reason, outcome.message) or 'Pending'}"
+        who = f"replica {replica}" if replica else "the job's replicas"  # a Ray job's placement group: all at once
+        return f"{who} did not start{within}: {_detail(outcome.reason, outcome.message) or 'Pending'}"
     if ending == DELETED:
         return f"the pod of replica {replica} was deleted" if replica else "the job was deleted before it finished"
     if ending == STOPPED:
@@ -137,7 +138,7 @@ def _describe(outcome: JobOutcome, startup_timeout: float | None, queue_timeout:
         return outcome.message or "the job hung"
     if ending == QUEUED:
         within = f" within {queue_timeout:g}s (queue_timeout)" if queue_timeout is not None else ""
-        return (f"replica {replica} was not scheduled{within}: "
+        return (f"{f'replica {replica}' if replica else 'the job'} was not scheduled{within}: "
                 f"{_detail(outcome.reason, outcome.message) or 'Unschedulable'}")
     if ending == POD_FAILED:
         return f"the pod of replica {replica} failed: {_detail(outcome.reason, outcome.message) or 'Failed'}"

@@ -1,39 +1,9 @@
 """``ClusterPlan`` -> one Kubeflow training resource: ``TFJob``, ``PyTorchJob``, ``MXJob``, ``MPIJob``,
-``XGBoostJob`` or ``PaddleJob`` (pure).
-
-The ``kubeflow`` backend submits the same spec as a custom resource, and the operator in the cluster creates
-the pods, their Services and the framework's variables. Resources, their replica types and the releases targeted:
-
-- tensorflow: ``TFJob`` kubeflow.org/v1, Chief (the master), PS, Worker; training-operator 1.8 / 1.9.
-- pytorch: ``PyTorchJob`` kubeflow.org/v1, Master, Worker; training-operator 1.8 / 1.9.
-- mxnet: ``MXJob`` kubeflow.org/v1, Scheduler, Server, Worker, ``jobMode: MXTrain``; training-operator <= 1.8
-  (1.9 removed MXJob).
-- horovod: ``MPIJob`` kubeflow.org/v2beta1, Launcher, Worker, ``slotsPerWorker``, ``runLauncherAsWorker`` (the
-  launcher is rank 0, as in Polyaxon), ``sshAuthMountPath``, ``mpiImplementation``; mpi-operator 0.5 / 0.6.
-- xgboost: ``XGBoostJob`` kubeflow.org/v1, Master (runs the tracker, rank 0), Worker; training-operator 1.8 / 1.9.
-- paddle: ``PaddleJob`` kubeflow.org/v1, Master (trainer 0), Worker (trainer i + 1); training-operator 1.8 / 1.9;
-  collective mode only. With a Master the operator takes a PaddleJob for what it calls PS mode: it decides success by
-  the Master, as here, and adds ``PADDLE_MASTER`` (the Master's address, where ``init_parallel_env`` then puts its
-  TCP store: the first trainer endpoint, as on the other backends), ``PADDLE_NNODES``, ``PADDLE_JOB_ID`` and
-  ``PADDLE_SERVER_NUM``/``PADDLE_TRAINER_NUM`` = 1, which only ``paddle.distributed.launch`` reads; the
-  contract's scripts call ``init_parallel_env`` with the plan's ``PADDLE_*`` variables. Paddle's own
-  parameter-server mode is refused: a PaddleJob runs pservers as its Master replicas and succeeds when they exit,
-  but pservers serve until stopped and trainer 0 decides the job here.
-- jax: none. JAXJob (training-operator 1.9) has Worker replicas only, worker 0 being the coordinator, so the
-  Polyaxon master would share one template with the workers, the output relay and ``AIRFLOW_DISTRIBUTED_OUTPUT``
-  included; ``kubeflow_problems`` refuses it and the ``kubernetes`` backend runs it.
+``XGBoostJob`` or ``PaddleJob`` (pure). The kinds and the releases targeted are in ``kubeflow_kinds``, what a
+resource cannot express (checked when the DAG is parsed) in ``kubeflow_checks``.
 
 Every replica type has ``restartPolicy: Never`` and the run policy ``backoffLimit: 0``: any replica exiting
 non-zero fails the job (CONTRACT.md).
-
-Per-index overrides. A replica spec is one pod template for every replica of its role, and its key *is* the role
-(it names the role in ``TF_CONFIG``, ``DMLC_ROLE``, the ranks of a PyTorchJob, the MPI hostfile), so none of these
-CRDs lets one role be split over two replica specs. The Polyaxon master is always a replica spec of its own
-(Chief, Master, Scheduler, Launcher), so its settings always fit. Any other index whose effective settings differ
-from the rest of its role is refused, naming the index and the settings that differ: ``kubeflow_problems`` when
-the DAG is parsed, ``ManifestError`` when building. An override equal to the default, or the same override on
-every index of a role, fits. An MPIJob also gives every host of its hostfile the same ``slotsPerWorker`` (the
-launcher too, as it runs ranks), so the launcher must have as many GPUs as a worker.
 
 Variables. The operator sets its framework's variables itself, so a plan built for this backend asks the
 framework only for those it leaves out (``Framework.kept_env``), and the templates leave out the names the operator
@@ -69,13 +39,12 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from kubernetes import client
 
-from airflow_distributed.frameworks import get_framework
+from airflow_distributed.contract import ENV_INDEX
 from airflow_distributed.frameworks.horovod import HOSTFILE, SSH_PORT
 from airflow_distributed.frameworks.paddle import PSERVER
 from airflow_distributed.frameworks.xgboost import task_id
@@ -86,11 +55,11 @@ from airflow_distributed.manifests.container_scripts import (
     wait_for_peers_command,
 )
 from airflow_distributed.manifests.gang_scheduling import KUEUE_QUEUE_LABEL, VOLCANO_SCHEDULER
+from airflow_distributed.manifests.kubeflow_checks import PADDLE_PS_REFUSED, role_conflicts, slots, slots_conflict
+from airflow_distributed.manifests.kubeflow_kinds import KubeflowKind, kubeflow_kind
 from airflow_distributed.manifests.kubeflow_status import (
-    GROUP,
     JOB_NAME_LABEL,
     REPLICA_INDEX_LABEL,
-    REPLICA_SPECS_KEY,
     REPLICA_TYPE_LABEL,
 )
 from airflow_distributed.manifests.kubernetes import (
@@ -116,8 +85,7 @@ from airflow_distributed.manifests.kubernetes_resources import (
     split_security_context,
     tolerations,
 )
-from airflow_distributed.plan import ClusterPlan, Replica, SpecReplica, expand_replicas, master_settings
-from airflow_distributed.spec.models import SECTION_OF, PodSettings, PSCluster, TrainingSpec
+from airflow_distributed.plan import ClusterPlan, Replica
 
 # Where mpi-operator mounts the hostfile it writes (OpenMPI's default hostfile on the launcher).
 MPI_HOSTFILE = "/etc/mpi/hostfile"
@@ -129,126 +97,6 @@ CleanPodPolicy = Literal["all", "running", "none"]
 CLEAN_POD_POLICIES: dict[str, str] = {"all": "All", "running": "Running", "none": "None"}
 MPIImplementation = Literal["OpenMPI", "Intel", "MPICH"]
 MPI_IMPLEMENTATIONS = ("OpenMPI", "Intel", "MPICH")
-
-
-@dataclass(frozen=True)
-class KubeflowKind:
-    """How one framework is written as a Kubeflow resource."""
-
-    framework: str
-    kind: str
-    version: str
-    plural: str
-    #: our role -> the operator's replica type
-    replica_types: Mapping[str, str]
-    #: the container the operator gives its variables to and whose exit it reads
-    container: str
-    #: name of the container port the operator reads the framework's port from; ``None`` when it reads none
-    port_name: str | None
-    #: variables the operator sets itself, left out of the templates whoever gave them (the plan has only the
-    #: framework variables the operator leaves out, ``Framework.kept_env``)
-    operator_env: frozenset[str]
-    #: spec fields every resource of this kind has, beside the replica specs and the run policy
-    fixed_spec: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-    #: variables that differ between the pods of one template and are derived from the operator's ``RANK`` at start
-    rank_derived_env: frozenset[str] = frozenset()
-
-    @property
-    def group(self) -> str:
-        return GROUP
-
-    @property
-    def api_version(self) -> str:
-        return f"{GROUP}/{self.version}"
-
-    @property
-    def replica_specs_key(self) -> str:
-        """The spec key of the replica specs, e.g. ``tfReplicaSpecs``."""
-        return REPLICA_SPECS_KEY[self.kind]
-
-    @property
-    def master_type(self) -> str:
-        return self.replica_types[get_framework(self.framework).master_role]
-
-    def replica_type(self, role: str) -> str:
-        return self.replica_types[role]
-
-    @property
-    def a_kind(self) -> str:
-        """The kind with its article, for messages: "a TFJob", "an MPIJob" (said "em-pee-eye")."""
-        return f"{'an' if self.kind.startswith('M') else 'a'} {self.kind}"
-
-
-_PYTORCH_ENV = frozenset({
-    "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "PYTHONUNBUFFERED",
-    "PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_NNODES", "PET_NODE_RANK", "PET_NPROC_PER_NODE",
-})
-_MXNET_ENV = frozenset({
-    "MX_CONFIG", "DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER",
-    "DMLC_USE_KUBERNETES",
-})
-
-KINDS: dict[str, KubeflowKind] = {
-    "tensorflow": KubeflowKind(
-        "tensorflow", "TFJob", "v1", "tfjobs",
-        MappingProxyType({"chief": "Chief", "ps": "PS", "worker": "Worker"}),
-        container="tensorflow", port_name="tfjob-port", operator_env=frozenset({"TF_CONFIG"}),
-    ),
-    "pytorch": KubeflowKind(
-        "pytorch", "PyTorchJob", "v1", "pytorchjobs",
-        MappingProxyType({"master": "Master", "worker": "Worker"}),
-        container="pytorch", port_name="pytorchjob-port", operator_env=_PYTORCH_ENV,
-    ),
-    "mxnet": KubeflowKind(
-        "mxnet", "MXJob", "v1", "mxjobs",
-        MappingProxyType({"scheduler": "Scheduler", "server": "Server", "worker": "Worker"}),
-        container="mxnet", port_name="mxjob-port", operator_env=_MXNET_ENV,
-        fixed_spec=MappingProxyType({"jobMode": "MXTrain"}),
-    ),
-    "horovod": KubeflowKind(
-        "horovod", "MPIJob", "v2beta1", "mpijobs",
-        MappingProxyType({"launcher": "Launcher", "worker": "Worker"}),
-        # mpi-operator sets OMPI_MCA_orte_default_hostfile (and its other MPI variables) itself.
-        container="mpi", port_name=None, operator_env=frozenset({"OMPI_MCA_orte_default_hostfile"}),
-        # The launcher runs ranks too (Polyaxon's rank 0), so it is a host of the hostfile.
-        fixed_spec=MappingProxyType({"runLauncherAsWorker": True, "sshAuthMountPath": horovod_ssh.SSH_DIR}),
-    ),
-    "xgboost": KubeflowKind(
-        "xgboost", "XGBoostJob", "v1", "xgboostjobs",
-        MappingProxyType({"master": "Master", "worker": "Worker"}),
-        container="xgboost", port_name="xgboostjob-port",
-        operator_env=frozenset({"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"}),
-        rank_derived_env=frozenset({"DMLC_TASK_ID"}),
-    ),
-    "paddle": KubeflowKind(
-        "paddle", "PaddleJob", "v1", "paddlejobs",
-        MappingProxyType({"master": "Master", "worker": "Worker"}),
-        container="paddle", port_name="master", operator_env=frozenset({"PYTHONUNBUFFERED"}),
-        rank_derived_env=frozenset({"PADDLE_TRAINER_ID", "PADDLE_CURRENT_ENDPOINT"}),
-    ),
-}
-
-
-def kubeflow_kind(framework: str) -> KubeflowKind:
-    try:
-        return KINDS[framework]
-    except KeyError:
-        raise ValueError(f"framework {framework!r} has no Kubeflow resource; allowed: {', '.join(KINDS)}") from None
-
-
-@dataclass(frozen=True)
-class KubeflowResource:
-    """What ``CustomObjectsApi`` calls take to address a kind."""
-
-    group: str
-    version: str
-    plural: str
-    kind: str
-
-
-def kubeflow_resource(framework: str) -> KubeflowResource:
-    kind = kubeflow_kind(framework)
-    return KubeflowResource(kind.group, kind.version, kind.plural, kind.kind)
 
 
 @dataclass(frozen=True)
@@ -315,107 +163,6 @@ class KubeflowJobOptions:
         return CLEAN_POD_POLICIES[self.clean_pod_policy or "running"]
 
 
-# ------------------------------------------------------------------------------------------ one template per role
-
-
-PADDLE_PS_REFUSED = (
-    "a PaddleJob runs parameter servers as its Master replicas and succeeds when they exit, but Paddle's pservers "
-    "serve until stopped and trainer 0 decides the job; backend='kubeflow' takes Paddle's collective mode only "
-    "(n_ps: 0); use backend='kubernetes' for parameter-server mode"
-)
-
-
-def kubeflow_problems(spec: TrainingSpec) -> list[tuple[str, str]]:
-    """``(path, message)`` for every part of a valid spec that its Kubeflow resource cannot express.
-
-    For the operator's checks when the DAG is parsed; ``build_kubeflow_job`` raises the same as ``ManifestError``.
-    """
-    if spec.framework not in KINDS:
-        return [("backend", f"framework '{spec.framework}' has no Kubeflow resource; backend='kubeflow' takes "
-                 f"{', '.join(KINDS)}; use backend='kubernetes' (one pod per replica, no operator needed)")]
-    kind = kubeflow_kind(spec.framework)
-    cluster = spec.cluster
-    section = f"environment.{SECTION_OF[spec.framework]}"
-    problems: list[tuple[str, str]] = []
-    if spec.framework == "paddle" and isinstance(cluster, PSCluster) and cluster.n_ps:
-        problems.append((f"{section}.n_ps", PADDLE_PS_REFUSED))
-    if getattr(cluster, "elastic", None) is not None:
-        # The task wraps every replica in torchrun with its own rendezvous; a PyTorchJob's elasticPolicy does that
-        # in the operator instead, with other names and restart rules.
-        problems.append((f"{section}.elastic", "is not supported with backend='kubeflow'; use backend='kubernetes' "
-                         "or 'local', where the task restarts lost replicas itself"))
-    by_role: dict[str, list[SpecReplica]] = {}
-    for slot in expand_replicas(spec):
-        # The master has a replica type of its own; a role the kind has none for was refused above (Paddle's pservers).
-        if slot.spec_key is not None and slot.role in kind.replica_types:
-            by_role.setdefault(slot.role, []).append(slot)
-    for role, slots in by_role.items():
-        spec_key = slots[0].spec_key
-        default = getattr(cluster, f"default_{spec_key}") or PodSettings()
-        for index, message in _role_conflicts(kind, role, [slot.settings for slot in slots], default):
-            override = slots[index].override
-            where = f"{section}.{spec_key}" + (f"[{override}]" if override is not None else "")
-            problems.append((where, message))
-    if spec.framework == "horovod":
-        workers = by_role.get("worker", [])
-        conflict = _slots_conflict(master_settings(spec), workers[0].settings if workers else None)
-        if conflict:
-            problems.append(("environment.resources.gpu", conflict))
-    return problems
-
-
-def _role_conflicts(
-    kind: KubeflowKind, role: str, settings: Sequence[PodSettings], default: PodSettings | None = None
-) -> list[tuple[int, str]]:
-    """(index, message) for each replica whose settings are not those most of its role share.
-
-    :param default: the role's default settings, which stand for the role on a tie.
-    """
-    if len(settings) < 2 or all(item == settings[0] for item in settings):
-        return []
-    # The settings most replicas share stand for the role (on a tie the default's, else the lowest index's), so
-    # the message names the odd ones out, usually the overridden indices.
-    distinct: list[PodSettings] = []
-    counts: list[int] = []
-    for item in settings:
-        if item in distinct:
-            counts[distinct.index(item)] += 1
-        else:
-            distinct.append(item)
-            counts.append(1)
-    tied = [item for item, count in zip(distinct, counts) if count == max(counts)]
-    reference = default if default in tied else tied[0]
-    rtype = kind.replica_type(role)
-    conflicts = []
-    for index, item in enumerate(settings):
-        if item == reference:
-            continue
-        differing = sorted(
-            key for key in PodSettings.model_fields if getattr(item, key) != getattr(reference, key)
-        )
-        conflicts.append((
-            index,
-            f"index {index} of {role} has its own {', '.join(differing)}, but {kind.a_kind} runs all "
-            f"{len(settings)} {rtype} replicas from one pod template; give every {role} the same settings, "
-            "or use backend='kubernetes'",
-        ))
-    return conflicts
-
-
-def _slots(settings: PodSettings) -> int:
-    return max(settings.resources.device_count("gpu"), 1) if settings.resources else 1
-
-
-def _slots_conflict(launcher: PodSettings, worker: PodSettings | None) -> str | None:
-    if worker is None or _slots(launcher) == _slots(worker):
-        return None
-    return (
-        f"the launcher has {_slots(launcher)} slot(s) (GPUs, else 1) and each worker {_slots(worker)}, but an "
-        "MPIJob gives every host, launcher included, the same slotsPerWorker; give the launcher as many GPUs as a "
-        "worker, or use backend='kubernetes'"
-    )
-
-
 # -------------------------------------------------------------------------------------------------------- build
 
 
@@ -452,7 +199,7 @@ def build_kubeflow_job(plan: ClusterPlan, options: KubeflowJobOptions) -> dict[s
     }
     spec: dict[str, Any] = {**kind.fixed_spec, "runPolicy": _run_policy(plan, options)}
     if plan.framework == "horovod":
-        spec["slotsPerWorker"] = _slots(plan.master.settings)
+        spec["slotsPerWorker"] = slots(plan.master.settings)
         spec["mpiImplementation"] = options.mpi_implementation
     spec[kind.replica_specs_key] = replica_specs
     metadata: dict[str, Any] = {"name": plan.job_name, "namespace": pods.namespace, "labels": job_labels}
@@ -484,10 +231,10 @@ def _check_plan(plan: ClusterPlan, options: KubeflowJobOptions, kind: KubeflowKi
 def _check_templates(plan: ClusterPlan, kind: KubeflowKind, by_role: Mapping[str, list[Replica]]) -> None:
     problems = []
     for role, replicas in by_role.items():
-        problems += [message for _, message in _role_conflicts(kind, role, [r.settings for r in replicas])]
+        problems += [message for _, message in role_conflicts(kind, role, [r.settings for r in replicas])]
     if plan.framework == "horovod":
         workers = by_role.get("worker", [])
-        message = _slots_conflict(plan.master.settings, workers[0].settings if workers else None)
+        message = slots_conflict(plan.master.settings, workers[0].settings if workers else None)
         if message:
             problems.append(message)
     if problems:
@@ -667,7 +414,7 @@ def _template_env(plan: ClusterPlan, kind: KubeflowKind, replicas: Sequence[Repl
     """The role's variables: the plan's (with only the framework variables the operator leaves out) less those the
     operator sets and less the index."""
     first = replicas[0]
-    dropped = kind.operator_env | {"AIRFLOW_DISTRIBUTED_INDEX"}
+    dropped = kind.operator_env | {ENV_INDEX}
     if len(replicas) > 1:
         dropped |= kind.rank_derived_env  # set by the command, see derive_task_id_command
     shared = {name: value for name, value in first.env.items() if name not in dropped}
@@ -681,12 +428,12 @@ def _template_env(plan: ClusterPlan, kind: KubeflowKind, replicas: Sequence[Repl
             )
     variables = env_vars(shared)
     if len(replicas) == 1 and first.index == 0:
-        variables += env_vars({"AIRFLOW_DISTRIBUTED_INDEX": "0"})
+        variables += env_vars({ENV_INDEX: "0"})
     else:
         # One template, many indices: each pod reads its own from the label the operator gives it.
         selector = model(client.V1ObjectFieldSelector, field_path=f"metadata.labels['{REPLICA_INDEX_LABEL}']")
         source = model(client.V1EnvVarSource, field_ref=selector)
-        variables.append(model(client.V1EnvVar, name="AIRFLOW_DISTRIBUTED_INDEX", value_from=source))
+        variables.append(model(client.V1EnvVar, name=ENV_INDEX, value_from=source))
     return sorted(variables, key=lambda var: var.name)
 
 
@@ -694,19 +441,13 @@ __all__ = [
     "CLEAN_POD_POLICIES",
     "HOROVOD_HOSTFILE_FLAG",
     "JOB_NAME_LABEL",
-    "KINDS",
     "MPI_HOSTFILE",
     "REPLICA_INDEX_LABEL",
     "REPLICA_TYPE_LABEL",
     "KubeflowAddressing",
     "KubeflowJobOptions",
-    "KubeflowKind",
-    "KubeflowResource",
     "ManifestError",
     "build_kubeflow_job",
     "derive_task_id_command",
     "derive_trainer_id_command",
-    "kubeflow_kind",
-    "kubeflow_problems",
-    "kubeflow_resource",
 ]

@@ -12,7 +12,7 @@ one winning over any other, since a finished job never runs again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
@@ -107,6 +107,33 @@ def suspended_condition(obj: Mapping[str, Any]) -> bool:
     """A ``Suspended`` condition is ``True`` (the Kubeflow operators' and the Trainer controller's own type)."""
     return any(condition.get("type") == "Suspended" and condition.get("status") == "True"
                for condition in (obj.get("status") or {}).get("conditions") or [] if isinstance(condition, Mapping))
+
+
+def expected_pods(obj: Mapping[str, Any] | None) -> int | None:
+    """How many pods a Kubeflow job's replica specs ask for (``None``: not known from ``obj``)."""
+    if not obj:
+        return None
+    key = REPLICA_SPECS_KEY.get(str(obj.get("kind")))
+    specs = (obj.get("spec") or {}).get(key) if key else None
+    if not isinstance(specs, Mapping):
+        return None
+    return sum(int((spec or {}).get("replicas", 1)) for spec in specs.values())
+
+
+@dataclass(frozen=True)
+class JobKind:
+    """How a waiter reads the objects of one custom job kind. One object per kind, held by its hook and its trigger
+    alike, so that the synchronous and the deferred waits judge a job the same way."""
+
+    #: the job's state from its conditions
+    status_of: Callable[[Mapping[str, Any]], JobStatus]
+    #: the label selector of a job's pods (the pull-failure check's LISTs)
+    pods_selector: Callable[[str], str]
+    #: how many pods the job asks for (``None``: not known from the object)
+    expected_pods: Callable[[Mapping[str, Any] | None], int | None]
+    #: whether the object says the job is suspended (no pods on purpose, no pod LISTs then)
+    suspended_of: Callable[[Mapping[str, Any] | None], bool]
+
 
 
 def replica_statuses(obj: Mapping[str, Any]) -> dict[str, ReplicaCounts]:
@@ -205,3 +232,7 @@ def _failed_replicas(status: Mapping[str, Any]) -> str:
         if counts.failed
     ]
     return f"failed replicas: {', '.join(failed)}" if failed else ""
+
+
+#: The Kubeflow Training Operator's jobs (TFJob, PyTorchJob, MXJob, MPIJob, XGBoostJob, PaddleJob).
+KUBEFLOW_KIND = JobKind(job_status, pod_selector, expected_pods, job_suspended)

@@ -33,6 +33,7 @@ from typing import Any, Literal, TypeVar
 from airflow.providers.cncf.kubernetes.utils.xcom_sidecar import PodDefaults, add_xcom_sidecar
 from kubernetes import client
 
+from airflow_distributed.contract import ENV_CLUSTER
 from airflow_distributed.frameworks import get_framework
 from airflow_distributed.frameworks.horovod import SSH_PORT
 from airflow_distributed.manifests import horovod_ssh
@@ -84,7 +85,7 @@ SIDECAR_CONTAINER = PodDefaults.SIDECAR_CONTAINER_NAME
 MODEL_VOLUME = "model-dir"
 FILES_VOLUME = "files"
 SECRET_FILES_VOLUME = "secret-files"
-CLUSTER_VARIABLE = "AIRFLOW_DISTRIBUTED_CLUSTER"
+CLUSTER_VARIABLE = ENV_CLUSTER
 #: Key of the cluster map in the job's ConfigMap (also a file in the files directory).
 CLUSTER_KEY = "cluster.json"
 TRAINING_PORT_NAME = "training"

@@ -49,6 +49,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from airflow_distributed.contract import ENV_INDEX, ENV_ROLE
+from airflow_distributed.frameworks import all_frameworks
 from airflow_distributed.manifests.trainjob_status import GROUP, KIND, NODE, VERSION
 from airflow_distributed.plan import ClusterPlan, indexed_settings, master_settings
 from airflow_distributed.spec.models import SECTION_OF, PodSettings, TrainingSpec
@@ -58,12 +60,11 @@ if TYPE_CHECKING:
 
 RuntimeKind = Literal["ClusterTrainingRuntime", "TrainingRuntime"]
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
-#: framework -> the built-in runtime its TrainJobs reference when ``runtime`` is not given.
-DEFAULT_RUNTIMES: dict[str, str] = {"pytorch": "torch-distributed", "jax": "jax-distributed",
-                                    "xgboost": "xgboost-distributed"}
+#: framework -> the built-in runtime its TrainJobs reference when ``runtime`` is not given (``trainer_runtime``).
+DEFAULT_RUNTIMES: dict[str, str] = {fw.name: fw.trainer_runtime for fw in all_frameworks() if fw.trainer_runtime}
 #: Frameworks that run on an MPI runtime (``mlPolicy.mpi``), which Trainer does not ship for them: ``runtime`` is
 #: required.
-MPI_FRAMEWORKS = frozenset({"horovod"})
+MPI_FRAMEWORKS = frozenset(fw.name for fw in all_frameworks() if fw.trainer_mpi)
 #: The replicated job of an MPI runtime whose pod runs ``trainer.command`` (Trainer's ``constants.Launcher``).
 LAUNCHER = "launcher"
 #: The ``manager`` of this project's runtime patch (the key other managers, e.g. Kueue, keep theirs apart by).
@@ -78,13 +79,10 @@ RUNTIME_ENV = frozenset({"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "P
                          "OMPI_MCA_orte_default_hostfile", "OMPI_MCA_plm_rsh_args", "OMPI_MCA_orte_keep_fqdn_hostnames",
                          "OMPI_MCA_orte_set_default_slots"})
 # Set per node by node_program, from the completion index.
-NODE_ENV = frozenset({"AIRFLOW_DISTRIBUTED_ROLE", "AIRFLOW_DISTRIBUTED_INDEX", "RANK", "WORLD_SIZE", "MASTER_ADDR",
+NODE_ENV = frozenset({ENV_ROLE, ENV_INDEX, "RANK", "WORLD_SIZE", "MASTER_ADDR",
                       "MASTER_PORT", "DMLC_TASK_ID", "DMLC_NUM_WORKER"})
 
-_NO_RUNTIME = {
-    "tensorflow": "TensorFlow has no Kubeflow Trainer v2 runtime",
-    "mxnet": "MXNet has no Kubeflow Trainer v2 runtime",
-}
+_NO_RUNTIME = {fw.name: fw.no_trainer_runtime for fw in all_frameworks() if fw.no_trainer_runtime}
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_distributed.manifests.kubeflow_status import JobStatus, suspended_condition
+from airflow_distributed.manifests.kubeflow_status import JobKind, JobStatus, suspended_condition
 from airflow_distributed.status import FAILED, PENDING, RUNNING, SUCCEEDED
 
 GROUP = "trainer.kubeflow.org"
@@ -153,6 +153,10 @@ def _duration(seconds: int) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
+#: TrainJobs: judged by their conditions, their pods the JobSet's node (and launcher) pods.
+TRAINJOB_KIND = JobKind(trainjob_status, node_selector, expected_nodes, trainjob_suspended)
+
+
 __all__ = [
     "COMPLETION_INDEX_LABEL",
     "GROUP",
@@ -162,8 +166,10 @@ __all__ = [
     "NODE",
     "PLURAL",
     "REPLICATED_JOB_LABEL",
+    "TRAINJOB_KIND",
     "VERSION",
     "TrainerProgress",
+    "expected_nodes",
     "is_launcher",
     "node_rank",
     "node_selector",

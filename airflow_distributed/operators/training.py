@@ -91,11 +91,11 @@ class DistributedTrainingOperator(BaseOperator):
     :param wait_for_completion: wait for the job to finish (the local backend always waits).
     :param startup_timeout: seconds a replica may stay pending before the job fails (Kubernetes); with
         ``queue_timeout``, counted from when the last replica was scheduled.
-    :param queue_timeout: ``backend="kubernetes"``: how long the replicas may wait to be scheduled (no capacity or
-        quota: unschedulable, held by Kueue), a ``timedelta`` or seconds, from the start of the wait; past it the
-        task fails with ``ReplicaNotScheduledError`` naming the scheduler's reason. Default: none, and
-        ``startup_timeout`` covers the wait for scheduling too. The local backend ignores it; the Kubeflow ones
-        refuse it.
+    :param queue_timeout: the cluster backends: how long the replicas may wait to be scheduled (no capacity or
+        quota: unschedulable, held or suspended by Kueue), a ``timedelta`` or seconds, from the start of the wait;
+        past it the task fails with ``ReplicaNotScheduledError`` naming the scheduler's (or Kueue's) reason. Default:
+        none, and on ``backend="kubernetes"`` ``startup_timeout`` covers the wait for scheduling too. The local
+        backend ignores it; ``ray`` refuses it.
     :param image_pull_grace: seconds a replica's image pull may keep failing (``ErrImagePull``,
         ``ImagePullBackOff``) before the job fails, for registries that flap; a pull that succeeds within it does
         not fail the job. Default 0: the first failed pull fails the job, naming the replica, the image and the
@@ -107,6 +107,11 @@ class DistributedTrainingOperator(BaseOperator):
     :param settle_period: seconds the other replicas get to finish on their own after the master succeeds.
     :param kubernetes_conn_id: the cncf provider's Kubernetes connection (Kubernetes backend).
     :param ray_conn_id: the Ray cluster's connection (its dashboard, where the Jobs API is), ``backend="ray"``.
+    :param ray_options: ``backend="ray"`` only (refused by the others), a dict of ``manifests.ray.RayOptions``
+        fields: ``placement_strategy`` (``PACK`` by default, ``SPREAD``, ``STRICT_PACK``, ``STRICT_SPREAD``),
+        ``resources`` (Ray custom resources every replica's bundle reserves, name to amount), ``accelerator_type``
+        (e.g. ``A100``) and ``liveness_grace`` (seconds a job goes on after its task is lost, SIGKILLed, before its
+        driver stops it; default 300). See ``docs/ray.md``.
     :param namespace: namespace of the job's objects, a DNS-1123 label (checked when the DAG is parsed, and once
         rendered before anything is created); default: the connection's ``namespace`` extra, else ``default``.
         (templated)
@@ -140,12 +145,13 @@ class DistributedTrainingOperator(BaseOperator):
         refused or whose arguments are invalid, and leaves a script's error to ``retries``; see
         ``docs/failures.md``. Give another policy to replace it (``ExceptionRetryPolicy(rules=[])``: plain
         ``retries`` for every failure). On Airflow < 3.3 there is none, and the errors' classes are still raised.
-    :param progress_timeout: the hang watchdog (``backend="local"``; refused by the others), a ``timedelta`` or
-        seconds: when the master has reported no progress or metric (``tracking.log_progress``/``log_metrics``)
-        and printed no line for that long while every replica runs, the job is hung: each replica prints its Python
-        stacks (where its script imports ``airflow_distributed.tracking``), every replica is stopped, and the task
-        fails with ``JobHungError``, naming the last step reported and quoting each replica's last lines. A job
-        that is slow but reports is never stopped by it. Default: none.
+    :param progress_timeout: the hang watchdog (``backend="local"`` and ``"kubernetes"``, in the task or the
+        triggerer; refused by the others), a ``timedelta`` or seconds: when the master has reported no progress or
+        metric (``tracking.log_progress``/``log_metrics``) and printed no line for that long while every replica
+        runs, the job is hung: each replica prints its Python stacks (where its script imports
+        ``airflow_distributed.tracking``; on Kubernetes asked over pods/exec), every replica is stopped (the
+        Kubernetes job deleted), and the task fails with ``JobHungError``, naming the last step reported and
+        quoting each replica's last lines. A job that is slow but reports is never stopped by it. Default: none.
     :param watch_timings: how the wait watches the job (Kubernetes and Kubeflow backends, synchronous and
         deferred), a dict of ``hooks.watch_loop.WatchTimings`` fields: ``server_timeout`` (``timeoutSeconds`` of
         each watch request, default 300), ``read_timeout_margin`` (client read timeout above it, 30),
@@ -185,6 +191,7 @@ class DistributedTrainingOperator(BaseOperator):
         settle_period: float = 5.0,
         kubernetes_conn_id: str | None = "kubernetes_default",
         ray_conn_id: str | None = "ray_default",
+        ray_options: Mapping[str, Any] | None = None,
         namespace: str | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         logging_interval: float | None = DEFAULT_LOGGING_INTERVAL,
@@ -231,6 +238,7 @@ class DistributedTrainingOperator(BaseOperator):
         self.settle_period = settle_period
         self.kubernetes_conn_id = kubernetes_conn_id
         self.ray_conn_id = ray_conn_id
+        self.ray_options = dict(ray_options) if isinstance(ray_options, Mapping) else ray_options
         self.namespace = namespace
         self.deferrable = deferrable
         self.logging_interval = logging_interval
@@ -303,6 +311,9 @@ class DistributedTrainingOperator(BaseOperator):
                                      or not 0 < wait < float("inf")):
                 problems.append((limit, "is not allowed: a timedelta or seconds, a number > 0"))
         problems.extend(_watch_timings_problems(self.watch_timings))
+        if self.ray_options is not None and self.backend != "ray":
+            problems.append(("ray_options", f"is read by backend='ray' only; backend={self.backend!r} places no Ray "
+                             "placement group: remove it, or use backend='ray'"))
         if self._backend is not None:
             problems.extend(self._backend.check(BackendSettings.of(self), spec))
         if self.model_asset is not None:

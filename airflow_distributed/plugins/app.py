@@ -26,13 +26,8 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from airflow_distributed.plugins import page
-from airflow_distributed.plugins.job_state import (
-    DEFAULT_SOURCES,
-    JobStateSource,
-    TaskInstanceRef,
-    read_job,
-    task_instance_state,
-)
+from airflow_distributed.plugins.job_source import JobStateSource, TaskInstanceRef
+from airflow_distributed.plugins.job_state import DEFAULT_SOURCES, read_job, task_instance_state
 from airflow_distributed.plugins.urls import URL_PREFIX, job_api_path
 
 #: The page is inline CSS and SVG only: no script may run, no resource loads, only Airflow's UI may frame it.

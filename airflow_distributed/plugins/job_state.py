@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
+from airflow_distributed.plugins.job_source import JobStateSource, TaskInstanceRef
 from airflow_distributed.plugins.live_kubernetes import LiveKubernetesJobState
 
 if TYPE_CHECKING:
@@ -23,26 +23,6 @@ if TYPE_CHECKING:
 JOB_XCOM_KEY = "job"
 #: The XCom key of a running local job's record (``backends.local_live``).
 LIVE_XCOM_KEY = "job_live"
-
-
-@dataclass(frozen=True)
-class TaskInstanceRef:
-    """One task instance of ``DistributedTrainingOperator`` (``map_index`` -1 when the task is not mapped)."""
-
-    dag_id: str
-    run_id: str
-    task_id: str
-    map_index: int = -1
-
-
-@runtime_checkable
-class JobStateSource(Protocol):
-    """Something that can tell the state of the job a task instance ran or is running."""
-
-    #: Shown with the record (``"recorded"``, ``"live"``), so a reader knows whether it can still change.
-    name: str
-
-    def read(self, ref: TaskInstanceRef, session: Session) -> dict[str, Any] | None: ...
 
 
 class RecordedJobState:

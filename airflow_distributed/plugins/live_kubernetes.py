@@ -32,7 +32,7 @@ from airflow_distributed.strict_json import StrictJson
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-    from airflow_distributed.plugins.job_state import TaskInstanceRef
+    from airflow_distributed.plugins.job_source import TaskInstanceRef
 
 #: Seconds the view waits for the Kubernetes API, unless ``[distributed] live_view_timeout`` says otherwise.
 DEFAULT_TIMEOUT = 5.0
@@ -318,7 +318,7 @@ def live_record(name: str, namespace: str, framework: str | None, pods: list[dic
                 logs: dict[str, list[str]], report: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A job record in the shape of the ``job`` XCom, from the pods' current states and the master's newest live
     record (progress, metrics, history so far), sanitised as every report is (pure)."""
-    from airflow_distributed.jobstate.job_watch import ReplicaSlot, replica_status
+    from airflow_distributed.jobstate.job_watch import ReplicaSlot, queue_note_of, replica_status
 
     rows = []
     for pod in pods:
@@ -326,17 +326,20 @@ def live_record(name: str, namespace: str, framework: str | None, pods: list[dic
         labels = meta.get("labels") or {}
         slot = ReplicaSlot(str(meta.get("name", "")), str(labels.get(ROLE_LABEL, "")),
                            _index(labels.get(INDEX_LABEL)), labels.get(MASTER_LABEL) == "true")
-        rows.append((not slot.is_master, slot.role, slot.index, replica_status(slot, pod)))
+        rows.append((not slot.is_master, slot.role, slot.index, replica_status(slot, pod), pod))
     rows.sort(key=lambda row: row[:3])
     document = sanitise_document(report or {})
+    # Why the job waits for capacity, and since when, as the task log says it.
+    queued = queue_note_of([(row[3].name, row[4]) for row in rows])
     return {
+        **({"note": f"Waiting for capacity: {queued}"} if queued else {}),
         "job_name": name, "framework": framework, "backend": "kubernetes", "namespace": namespace,
         "state": "running", "metrics": document["metrics"], "model_path": None, "history": document["history"],
         **({"progress": document["progress"]} if document.get("progress") else {}),
         "replicas": [
             {"name": s.name, "role": s.role, "index": s.index, "state": s.state, "exit_code": s.exit_code,
              "where": s.where, "reason": s.reason, "restarts": s.restarts}
-            for *_, s in rows
+            for *_, s, _ in rows
         ],
         "logs": logs,
     }
@@ -393,9 +396,14 @@ def kubeflow_live_record(location: JobLocation, namespace: str, framework: str |
     """A running Kubeflow job or TrainJob in the shape of the ``job`` XCom (pure): its replicas from its pods, the
     master's newest live record; a TrainJob without one shows its ``status.trainerStatus`` (behind the
     ``TrainJobStatus`` feature gate), which it shows besides in any case."""
+    from airflow_distributed.manifests.kubeflow_status import job_suspended
+    from airflow_distributed.manifests.trainjob_status import trainjob_suspended
+
     obj, rows = found
     document = sanitise_document(report or {})
     record: dict[str, Any] = {
+        **({"note": "Waiting for capacity: the job is suspended (waiting to be admitted, e.g. by Kueue)"}
+           if obj is not None and (job_suspended(obj) or trainjob_suspended(obj)) else {}),
         "job_name": location.job_name, "framework": framework, "backend": location.backend, "namespace": namespace,
         "state": "running", "metrics": document["metrics"], "model_path": None, "history": document["history"],
         **({"progress": document["progress"]} if document.get("progress") else {}),

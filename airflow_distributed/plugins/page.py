@@ -20,7 +20,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
 from airflow_distributed.plugins.charts import finite, format_integer, format_number, line_chart, series
-from airflow_distributed.plugins.job_state import TaskInstanceRef
+from airflow_distributed.plugins.job_source import TaskInstanceRef
 from airflow_distributed.status import progress_text
 
 #: Task instance states in which the record may still appear: the "no record yet" page reloads itself.

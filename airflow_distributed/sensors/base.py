@@ -30,6 +30,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from airflow_distributed.backends.kubeflow import KubeflowJobRun
 from airflow_distributed.backends.trainjob import TrainJobRun
+from airflow_distributed.contract import ENV_FRAMEWORK
+from airflow_distributed.frameworks import all_frameworks
 from airflow_distributed.jobstate.job_watch import (
     JobTracker,
     JobVerdict,
@@ -51,12 +53,13 @@ if TYPE_CHECKING:
     from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
     from airflow_distributed.jobstate.job_watch import JobTracker, ReplicaSlot
 
-#: Kubeflow kind -> framework (``manifests.kubeflow.KINDS``, kept here so that parsing a DAG imports no client).
+#: Kubeflow kind -> framework (``manifests.kubeflow_kinds.KINDS``, kept here so that parsing a DAG imports no client;
+#: a test keeps the two equal).
 KIND_FRAMEWORK: dict[str, str] = {"TFJob": "tensorflow", "PyTorchJob": "pytorch", "MXJob": "mxnet",
                                   "MPIJob": "horovod", "XGBoostJob": "xgboost", "PaddleJob": "paddle"}
 #: Kubeflow Trainer v2's one kind; any framework with a Trainer runtime (TensorFlow and MXNet have none).
 TRAINJOB_KIND = "TrainJob"
-_NO_TRAINER_RUNTIME = ("tensorflow", "mxnet")
+_NO_TRAINER_RUNTIME = frozenset(fw.name for fw in all_frameworks() if fw.no_trainer_runtime)
 #: A startup window no job reaches: a sensor judges a job's end, not how long its pods take to start.
 _NO_STARTUP_LIMIT = 10.0**9
 
@@ -188,7 +191,7 @@ class DistributedJobSensor(BaseSensorOperator):
             self.log.info("job %s/%s is running:\n%s", namespace, self.job_name, replica_table(tracker.statuses()))
             return False
         master = tracker.pod(tracker.master.name) or {}
-        framework = _pod_env(master, "AIRFLOW_DISTRIBUTED_FRAMEWORK") or self.framework or "unknown"
+        framework = _pod_env(master, ENV_FRAMEWORK) or self.framework or "unknown"
         self._check_framework(framework, f"job {namespace}/{self.job_name}")
         if not verdict.succeeded:
             raise AirflowFailException(f"job {namespace}/{self.job_name} failed: {verdict.describe()}")
@@ -217,7 +220,7 @@ class DistributedJobSensor(BaseSensorOperator):
         if obj is None:
             self.log.info("%s does not exist (yet)", what)
             return False
-        status = hook.status_of(obj)
+        status = hook.kind.status_of(obj)
         if status.state not in (SUCCEEDED, FAILED):
             self._check_pulls(hook, namespace, obj, what)
             self.log.info("%s is %s: %s", what, status.state, status.message or status.reason)
@@ -238,7 +241,7 @@ class DistributedJobSensor(BaseSensorOperator):
         """A Kubeflow job whose replica's image cannot be pulled stays ``Created``: while some replica has not
         started, each poke LISTs the job's pods and applies the ``kubernetes`` backend's pull-failure verdict; not
         while the job is suspended (no pods on purpose, maybe for hours), whose resume starts its replicas again."""
-        if hook.suspended_of(obj):
+        if hook.kind.suspended_of(obj):
             self._pull_failures, self._all_started = {}, False
             return
         if self._all_started:
@@ -251,7 +254,7 @@ class DistributedJobSensor(BaseSensorOperator):
         verdict = image_failure(named, self._pull_failures, self.image_pull_grace, time.time())
         if verdict is not None:
             raise AirflowFailException(f"{what} failed: {verdict.describe()}")
-        expected = hook.expected_pods(obj)
+        expected = hook.kind.expected_pods(obj)
         # Kept for the pokes of this try only (poke mode); a started pod does not pull its image again.
         self._all_started = expected is not None and len(named) >= expected and all(
             pod_started(pod) for _, pod in named)

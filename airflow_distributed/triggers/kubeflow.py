@@ -24,10 +24,10 @@ from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHo
 
 from airflow_distributed.hooks.api_retry import acall_with_retries
 from airflow_distributed.hooks.kubeflow import main_container
-from airflow_distributed.hooks.object_watch import ObjectWatch
-from airflow_distributed.hooks.pending_pods import PendingPods, expected_pods
+from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
+from airflow_distributed.hooks.pending_pods import PendingPods
 from airflow_distributed.jobstate.job_watch import log_available
-from airflow_distributed.manifests.kubeflow_status import job_status, job_suspended, master_pod_selector, pod_selector
+from airflow_distributed.manifests.kubeflow_status import KUBEFLOW_KIND, JobKind, master_pod_selector
 from airflow_distributed.manifests.trainjob_status import is_launcher
 from airflow_distributed.status import FAILED, SUCCEEDED
 from airflow_distributed.triggers.base import JobWaitTrigger
@@ -66,14 +66,10 @@ class KubeflowJobTrigger(JobWaitTrigger):
     version: str
     plural: str
     delete_on_kill: bool
-    #: How an object of the kind is judged (a subclass for another kind has its own).
-    status_of = staticmethod(job_status)
-    #: The label selector of a job's pods, and how many it asks for (the pull-failure check's LISTs).
-    pods_selector: Callable[[str], str] = staticmethod(pod_selector)
-    expected_pods: Callable[[Mapping[str, Any] | None], int | None] = staticmethod(expected_pods)
-    #: Whether a job object says it is suspended (no pod LISTs then).
-    suspended_of: Callable[[Mapping[str, Any]], bool] = staticmethod(job_suspended)
+    #: How an object of the kind is judged: the hook's own (a subclass for another kind has its own).
+    kind: JobKind = KUBEFLOW_KIND
     image_pull_grace: float
+    queue_timeout: float | None
     #: The label selector of the master's pods (the deciding replica's, ``master_pod_selector``).
     master_selector: Callable[[Mapping[str, Any]], str] = staticmethod(master_pod_selector)
     #: The container of a job's pods whose log is the master's.
@@ -95,11 +91,13 @@ class KubeflowJobTrigger(JobWaitTrigger):
         watch_timings: dict[str, Any] | None = None,
         image_pull_grace: float = 0.0,
         resume_state: dict[str, Any] | None = None,
+        queue_timeout: float | None = None,
         logging_interval: float | None = None,
         log_cursor: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(
             job_name=job_name, namespace=namespace, group=group, version=version, plural=plural,
+            queue_timeout=queue_timeout,
             kubernetes_conn_id=kubernetes_conn_id, watch_timeout=watch_timeout,
             execution_deadline=execution_deadline, delete_on_kill=delete_on_kill,
             started_at=started_at if started_at is not None else time.time(), watch_timings=watch_timings,
@@ -122,34 +120,55 @@ class KubeflowJobTrigger(JobWaitTrigger):
 
         watch = self._watch = ObjectWatch(self.job_name)
         timings = self.timings
+        # The queue limit counts from the start of the task's wait, not of this trigger (a triggerer restart).
+        queue = None if self.queue_timeout is None else max(0.0, self.queue_timeout - (time.time() - self.started_at))
         pending = PendingPods(timings.pending_pods_interval, self.image_pull_grace, time.monotonic,
-                              self.suspended_of)
+                              self.kind.suspended_of, queue_timeout=queue)
 
         def ended() -> bool:
             return watch.deleted or pending.verdict is not None or (
-                watch.obj is not None and self.status_of(watch.obj).state in (SUCCEEDED, FAILED))
+                watch.obj is not None and self.kind.status_of(watch.obj).state in (SUCCEEDED, FAILED))
 
         def apply(delivery: Delivery) -> None:
             # A one-object view for the object watch: the job as listed or as the event left it.
+            # The shared watch's cache is no consistent read: an object it lacks is only not seen yet (see
+            # ObjectWatch); ``check`` asks the API server itself before the job is taken for deleted.
             if delivery.snapshot is not None:
-                watch.on_list({"items": delivery.snapshot})
+                watch.on_list({"items": delivery.snapshot}, consistent=False)
             for kind, obj in delivery.events:
                 watch.on_list({"items": [] if kind == "DELETED" else [obj]})
 
         def next_list_in() -> float | None:
-            if not pending.pending or pending.suspended or pending.verdict is not None or watch.obj is None:
+            if watch.obj is None or pending.verdict is not None:
                 return None
-            return pending.next_at - pending.clock()
+            queue = pending.seconds_to_queue_deadline()
+            if not pending.pending or pending.suspended:
+                return queue
+            following = pending.next_at - pending.clock()
+            return following if queue is None else min(following, queue)
 
         async with self._feed(self.watched_kind, self.job_name) as feed, self.api_client() as api:
             list_pods = async_client.CoreV1Api(api).list_namespaced_pod
+            list_objects = async_client.CustomObjectsApi(api).list_namespaced_custom_object
+            unseen_checked = False
+
+            async def list_job() -> None:
+                body = await self._json(list_objects(self.group, self.version, self.namespace, self.plural,
+                                                     field_selector=name_selector(self.job_name),
+                                                     _preload_content=False))
+                watch.on_list(body)
 
             async def list_job_pods() -> None:
-                pods = await self._json(list_pods(self.namespace, label_selector=self.pods_selector(self.job_name),
+                pods = await self._json(list_pods(self.namespace, label_selector=self.kind.pods_selector(self.job_name),
                                                   _preload_content=False))
-                pending.on_pods(pods.get("items") or [], self.expected_pods(watch.obj))
+                pending.on_pods(pods.get("items") or [], self.kind.expected_pods(watch.obj))
 
             async def check() -> bool:
+                nonlocal unseen_checked
+                if watch.obj is None and not unseen_checked:
+                    unseen_checked = True
+                    await acall_with_retries(list_job, what=f"reading {self.what}", policy=self.retry, log=self.log)
+                    return True
                 if not pending.due_for(watch.obj):
                     return False
                 await acall_with_retries(list_job_pods, what=f"listing the pods of {self.what}", policy=self.retry,
@@ -161,11 +180,11 @@ class KubeflowJobTrigger(JobWaitTrigger):
             return {"status": "deleted", "message": f"{self.what} was deleted before it finished"}
         if not ended():
             return self._timeout_event()
-        if pending.verdict is not None and not (watch.obj is not None and self.status_of(watch.obj).state in (
+        if pending.verdict is not None and not (watch.obj is not None and self.kind.status_of(watch.obj).state in (
                 SUCCEEDED, FAILED)):
             state, reason, message = pending.status()
             return {"status": state, "reason": reason, "message": message, "verdict": pending.verdict.as_dict()}
-        status = self.status_of(watch.obj or {})
+        status = self.kind.status_of(watch.obj or {})
         return {"status": status.state, "reason": status.reason, "message": status.message}
 
     async def _master_log(self) -> MasterLog | None:

@@ -38,6 +38,7 @@ from airflow_distributed.jobstate.job_watch import (
 from airflow_distributed.manifests.pod_names import JOB_LABEL, MAIN_CONTAINER
 from airflow_distributed.triggers.api_clients import client_configuration
 from airflow_distributed.triggers.base import JobWaitTrigger
+from airflow_distributed.triggers.hang_watchdog import TriggerHangWatchdog
 from airflow_distributed.triggers.log_relay import MasterLog
 from airflow_distributed.triggers.shared_watch import Delivery, WatchedKind
 
@@ -72,6 +73,8 @@ class DistributedJobTrigger(JobWaitTrigger):
     :param startup_timeout: seconds every replica gets to start, from ``started_at`` (with ``queue_timeout``: from
         when the last was scheduled).
     :param queue_timeout: seconds the replicas may wait to be scheduled, from ``started_at`` (``JobTracker``).
+    :param progress_timeout: the hang watchdog (``hang_watchdog``): no new line of the master for this long while
+        every replica runs fires ``failed`` with a ``hung`` verdict.
     :param started_at: epoch seconds the startup window opened (kept across triggerer restarts).
     :param kubernetes_conn_id: the cncf provider's Kubernetes connection.
     :param connection_extras: the connection's extras given directly (no connection lookup).
@@ -95,6 +98,7 @@ class DistributedJobTrigger(JobWaitTrigger):
     replicas: list[list[Any]]
     startup_timeout: float
     queue_timeout: float | None
+    progress_timeout: float | None
     image_pull_grace: float
     connection_extras: dict[str, Any] | None
     cluster_context: str | None
@@ -122,10 +126,11 @@ class DistributedJobTrigger(JobWaitTrigger):
         queue_timeout: float | None = None,
         logging_interval: float | None = None,
         log_cursor: dict[str, Any] | None = None,
+        progress_timeout: float | None = None,
     ) -> None:
         super().__init__(
             job_name=job_name, namespace=namespace, replicas=replicas, startup_timeout=startup_timeout,
-            queue_timeout=queue_timeout,
+            queue_timeout=queue_timeout, progress_timeout=progress_timeout,
             started_at=started_at, kubernetes_conn_id=kubernetes_conn_id, connection_extras=connection_extras,
             cluster_context=cluster_context, config_dict=config_dict, in_cluster=in_cluster,
             watch_timeout=watch_timeout, execution_deadline=execution_deadline, watch_timings=watch_timings,
@@ -172,7 +177,8 @@ class DistributedJobTrigger(JobWaitTrigger):
                              started_at=self.started_at, image_pull_grace=self.image_pull_grace,
                              queue_timeout=self.queue_timeout)
         self._tracker = tracker
-        report = TableReporter(self._log_table, time.time, TABLE_INTERVAL if len(tracker.slots) > TABLE_ROWS else 0.0)
+        report = TableReporter(self._log_table, time.time, TABLE_INTERVAL if len(tracker.slots) > TABLE_ROWS else 0.0,
+                               on_queue=lambda note: self.log.info("%s: %s", self.what, note))
 
         def apply(delivery: Delivery) -> None:
             changed = tracker.reset(delivery.snapshot) if delivery.snapshot is not None else False
@@ -180,10 +186,22 @@ class DistributedJobTrigger(JobWaitTrigger):
                 changed = tracker.apply(kind, pod) or changed
             report(changed, tracker)
 
+        hang = None if self.progress_timeout is None else TriggerHangWatchdog(
+            self.progress_timeout, self.namespace, tracker, self.api_client, self._answer, self.log)
+
+        def verdict_now() -> JobVerdict | None:
+            found = tracker.verdict(time.time())
+            return found if found is not None or hang is None else hang.verdict()
+
+        def wake_in() -> float | None:
+            waits = [w for w in (tracker.seconds_to_deadline(time.time()),
+                                 hang.wake_in() if hang is not None else None) if w is not None]
+            return min(waits) if waits else None
+
         async with self._feed(JOB_PODS, self.job_name) as feed:
-            await self._read(feed, apply, ended=lambda: tracker.verdict(time.time()) is not None,
-                             wake_in=lambda: tracker.seconds_to_deadline(time.time()))
-        verdict = tracker.verdict(time.time()) if feed.viewed else None
+            await self._read(feed, apply, ended=lambda: verdict_now() is not None, wake_in=wake_in,
+                             check=hang.check if hang is not None else None)
+        verdict = verdict_now() if feed.viewed else None
         if verdict is not None:
             report.flush(tracker, force=True)
         return verdict

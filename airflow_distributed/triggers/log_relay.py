@@ -194,7 +194,7 @@ async def api_read(api: Any, namespace: str, master: MasterLog, query: Sequence[
                    answer: Callable[[Awaitable[Any]], Awaitable[Any]]) -> AsyncIterator[bytes]:
     """One read of ``pods/log`` through a ``kubernetes_asyncio`` client, its body in pieces of at most
     ``CHUNK_BYTES`` as they come (``answer`` raises a refusal as the client's ApiException)."""
-    from airflow_distributed.hooks.pod_logs import LOG_ACCEPT
+    from airflow_distributed.hooks.kube_api import LOG_ACCEPT
 
     # The generated client has no sinceTime argument: the same endpoint through the client's call_api.
     response = await answer(api.call_api(

@@ -22,18 +22,21 @@ class RayJobTrigger(BaseTrigger):
 
     :param execution_deadline: when the task's ``execution_timeout`` ends (epoch seconds), if it has one.
     :param reconnect_budget: seconds the Jobs API may stay unreachable in a row before the trigger gives up.
+    :param renew_every: seconds between two renewals of the job's liveness (``None``: none): the driver stops a
+        job whose liveness is not renewed within its grace, so a lost task leaves nothing running.
     :param resume_state: what ``execute_complete`` needs of the spec (its framework).
     """
 
     def __init__(self, *, job_name: str, ray_conn_id: str, poll_interval: float,
                  execution_deadline: float | None = None, reconnect_budget: float = 300.0,
-                 resume_state: dict[str, Any] | None = None) -> None:
+                 renew_every: float | None = None, resume_state: dict[str, Any] | None = None) -> None:
         super().__init__()
         self.job_name = job_name
         self.ray_conn_id = ray_conn_id
         self.poll_interval = poll_interval
         self.execution_deadline = execution_deadline
         self.reconnect_budget = reconnect_budget
+        self.renew_every = renew_every
         self.resume_state = resume_state
         self._fired = False
 
@@ -41,7 +44,7 @@ class RayJobTrigger(BaseTrigger):
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
             "job_name": self.job_name, "ray_conn_id": self.ray_conn_id, "poll_interval": self.poll_interval,
             "execution_deadline": self.execution_deadline, "reconnect_budget": self.reconnect_budget,
-            "resume_state": self.resume_state,
+            "renew_every": self.renew_every, "resume_state": self.resume_state,
         })
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -68,11 +71,12 @@ class RayJobTrigger(BaseTrigger):
     async def _wait(self) -> dict[str, Any]:
         import requests
 
-        from airflow_distributed.hooks.ray import FINAL_STATES, RayJobHook
+        from airflow_distributed.hooks.ray import FINAL_STATES, RayJobHook, renew_liveness
 
         hook = RayJobHook(ray_conn_id=self.ray_conn_id)
         started = time.time()
         unreachable_since: float | None = None
+        renewed_at: float | None = None
         while True:
             if self.execution_deadline is not None and time.time() >= self.execution_deadline:
                 return {"status": "timeout", "elapsed": time.time() - started,
@@ -94,6 +98,14 @@ class RayJobTrigger(BaseTrigger):
                 return {"status": "error", "message": f"Ray job {self.job_name} is gone from the cluster"}
             if info.get("status") in FINAL_STATES:
                 return {"status": "final", "state": info["status"]}
+            if info and self.renew_every is not None and (renewed_at is None
+                                                          or time.monotonic() - renewed_at >= self.renew_every):
+                renewed_at = time.monotonic()
+                try:
+                    await asyncio.to_thread(renew_liveness, hook, self.job_name, self.log)
+                except (requests.ConnectionError, requests.Timeout) as error:  # the next look counts the outage
+                    self.log.warning("could not renew the liveness of Ray job %s (%s)", self.job_name,
+                                     type(error).__name__)
             await asyncio.sleep(self.poll_interval)
 
 

@@ -8,13 +8,8 @@ waiting, without LISTs of its pods. It fires one event: ``succeeded``, ``failed`
 
 from __future__ import annotations
 
-from airflow_distributed.manifests.trainjob_status import (
-    NODE,
-    expected_nodes,
-    node_selector,
-    trainjob_status,
-    trainjob_suspended,
-)
+from airflow_distributed.manifests.kubeflow_status import JobKind
+from airflow_distributed.manifests.trainjob_status import NODE, TRAINJOB_KIND, node_selector
 from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
 
 
@@ -23,10 +18,7 @@ class TrainJobTrigger(KubeflowJobTrigger):
     ``KubeflowJobTrigger``, with ``group``/``version``/``plural`` those of ``hooks.trainjob.TRAINJOB``
     (``trainer.kubeflow.org``, ``v1alpha1``, ``trainjobs``)."""
 
-    status_of = staticmethod(trainjob_status)
-    pods_selector = staticmethod(node_selector)
-    expected_pods = staticmethod(expected_nodes)
-    suspended_of = staticmethod(trainjob_suspended)
+    kind: JobKind = TRAINJOB_KIND
     #: The master's log is node 0's (an MPI runtime's launcher's), in its ``node`` container.
     master_selector = staticmethod(lambda obj: node_selector(str((obj.get("metadata") or {}).get("name")), rank=0))
     log_container = staticmethod(lambda obj: NODE)

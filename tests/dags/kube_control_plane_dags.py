@@ -28,3 +28,32 @@ with DAG(dag_id="k8s_deferred_logs", schedule=None, start_date=START, catchup=Fa
         command=["python", "/opt/jobs/train.py"], image="registry.example.com/trainer:1.0",
         backend="kubernetes", namespace="k8s-deferred-logs", deferrable=True, logging_interval=0.5, startup_timeout=60,
     )
+
+# The hang watchdog: progress_timeout of a few seconds; the task's execution_timeout is the slack past which a
+# watchdog that did not fire fails the task otherwise (AirflowTaskTimeout, not JobHungError).
+# The slow master prints every 4 s: 10 s leaves room for a look (every 2.5 s) late on a loaded machine.
+for dag_id, deferrable, quiet in (("k8s_hung", False, 6), ("k8s_hung_deferrable", True, 6),
+                                  ("k8s_slow_reporting", False, 10), ("k8s_slow_reporting_deferrable", True, 10)):
+    with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]):
+        DistributedTrainingOperator(
+            task_id="train", framework="pytorch", environment={"pytorch": {"n_workers": 2}},
+            command=["python", "/opt/jobs/train.py"], image="registry.example.com/trainer:1.0",
+            backend="kubernetes", namespace=dag_id.replace("_", "-"), deferrable=deferrable,
+            progress_timeout=timedelta(seconds=quiet), startup_timeout=60, execution_timeout=timedelta(seconds=60),
+        )
+
+# Waiting for capacity: worker 1 asks for 16 GPUs and the session's node has 8, so the real scheduler leaves it
+# Unschedulable until a test adds a node that has them. startup_timeout is far shorter than that wait: only
+# queue_timeout bounds it (the 90 s of a real wait compressed to seconds).
+_GPU_HUNGRY = {"pytorch": {"n_workers": 2, "worker": [{"index": 1, "resources": {"gpu": {"requests": 16,
+                                                                                          "limits": 16}}}]}}
+for dag_id, deferrable, queue in (("k8s_queued_then_scheduled", False, 600.0),
+                                  ("k8s_queued_then_scheduled_deferrable", True, 600.0),
+                                  ("k8s_queue_timeout", False, 4.0)):
+    with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]):
+        DistributedTrainingOperator(
+            task_id="train", framework="pytorch", environment=_GPU_HUNGRY,
+            command=["python", "/opt/jobs/train.py"], image="registry.example.com/trainer:1.0",
+            backend="kubernetes", namespace=dag_id.replace("_", "-"), deferrable=deferrable,
+            startup_timeout=3, queue_timeout=queue, execution_timeout=timedelta(seconds=120),
+        )

@@ -63,3 +63,23 @@ reattach = _dag("ray_reattach", "pytorch_ddp.py", ["--steps", "150", "--sleep-pe
 tensorflow = _dag("ray_tensorflow_multiworker", "tensorflow_multiworker.py", ["--steps", "20"],
                   framework="tensorflow", env={"TF_CPP_MIN_LOG_LEVEL": "2"})
 xgboost = _dag("ray_xgboost", "xgboost_dist.py", ["--steps", "8"], framework="xgboost")
+# A task SIGKILLed while its job runs: nothing renews the job's liveness, whose grace is compressed to seconds.
+abandoned = _dag("ray_abandoned", "pytorch_ddp.py", slow, ray_options={"liveness_grace": 6.0})
+# One node only: three bundles on three nodes cannot be placed, and the job says why once startup_timeout passes.
+strict_spread = _dag("ray_strict_spread", "pytorch_ddp.py", quick, startup_timeout=3.0,
+                     ray_options={"placement_strategy": "STRICT_SPREAD"})
+# The test cluster's head has 2 of custom resource "ssd" (tests.ray_cluster), none of "fpga".
+custom_resources = _dag("ray_custom_resources", "pytorch_ddp.py", quick, ray_options={"resources": {"ssd": 0.5}})
+missing_resource = _dag("ray_missing_resource", "pytorch_ddp.py", quick, startup_timeout=3.0,
+                        ray_options={"resources": {"fpga": 1}})
+jax = _dag("ray_jax", "jax_data_parallel.py", ["--steps", "20"], framework="jax")
+# Paddle runs in its own virtualenv (``make paddle``): the replicas' command names that interpreter, the driver
+# keeps the cluster's.
+PADDLE_PYTHON = Path(__file__).resolve().parents[2] / ".venvs" / "paddle" / "bin" / "python"
+with DAG(dag_id="ray_paddle", schedule=None, start_date=START, catchup=False, tags=["test", "ray"]) as paddle_dag:
+    DistributedTrainingOperator(
+        task_id="train", framework="paddle", backend="ray", python=sys.executable,
+        command=[str(PADDLE_PYTHON), str(TRAINING_DIR / "paddle_collective.py"), *quick],
+        environment={"paddle": {"n_workers": 2, "default_worker": HALF_A_CORE}, **HALF_A_CORE},
+        model_dir=os.path.join(MODELS, "ray_paddle"), stop_grace_period=1.0, settle_period=2.0,
+    )

@@ -7,7 +7,6 @@ Every request crosses HTTP through the real clients, with ``kubernetes_default``
 from __future__ import annotations
 
 import os
-import re
 import signal
 import time
 
@@ -17,7 +16,7 @@ from tests.dags.kubeflow_dags import namespace_of
 from tests.helpers import run_dag_at, wait_until, xcom
 from tests.integration.kubeflow_controller import GROUP, KINDS, KubeflowController, register_kubeflow_crds
 from tests.k8s_emulator import KubeEmulator
-from tests.kubernetes_helpers import DOCUMENT, comes_to, crd_emulator, custom_jobs_left, failure_line
+from tests.kubernetes_helpers import DOCUMENT, comes_to, crd_emulator, custom_jobs_left
 
 PLURAL = "pytorchjobs"
 
@@ -146,37 +145,6 @@ def test_a_master_and_workers_job_is_submitted_watched_and_its_masters_output_re
     assert emulator.list(plural, namespace, group=GROUP, version="v1") == []
 
 
-def test_a_failed_pytorchjob_fails_the_task_naming_the_replica_and_keeps_the_job(emulator, capfd):
-    namespace = namespace_of("kubeflow_failure")
-    emulator.create_namespace(namespace)
-
-    def script(controller: KubeflowController) -> None:
-        controller.start()
-        controller.log("worker-1", "Traceback (most recent call last):", "RuntimeError: NCCL error",
-                       container="pytorch")
-        controller.fail("worker-1", 3)
-        controller.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""),
-                              ("Failed", "PyTorchJobFailed", f"PyTorchJob {controller.name} is failed because 1 "
-                                                             "Worker replica(s) failed."))
-
-    controller = KubeflowController(emulator, namespace, PLURAL).play(script)
-    run, states = run_dag_at("kubeflow_failure")
-    controller.check()
-
-    assert states == {"train": "failed"}
-    worker = controller.pods["worker-1"]
-    out = capfd.readouterr().out
-    assert "PyTorchJobFailed: PyTorchJob" in out and "1 Worker replica(s) failed" in out
-    assert f"replica {worker} exited with code 3" in out
-    assert "RuntimeError: NCCL error" in out  # the failed replica's last lines
-    record = xcom(run, "train", "job")
-    assert record["state"] == "failed" and record["backend"] == "kubeflow"
-    assert {r["name"]: (r["state"], r["exit_code"]) for r in record["replicas"]}[worker] == ("failed", 3)
-    assert xcom(run, "train", "metrics") is None
-    # Default after a failure: the object (and the pods its cleanPodPolicy kept) stay for a look.
-    assert left(emulator, namespace)[0] == [controller.name]
-
-
 def test_sigterm_to_the_task_deletes_the_pytorchjob(emulator, capfd):
     namespace = namespace_of("kubeflow_long_running")
     emulator.create_namespace(namespace)
@@ -253,7 +221,7 @@ def test_a_run_of_another_kind_starts_with_its_own_hook():
 def test_a_retry_reattaches_to_the_job_of_its_earlier_try(emulator):
     """409 on create: the running job of the earlier try is watched, not created twice."""
     from airflow_distributed.hooks.kubeflow import KubeflowJobHook
-    from airflow_distributed.manifests.kubeflow import kubeflow_resource
+    from airflow_distributed.manifests.kubeflow_kinds import kubeflow_resource
 
     namespace = "kubeflow-reattach"
     emulator.create_namespace(namespace)
@@ -274,55 +242,13 @@ def test_a_retry_reattaches_to_the_job_of_its_earlier_try(emulator):
     assert replaced.reattached is None and replaced.obj["metadata"]["uid"] != first.obj["metadata"]["uid"]
 
 
-# ---------------------------------------------------------------------------------------------- images not pulled
-
-PULL_ERROR = 'rpc error: code = NotFound desc = failed to pull image "registry.example.com/trainer:1.0": not found'
-IMAGE = "registry.example.com/trainer:1.0"
+# ---------------------------------------------------------------------------------------------- pending pods
 
 
 def pod_lists(emu: KubeEmulator, namespace: str) -> list:
     """The task's LISTs of the job's pods (not the watch of the object, not the output's read at the end)."""
     return [r for r in emu.requests if r.method == "GET" and r.path.endswith(f"/namespaces/{namespace}/pods")
             and not r.is_watch and "training.kubeflow.org/job-name" in r.query.get("labelSelector", "")]
-
-
-@pytest.mark.parametrize(("dag_id", "reason"), [
-    ("kubeflow_image_pull", "ErrImagePull"),
-    ("kubeflow_image_pull_deferrable", "ErrImagePull"),
-    ("kubeflow_invalid_image", "InvalidImageName"),
-    ("kubeflow_image_pull_grace_over", "ImagePullBackOff"),
-])
-def test_a_replica_whose_image_cannot_be_pulled_fails_the_task_and_the_job_is_deleted(emulator, dag_id, reason,
-                                                                                        capfd):
-    # The PyTorchJob stays "Created" (its status never tells a failed pull); only the pods do.
-    namespace = namespace_of(dag_id)
-    emulator.create_namespace(namespace)
-    emulator.reset_requests()
-
-    def script(controller: KubeflowController) -> None:
-        controller.wait_for_job()
-        controller.create_pods()
-        controller.conditions(("Created", "PyTorchJobCreated", ""))
-        for key in ("master-0", "worker-0"):
-            emulator.run_pod(namespace, controller.pods[key])
-        emulator.pending_pod(namespace, controller.pods["worker-1"], reason=reason, message=PULL_ERROR)
-
-    controller = KubeflowController(emulator, namespace, PLURAL).play(script)
-    run, states = run_dag_at(dag_id)
-    controller.check()
-
-    assert states == {"train": "failed"}
-    line = failure_line(capfd.readouterr().out)
-    what = "is not a valid image name" if reason == "InvalidImageName" else "could not be pulled"
-    # Worded as on backend="kubernetes": the same ending reads the same.
-    assert re.search(r"failed after \d+\.\ds: " + re.escape(
-        f'replica {controller.pods["worker-1"]}: image "{IMAGE}" {what} ({reason}: {PULL_ERROR}); '
-        "the job was deleted"), line)
-    assert "execution_timeout" not in line and "did not start" not in line
-    assert xcom(run, "train", "job")["state"] == "failed"
-    # The Kubeflow operator would have kept the pods waiting for the image: the task deleted the job.
-    settled(emulator, namespace, ([], []))
-    assert len(pod_lists(emulator, namespace)) >= 1
 
 
 def test_the_pods_are_listed_only_while_a_replica_has_not_started(emulator):
@@ -357,44 +283,4 @@ def test_the_pods_are_listed_only_while_a_replica_has_not_started(emulator):
     assert states == {"train": "success"}
     assert counts["settled"] >= 4
     assert counts["later"] == counts["settled"]
-    settled(emulator, namespace, ([], []))
-
-
-@pytest.mark.parametrize("dag_id", ["kubeflow_suspended", "kubeflow_suspended_deferrable"])
-def test_a_suspended_job_has_its_pods_listed_only_once_it_is_resumed_then_completes(emulator, dag_id, capfd):
-    namespace = namespace_of(dag_id)
-    emulator.create_namespace(namespace)
-    counts: dict[str, int] = {}
-    suspended = ("Suspended", "PyTorchJobSuspended", "PyTorchJob is suspended.")
-
-    def script(controller: KubeflowController) -> None:
-        controller.wait_for_job()
-        # Kueue holds it: the operator says Suspended and makes no pods.
-        controller.conditions(("Created", "PyTorchJobCreated", ""), suspended)
-        # The task watches it: it saw the suspension in its LIST, or sees it as this watch's first event.
-        wait_until(controller.watched, timeout=60, interval=0.02)
-        counts["seen"] = len(pod_lists(emulator, namespace))
-        time.sleep(2.5)  # many pending_pods_interval (0.2 s), and past the 1 s a watch is cut to while pods are awaited
-        counts["suspended"] = len(pod_lists(emulator, namespace)) - counts["seen"]
-        controller.conditions(("Created", "PyTorchJobCreated", ""), ("Suspended", "PyTorchJobResumed", ""),
-                              false=("Suspended",))
-        # Resumed: the pods are listed again at once (the resume event ends the task's long watch).
-        wait_until(lambda: len(pod_lists(emulator, namespace)) > counts["seen"], timeout=60, interval=0.02)
-        controller.create_pods()
-        controller.run_all()
-        controller.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""))
-        controller.succeed("master-0", DOCUMENT)
-        controller.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""),
-                              ("Succeeded", "PyTorchJobSucceeded", "done"))
-
-    controller = KubeflowController(emulator, namespace, PLURAL).play(script)
-    run, states = run_dag_at(dag_id)
-    controller.check()
-
-    assert states == {"train": "success"}
-    assert counts["suspended"] == 0
-    assert counts["seen"] <= 1  # at most the first look, made before the operator said Suspended
-    assert xcom(run, "train", "metrics") == DOCUMENT["metrics"]
-    if dag_id == "kubeflow_suspended":  # the task's log says why it waits
-        assert "PyTorchJob is suspended." in capfd.readouterr().out
     settled(emulator, namespace, ([], []))

@@ -9,19 +9,12 @@ the test checks what is left in the emulator: the clean-up policy, not luck, dec
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import time
-from typing import Any
 
-import pendulum
 import pytest
 
-from tests.conftest import ROOT
 from tests.dags.kubernetes_dags import SHORT_STARTUP, namespace_of
 from tests.helpers import run_dag_at, wait_until, xcom
 from tests.kubernetes_helpers import (
@@ -332,20 +325,7 @@ def test_a_pull_that_recovers_within_the_grace_lets_the_job_succeed(emulator, ca
     settled(emulator, namespace, NOTHING)
 
 
-# ---------------------------------------------------------------------------------------------- kill, reattach
-
-
-def _dag_in_subprocess(dag_id: str, logical_date: str) -> subprocess.Popen:
-    """The DAG run in a process of its own, as a worker runs a task; its output is discarded."""
-    # Not through this module: importing tests.conftest there would point AIRFLOW_HOME somewhere new.
-    code = textwrap.dedent(f"""
-        import pendulum
-        from airflow.dag_processing.dagbag import DagBag
-        when = pendulum.parse({logical_date!r})
-        DagBag().get_dag({dag_id!r}).test(logical_date=when, run_after=when)
-    """)
-    return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=os.environ.copy(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+# ---------------------------------------------------------------------------------------------- kill
 
 
 def test_sigterm_to_the_task_runs_on_kill_and_deletes_the_job(emulator, capfd):
@@ -370,110 +350,4 @@ def test_sigterm_to_the_task_runs_on_kill_and_deletes_the_job(emulator, capfd):
 
     assert states == {"train": "failed"}
     assert "was stopped after" in capfd.readouterr().out
-    settled(emulator, namespace, NOTHING)
-
-
-def test_a_restarted_worker_reattaches_to_its_job_and_creates_nothing(emulator):
-    namespace = namespace_of("k8s_reattach")
-    emulator.create_namespace(namespace)
-    when = "2026-03-01T00:00:00+00:00"
-    kubelet = Kubelet(emulator, namespace).play(lambda k: k.run_all())
-    proc = _dag_in_subprocess("k8s_reattach", when)
-    try:
-        kubelet.check(timeout=90)
-        wait_until(lambda: all(p["status"]["phase"] == "Running" for p in emulator.list("pods", namespace)),
-                   timeout=30)
-    finally:
-        proc.kill()  # the worker dies: no handler runs, the job keeps running
-        proc.wait(timeout=60)
-    before = {o["metadata"]["name"]: o["metadata"]["uid"] for o in emulator.list("pods", namespace)}
-    assert len(before) == 3
-
-    emulator.reset_requests()
-    again = Kubelet(emulator, namespace)
-    again.seen = dict(kubelet.seen)
-    again.play(lambda k: (k.log(k.master, "resumed"), k.master_exits(0, document=DOCUMENT)))
-    run, states = run_dag_at("k8s_reattach", pendulum.parse(when))
-    again.check()
-
-    assert states == {"train": "success"}
-    assert xcom(run, "train", "metrics") == DOCUMENT["metrics"]
-    created = [r for r in task_requests(emulator, namespace) if r.method == "POST"]
-    assert created == []  # the same pods, found by their labels: nothing created twice
-    assert xcom(run, "train")["job_name"] == kubelet.names()["master-0"].rsplit("-", 2)[0]
-    settled(emulator, namespace, NOTHING)
-
-
-class StateStore:
-    """``context["task_state_store"]``: JSON values by key, kept across the task instance's tries."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.values.get(key, default)
-
-    def set(self, key: str, value: Any, *, retention: Any = None) -> None:
-        self.values[key] = json.loads(json.dumps(value))
-
-
-class TaskInstance:
-    """What the backend reads from ``context["ti"]`` and what it pushes to XCom."""
-
-    def __init__(self, try_number: int) -> None:
-        self.dag_id, self.task_id, self.run_id, self.map_index = "state_store", "train", "scheduled__2026-04-01", -1
-        self.try_number = try_number
-        self.start_date = pendulum.now("UTC")
-        self.stats_tags: dict[str, str] = {}
-        self.xcom: dict[str, Any] = {}
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.xcom[key] = value
-
-
-@pytest.mark.parametrize("found", ["running", "succeeded"])
-def test_a_retry_reconnects_through_the_task_state_store(emulator, found, capfd):
-    from airflow_distributed.backends.base import BackendSettings
-    from airflow_distributed.backends.kubernetes import (
-        STATE_KEY,
-        KubernetesJobRun,
-        _ResumableKubernetesJob,
-        run_kubernetes,
-    )
-    from airflow_distributed.naming import job_name
-    from airflow_distributed.operators import DistributedTrainingOperator
-    from airflow_distributed.spec import load_spec
-
-    namespace = f"state-store-{found}"
-    emulator.create_namespace(namespace)
-    operator = DistributedTrainingOperator(task_id="train", framework="pytorch", environment={"pytorch": {
-        "n_workers": 2}}, command=["python", "train.py"], image="trainer:1", backend="kubernetes",
-        namespace=namespace, startup_timeout=30)
-    spec = load_spec("pytorch", operator.environment)
-    task, settings = operator._task_calls(), BackendSettings.of(operator)
-    store, first = StateStore(), TaskInstance(try_number=1)
-    name = job_name(first.dag_id, first.task_id, first.run_id)
-    # What a first try leaves when its worker dies after submitting: the job, and its identity in the store.
-    submitted = _ResumableKubernetesJob(KubernetesJobRun.start(
-        task, settings, {"ti": first}, spec, name, ["python", "train.py"])).submit_job({"ti": first})
-    store.set(STATE_KEY, submitted)
-    kubelet = Kubelet(emulator, namespace)
-    if found == "succeeded":
-        kubelet.play(lambda k: (k.run_all(), k.master_exits(0, document=DOCUMENT))).check()
-    else:
-        kubelet.play(lambda k: (k.run_all(), time.sleep(0.5), k.master_exits(0, document=DOCUMENT)))
-    emulator.reset_requests()
-
-    second = TaskInstance(try_number=2)
-    result = run_kubernetes(task, settings, {"ti": second, "task_state_store": store}, spec, name,
-                            ["python", "train.py"])
-    kubelet.check()
-
-    # Airflow pushes each key of the result as an XCom (multiple_outputs); the job record is pushed here.
-    assert result["state"] == "succeeded" and result["metrics"] == DOCUMENT["metrics"]
-    assert second.xcom["job"]["metrics"] == DOCUMENT["metrics"]
-    assert [r for r in task_requests(emulator, namespace) if r.method == "POST"] == []
-    assert store.get(STATE_KEY) == submitted  # the same job: not resubmitted, so not stored again
-    expected = "Reconnecting to existing job" if found == "running" else "already completed successfully"
-    assert expected in capfd.readouterr().out  # ResumableJobMixin's own decision, from the stored identity
     settled(emulator, namespace, NOTHING)

@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.dags.kubernetes_dags import namespace_of
-from tests.helpers import run_dag_at, wait_until, xcom
+from tests.helpers import output_so_far, run_dag_at, wait_until, xcom
 from tests.kubernetes_helpers import (
     DOCUMENT,
     NOTHING,
@@ -28,19 +28,11 @@ from tests.kubernetes_helpers import (
 pytestmark = [pytest.mark.usefixtures("airflow_db", "kubernetes_connection")]
 
 
-@pytest.mark.parametrize("dag_id", [
-    # The synchronous variant reads the task's output with capfd from the kubelet's thread while the task writes it;
-    # a line written between readouterr's read and its reset is lost, the script then waits in vain and the task
-    # with it (seen in about half the runs under load). Skipped until the test reads the task log another way; the
-    # synchronous master-log follow is covered on the real control plane (tests/kube_control_plane).
-    pytest.param("k8s_elastic", marks=pytest.mark.skip(reason="capfd read from a second thread loses lines")),
-    "k8s_elastic_deferrable",
-])
+@pytest.mark.parametrize("dag_id", ["k8s_elastic", "k8s_elastic_deferrable"])
 def test_a_killed_worker_pod_is_recreated_once_and_the_job_succeeds(emulator, dag_id, capfd):
     namespace = namespace_of(dag_id)
     emulator.create_namespace(namespace)
     recreated: dict[str, dict] = {}
-    printed: list[str] = []  # the task's output read while it runs
 
     def script(kubelet: Kubelet) -> None:
         kubelet.run_all()
@@ -50,8 +42,8 @@ def test_a_killed_worker_pod_is_recreated_once_and_the_job_succeeds(emulator, da
         kubelet.log(kubelet.master, "master line 1", "master line 2")
         if not dag_id.endswith("deferrable"):
             # The synchronous wait follows the master's log: its lines are in the task log before the worker is lost.
-            wait_until(lambda: printed.append(capfd.readouterr().out) or "] master line 2" in "".join(printed),
-                       timeout=30)
+            # Read without taking the capture (readouterr from this thread would lose what the task writes meanwhile).
+            wait_until(lambda: "] master line 2" in output_so_far(), timeout=30)
         kubelet.log(worker, "step 40", "Killed")
         kubelet.fail(worker, 137)
         # The task deletes the pod and creates it again under the same name: a new uid, Pending until run.
@@ -86,7 +78,7 @@ def test_a_killed_worker_pod_is_recreated_once_and_the_job_succeeds(emulator, da
     # What the lost pod ran counts with what its replacement ran, also across the deferrals.
     assert {name: row["runs"] for name, row in record["usage"]["replicas"].items()} == {
         f"{job}-master-0": 1, worker: 2, f"{job}-worker-1": 1}
-    out = "".join(printed) + capfd.readouterr().out
+    out = capfd.readouterr().out
     assert f"replica {worker} was killed (exit code 137): restarting it (1 of max_restarts=1)" in out
     # Waiting again after the pod was recreated does not show the master's lines again.
     for line in ("master line 1", "master line 2", "master line 3"):

@@ -126,7 +126,7 @@ def test_the_kubeflow_role_allows_every_request_of_kubeflow_jobs_and_holds_nothi
     from kubernetes import client
 
     from airflow_distributed.hooks.kubeflow import KubeflowJobHook
-    from airflow_distributed.manifests.kubeflow import KINDS, kubeflow_resource
+    from airflow_distributed.manifests.kubeflow_kinds import KINDS, kubeflow_resource
     from tests.helpers import wait_until
     from tests.integration.kubeflow_controller import KubeflowController, register_kubeflow_crds
 

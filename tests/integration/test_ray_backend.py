@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import os
 import re
@@ -15,13 +16,15 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+import time
+import urllib.error
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from airflow_distributed.checkpoints import CHECKPOINT_FILE
 from airflow_distributed.manifests.ray import DEFAULT_WORK_ROOT
-from airflow_distributed.tracking import CHECKPOINT_FILE
 from tests.conftest import ROOT
 from tests.helpers import (
     assert_master_and_two_workers_exchanged,
@@ -43,7 +46,7 @@ def ray_cluster():
     with pytest.MonkeyPatch.context() as patch:
         for name, value in LOOPBACK_ONLY.items():
             patch.setenv(name, value)
-        with RayCluster(cpus=4) as cluster:
+        with RayCluster(cpus=4, resources={"ssd": 2}) as cluster:
             patch.setenv("AIRFLOW_CONN_RAY_DEFAULT", cluster.connection())
             yield cluster
             assert_nothing_left(cluster)
@@ -73,6 +76,13 @@ def driver_report(cluster: RayCluster, job: str) -> dict:
     return report
 
 
+def assert_on_loopback(cluster: RayCluster, job: str) -> list[str]:
+    """Every replica's address came from an actor (the driver reports them) and is on loopback; the addresses."""
+    addresses = [r["where"] for r in driver_report(cluster, job)["replicas"]]
+    assert [address.rsplit(":", 1)[0] for address in addresses] == ["127.0.0.1"] * 3
+    return addresses
+
+
 def failure_line(out: str) -> str:
     return next(line for line in out.splitlines() if re.search(r"job \S+ failed after \d+\.\ds", line))
 
@@ -86,10 +96,7 @@ def test_pytorch_ddp_on_ray_trains_with_identical_parameters_on_every_rank(ray_c
     assert result["backend"] == "ray" and result["state"] == "succeeded"
     assert [(r["role"], r["index"], r["exit_code"]) for r in result["replicas"]] == [
         ("master", 0, 0), ("worker", 0, 0), ("worker", 1, 0)]
-    # Every address came from an actor (the driver reports them), and every one is on loopback.
-    addresses = [r["where"] for r in driver_report(ray_cluster, result["job_name"])["replicas"]]
-    assert [address.rsplit(":", 1)[0] for address in addresses] == ["127.0.0.1"] * 3
-    assert len(set(addresses)) == 3
+    assert len(set(assert_on_loopback(ray_cluster, result["job_name"]))) == 3
     metrics = xcom(run, "train", "metrics")
     assert metrics["world_size"] == 3 and metrics["final_loss"] < metrics["initial_loss"]
     logs = xcom(run, "train", "job")["logs"]
@@ -119,19 +126,41 @@ def test_tensorflow_multiworker_on_ray_trains_across_a_chief_and_two_workers(ray
     assert [(r["role"], r["exit_code"]) for r in result["replicas"]] == [("chief", 0), ("worker", 0), ("worker", 0)]
     metrics = xcom(run, "train", "metrics")
     assert metrics["final_loss"] < metrics["initial_loss"]
-    addresses = [r["where"] for r in driver_report(ray_cluster, result["job_name"])["replicas"]]
-    assert [address.rsplit(":", 1)[0] for address in addresses] == ["127.0.0.1"] * 3
+    assert_on_loopback(ray_cluster, result["job_name"])
     assert_nothing_left(ray_cluster)
 
 
-def test_xgboost_on_ray_all_reduces_across_three_workers(ray_cluster):
-    pytest.importorskip("xgboost", reason="xgboost-cpu is part of the test extra")
-    run, states = run_dag("ray_xgboost")
+def _installed(module: str) -> Callable[[], str | None]:
+    return lambda: None if importlib.util.find_spec(module) else f"{module} is part of the test extra"
+
+
+COLLECTIVES = {
+    # dag_id: (why it cannot run here, or None; framework; lines of each rank; the master's metrics: the sum
+    # across ranks, and whether the replicas' parameters agree)
+    "ray_xgboost": (_installed("xgboost"), "xgboost", lambda rank: [
+        f"worker {rank}/3: task {rank}", f"worker {rank}: all-reduce sum of ranks + 1 is 6.0"],
+        ("allreduce_sum", "boosters_identical")),
+    "ray_jax": (_installed("jax"), "jax", lambda process: [
+        f"process {process}/3: 1 local of 3 devices", f"process {process}: psum of process ids + 1 is 6.0"],
+        ("psum", "parameters_identical")),
+    "ray_paddle": (lambda: None if (ROOT / ".venvs" / "paddle" / "bin" / "python").exists()
+                   else "no PaddlePaddle environment: run `make paddle`", "paddle", lambda rank: [
+        f"trainer {rank}/3: endpoint 127.0.0.1:", f"trainer {rank}: all-reduce sum of trainer ids + 1 is 6.0"],
+        ("allreduce_sum", "parameters_identical")),
+}
+
+
+@pytest.mark.parametrize("dag_id", sorted(COLLECTIVES))
+def test_xgboost_jax_and_paddle_on_ray_sum_across_three_processes(ray_cluster, dag_id):
+    missing, framework, lines, (total, agree) = COLLECTIVES[dag_id]
+    if missing() is not None:
+        pytest.skip(missing())
+    run, states = run_dag(dag_id)
 
     assert states == {"train": "success"}
-    metrics = assert_master_and_two_workers_exchanged(run, "xgboost", lambda rank: [
-        f"worker {rank}/3: task {rank}", f"worker {rank}: all-reduce sum of ranks + 1 is 6.0"])
-    assert (metrics["allreduce_sum"], metrics["boosters_identical"]) == (6.0, True)
+    metrics = assert_master_and_two_workers_exchanged(run, framework, lines)
+    assert (metrics[total], metrics[agree]) == (6.0, True)
+    assert_on_loopback(ray_cluster, xcom(run, "train", "job_name"))
     assert_nothing_left(ray_cluster)
 
 
@@ -187,6 +216,88 @@ def test_a_killed_task_stops_its_ray_job_and_leaves_nothing_running(ray_cluster)
     assert_nothing_left(ray_cluster)
 
 
+def _gone_with_nothing_left(cluster: RayCluster, job: str) -> None:
+    """Job ``job`` stopped by its driver as abandoned, nothing of it left, its liveness key removed too."""
+    from airflow_distributed.manifests.ray import liveness_key
+
+    wait_until(lambda: cluster.get(f"/api/jobs/{job}")["status"] in FINAL, timeout=90, interval=0.5)  # type: ignore[index]
+    assert cluster.get(f"/api/jobs/{job}")["status"] == "FAILED"  # type: ignore[index]
+    logs = cluster.get(f"/api/jobs/{job}/logs")["logs"]  # type: ignore[index]
+    assert "the job was abandoned and stopped" in logs, logs[-3000:]
+    with pytest.raises(urllib.error.HTTPError, match="404"):
+        cluster.get(f"/api/packages/{liveness_key(job).replace('://', '/', 1)}")
+    assert_nothing_left(cluster)
+
+
+def test_a_sigkilled_task_renews_no_more_and_its_driver_stops_the_abandoned_job(ray_cluster):
+    # liveness_grace is 6 s in this DAG (kept above a loaded machine's stalls): while the task waits, its renewals
+    # keep the job running past it.
+    with _in_a_task_process("ray_abandoned") as proc:
+        wait_until(lambda: _running_replicas(ray_cluster, "ray_abandoned"), timeout=120, interval=0.5)
+        time.sleep(13)  # two graces
+        [job] = jobs_of(ray_cluster, "ray_abandoned")
+        assert job["status"] == "RUNNING" and len(replica_processes("train-")) == 3
+        proc.kill()  # no handler, no on_kill: only the driver's liveness watch can stop the job now
+        proc.wait(timeout=30)
+
+    _gone_with_nothing_left(ray_cluster, job["submission_id"])
+
+
+def test_a_deferred_wait_renews_the_liveness_and_a_lost_triggerer_leaves_nothing_running(ray_cluster):
+    from airflow_distributed.hooks.ray import RayJobHook
+    from airflow_distributed.manifests.ray import RayOptions, job_description, job_layout, ray_job
+    from airflow_distributed.spec import load_spec
+    from airflow_distributed.triggers.ray import RayJobTrigger
+
+    name = "train-deferred-lost"
+    spec = load_spec("pytorch", {"pytorch": {"n_workers": 1}, "resources": {"limits": {"cpu": 0.5}}})
+    layout = job_layout(DEFAULT_WORK_ROOT, name, "/tmp/unused-model", "/tmp/unused-model/ckpt")
+    description = job_description(spec=spec, job_name=name, command=["python", "-c", "import time; time.sleep(3600)"],
+                                  layout=layout, files={}, env={}, try_number=1, stop_grace_period=1.0,
+                                  options=RayOptions(liveness_grace=5.0))
+    hook = RayJobHook()
+    hook.submit(name, *ray_job(description, sys.executable), metadata={"dag_id": "deferred_lost"})
+    trigger = RayJobTrigger(job_name=name, ray_conn_id="ray_default", poll_interval=0.5, renew_every=1.0)
+
+    async def deferred_then_triggerer_lost() -> tuple[str, int]:
+        waiting = asyncio.ensure_future(anext(trigger.run()))
+        await asyncio.to_thread(wait_until, lambda: len(replica_processes(name)) == 2, 120, 0.5)
+        await asyncio.sleep(11.0)  # two graces: only the trigger's renewals keep the job running
+        seen = hook.info(name)["status"], len(replica_processes(name))
+        waiting.cancel()  # as a triggerer that dies: nothing renews any more
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        return seen
+
+    assert asyncio.run(deferred_then_triggerer_lost()) == ("RUNNING", 2)
+
+    _gone_with_nothing_left(ray_cluster, name)
+
+
+@pytest.mark.parametrize(("dag_id", "reason"), [
+    ("ray_strict_spread", "STRICT_SPREAD needs one node per replica (3) and the cluster has 1 alive"),
+    ("ray_missing_resource", "no node of the cluster has the resources fpga"),
+])
+def test_a_placement_the_cluster_cannot_make_fails_at_startup_timeout_naming_why(ray_cluster, capfd, dag_id, reason):
+    run, states = run_dag(dag_id)
+
+    assert states == {"train": "failed"}
+    failure = failure_line(capfd.readouterr().out)
+    assert "did not reserve the job's placement group" in failure and reason in failure
+    assert replica_processes("train-") == []
+    assert_nothing_left(ray_cluster)
+
+
+def test_custom_resources_are_reserved_in_every_replicas_bundle(ray_cluster):
+    run, states = run_dag("ray_custom_resources")
+
+    assert states == {"train": "success"}
+    job_name = xcom(run, "train")["job_name"]
+    [group] = [g for g in ray_cluster.placement_groups(detail=True) if g["name"] == job_name]
+    assert [bundle["unit_resources"] for bundle in group["bundles"]] == [{"CPU": 0.5, "ssd": 0.5}] * 3, group
+    assert_nothing_left(ray_cluster)
+
+
 def test_execution_timeout_stops_the_ray_job(ray_cluster, capfd):
     run, states = run_dag("ray_timeout")
 
@@ -237,6 +348,10 @@ def test_killing_a_deferred_task_stops_its_ray_job(ray_cluster):
     asyncio.run(RayJobTrigger(job_name=name, ray_conn_id="ray_default", poll_interval=1.0).on_kill())
 
     assert hook.info(name)["status"] == "STOPPED"
+    # The driver's own stop handling ran (not Ray's bare exit on SIGTERM): it reported the stop.
+    from airflow_distributed.manifests.ray import last_report
+
+    assert (last_report(hook.logs(name), "outcome") or {}).get("ending") == "stopped"
     assert_nothing_left(ray_cluster)
 
 

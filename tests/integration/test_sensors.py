@@ -131,25 +131,6 @@ def test_a_sensor_succeeds_on_a_job_whose_report_is_not_strict_json(emulator, da
     assert warning in capfd.readouterr().out
 
 
-@pytest.mark.parametrize(("dag_id", "state"), [("sensor_failure", "failed"), ("sensor_soft_fail", "skipped")])
-def test_a_failed_job_fails_the_sensor_at_once_naming_the_replica_without_retry(emulator, dag_id, state, capfd):
-    namespace = namespace_of(dag_id)
-    emulator.create_namespace(namespace)
-    pods = labelled_pods(emulator, namespace)
-    emulator.fail_pod(namespace, pods["worker-1"], exit_code=137, reason="OOMKilled")
-
-    started = time.monotonic()
-    run, states = run_dag_at(dag_id)
-
-    assert states == {"wait": state}
-    assert time.monotonic() - started < 20  # neither the sensor's timeout nor a retry
-    assert ti_of(run).try_number == 1  # retries=2, but a job that failed stays failed
-    if state == "failed":
-        out = capfd.readouterr().out
-        assert f"job {namespace}/{JOB} failed: replica {pods['worker-1']} exited with code 137 (OOMKilled)" in out
-    assert xcom(run, "wait", "metrics") is None
-
-
 def test_a_job_still_running_at_the_timeout_fails_the_sensor(emulator, capfd):
     namespace = namespace_of("sensor_timeout")
     emulator.create_namespace(namespace)
@@ -163,71 +144,7 @@ def test_a_job_still_running_at_the_timeout_fails_the_sensor(emulator, capfd):
     assert "Sensor has timed out" in capfd.readouterr().out
 
 
-def test_reschedule_mode_frees_the_worker_between_pokes(emulator):
-    from airflow.models.taskreschedule import TaskReschedule
-    from airflow.utils.session import create_session
-    from sqlalchemy import func, select
-
-    namespace = namespace_of("sensor_reschedule")
-    emulator.create_namespace(namespace)
-    emulator.reset_requests()
-    pods = labelled_pods(emulator, namespace)
-
-    kubelet = Player().play(lambda _: succeed_after_two_pokes(emulator, namespace, pods))
-    run, states = run_dag_at("sensor_reschedule")
-    kubelet.check()
-
-    assert states == {"wait": "success"}
-    assert xcom(run, "wait", "metrics") == DOCUMENT["metrics"]
-    with create_session() as session:
-        reschedules = session.scalar(select(func.count()).select_from(TaskReschedule).where(
-            TaskReschedule.ti_id == ti_of(run).id))
-    assert reschedules >= 1
-
-
-def test_a_deferred_sensor_watches_the_pods_in_the_triggerer(emulator, capfd):
-    namespace = namespace_of("sensor_deferrable")
-    emulator.create_namespace(namespace)
-    emulator.reset_requests()
-
-    def script() -> None:
-        # No pods at first: the sensor comes back after poke_interval, then watches the pods the job gets.
-        wait_until(lambda: pod_lists(emulator, namespace) >= 1, timeout=60, interval=0.02)
-        pods = labelled_pods(emulator, namespace)
-        wait_until(lambda: any(r.is_watch for r in emulator.requests if f"/namespaces/{namespace}/" in r.path),
-                   timeout=60, interval=0.02)
-        emulator.succeed_pod(namespace, pods["master-0"], message=json.dumps(DOCUMENT))
-
-    kubelet = Player().play(lambda _: script())
-    run, states = run_dag_at("sensor_deferrable")
-    kubelet.check()
-
-    assert states == {"wait": "success"}
-    assert xcom(run, "wait", "metrics") == DOCUMENT["metrics"]
-    assert "waiting in the triggerer" in capfd.readouterr().out
-    watches = [r for r in emulator.requests if r.is_watch and f"/namespaces/{namespace}/" in r.path]
-    # The watch of the namespace's provider pods that the triggerer's jobs there share (shared_watch).
-    assert watches and all(r.query["labelSelector"] == "airflow-distributed/job" for r in watches)
-    assert len(emulator.list("pods", namespace)) == 3  # a sensor deletes nothing
-
-
 PULL_ERROR = 'failed to pull image "registry.example.com/trainer:1.0": unauthorized'
-
-
-@pytest.mark.parametrize("dag_id", ["sensor_image_pull", "sensor_image_pull_deferrable"])
-def test_a_failed_image_pull_fails_the_sensor_naming_replica_image_and_message(emulator, dag_id, capfd):
-    namespace = namespace_of(dag_id)
-    emulator.create_namespace(namespace)
-    pods = labelled_pods(emulator, namespace)
-    emulator.pending_pod(namespace, pods["worker-1"], reason="ImagePullBackOff", message=PULL_ERROR)
-
-    run, states = run_dag_at(dag_id)
-
-    assert states == {"wait": "failed"}
-    out = capfd.readouterr().out
-    assert (f'replica {pods["worker-1"]}: image "registry.example.com/trainer:1.0" could not be pulled '
-            f"(ImagePullBackOff: {PULL_ERROR})") in out
-    assert ti_of(run).try_number == 1  # no retry: waiting longer does not pull the image
 
 
 def test_a_pull_that_recovers_within_the_sensors_grace_succeeds(emulator):
@@ -325,35 +242,6 @@ def test_a_failed_tfjob_fails_the_sensor_naming_the_replica_and_reason_without_r
             f"replica(s) failed.; replica {pods['worker-1']} exited with code 137 (OOMKilled)") in out
 
 
-def test_a_deferred_pytorchjob_sensor_watches_the_object_in_the_triggerer(emulator, capfd):
-    namespace = namespace_of("sensor_pytorchjob_deferrable")
-    emulator.create_namespace(namespace)
-    controller = KubeflowController(emulator, namespace, "pytorchjobs")
-    controller.submit(JOB, {"Master": 1, "Worker": 1}, container="pytorch")
-    controller.create_pods()
-    controller.run_all()
-    controller.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""))
-    emulator.reset_requests()
-
-    def script(c: KubeflowController) -> None:
-        wait_until(c.watched, timeout=60, interval=0.02)
-        c.succeed("master-0", DOCUMENT)
-        c.succeed("worker-0")
-        c.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""),
-                     ("Succeeded", "PyTorchJobSucceeded", ""))
-
-    controller.play(script)
-    run, states = run_dag_at("sensor_pytorchjob_deferrable")
-    controller.check()
-
-    assert states == {"wait": "success"}
-    assert xcom(run, "wait", "metrics") == DOCUMENT["metrics"]
-    assert "waiting in the triggerer" in capfd.readouterr().out
-    watches = [r for r in emulator.requests if r.is_watch and "/pytorchjobs" in r.path]
-    assert watches and "fieldSelector" not in watches[0].query  # the kind's watch, shared in the namespace
-    assert controller.get(JOB) is not None  # a sensor deletes nothing
-
-
 @pytest.mark.parametrize("dag_id", ["sensor_pytorchjob_image_pull", "sensor_pytorchjob_image_pull_reschedule",
                                     "sensor_pytorchjob_image_pull_deferrable"])
 def test_a_pytorchjob_sensor_fails_on_a_failed_image_pull_and_deletes_nothing(emulator, capfd, dag_id):
@@ -376,41 +264,8 @@ def test_a_pytorchjob_sensor_fails_on_a_failed_image_pull_and_deletes_nothing(em
     assert controller.get(JOB) is not None and len(emulator.list("pods", namespace)) == 2  # a sensor deletes nothing
 
 
-def test_a_pytorchjob_sensor_lists_no_pods_while_the_job_is_suspended(emulator):
-    namespace = namespace_of("sensor_pytorchjob_suspended")
-    emulator.create_namespace(namespace)
-    controller = KubeflowController(emulator, namespace, "pytorchjobs")
-    controller.submit(JOB, {"Master": 1, "Worker": 1}, container="pytorch")
-    controller.conditions(("Created", "PyTorchJobCreated", ""), ("Suspended", "PyTorchJobSuspended", ""))
-    emulator.reset_requests()
-    counts: dict[str, int] = {}
-
-    def reads() -> int:
-        return len([r for r in emulator.requests if r.method == "GET" and r.path.endswith(f"/pytorchjobs/{JOB}")])
-
-    def script(c: KubeflowController) -> None:
-        wait_until(lambda: reads() >= 5, timeout=60, interval=0.02)  # five pokes of the suspended job
-        counts["suspended"] = pod_lists(emulator, namespace)
-        c.conditions(("Created", "PyTorchJobCreated", ""), ("Suspended", "PyTorchJobResumed", ""), false=("Suspended",))
-        c.create_pods()
-        wait_until(lambda: pod_lists(emulator, namespace) >= 1, timeout=60, interval=0.02)  # resumed: listed again
-        c.run_all()
-        c.succeed("master-0", DOCUMENT)
-        c.succeed("worker-0")
-        c.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""),
-                     ("Succeeded", "PyTorchJobSucceeded", ""))
-
-    controller.play(script)
-    run, states = run_dag_at("sensor_pytorchjob_suspended")
-    controller.check()
-
-    assert states == {"wait": "success"}
-    assert counts["suspended"] == 0
-    assert xcom(run, "wait", "metrics") == DOCUMENT["metrics"]
-
-
 def test_a_sensor_refuses_a_kind_of_another_framework():
-    from airflow_distributed.manifests.kubeflow import KINDS
+    from airflow_distributed.manifests.kubeflow_kinds import KINDS
     from airflow_distributed.sensors import DistributedJobSensor, MXNetJobSensor, TensorflowJobSensor
     from airflow_distributed.sensors.base import KIND_FRAMEWORK
 

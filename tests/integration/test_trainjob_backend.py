@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import jsonschema
 import pytest
@@ -225,69 +224,6 @@ def test_a_failed_horovod_launcher_fails_the_task_naming_it_and_nothing_is_left(
     # clean_pod_policy="all": the TrainJob goes, and its launcher, sshd nodes, hostfile and keys with it.
     settled(emulator, namespace, ([], []))
     assert emulator.list("configmaps", namespace) == [] and emulator.list("secrets", namespace) == []
-
-
-def test_a_node_that_fails_fails_the_task_naming_it_and_keeps_the_trainjob(emulator, capfd):
-    namespace = namespace_of("trainjob_failure")
-    run, node, out = run_failing(emulator, capfd, "trainjob_failure", 2, 3, (
-        "Traceback (most recent call last):", "RuntimeError: gloo connection reset"), "node")
-    assert "failed after" in out and "FailedJobs: jobset failed due to: 1 failed job(s) in node" in out
-    assert f"replica {node} exited with code 3" in out
-    assert "RuntimeError: gloo connection reset" in out  # the failed node's last lines
-    record = xcom(run, "train", "job")
-    assert record["state"] == "failed" and record["backend"] == "trainjob"
-    assert {r["name"]: (r["role"], r["index"], r["state"], r["exit_code"]) for r in record["replicas"]}[node] == (
-        "worker", 1, "failed", 3)
-    assert xcom(run, "train", "metrics") is None
-    # Default after a failure: the TrainJob and its node pods stay for a look until the next try.
-    assert left(emulator, namespace)[0] == [record["job_name"]]
-
-
-def pod_lists(emu: KubeEmulator, namespace: str) -> list:
-    """The task's LISTs of the TrainJob's node pods (not the watch of the object, not the output's read at the end)."""
-    return [r for r in emu.requests if r.method == "GET" and r.path.endswith(f"/namespaces/{namespace}/pods")
-            and not r.is_watch and "jobset.sigs.k8s.io/jobset-name" in r.query.get("labelSelector", "")
-            and "job-completion-index" not in r.query.get("labelSelector", "")]
-
-
-@pytest.mark.parametrize("dag_id", ["trainjob_suspended", "trainjob_suspended_deferrable"])
-def test_a_suspended_trainjob_is_waited_for_without_pod_lists_until_it_is_resumed_and_completes(emulator, dag_id,
-                                                                                                capfd):
-    namespace = namespace_of(dag_id)
-    emulator.create_namespace(namespace)
-    counts: dict[str, int] = {}
-
-    def script(controller: TrainerController) -> None:
-        controller.wait_for_job()
-        # Kueue holds it: suspended, no pods.
-        controller.condition("Suspended", "True", "Suspended", "TrainJob is suspended")
-        # The task watches it: it saw the suspension in its LIST, or sees it as this watch's first event.
-        wait_until(controller.watched, timeout=60, interval=0.02)
-        counts["seen"] = len(pod_lists(emulator, namespace))
-        time.sleep(2.5)  # many pending_pods_interval (0.2 s), and past the 1 s a watch is cut to while pods are awaited
-        counts["suspended"] = len(pod_lists(emulator, namespace)) - counts["seen"]
-        controller.condition("Suspended", "False", "Resumed", "TrainJob is resumed")
-        # Resumed: the node pods are listed again at once (the resume event ends the task's long watch).
-        wait_until(lambda: len(pod_lists(emulator, namespace)) > counts["seen"], timeout=60, interval=0.02)
-        controller.create_pods()
-        controller.run_all()
-        controller.write_status(active=1)
-        controller.succeed(0, DOCUMENT)
-        controller.succeed(1)
-        controller.succeed(2)
-        controller.condition("Complete", "True", "AllJobsCompleted", "jobset completed successfully")
-
-    controller = TrainerController(emulator, namespace).play(script)
-    run, states = run_dag_at(dag_id)
-    controller.check()
-
-    assert states == {"train": "success"}
-    assert counts["suspended"] == 0
-    assert counts["seen"] <= 1  # at most the first look, made before the controller said Suspended
-    if dag_id == "trainjob_suspended":  # the task's log says why it waits
-        assert "is pending: TrainJob is suspended" in capfd.readouterr().out
-    assert xcom(run, "train", "metrics") == DOCUMENT["metrics"]
-    settled(emulator, namespace, ([], []))
 
 
 def test_sigterm_to_the_task_deletes_the_trainjob_and_its_nodes(emulator):

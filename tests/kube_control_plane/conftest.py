@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from airflow_distributed.manifests.kubeflow import KINDS, kubeflow_resource
+from airflow_distributed.manifests.kubeflow_kinds import KINDS, kubeflow_resource
 from tests.integration import trainjob_controller as trainjob
 from tests.integration.test_kubernetes_rbac import role
 from tests.kube_control_plane.control_plane import TASK_ACCOUNT, ControlPlane, missing
@@ -69,6 +69,8 @@ def roles_of(dag_id: str) -> list[dict]:
     """The Roles of docs/rbac.yaml a DAG's task is bound to: the kubernetes backend's, and its backend's own."""
     own = {"kubeflow": "airflow-distributed-kubeflow", "trainjob": "airflow-distributed-trainjob"}
     backend = dag_id.split("_", 1)[0]
+    if backend == "sensor" and any(f"_{kind.kind.lower()}" in dag_id for kind in KINDS.values()):
+        backend = "kubeflow"  # a sensor of a Kubeflow kind reads the job object as the kubeflow backend does
     return [role("airflow-distributed"), *([role(own[backend])] if backend in own else [])]
 
 

@@ -5,7 +5,8 @@ HTTPS on 127.0.0.1 with a certificate of its own (``kubeconfig`` writes a kubeco
 forwarded one per connection, answers streamed back as they come (watches and followed logs included).
 ``inject_faults`` answers the next matching requests with error statuses instead (as the emulator's call of the same
 name); ``lose_answers`` lets the request reach the server and answers with an error instead of its answer;
-``drop_watches`` cuts the watches open through it mid-stream. Upgrades (exec) are not forwarded.
+``drop_watches`` cuts the watches open through it mid-stream; ``refuse_connections`` closes its port until
+``accept_connections`` (connections refused, as by a server that is down). Upgrades (exec) are not forwarded.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class FaultProxy:
     _watches: set[socket.socket] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
+    _port: int = 0
 
     def __enter__(self) -> FaultProxy:
         return self.start()
@@ -108,11 +110,24 @@ class FaultProxy:
 
     # ------------------------------------------------------------ serving
 
-    def start(self) -> FaultProxy:
+    def refuse_connections(self) -> None:
+        """Close the proxy's listening socket and cut what is open through it: every new connection is refused
+        (``ECONNREFUSED``), as by an API server that is down, until ``accept_connections``."""
+        assert self._server is not None
+        self._port = self._server.server_address[1]
+        self.stop()
+        self._server = None
+
+    def accept_connections(self) -> None:
+        """Listen again, on the same port (the kubeconfigs written stay good)."""
+        self.start(port=self._port)
+
+    def start(self, port: int = 0) -> FaultProxy:
         cert, key = self.plane.workdir / "proxy.crt", self.plane.workdir / "proxy.key"
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
-                        "/CN=fault-proxy", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key),
-                        "-out", str(cert)], check=True, capture_output=True)
+        if not cert.exists():
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+                            "/CN=fault-proxy", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key),
+                            "-out", str(cert)], check=True, capture_output=True)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(str(cert), str(key))
         upstream = ssl.create_default_context(cafile=str(self.plane.ca_file))
@@ -131,7 +146,7 @@ class FaultProxy:
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _any
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         self._server.socket = context.wrap_socket(self._server.socket, server_side=True, do_handshake_on_connect=False)
         threading.Thread(target=self._server.serve_forever, name="fault-proxy", daemon=True).start()

@@ -29,6 +29,7 @@ from airflow.providers.cncf.kubernetes.utils.pod_manager import EMPTY_XCOM_RESUL
 from airflow.providers.cncf.kubernetes.utils.xcom_sidecar import PodDefaults
 from kubernetes import client
 
+from airflow_distributed.jobstate.hang_watch import STACKS_COMMAND
 from airflow_distributed.jobstate.job_watch import parse_timestamp_ns
 from tests.k8s_emulator import kubelet as kubelet_status
 from tests.k8s_emulator.cluster import now_rfc3339
@@ -70,6 +71,9 @@ class KubeletNode:
         self._files: dict[tuple[str, str, str], str] = {}
         #: (namespace, pod, container, command) of every exec served
         self.execs: list[tuple[str, str, str, list[str]]] = []
+        #: what a pod's processes print on the hang watchdog's exec (``hang_watch.STACKS_COMMAND``), by
+        #: (namespace, pod): as ``tracking``'s faulthandler would, it goes to the container's log
+        self.stacks: dict[tuple[str, str], str] = {}
         self._ips: dict[str, str] = {}
         self._changed = threading.Condition()
         self._stop = threading.Event()
@@ -433,7 +437,13 @@ class KubeletNode:
 
     def _run(self, handler: BaseHTTPRequestHandler, namespace: str, pod: str, container: str, command: list[str],
              stdin: bool) -> tuple[str, int]:
-        """The XCom sidecar's two commands: reading its output file, and (a shell reading stdin) its kill."""
+        """The XCom sidecar's two commands: reading its output file, and (a shell reading stdin) its kill; and the
+        hang watchdog's signal to the processes that imported ``tracking``, whose stacks (``stacks``) are logged."""
+        if command == STACKS_COMMAND:
+            text = self.stacks.get((namespace, pod))
+            if text is not None:
+                self.append_log(namespace, pod, text, container)
+            return f"{int(text is not None)}\n", 0
         if command[:2] == ["/bin/sh", "-c"] and f"cat {XCOM_FILE}" in command[2]:
             return self._files.get((namespace, pod, XCOM_FILE)) or EMPTY_XCOM_RESULT + "\n", 0
         if command == ["/bin/sh"] and stdin:

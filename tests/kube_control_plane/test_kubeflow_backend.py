@@ -6,13 +6,17 @@ exactly the ``airflow-distributed`` and ``airflow-distributed-kubeflow`` Roles o
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
 from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
 
 from airflow_distributed.hooks.kubeflow import KubeflowJobHook
-from airflow_distributed.manifests.kubeflow import KINDS, kubeflow_resource
+from airflow_distributed.manifests.kubeflow_kinds import KINDS, kubeflow_resource
+from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
 from tests.helpers import wait_until
 from tests.integration.kubeflow_controller import KubeflowController
 from tests.integration.test_kubernetes_rbac import role
@@ -101,4 +105,31 @@ def test_a_kubeflow_wait_across_a_watch_cut_mid_stream_resumes_without_a_new_lis
         assert jobs_requests("list") == 1  # resumed from its resourceVersion, not listed again
         hook.delete_kubeflow_job(namespace, resource, name)
     comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
+    assert control_plane.refused(task_user) == []
+
+
+@pytest.mark.usefixtures("airflow_db")
+def test_a_job_that_does_not_exist_is_deleted_for_the_sync_wait_and_the_trigger_alike(
+        control_plane: ControlPlane, namespace: str, kubeflow_kubeconfig: str, task_user: str):
+    # One missing-object rule (ObjectWatch): what a consistent read does not find was deleted. The trigger's shared
+    # watch starts from a cache, so it asks the server before it says so, instead of waiting to its deadline.
+    resource = kubeflow_resource("pytorch")
+    hook = KubeflowJobHook(kubernetes_conn_id=None, config_file=kubeflow_kubeconfig,
+                           client_configuration=client.Configuration())
+    assert hook.wait_for_kubeflow_job(namespace, resource, "never-created").ending == "deleted"
+
+    connection = json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": kubeflow_kubeconfig}})
+    trigger = KubeflowJobTrigger(job_name="never-created", namespace=namespace, group=resource.group,
+                                 version=resource.version, plural=resource.plural,
+                                 kubernetes_conn_id="kubernetes_default", execution_deadline=time.time() + 60)
+
+    async def first_event() -> dict:
+        async for event in trigger.run():
+            return event.payload
+        raise AssertionError("the trigger ended without an event")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", connection)
+        event = asyncio.run(first_event())
+    assert event["status"] == "deleted", event
     assert control_plane.refused(task_user) == []

@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-from airflow_distributed import tracking
+from airflow_distributed import checkpoints, contract, tracking
 from airflow_distributed.manifests.kubernetes import layout_for_kubernetes
 from airflow_distributed.plan import KubernetesAddressing, Layout, LocalAddressing, build_plan
 from airflow_distributed.spec import load_spec
@@ -45,10 +45,10 @@ def test_kubernetes_checkpoint_dir_is_per_task_instance_under_the_model_dir(mode
 @pytest.fixture
 def master(tmp_path, monkeypatch):
     """This process as the master replica of a job with a checkpoint directory."""
-    monkeypatch.setenv(tracking.ENV_OUTPUT, str(tmp_path / "output.json"))
-    monkeypatch.setenv(tracking.ENV_CHECKPOINT_DIR, str(tmp_path / "ckpt"))
-    monkeypatch.setenv(tracking.ENV_ROLE, "master")
-    monkeypatch.setenv(tracking.ENV_INDEX, "0")
+    monkeypatch.setenv(contract.ENV_OUTPUT, str(tmp_path / "output.json"))
+    monkeypatch.setenv(contract.ENV_CHECKPOINT_DIR, str(tmp_path / "ckpt"))
+    monkeypatch.setenv(contract.ENV_ROLE, "master")
+    monkeypatch.setenv(contract.ENV_INDEX, "0")
     for variable in ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
         monkeypatch.delenv(variable, raising=False)
     return tmp_path / "ckpt"
@@ -78,10 +78,10 @@ def test_only_the_master_saves_unless_every_replica_is_asked(master, monkeypatch
 
 
 def test_outside_a_job_or_with_a_url_nothing_is_saved(monkeypatch, master):
-    monkeypatch.setenv(tracking.ENV_CHECKPOINT_DIR, "s3://bucket/ckpt")
+    monkeypatch.setenv(contract.ENV_CHECKPOINT_DIR, "s3://bucket/ckpt")
     assert tracking.get_checkpoint_dir() == "s3://bucket/ckpt"
     assert tracking.save_checkpoint("w", 1) is None and tracking.latest_checkpoint() is None
-    monkeypatch.delenv(tracking.ENV_CHECKPOINT_DIR)
+    monkeypatch.delenv(contract.ENV_CHECKPOINT_DIR)
     assert tracking.save_checkpoint("w", 1) is None and tracking.get_try_number() == 1
 
 
@@ -110,7 +110,7 @@ def test_a_restarted_elastic_worker_group_carries_on_the_masters_history(tmp_pat
 
 
 def test_in_a_shared_directory_a_job_reads_and_prunes_only_its_own_checkpoints(master, monkeypatch):
-    monkeypatch.setenv(tracking.ENV_JOB, "job-a")
+    monkeypatch.setenv(contract.ENV_JOB, "job-a")
     master.mkdir()
     theirs = master / "checkpoint-000000000099.pkl"
     theirs.write_bytes(pickle.dumps({"step": 99, "state": "another job's"}))
@@ -119,7 +119,7 @@ def test_in_a_shared_directory_a_job_reads_and_prunes_only_its_own_checkpoints(m
         tracking.save_checkpoint(step, step, keep=2)
     assert tracking.latest_checkpoint() == (3, 3)
     assert theirs.exists()
-    assert tracking.written_checkpoints(str(master), "job-a") == (
+    assert checkpoints.written_checkpoints(str(master), "job-a") == (
         ["checkpoint-000000000001.pkl", "checkpoint-000000000002.pkl", "checkpoint-000000000003.pkl"], [])
 
 

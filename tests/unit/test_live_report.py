@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from airflow_distributed import tracking
+from airflow_distributed import contract, tracking
 from airflow_distributed.live_report import PREFIX, RECORD_LIMIT, latest_record, record_line, without_records
 from airflow_distributed.outputs import job_record, sanitise_document
 
 
 @pytest.fixture
 def master(tmp_path, monkeypatch):
-    monkeypatch.setenv(tracking.ENV_OUTPUT, str(tmp_path / "output.json"))
+    monkeypatch.setenv(contract.ENV_OUTPUT, str(tmp_path / "output.json"))
     for variable in ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
         monkeypatch.delenv(variable, raising=False)
     clock = [100.0]

@@ -25,16 +25,14 @@ import pytest
 from referencing import Registry, Resource
 
 from airflow_distributed.manifests.kubeflow import (
-    KINDS,
     MPI_HOSTFILE,
     KubeflowAddressing,
     KubeflowJobOptions,
     ManifestError,
     build_kubeflow_job,
-    kubeflow_kind,
-    kubeflow_problems,
-    kubeflow_resource,
 )
+from airflow_distributed.manifests.kubeflow_checks import kubeflow_problems
+from airflow_distributed.manifests.kubeflow_kinds import KINDS, kubeflow_kind, kubeflow_resource
 from airflow_distributed.manifests.kubeflow_status import (
     REPLICA_INDEX_LABEL,
     ReplicaCounts,

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_distributed import tracking
+from airflow_distributed import contract, tracking
 from airflow_distributed.backends.local_live import LiveJobReport
 from airflow_distributed.outputs import (
     DOCUMENT_LIMIT,
@@ -258,7 +258,7 @@ class _Log:
 @pytest.fixture
 def master(tmp_path, monkeypatch):
     output = tmp_path / "output.json"
-    monkeypatch.setenv(tracking.ENV_OUTPUT, str(output))
+    monkeypatch.setenv(contract.ENV_OUTPUT, str(output))
     for variable in ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "TORCHELASTIC_RUN_ID"):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setattr(tracking, "_state", {"path": None, "document": None})

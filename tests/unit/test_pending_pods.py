@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from airflow_distributed.hooks.pending_pods import IMAGE_PULL_FAILED, PendingPods, expected_pods
+from airflow_distributed.hooks.pending_pods import IMAGE_PULL_FAILED, PendingPods
 from airflow_distributed.jobstate.job_watch import (
     ReplicaSlot,
     image_failure,
     pod_essentials,
     replica_status,
 )
-from airflow_distributed.manifests.kubeflow_status import job_suspended
+from airflow_distributed.manifests.kubeflow_status import expected_pods, job_suspended
 from airflow_distributed.manifests.kubernetes import (
     JobManifestOptions,
     build_job_objects,
@@ -182,3 +182,42 @@ def test_a_job_suspended_after_its_replicas_started_is_checked_again_once_resume
 def test_without_a_suspension_rule_a_job_is_never_taken_for_suspended():
     check = PendingPods(interval=10.0, image_pull_grace=0.0, clock=Clock())
     assert check.due_for(suspended_job(True)) and not check.suspended
+
+
+def _unschedulable(name: str) -> dict:
+    return {"metadata": {"name": name}, "spec": {}, "status": {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}]}}
+
+
+def test_a_suspended_job_or_an_unschedulable_pod_past_queue_timeout_is_a_queue_verdict() -> None:
+    clock = Clock()
+    pending = PendingPods(10, 0, clock, job_suspended, queue_timeout=60)
+    assert pending.due_for({"spec": {"runPolicy": {"suspend": True}}}) is False  # Kueue holds it: no LIST
+    clock.now += 59
+    assert pending.verdict is None and pending.seconds_to_queue_deadline() == 1
+    assert pending.watch_seconds(300) == 1  # the watch ends when the verdict is due, not 300 s later
+    clock.now += 1
+    verdict = pending.verdict
+    assert verdict is not None and (verdict.cause, verdict.replica, verdict.reason) == ("queue", None, "Suspended")
+    assert pending.status()[1] == "QueueTimedOut"
+
+    admitted = PendingPods(10, 0, clock, job_suspended, queue_timeout=60)
+    admitted.on_pods([_unschedulable("job-worker-0")], expected=1)
+    clock.now += 60
+    verdict = admitted.verdict
+    assert verdict is not None and (verdict.replica, verdict.reason) == ("job-worker-0", "Unschedulable")
+    assert "Insufficient nvidia.com/gpu" in (verdict.message or "")
+
+
+def test_without_queue_timeout_or_once_scheduled_there_is_no_queue_verdict() -> None:
+    clock = Clock()
+    unlimited = PendingPods(10, 0, clock, job_suspended)
+    unlimited.on_pods([_unschedulable("job-worker-0")], expected=1)
+    clock.now += 10_000
+    assert unlimited.verdict is None
+    scheduled = PendingPods(10, 0, clock, job_suspended, queue_timeout=60)
+    scheduled.on_pods([_unschedulable("job-worker-0")], expected=1)
+    scheduled.on_pods([pod("job-worker-0", running=True)], expected=1)
+    clock.now += 61
+    assert scheduled.verdict is None

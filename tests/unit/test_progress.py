@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from airflow_distributed import tracking
+from airflow_distributed import contract, tracking
 from airflow_distributed.status import progress_text
 
 
 @pytest.fixture
 def master(tmp_path, monkeypatch):
     output = tmp_path / "output.json"
-    monkeypatch.setenv(tracking.ENV_OUTPUT, str(output))
+    monkeypatch.setenv(contract.ENV_OUTPUT, str(output))
     for variable in ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
         monkeypatch.delenv(variable, raising=False)
     clock = [100.0]

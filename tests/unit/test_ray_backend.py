@@ -16,6 +16,7 @@ from airflow_distributed.hooks.ray import jobs_api_address
 from airflow_distributed.manifests.ray import (
     JOB_VARIABLE,
     ActorAddressing,
+    RayOptions,
     bundles,
     job_description,
     job_layout,
@@ -48,7 +49,9 @@ def test_the_description_carries_the_spec_the_driver_parses_back_and_the_entrypo
     spec = load_spec("tensorflow", {"tensorflow": {"n_workers": 1, "n_ps": 1}, "env_vars": {"A": "1"}})
     layout = job_layout("/tmp/root", "job-1", "/shared/models/job-1", "/shared/ckpt/job-1")
     description = job_description(spec=spec, job_name="job-1", command=["python", "train.py"], layout=layout,
-                                  files={"x.py": "print(1)"}, env={"B": "2"}, try_number=2, strategy="SPREAD")
+                                  files={"x.py": "print(1)"}, env={"B": "2"}, try_number=2,
+                                  options=RayOptions(placement_strategy="SPREAD", resources={"ssd": 1},
+                                                     accelerator_type="A100"))
     entrypoint, runtime_env = ray_job(description, "/opt/venv/bin/python")
 
     assert shlex.split(entrypoint) == ["/opt/venv/bin/python", "-m", "airflow_distributed.hooks.ray_driver"]
@@ -58,9 +61,14 @@ def test_the_description_carries_the_spec_the_driver_parses_back_and_the_entrypo
                               "files_dir": "/tmp/root/jobs/job-1/files", "checkpoint_dir": "/shared/ckpt/job-1"}
     assert (sent["strategy"], sent["try_number"], sent["env"], sent["files"]) == ("SPREAD", 2, {"B": "2"},
                                                                                  {"x.py": "print(1)"})
+    assert sent["bundles"] == [{"CPU": 1.0, "ssd": 1.0, "accelerator_type:A100": 0.001}] * 3
+    assert (sent["liveness_key"], sent["liveness_grace"]) == ("gcs://airflow_distributed_liveness_job-1", 300.0)
     with pytest.raises(ValueError, match="STRICT_SPREAD"):
         job_description(spec=spec, job_name="j", command=[], layout=layout, files={}, env=None, try_number=1,
-                        strategy="ANYWHERE")
+                        options=RayOptions(placement_strategy="ANYWHERE"))
+    unwatched = job_description(spec=spec, job_name="j", command=[], layout=layout, files={}, env=None,
+                                try_number=1, liveness=False)
+    assert (unwatched["strategy"], unwatched["liveness_key"]) == ("PACK", None)
 
 
 def test_the_plan_takes_every_address_from_the_actors():
@@ -156,9 +164,47 @@ def test_horovod_elastic_pytorch_and_trainjob_settings_are_refused_naming_the_fi
 
 
 def test_what_ray_maps_passes_the_parse():
-    operator(environment={"labels": {"team": "ml"}, "resources": {"limits": {"cpu": 2, "memory": "4Gi"}},
+    operator(environment={"labels": {"team": "ml"}, "resources": {"limits": {"cpu": 2, "memory": "4Gi", "tpu": 4}},
                           "pytorch": {"n_workers": 2}}, namespace="ml", deferrable=True, wait_for_completion=False,
-             model_dir="/shared/models", ray_conn_id="ray_prod")
+             model_dir="/shared/models", ray_conn_id="ray_prod",
+             ray_options={"placement_strategy": "STRICT_SPREAD", "resources": {"ssd": 1, "license_pool": 0.5},
+                          "accelerator_type": "TPU-V4", "liveness_grace": 600})
+
+
+def test_the_specs_tpus_are_reserved_as_rays_tpu_resource():
+    tpus = {"resources": {"limits": {"tpu": 4}}}
+    spec = load_spec("jax", {"jax": {"n_workers": 1, "default_worker": tpus}, **tpus})
+    assert bundles(spec, {"ssd": 1.0}) == [{"CPU": 1.0, "TPU": 4.0, "ssd": 1.0}] * 2
+
+
+@pytest.mark.parametrize(("options", "field", "said"), [
+    ({"placement_strategy": "spread-out"}, "ray_options.placement_strategy", "PACK, SPREAD, STRICT_PACK, "
+                                                                            "STRICT_SPREAD"),
+    ({"resources": {"GPU": 1}}, "ray_options.resources.GPU", "resources.gpu"),
+    ({"resources": {"memory": 1}}, "ray_options.resources.memory", "resources.memory"),
+    ({"resources": {"node:10.0.0.1": 1}}, "ray_options.resources.node:10.0.0.1", "accelerator_type"),
+    ({"resources": {"ssd": -1}}, "ray_options.resources.ssd", "> 0"),
+    ({"resources": ["ssd"]}, "ray_options.resources", "mapping"),
+    ({"accelerator_type": "accelerator_type:A100"}, "ray_options.accelerator_type", "'A100'"),
+    ({"liveness_grace": 0}, "ray_options.liveness_grace", "> 0"),
+    ({"liveness_grace": 10**400}, "ray_options.liveness_grace", "> 0"),
+    ({"resources": {"ssd": float("nan")}}, "ray_options.resources.ssd", "> 0"),
+    ({"resources": {"ssd": "hunter2"}}, "ray_options.resources.ssd", "> 0"),
+    ({"accelerator_type": 7, "placement_strategy": "hunter2"}, "ray_options.placement_strategy", "STRICT_SPREAD"),
+    ({"spread": True}, "ray_options.spread", "placement_strategy"),
+    ("PACK", "ray_options", "mapping"),
+])
+def test_ray_options_that_cannot_be_mapped_are_refused_at_parse_naming_the_field(options, field, said):
+    found = problems(ray_options=options)
+    assert (found[0][0], said in found[0][1]) == (field, True)
+    assert not any("hunter2" in why for _, why in found)  # a value is never echoed
+
+
+def test_ray_options_are_refused_by_the_other_backends():
+    with pytest.raises(SpecValidationError) as error:
+        DistributedTrainingOperator(task_id="t", framework="pytorch", command=["python", "t.py"], backend="local",
+                                    ray_options={"placement_strategy": "STRICT_SPREAD"})
+    assert [path for path, _ in error.value.problems] == ["ray_options"]
 
 
 def test_a_dag_using_backend_ray_parses_without_ray_installed():

@@ -122,12 +122,17 @@ def test_a_bad_limit_is_refused_when_the_dag_is_parsed(limit, value) -> None:
         operator(**{limit: value})
 
 
+@pytest.mark.parametrize("backend", ["kubernetes", "kubeflow", "trainjob"])
+def test_the_cluster_backends_take_queue_timeout(backend) -> None:
+    assert operator(queue_timeout=600, backend=backend, image="trainer:1").queue_timeout == 600
+
+
 @pytest.mark.parametrize("backend", ["kubeflow", "trainjob"])
-def test_the_kubeflow_backends_refuse_queue_timeout(backend) -> None:
-    with pytest.raises(SpecValidationError, match="queue_timeout: is judged by backend='kubernetes' only"):
-        operator(queue_timeout=600, backend=backend, image="trainer:1")
+def test_the_kubeflow_backends_refuse_progress_timeout(backend) -> None:
+    with pytest.raises(SpecValidationError, match="progress_timeout: is watched by backend='local' and "
+                       "backend='kubernetes' only"):
+        operator(progress_timeout=60, backend=backend, image="trainer:1")
 
 
-def test_the_cluster_backends_refuse_progress_timeout() -> None:
-    with pytest.raises(SpecValidationError, match="progress_timeout: is watched by backend='local' only"):
-        operator(progress_timeout=60, backend="kubernetes", image="trainer:1")
+def test_the_kubernetes_backend_takes_progress_timeout() -> None:
+    assert operator(progress_timeout=60, backend="kubernetes", image="trainer:1").progress_timeout == 60

@@ -1,0 +1,65 @@
+"""The replica contract's names, shared by the side that starts replicas and the side that runs in them.
+
+Standard library only, with no import of the package's other modules: training images import it (through
+``tracking``) without Airflow, and the plan, the manifests, the backends and the readers of the master's report
+name these facts from here, so that both sides cannot drift apart. What each variable holds is in
+docs/architecture.md ("From ``environment=`` to a pod's variable").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: The job's name (the same on every replica and every try).
+ENV_JOB = "AIRFLOW_DISTRIBUTED_JOB"
+#: The framework the job runs (``pytorch``, ``tensorflow``...).
+ENV_FRAMEWORK = "AIRFLOW_DISTRIBUTED_FRAMEWORK"
+#: This replica's role (``master``, ``worker``, ``chief``, ``ps``...).
+ENV_ROLE = "AIRFLOW_DISTRIBUTED_ROLE"
+#: This replica's index within its role.
+ENV_INDEX = "AIRFLOW_DISTRIBUTED_INDEX"
+#: The whole job as JSON, ``{role: ["host:port", ...]}``.
+ENV_CLUSTER = "AIRFLOW_DISTRIBUTED_CLUSTER"
+#: Where the model is saved.
+ENV_MODEL_DIR = "AIRFLOW_DISTRIBUTED_MODEL_DIR"
+#: Where the master writes its output document; given to the master only.
+ENV_OUTPUT = "AIRFLOW_DISTRIBUTED_OUTPUT"
+#: The task instance's checkpoint directory, when the task has one.
+ENV_CHECKPOINT_DIR = "AIRFLOW_DISTRIBUTED_CHECKPOINT_DIR"
+#: The Airflow try the job runs in (1 for the first).
+ENV_TRY_NUMBER = "AIRFLOW_DISTRIBUTED_TRY_NUMBER"
+#: The signal (``SIGUSR1``) on which a replica prints every thread's Python stack, set by a backend that watches for
+#: hangs (``progress_timeout``).
+ENV_STACKS_SIGNAL = "AIRFLOW_DISTRIBUTED_STACKS_SIGNAL"
+#: A folder where the process notes its pid once it prints its stacks on that signal: a cluster backend, which
+#: cannot see the pod's processes, signals those noted there (``kill`` through pods/exec).
+ENV_STACKS_DIR = "AIRFLOW_DISTRIBUTED_STACKS_DIR"
+
+#: The output document's keys: what the master reported. ``progress`` and ``return_value`` are there once reported.
+METRICS, MODEL_PATH, HISTORY, PROGRESS, RETURN_VALUE = "metrics", "model_path", "history", "progress", "return_value"
+
+
+def empty_document() -> dict[str, Any]:
+    """The output document of a master that reported nothing (a new one each call: callers fill it in)."""
+    return {METRICS: {}, MODEL_PATH: None, HISTORY: []}
+
+
+__all__ = [
+    "ENV_CHECKPOINT_DIR",
+    "ENV_CLUSTER",
+    "ENV_FRAMEWORK",
+    "ENV_INDEX",
+    "ENV_JOB",
+    "ENV_MODEL_DIR",
+    "ENV_OUTPUT",
+    "ENV_ROLE",
+    "ENV_STACKS_DIR",
+    "ENV_STACKS_SIGNAL",
+    "ENV_TRY_NUMBER",
+    "HISTORY",
+    "METRICS",
+    "MODEL_PATH",
+    "PROGRESS",
+    "RETURN_VALUE",
+    "empty_document",
+]

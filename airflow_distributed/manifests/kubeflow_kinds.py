@@ -1,0 +1,161 @@
+"""The Kubeflow training resources, one per framework, and how the API addresses each (pure).
+
+The ``kubeflow`` backend submits the same spec as a custom resource, and the operator in the cluster creates
+the pods, their Services and the framework's variables. Resources, their replica types and the releases targeted:
+
+- tensorflow: ``TFJob`` kubeflow.org/v1, Chief (the master), PS, Worker; training-operator 1.8 / 1.9.
+- pytorch: ``PyTorchJob`` kubeflow.org/v1, Master, Worker; training-operator 1.8 / 1.9.
+- mxnet: ``MXJob`` kubeflow.org/v1, Scheduler, Server, Worker, ``jobMode: MXTrain``; training-operator <= 1.8
+  (1.9 removed MXJob).
+- horovod: ``MPIJob`` kubeflow.org/v2beta1, Launcher, Worker, ``slotsPerWorker``, ``runLauncherAsWorker`` (the
+  launcher is rank 0, as in Polyaxon), ``sshAuthMountPath``, ``mpiImplementation``; mpi-operator 0.5 / 0.6.
+- xgboost: ``XGBoostJob`` kubeflow.org/v1, Master (runs the tracker, rank 0), Worker; training-operator 1.8 / 1.9.
+- paddle: ``PaddleJob`` kubeflow.org/v1, Master (trainer 0), Worker (trainer i + 1); training-operator 1.8 / 1.9;
+  collective mode only. With a Master the operator takes a PaddleJob for what it calls PS mode: it decides success by
+  the Master, as here, and adds ``PADDLE_MASTER`` (the Master's address, where ``init_parallel_env`` then puts its
+  TCP store: the first trainer endpoint, as on the other backends), ``PADDLE_NNODES``, ``PADDLE_JOB_ID`` and
+  ``PADDLE_SERVER_NUM``/``PADDLE_TRAINER_NUM`` = 1, which only ``paddle.distributed.launch`` reads; the
+  contract's scripts call ``init_parallel_env`` with the plan's ``PADDLE_*`` variables. Paddle's own
+  parameter-server mode is refused: a PaddleJob runs pservers as its Master replicas and succeeds when they exit,
+  but pservers serve until stopped and trainer 0 decides the job here.
+- jax: none. JAXJob (training-operator 1.9) has Worker replicas only, worker 0 being the coordinator, so the
+  Polyaxon master would share one template with the workers, the output relay and ``AIRFLOW_DISTRIBUTED_OUTPUT``
+  included; ``kubeflow_problems`` refuses it and the ``kubernetes`` backend runs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from airflow_distributed.frameworks import get_framework
+from airflow_distributed.manifests import horovod_ssh
+from airflow_distributed.manifests.kubeflow_status import (
+    GROUP,
+    REPLICA_SPECS_KEY,
+)
+
+
+@dataclass(frozen=True)
+class KubeflowKind:
+    """How one framework is written as a Kubeflow resource."""
+
+    framework: str
+    kind: str
+    version: str
+    plural: str
+    #: our role -> the operator's replica type
+    replica_types: Mapping[str, str]
+    #: the container the operator gives its variables to and whose exit it reads
+    container: str
+    #: name of the container port the operator reads the framework's port from; ``None`` when it reads none
+    port_name: str | None
+    #: variables the operator sets itself, left out of the templates whoever gave them (the plan has only the
+    #: framework variables the operator leaves out, ``Framework.kept_env``)
+    operator_env: frozenset[str]
+    #: spec fields every resource of this kind has, beside the replica specs and the run policy
+    fixed_spec: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    #: variables that differ between the pods of one template and are derived from the operator's ``RANK`` at start
+    rank_derived_env: frozenset[str] = frozenset()
+
+    @property
+    def group(self) -> str:
+        return GROUP
+
+    @property
+    def api_version(self) -> str:
+        return f"{GROUP}/{self.version}"
+
+    @property
+    def replica_specs_key(self) -> str:
+        """The spec key of the replica specs, e.g. ``tfReplicaSpecs``."""
+        return REPLICA_SPECS_KEY[self.kind]
+
+    @property
+    def master_type(self) -> str:
+        return self.replica_types[get_framework(self.framework).master_role]
+
+    def replica_type(self, role: str) -> str:
+        return self.replica_types[role]
+
+    @property
+    def a_kind(self) -> str:
+        """The kind with its article, for messages: "a TFJob", "an MPIJob" (said "em-pee-eye")."""
+        return f"{'an' if self.kind.startswith('M') else 'a'} {self.kind}"
+
+
+_PYTORCH_ENV = frozenset({
+    "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "PYTHONUNBUFFERED",
+    "PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_NNODES", "PET_NODE_RANK", "PET_NPROC_PER_NODE",
+})
+_MXNET_ENV = frozenset({
+    "MX_CONFIG", "DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER",
+    "DMLC_USE_KUBERNETES",
+})
+
+KINDS: dict[str, KubeflowKind] = {
+    "tensorflow": KubeflowKind(
+        "tensorflow", "TFJob", "v1", "tfjobs",
+        MappingProxyType({"chief": "Chief", "ps": "PS", "worker": "Worker"}),
+        container="tensorflow", port_name="tfjob-port", operator_env=frozenset({"TF_CONFIG"}),
+    ),
+    "pytorch": KubeflowKind(
+        "pytorch", "PyTorchJob", "v1", "pytorchjobs",
+        MappingProxyType({"master": "Master", "worker": "Worker"}),
+        container="pytorch", port_name="pytorchjob-port", operator_env=_PYTORCH_ENV,
+    ),
+    "mxnet": KubeflowKind(
+        "mxnet", "MXJob", "v1", "mxjobs",
+        MappingProxyType({"scheduler": "Scheduler", "server": "Server", "worker": "Worker"}),
+        container="mxnet", port_name="mxjob-port", operator_env=_MXNET_ENV,
+        fixed_spec=MappingProxyType({"jobMode": "MXTrain"}),
+    ),
+    "horovod": KubeflowKind(
+        "horovod", "MPIJob", "v2beta1", "mpijobs",
+        MappingProxyType({"launcher": "Launcher", "worker": "Worker"}),
+        # mpi-operator sets OMPI_MCA_orte_default_hostfile (and its other MPI variables) itself.
+        container="mpi", port_name=None, operator_env=frozenset({"OMPI_MCA_orte_default_hostfile"}),
+        # The launcher runs ranks too (Polyaxon's rank 0), so it is a host of the hostfile.
+        fixed_spec=MappingProxyType({"runLauncherAsWorker": True, "sshAuthMountPath": horovod_ssh.SSH_DIR}),
+    ),
+    "xgboost": KubeflowKind(
+        "xgboost", "XGBoostJob", "v1", "xgboostjobs",
+        MappingProxyType({"master": "Master", "worker": "Worker"}),
+        container="xgboost", port_name="xgboostjob-port",
+        operator_env=frozenset({"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"}),
+        rank_derived_env=frozenset({"DMLC_TASK_ID"}),
+    ),
+    "paddle": KubeflowKind(
+        "paddle", "PaddleJob", "v1", "paddlejobs",
+        MappingProxyType({"master": "Master", "worker": "Worker"}),
+        container="paddle", port_name="master", operator_env=frozenset({"PYTHONUNBUFFERED"}),
+        rank_derived_env=frozenset({"PADDLE_TRAINER_ID", "PADDLE_CURRENT_ENDPOINT"}),
+    ),
+}
+
+
+def kubeflow_kind(framework: str) -> KubeflowKind:
+    try:
+        return KINDS[framework]
+    except KeyError:
+        raise ValueError(f"framework {framework!r} has no Kubeflow resource; allowed: {', '.join(KINDS)}") from None
+
+
+@dataclass(frozen=True)
+class KubeflowResource:
+    """What ``CustomObjectsApi`` calls take to address a kind."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+
+
+def kubeflow_resource(framework: str) -> KubeflowResource:
+    kind = kubeflow_kind(framework)
+    return KubeflowResource(kind.group, kind.version, kind.plural, kind.kind)
+
+
+__all__ = ["KINDS", "KubeflowKind", "KubeflowResource", "kubeflow_kind", "kubeflow_resource"]

@@ -1,0 +1,83 @@
+"""The hang watchdog (``progress_timeout``) of the kubernetes backend on the real control plane, sync and in the
+triggerer: a master that stops printing while every replica runs fails the task as hung, with each replica's
+stacks (asked for over the real API server's pods/exec, as the task's Role allows) and last lines, and nothing is
+left; a master that is slow but prints within each ``progress_timeout`` is left alone and succeeds.
+
+The DAGs' ``execution_timeout`` is the slack: a watchdog that does not fire fails the task with a timeout instead.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from airflow_distributed.live_report import PREFIX
+from tests.helpers import run_dag_at
+from tests.kube_control_plane.control_plane import NOTHING, ControlPlane
+from tests.kube_control_plane.kubelet import KubeletNode
+from tests.kubernetes_helpers import DOCUMENT, Kubelet, comes_to
+
+pytestmark = [pytest.mark.usefixtures("airflow_db")]
+
+
+def _stacks(where: str) -> str:
+    return (f"Thread 0x00007f3a2b1c0740 (most recent call first):\n"
+            f'  File "/opt/jobs/train.py", line 42 in {where}\n'
+            f'  File "/opt/jobs/train.py", line 60 in <module>')
+
+
+@pytest.mark.parametrize("dag_namespace", ["k8s_hung", "k8s_hung_deferrable"], indirect=True)
+def test_a_master_that_stops_printing_fails_as_hung_with_the_replicas_stacks_and_leaves_nothing(
+        control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str], capfd):
+    namespace, user = dag_namespace
+
+    def script(k: Kubelet) -> None:
+        k.run_all()
+        for key, name in k.names().items():
+            node.stacks[(namespace, name)] = _stacks("all_reduce" if key != "master-0" else "barrier")
+        record = {"progress": {"step": 1, "total": 10}, "metrics": {"loss": 0.5}, "history": []}
+        k.log(k.master, "step 1 loss 0.500", PREFIX + json.dumps(record))
+        k.log(k.pod("worker-0"), "rank 1: step 1 done")
+        # Then nothing: every replica runs and none prints (blocked in a collective).
+
+    kubelet = Kubelet(node, namespace).play(script)
+    run, states = run_dag_at(namespace.replace("-", "_"))
+    kubelet.check()
+
+    assert states == {"train": "failed"}
+    out = capfd.readouterr().out
+    assert "JobHungError" in out and "AirflowTaskTimeout" not in out
+    assert "the job hung: the master reported no progress or metric and printed no line for" in out
+    assert "its last step reported was 1," in out
+    # Each replica's stacks, printed on the exec's signal, are among its last lines in the message.
+    assert "line 42 in all_reduce" in out and "line 42 in barrier" in out and "rank 1: step 1 done" in out
+    execs = [command for ns, _, container, command in node.execs if ns == namespace and container == "base"]
+    assert len(execs) == 3
+    # Deleted whole, as a kill: a hung job's pods hold their accelerators.
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
+    assert control_plane.refused(user) == []
+
+
+@pytest.mark.parametrize("dag_namespace", ["k8s_slow_reporting", "k8s_slow_reporting_deferrable"], indirect=True)
+def test_a_slow_master_that_prints_within_each_progress_timeout_is_left_to_succeed(
+        control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str]):
+    namespace, user = dag_namespace
+
+    def script(k: Kubelet) -> None:
+        k.run_all()
+        # Quiet for 4 s between lines (progress_timeout 10 s), four times: 16 s, longer than the timeout, no stop.
+        for step in range(1, 5):
+            k.log(k.master, f"step {step} loss {0.5 ** step:.3f}")
+            time.sleep(4)
+        k.master_exits(0, document=DOCUMENT)
+
+    kubelet = Kubelet(node, namespace).play(script)
+    run, states = run_dag_at(namespace.replace("-", "_"))
+    kubelet.check()
+
+    assert states == {"train": "success"}
+    assert not [command for ns, *_, command in node.execs if ns == namespace and "kill -USR1" in " ".join(command)]
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
+    assert control_plane.refused(user) == []

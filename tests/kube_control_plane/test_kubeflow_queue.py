@@ -1,0 +1,86 @@
+"""``queue_timeout`` on the Kubeflow backends' waits, against the real API server: a job Kueue keeps suspended
+(``runPolicy.suspend``, as its webhook leaves a queued job) or whose pod the real scheduler leaves Unschedulable
+counts as queued, and past ``queue_timeout`` the wait ends with a ``queue`` verdict naming why, in the task and in
+the triggerer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from kubernetes import client
+
+from airflow_distributed.hooks.kubeflow import KubeflowJobHook
+from airflow_distributed.hooks.pending_pods import QUEUE_TIMED_OUT
+from airflow_distributed.jobstate.outcome import describe
+from airflow_distributed.manifests.kubeflow_kinds import KINDS, kubeflow_resource
+from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
+from tests.helpers import wait_until
+from tests.integration.kubeflow_controller import KubeflowController
+from tests.integration.test_kubernetes_rbac import role
+from tests.kube_control_plane.control_plane import TASK_ACCOUNT, ControlPlane
+from tests.kube_control_plane.kubelet import KubeletNode
+
+
+def _setup(control_plane: ControlPlane, namespace: str, *, suspend: bool, gpus: int = 0):
+    config = control_plane.bind_role(namespace, [role("airflow-distributed"), role("airflow-distributed-kubeflow")],
+                                     TASK_ACCOUNT)
+    hook = KubeflowJobHook(kubernetes_conn_id=None, config_file=config, client_configuration=client.Configuration())
+    resource, kind = kubeflow_resource("pytorch"), KINDS["pytorch"]
+    name = "queued"
+    container = {"name": kind.container, "image": "trainer:1"}
+    if gpus:
+        container["resources"] = {"requests": {"nvidia.com/gpu": str(gpus)}, "limits": {"nvidia.com/gpu": str(gpus)}}
+    body = {"apiVersion": kind.api_version, "kind": kind.kind,
+            "metadata": {"name": name, "labels": {"airflow-distributed/job": name}},
+            "spec": {kind.replica_specs_key: {kind.master_type: {"replicas": 1, "template": {"spec": {
+                "containers": [container]}}}}}}
+    if suspend:
+        body["spec"]["runPolicy"] = {"suspend": True}
+    hook.submit_kubeflow_job(namespace, resource, body)
+    return config, hook, resource, name
+
+
+def test_a_job_kueue_keeps_suspended_past_queue_timeout_fails_as_not_scheduled_in_the_task(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str):
+    _, hook, resource, name = _setup(control_plane, namespace, suspend=True)
+    outcome = hook.wait_for_kubeflow_job(namespace, resource, name, queue_timeout=3)
+    assert (outcome.ending, outcome.replica, outcome.reason) == ("queue", None, "Suspended")
+    assert describe(outcome, queue_timeout=3).startswith(
+        "the job was not scheduled within 3s (queue_timeout): Suspended: the job is suspended")
+    hook.delete_kubeflow_job(namespace, resource, name)
+
+
+def test_a_job_kueue_keeps_suspended_past_queue_timeout_fails_in_the_triggerer(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str, monkeypatch):
+    config, hook, resource, name = _setup(control_plane, namespace, suspend=True)
+    monkeypatch.setenv("AIRFLOW_CONN_QUEUED_CLUSTER", json.dumps({"conn_type": "kubernetes",
+                                                                  "extra": {"kube_config_path": config}}))
+    trigger = KubeflowJobTrigger(job_name=name, namespace=namespace, group=resource.group, version=resource.version,
+                                 plural=resource.plural, kubernetes_conn_id="queued_cluster", started_at=time.time(),
+                                 queue_timeout=3)
+
+    async def first() -> dict:
+        return (await anext(trigger.run())).payload
+
+    event = asyncio.run(first())
+    assert (event["status"], event["reason"]) == ("failed", QUEUE_TIMED_OUT), event
+    assert event["verdict"]["cause"] == "queue" and event["verdict"]["reason"] == "Suspended"
+    hook.delete_kubeflow_job(namespace, resource, name)
+
+
+def test_a_job_whose_pod_the_real_scheduler_cannot_place_fails_past_queue_timeout_naming_its_reason(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str):
+    _, hook, resource, name = _setup(control_plane, namespace, suspend=False, gpus=64)  # the node has 8
+    controller = KubeflowController(node, namespace, resource.plural)  # type: ignore[arg-type]
+    controller.job = controller.get(name)
+    pods = controller.create_pods()
+    pod = next(iter(pods.values()))
+    wait_until(lambda: any(c["type"] == "PodScheduled" and c["status"] == "False" for c in
+                           (node.get("pods", namespace, pod) or {}).get("status", {}).get("conditions") or []),
+               timeout=30, interval=0.05)
+    outcome = hook.wait_for_kubeflow_job(namespace, resource, name, queue_timeout=3)
+    assert (outcome.ending, outcome.replica, outcome.reason) == ("queue", pod, "Unschedulable")
+    assert "Insufficient nvidia.com/gpu" in (outcome.message or "")
+    hook.delete_kubeflow_job(namespace, resource, name)

@@ -1,0 +1,106 @@
+"""Faults on the waits, through the fault-injecting proxy in front of the real server (``fault_proxy``): the
+trigger's wait (the deferrable path) rides out a watch cut mid-stream, error answers to its watch and a moment of
+refused connections, resuming from its resourceVersion; a server that stays unreachable past ``reconnect_budget``
+ends a DAG's wait (sync or deferred) saying why, and the job's pods are deleted once the server is back. Refused
+here is refused: the proxy closes its port (``ECONNREFUSED``), where the emulator resets the connections it takes.
+The task talks as the service account bound to exactly the Role of docs/rbac.yaml."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.helpers import output_so_far, run_dag_at, wait_until
+from tests.kube_control_plane.control_plane import NOTHING, ControlPlane
+from tests.kube_control_plane.fault_proxy import FaultProxy
+from tests.kube_control_plane.kubelet import KubeletNode
+from tests.kubernetes_helpers import DOCUMENT, Kubelet, comes_to, first_event, make_job, new_hook, trigger_for
+
+pytestmark = [pytest.mark.usefixtures("airflow_db")]
+
+
+@pytest.fixture
+def proxy(control_plane: ControlPlane) -> Iterator[FaultProxy]:
+    with FaultProxy(control_plane) as running:
+        yield running
+
+
+def requests_of(control_plane: ControlPlane, user: str, verb: str) -> int:
+    """How many requests of ``user`` on pods reached the real server (the audit log), by verb."""
+    return len({e["auditID"] for e in control_plane.audit_events(user) if e["verb"] == verb
+                and (e.get("objectRef") or {}).get("resource") == "pods"})
+
+
+def test_the_triggers_wait_rides_out_a_cut_watch_error_answers_and_refused_connections(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str, task_kubeconfig: str, task_user: str,
+        proxy: FaultProxy):
+    build, slots, name = make_job(namespace)
+    new_hook(task_kubeconfig).ensure_job(namespace, build(None), slots)
+    lists = requests_of(control_plane, task_user, "list")
+    seen: dict[str, int] = {}
+
+    def script(k: Kubelet) -> None:
+        k.run_all()
+        wait_until(lambda: proxy.open_watches() >= 1, timeout=60, interval=0.05)
+        # The watch is cut; the next two watch requests are answered 500 and 429 (the server left alone).
+        proxy.inject_faults("GET", rf"/namespaces/{namespace}/pods$", [500, 429])
+        assert proxy.drop_watches() == 1
+        wait_until(lambda: len(proxy.injected) == 2 and proxy.open_watches() >= 1, timeout=60, interval=0.05)
+        # Then the server is down for a moment: connections refused, within the reconnect budget.
+        proxy.refuse_connections()
+        seen["watches"] = requests_of(control_plane, task_user, "watch")
+        time.sleep(1.5)
+        proxy.accept_connections()
+        wait_until(lambda: proxy.open_watches() >= 1, timeout=60, interval=0.05)
+        k.master_exits(0, document=DOCUMENT)
+
+    kubelet = Kubelet(node, namespace).play(script)
+    event = first_event(trigger_for(proxy.kubeconfig(task_kubeconfig), namespace, name, slots, watch_timings={
+        "reconnect_delay": 0.1, "max_reconnect_delay": 0.3, "reconnect_budget": 60}))
+    kubelet.check(timeout=60)
+
+    assert (event["status"], event["verdict"]["state"]) == ("succeeded", "succeeded")
+    assert [code for _, _, code in proxy.injected] == [500, 429]
+    # Every watch after the faults resumed from a resourceVersion: one LIST in all, the trigger's first.
+    assert requests_of(control_plane, task_user, "list") == lists + 1
+    assert requests_of(control_plane, task_user, "watch") > seen["watches"]
+    new_hook(task_kubeconfig).delete_job(namespace, name)
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
+    assert control_plane.refused(task_user) == []
+
+
+@pytest.mark.parametrize("dag_namespace", ["quiet_unreachable", "quiet_unreachable_deferrable"], indirect=True)
+def test_a_server_that_stays_unreachable_ends_the_wait_after_the_reconnect_budget_saying_why(
+        control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str], proxy: FaultProxy,
+        monkeypatch, capfd):
+    namespace, user = dag_namespace
+    # kubernetes_default through the proxy (the DAGs' QUIET_TIMINGS: a reconnect_budget of 3 s).
+    config = json.loads(os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"])["extra"]["kube_config_path"]
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(
+        {"conn_type": "kubernetes", "extra": {"kube_config_path": proxy.kubeconfig(config)}}))
+
+    def script(k: Kubelet) -> None:
+        k.run_all()
+        wait_until(lambda: proxy.open_watches() >= 1, timeout=60, interval=0.05)
+        proxy.refuse_connections()
+        try:
+            # The wait gave up: the clean-up's first try is refused too (the sync task's), or the trigger said so.
+            wait_until(lambda: any(line in output_so_far() for line in (
+                "could not be reached again", "deleting the running pods of job")), timeout=60, interval=0.05)
+        finally:
+            proxy.accept_connections()  # back for the clean-up's retries
+
+    kubelet = Kubelet(node, namespace).play(script)
+    _, states = run_dag_at(namespace.replace("-", "_"))
+    kubelet.check(timeout=60)
+
+    assert states == {"train": "failed"}
+    out = capfd.readouterr().out
+    assert "the API server could not be reached again for" in out and "(reconnect_budget 3s)" in out
+    # clean_pod_policy "running": the pods are deleted (the Service stays for a look).
+    comes_to(lambda: control_plane.left(namespace)["pods"], [], timeout=60)
+    assert control_plane.refused(user) == []

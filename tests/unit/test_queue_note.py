@@ -1,0 +1,39 @@
+"""Why a job waits for capacity, and since when (``job_watch.queue_note_of``), as the task log and the job view
+say it: from the queued pods' ``PodScheduled`` condition (pure)."""
+
+from __future__ import annotations
+
+from airflow_distributed.jobstate.job_watch import queue_note_of
+from airflow_distributed.plugins.live_kubernetes import live_record
+
+SINCE = "2026-11-25T15:02:11Z"
+MESSAGE = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+
+
+def pod(name: str, role: str, index: int, *, queued: bool) -> dict:
+    labels = {"airflow-distributed/role": role, "airflow-distributed/index": str(index),
+              "airflow-distributed/master": str(role == "master").lower()}
+    status: dict = {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": MESSAGE,
+         "lastTransitionTime": SINCE}]} if queued else {
+        "phase": "Running", "containerStatuses": [{"name": "base", "state": {"running": {}}}]}
+    return {"metadata": {"name": name, "labels": labels, "creationTimestamp": "2026-11-25T15:02:10Z"},
+            "spec": {} if queued else {"nodeName": "node-1"}, "status": status}
+
+
+def test_the_note_names_the_first_queued_replica_the_schedulers_words_and_since_when() -> None:
+    pods = [pod("j-master-0", "master", 0, queued=False), pod("j-worker-0", "worker", 0, queued=True),
+            pod("j-worker-1", "worker", 1, queued=True)]
+    note = queue_note_of([(p["metadata"]["name"], p) for p in pods] + [("j-worker-2", None)])
+    assert note == (f"2 of 4 replicas wait to be scheduled since {SINCE}: j-worker-0 (and 1 more): Unschedulable: "
+                    f"{MESSAGE}")
+    assert queue_note_of([("j-master-0", pods[0])]) is None
+
+
+def test_the_live_job_view_says_why_the_job_waits() -> None:
+    pods = [pod("j-worker-0", "worker", 0, queued=True), pod("j-master-0", "master", 0, queued=False)]
+    record = live_record("j", "ml", "pytorch", pods, {})
+    assert record["note"] == (f"Waiting for capacity: 1 of 2 replicas wait to be scheduled since {SINCE}: "
+                              f"j-worker-0: Unschedulable: {MESSAGE}")
+    assert [r["name"] for r in record["replicas"]] == ["j-master-0", "j-worker-0"]
+    assert "note" not in live_record("j", "ml", "pytorch", pods[1:], {})

@@ -55,8 +55,8 @@ from airflow_distributed.manifests.container_scripts import (
     wait_for_peers_command,
 )
 from airflow_distributed.manifests.gang_scheduling import KUEUE_QUEUE_LABEL, VOLCANO_SCHEDULER
-from airflow_distributed.manifests.kubeflow_checks import PADDLE_PS_REFUSED, role_conflicts, slots, slots_conflict
-from airflow_distributed.manifests.kubeflow_kinds import KubeflowKind, kubeflow_kind
+from airflow_distributed.manifests.kubeflow_checks import PADDLE_PS_REFUSED, mpi_slots, role_conflicts, slots_conflict
+from airflow_distributed.manifests.kubeflow_kinds import KINDS, KubeflowKind, kubeflow_kind
 from airflow_distributed.manifests.kubeflow_status import (
     JOB_NAME_LABEL,
     REPLICA_INDEX_LABEL,
@@ -112,7 +112,8 @@ class KubeflowAddressing:
     domain: str = "svc"
 
     def endpoint(self, ordinal: int, job: str, name: str, default_port: int) -> tuple[str, int]:
-        if self.framework != "horovod":
+        kind = KINDS.get(self.framework)  # a framework without a kind is refused by the checks, not here
+        if kind is None or not kind.mpi:
             return f"{name}.{self.namespace}.{self.domain}", default_port
         host = f"{job}-launcher" if name == f"{job}-launcher-0" else name
         return f"{host}.{job}.{self.namespace}.{self.domain}", default_port
@@ -198,8 +199,8 @@ def build_kubeflow_job(plan: ClusterPlan, options: KubeflowJobOptions) -> dict[s
         for role, replicas in by_role.items()
     }
     spec: dict[str, Any] = {**kind.fixed_spec, "runPolicy": _run_policy(plan, options)}
-    if plan.framework == "horovod":
-        spec["slotsPerWorker"] = slots(plan.master.settings)
+    if kind.mpi:
+        spec["slotsPerWorker"] = mpi_slots(plan.master.settings)
         spec["mpiImplementation"] = options.mpi_implementation
     spec[kind.replica_specs_key] = replica_specs
     metadata: dict[str, Any] = {"name": plan.job_name, "namespace": pods.namespace, "labels": job_labels}
@@ -223,7 +224,7 @@ def _check_plan(plan: ClusterPlan, options: KubeflowJobOptions, kind: KubeflowKi
         raise ManifestError(f"job {plan.job_name}: {PADDLE_PS_REFUSED}")
     # The only file a framework ships today is Horovod's hostfile, which mpi-operator writes itself.
     extra = sorted(name for name in [*plan.files, *plan.secret_files]
-                   if not (plan.framework == "horovod" and name == HOSTFILE))
+                   if not (kind.mpi and name == HOSTFILE))
     if extra:
         raise ManifestError(f"job {plan.job_name}: {kind.a_kind} has no way to ship the files {', '.join(extra)}")
 
@@ -232,7 +233,7 @@ def _check_templates(plan: ClusterPlan, kind: KubeflowKind, by_role: Mapping[str
     problems = []
     for role, replicas in by_role.items():
         problems += [message for _, message in role_conflicts(kind, role, [r.settings for r in replicas])]
-    if plan.framework == "horovod":
+    if kind.mpi:
         workers = by_role.get("worker", [])
         message = slots_conflict(plan.master.settings, workers[0].settings if workers else None)
         if message:
@@ -340,7 +341,7 @@ def _main_container(
         command = horovod_ssh.sshd_command()
     else:
         command = list(first.command)
-        if plan.framework == "horovod":
+        if kind.mpi:
             command = _with_hostfile(command, MPI_HOSTFILE)
         if len(replicas) > 1 and kind.rank_derived_env:
             command = (derive_trainer_id_command(command) if plan.framework == "paddle"

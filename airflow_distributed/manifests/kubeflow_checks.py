@@ -56,7 +56,7 @@ def kubeflow_problems(spec: TrainingSpec) -> list[tuple[str, str]]:
             override = slots[index].override
             where = f"{section}.{spec_key}" + (f"[{override}]" if override is not None else "")
             problems.append((where, message))
-    if spec.framework == "horovod":
+    if kind.mpi:
         workers = by_role.get("worker", [])
         conflict = slots_conflict(master_settings(spec), workers[0].settings if workers else None)
         if conflict:
@@ -102,18 +102,18 @@ def role_conflicts(
     return conflicts
 
 
-def slots(settings: PodSettings) -> int:
+def mpi_slots(settings: PodSettings) -> int:
     return max(settings.resources.device_count("gpu"), 1) if settings.resources else 1
 
 
 def slots_conflict(launcher: PodSettings, worker: PodSettings | None) -> str | None:
-    if worker is None or slots(launcher) == slots(worker):
+    if worker is None or mpi_slots(launcher) == mpi_slots(worker):
         return None
     return (
-        f"the launcher has {slots(launcher)} slot(s) (GPUs, else 1) and each worker {slots(worker)}, but an "
+        f"the launcher has {mpi_slots(launcher)} slot(s) (GPUs, else 1) and each worker {mpi_slots(worker)}, but an "
         "MPIJob gives every host, launcher included, the same slotsPerWorker; give the launcher as many GPUs as a "
         "worker, or use backend='kubernetes'"
     )
 
 
-__all__ = ["PADDLE_PS_REFUSED", "kubeflow_problems", "role_conflicts", "slots", "slots_conflict"]
+__all__ = ["PADDLE_PS_REFUSED", "kubeflow_problems", "mpi_slots", "role_conflicts", "slots_conflict"]

@@ -59,6 +59,9 @@ class KubeflowKind:
     fixed_spec: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     #: variables that differ between the pods of one template and are derived from the operator's ``RANK`` at start
     rank_derived_env: frozenset[str] = frozenset()
+    #: an MPI job (mpi-operator): one Service for the whole job, the hostfile written by the operator, every host
+    #: given the same ``slotsPerWorker``
+    mpi: bool = False
 
     @property
     def group(self) -> str:
@@ -119,6 +122,7 @@ KINDS: dict[str, KubeflowKind] = {
         container="mpi", port_name=None, operator_env=frozenset({"OMPI_MCA_orte_default_hostfile"}),
         # The launcher runs ranks too (Polyaxon's rank 0), so it is a host of the hostfile.
         fixed_spec=MappingProxyType({"runLauncherAsWorker": True, "sshAuthMountPath": horovod_ssh.SSH_DIR}),
+        mpi=True,
     ),
     "xgboost": KubeflowKind(
         "xgboost", "XGBoostJob", "v1", "xgboostjobs",

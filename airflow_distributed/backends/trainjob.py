@@ -26,6 +26,7 @@ from airflow_distributed.backends.kubernetes import (
     check_kubernetes_arguments,
     manifest_options,
     progress_timeout_refused,
+    stacks_env,
 )
 from airflow_distributed.backends.local_live import LIVE_XCOM_KEY
 from airflow_distributed.plan import build_plan
@@ -103,7 +104,7 @@ class TrainJobRun(KubeflowJobRun):
         layout = layout_for_kubernetes(settings.model_dir, job_name=job_name, checkpoint_dir=settings.checkpoint_dir)
         program = task.replica_program(list(command), layout)
         plan = build_plan(spec, job_name, TrainJobAddressing(namespace), layout, program.command,
-                          backend="trainjob", env=settings.env, try_number=context["ti"].try_number,
+                          backend="trainjob", env=stacks_env(settings), try_number=context["ti"].try_number,
                           files=program.files, secret_files=program.secret_files)
         options = TrainJobOptions(manifest_options(settings, context, namespace), runtime=settings.runtime,
                                   runtime_kind=settings.runtime_kind,

@@ -62,6 +62,12 @@ class TrainJobHook(KubeflowJobHook):
     def replica_statuses(self, pods: Sequence[Mapping[str, Any]], container: str) -> tuple[ReplicaStatus, ...]:
         return node_statuses(pods, container)
 
+    def master_pod(self, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+        """Node 0 (an MPI runtime's launcher), the newest should the Job controller have replaced it: the pod whose
+        log the hang watchdog reads."""
+        found = [pod for pod in pods if is_launcher(pod)] or [pod for pod in pods if node_rank(pod) == 0]
+        return max(found, key=lambda p: p["metadata"].get("creationTimestamp") or "", default=None)
+
     def kubeflow_output(self, namespace: str, obj: Mapping[str, Any]) -> str | None:
         """The output document: the termination message of node 0's ``node`` container (an MPI runtime's launcher;
         the newest such pod, should the Job controller have replaced one)."""

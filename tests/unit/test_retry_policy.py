@@ -128,11 +128,12 @@ def test_the_cluster_backends_take_queue_timeout(backend) -> None:
 
 
 @pytest.mark.parametrize("backend", ["kubeflow", "trainjob"])
-def test_the_kubeflow_backends_refuse_progress_timeout(backend) -> None:
-    with pytest.raises(SpecValidationError, match="progress_timeout: is watched by backend='local' and "
-                       "backend='kubernetes' only"):
-        operator(progress_timeout=60, backend=backend, image="trainer:1")
+def test_the_kubeflow_backends_refuse_progress_timeout_in_the_triggerer(backend) -> None:
+    with pytest.raises(SpecValidationError, match=f"progress_timeout: is watched on backend='{backend}' only "
+                       r"while the task waits \(deferrable=False\)"):
+        operator(progress_timeout=60, backend=backend, image="trainer:1", deferrable=True)
 
 
-def test_the_kubernetes_backend_takes_progress_timeout() -> None:
-    assert operator(progress_timeout=60, backend="kubernetes", image="trainer:1").progress_timeout == 60
+@pytest.mark.parametrize("backend", ["kubernetes", "kubeflow", "trainjob"])
+def test_the_cluster_backends_take_progress_timeout(backend) -> None:
+    assert operator(progress_timeout=60, backend=backend, image="trainer:1").progress_timeout == 60

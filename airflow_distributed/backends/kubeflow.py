@@ -43,7 +43,6 @@ from airflow_distributed.backends.kubernetes import (
     LIVE_JOB_XCOM_KEY,
     check_kubernetes_arguments,
     manifest_options,
-    progress_timeout_refused,
     stacks_env,
 )
 from airflow_distributed.jobstate import outcome as ending
@@ -73,7 +72,7 @@ def check_kubeflow_arguments(settings: BackendSettings, spec: TrainingSpec | Non
     Adds ``kubeflow_problems(spec)`` (per-index settings one pod template cannot express) for a spec that is not a
     template; a templated spec is checked when the job is built.
     """
-    problems = check_kubernetes_arguments(settings) + progress_timeout_refused(settings, "kubeflow")
+    problems = check_kubernetes_arguments(settings)
     if spec is None:
         return problems
     from airflow_distributed.manifests.kubeflow_checks import kubeflow_problems
@@ -276,6 +275,7 @@ class KubeflowJobRun:
                                      watch_timings=watch_timings(self.settings).as_dict(),
                                      image_pull_grace=self.settings.image_pull_grace,
                                      queue_timeout=self.settings.queue_timeout,
+                                     progress_timeout=self.settings.progress_timeout,
                                      resume_state={"framework": self.framework})
         self.log.info("job %s/%s: waiting in the triggerer", self.namespace, self.name)
         self.task.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)

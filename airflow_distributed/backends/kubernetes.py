@@ -116,15 +116,6 @@ def check_kubernetes_arguments(settings: BackendSettings) -> list[tuple[str, str
     return problems
 
 
-def progress_timeout_refused(settings: BackendSettings, backend: str) -> list[tuple[str, str]]:
-    """``progress_timeout`` where the wait does not watch for hangs: a Kubeflow or TrainJob job waited for in the
-    triggerer (its trigger watches the custom object, not the pods). Refused: a hung job would not stop."""
-    if settings.progress_timeout is None or not settings.deferrable:
-        return []
-    return [("progress_timeout", f"is watched on backend={backend!r} only while the task waits (deferrable=False): "
-             "a job waited for in the triggerer would not be stopped when it hangs; remove one of them")]
-
-
 # ---------------------------------------------------------------------------------------------- entry points
 
 

@@ -25,7 +25,6 @@ from airflow_distributed.backends.kubeflow import KubeflowBackend, KubeflowJobRu
 from airflow_distributed.backends.kubernetes import (
     check_kubernetes_arguments,
     manifest_options,
-    progress_timeout_refused,
     stacks_env,
 )
 from airflow_distributed.backends.local_live import LIVE_XCOM_KEY
@@ -51,7 +50,7 @@ def check_trainjob_arguments(settings: BackendSettings, spec: TrainingSpec | Non
     a TrainJob cannot carry are not set. Light: the typed models are imported only when a job is built."""
     from airflow_distributed.manifests.trainjob import RUNTIME_KINDS, trainjob_problems
 
-    problems = check_kubernetes_arguments(settings) + progress_timeout_refused(settings, "trainjob")
+    problems = check_kubernetes_arguments(settings)
     if importlib.util.find_spec(MODELS_PACKAGE) is None:  # found, not imported: a DAG parse stays light
         problems.append(("backend", f"backend='trainjob' needs the 'trainjob' extra, which is not installed here "
                          f"(no module {MODELS_PACKAGE!r}): pip install 'airflow-distributed[trainjob]'"))

@@ -23,7 +23,7 @@ from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
 from airflow_distributed.hooks.pending_pods import PendingPods
 from airflow_distributed.hooks.watch_loop import WatchCalls, WatchPolicy, WatchTimings, run_watch
 from airflow_distributed.jobstate import outcome as ending
-from airflow_distributed.jobstate.hang_watch import MasterLogWatch, all_running
+from airflow_distributed.jobstate.hang_watch import MasterLogWatch, all_running, hung_verdict
 from airflow_distributed.jobstate.job_watch import JobVerdict, container_state, pod_disruption, termination_message
 from airflow_distributed.jobstate.outcome import JobOutcome
 from airflow_distributed.manifests.kubeflow_kinds import KINDS, KubeflowKind, KubeflowResource
@@ -159,20 +159,36 @@ class KubeflowJobHook(KubeApiHook):
     #: has its own; its trigger holds the same).
     kind: JobKind = KUBEFLOW_KIND
 
-    def main_container(self, obj: Mapping[str, Any]) -> str:
+    # How the kind's pods read (pure; class methods, so that the trigger of the kind reads them the same way).
+
+    @classmethod
+    def main_container(cls, obj: Mapping[str, Any]) -> str:
         """The container whose exit and termination message count (``main_container``)."""
         return main_container(obj)
 
-    def replica_statuses(self, pods: Sequence[Mapping[str, Any]], container: str) -> tuple[ReplicaStatus, ...]:
+    @classmethod
+    def replica_statuses(cls, pods: Sequence[Mapping[str, Any]], container: str) -> tuple[ReplicaStatus, ...]:
         """The rows of the job's replica table (``replica_statuses_of_pods``)."""
         return replica_statuses_of_pods(pods, container)
 
-    def master_pod(self, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    @classmethod
+    def master_pod(cls, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
         """Among the job's pods, the one whose log the hang watchdog reads: the deciding replica's
         (``master_pod_selector``), the newest should the operator have replaced it."""
         selector = master_pod_selector(obj)
         found = [pod for pod in pods if pod_matches(pod, selector)]
         return max(found, key=lambda p: p["metadata"].get("creationTimestamp") or "", default=None)
+
+    @classmethod
+    def hang_sample(cls, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> tuple[bool, str | None, str]:
+        """What a look of the hang watchdog needs of the job's pods: whether every pod the job asks for runs (the
+        only time its clock runs), the master pod's name and the container whose log is read."""
+        container = cls.main_container(obj)
+        rows = cls.replica_statuses(pods, container)
+        pod = cls.master_pod(obj, pods)
+        expected = cls.kind.expected_pods(obj) or 0
+        running = pod is not None and all_running(row.state for row in rows) and len(rows) >= expected
+        return running, (pod["metadata"]["name"] if pod is not None else None), container
 
     # ------------------------------------------------------------------ reading
 
@@ -312,9 +328,10 @@ class KubeflowJobHook(KubeApiHook):
             if pending.verdict is not None:
                 outcome.append(pending.verdict.outcome(job_object=watch.obj))
                 return True
-            why = hang.hung(self._clock()) if hang is not None else None
-            if why is not None and master:
-                outcome.append(JobVerdict(FAILED, master[-1], ending.HUNG, message=why).outcome(job_object=watch.obj))
+            hung = None if hang is None else hung_verdict(hang, master[-1] if master else None, lambda: True,
+                                                          self._clock())
+            if hung is not None:  # every pod ran at the last look, the freshest the wait has
+                outcome.append(hung.outcome(job_object=watch.obj))
                 return True
             return False
 
@@ -358,21 +375,16 @@ class KubeflowJobHook(KubeApiHook):
         """One look of the hang watchdog: whether every pod the job asks for runs and, then, the master's new
         lines, read bounded; returns the master pod's name (empty while there is none). A read that fails is logged
         and tells nothing (the watchdog's clock starts again)."""
-        container = self.main_container(obj)
-        rows = self.replica_statuses(pods, container)
-        expected = self.kind.expected_pods(obj)
-        pod = self.master_pod(obj, pods)
-        running = pod is not None and all_running(row.state for row in rows) and len(rows) >= (expected or 0)
+        running, master, container = self.hang_sample(obj, pods)
         lines: list[str] | None = None
-        if running:
-            assert pod is not None
+        if running and master is not None:
             try:
-                lines = self.read_log_lines(namespace, pod["metadata"]["name"], container, hang.query())
+                lines = self.read_log_lines(namespace, master, container, hang.query())
             except KubernetesJobError as error:
                 self.job_log.warning("progress_timeout: could not read the master's log (%s); the watchdog's "
                                      "clock starts again", error)
         hang.observe(lines, running, self._clock())
-        return [pod["metadata"]["name"]] if pod is not None else []
+        return [master] if master is not None else []
 
     # ------------------------------------------------------------------ delete
 

@@ -296,7 +296,8 @@ class DistributedTrainingHook(KubeApiHook):
             report.flush(tracker)
             found = tracker.verdict(self._clock())
             if found is None and hang is not None:
-                found = hung_verdict(hang, tracker, self._clock())
+                found = hung_verdict(hang, tracker.master.name,
+                                     lambda: all_running(row.state for row in tracker.statuses()), self._clock())
             if found is not None:
                 report.flush(tracker, force=True)
                 verdict.append(found)

@@ -57,9 +57,11 @@ for dag_id, deferrable in (("k8s_evicted_resumes", False), ("k8s_evicted_resumes
                retries=3, retry_delay=timedelta(minutes=1), startup_timeout=60,
                execution_timeout=timedelta(seconds=120))
 
-# The hang watchdog on a PyTorchJob (the stand-in Training Operator makes the pods), in the task.
-with DAG(dag_id="kubeflow_hung", schedule=None, start_date=START, catchup=False, tags=["test", "kubeflow"]):
-    DistributedTrainingOperator(
-        task_id="train", framework="pytorch", environment={"pytorch": {"n_workers": 1}},
-        command=["python", "/opt/jobs/train.py"], image="registry.example.com/trainer:1.0", backend="kubeflow",
-        namespace="kubeflow-hung", progress_timeout=timedelta(seconds=6), execution_timeout=timedelta(seconds=60))
+# The hang watchdog on a PyTorchJob (the stand-in Training Operator makes the pods), in the task and the triggerer.
+for dag_id, deferrable in (("kubeflow_hung", False), ("kubeflow_hung_deferrable", True)):
+    with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "kubeflow"]):
+        DistributedTrainingOperator(
+            task_id="train", framework="pytorch", environment={"pytorch": {"n_workers": 1}},
+            command=["python", "/opt/jobs/train.py"], image="registry.example.com/trainer:1.0", backend="kubeflow",
+            namespace=dag_id.replace("_", "-"), deferrable=deferrable, progress_timeout=timedelta(seconds=6),
+            execution_timeout=timedelta(seconds=60))

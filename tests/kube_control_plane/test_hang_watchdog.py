@@ -101,7 +101,7 @@ def _assert_hung(out: str, execs: list, replicas: int) -> None:
     assert len(execs) == replicas
 
 
-@pytest.mark.parametrize("dag_namespace", ["kubeflow_hung"], indirect=True)
+@pytest.mark.parametrize("dag_namespace", ["kubeflow_hung", "kubeflow_hung_deferrable"], indirect=True)
 def test_a_pytorchjobs_master_that_stops_printing_fails_as_hung_and_the_job_is_deleted(
         control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str], capfd):
     namespace, user = dag_namespace
@@ -112,7 +112,7 @@ def test_a_pytorchjobs_master_that_stops_printing_fails_as_hung_and_the_job_is_d
         _quiet_after_one_step(c, c.pods, c.pods["master-0"], "pytorch", node)
 
     controller.play(script)
-    run, states = run_dag_at("kubeflow_hung")
+    run, states = run_dag_at(namespace.replace("-", "_"))
     controller.check()
 
     assert states == {"train": "failed"}
@@ -123,7 +123,7 @@ def test_a_pytorchjobs_master_that_stops_printing_fails_as_hung_and_the_job_is_d
     assert control_plane.refused(user) == []
 
 
-@pytest.mark.parametrize("dag_namespace", ["trainjob_hung"], indirect=True)
+@pytest.mark.parametrize("dag_namespace", ["trainjob_hung", "trainjob_hung_deferrable"], indirect=True)
 def test_a_trainjobs_node_0_that_stops_printing_fails_as_hung_and_the_trainjob_is_deleted(
         control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str], capfd):
     namespace, user = dag_namespace
@@ -134,7 +134,7 @@ def test_a_trainjobs_node_0_that_stops_printing_fails_as_hung_and_the_trainjob_i
         _quiet_after_one_step(c, c.pods, c.pods[0], "node", node)
 
     controller.play(script)
-    run, states = run_dag_at("trainjob_hung")
+    run, states = run_dag_at(namespace.replace("-", "_"))
     controller.check()
 
     assert states == {"train": "failed"}

@@ -127,13 +127,8 @@ def test_the_cluster_backends_take_queue_timeout(backend) -> None:
     assert operator(queue_timeout=600, backend=backend, image="trainer:1").queue_timeout == 600
 
 
-@pytest.mark.parametrize("backend", ["kubeflow", "trainjob"])
-def test_the_kubeflow_backends_refuse_progress_timeout_in_the_triggerer(backend) -> None:
-    with pytest.raises(SpecValidationError, match=f"progress_timeout: is watched on backend='{backend}' only "
-                       r"while the task waits \(deferrable=False\)"):
-        operator(progress_timeout=60, backend=backend, image="trainer:1", deferrable=True)
-
-
 @pytest.mark.parametrize("backend", ["kubernetes", "kubeflow", "trainjob"])
-def test_the_cluster_backends_take_progress_timeout(backend) -> None:
-    assert operator(progress_timeout=60, backend=backend, image="trainer:1").progress_timeout == 60
+@pytest.mark.parametrize("deferrable", [False, True])
+def test_the_cluster_backends_take_progress_timeout(backend, deferrable) -> None:
+    assert operator(progress_timeout=60, backend=backend, image="trainer:1",
+                    deferrable=deferrable).progress_timeout == 60

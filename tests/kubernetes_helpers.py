@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 import traceback
@@ -226,6 +229,17 @@ class Kubelet(Player):
 
     def fail(self, pod: str, code: int, reason: str = "Error") -> None:
         self.emu.fail_pod(self.namespace, pod, exit_code=code, reason=reason)
+
+
+def as_the_pod(pod: dict, code: str) -> str:
+    """Run ``code`` (using ``airflow_distributed.tracking``) in a real Python process with the variables of
+    ``pod``'s main container, as the training script in it would; returns what it prints."""
+    from tests.conftest import ROOT
+
+    variables = {item["name"]: item["value"] for item in pod["spec"]["containers"][0].get("env") or []
+                 if "value" in item}
+    return subprocess.run([sys.executable, "-c", code], env={**os.environ, **variables}, check=True,
+                          capture_output=True, text=True, cwd=ROOT).stdout.strip()
 
 
 def train_and_succeed(kubelet: Kubelet, document: dict = DOCUMENT, steps: int = 3, pause: float = 0.05) -> None:

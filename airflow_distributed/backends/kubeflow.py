@@ -43,7 +43,7 @@ from airflow_distributed.backends.kubernetes import (
     LIVE_JOB_XCOM_KEY,
     check_kubernetes_arguments,
     manifest_options,
-    progress_timeout_refused,
+    stacks_env,
 )
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.failures import job_failure
@@ -72,7 +72,7 @@ def check_kubeflow_arguments(settings: BackendSettings, spec: TrainingSpec | Non
     Adds ``kubeflow_problems(spec)`` (per-index settings one pod template cannot express) for a spec that is not a
     template; a templated spec is checked when the job is built.
     """
-    problems = check_kubernetes_arguments(settings) + progress_timeout_refused(settings, "kubeflow")
+    problems = check_kubernetes_arguments(settings)
     if spec is None:
         return problems
     from airflow_distributed.manifests.kubeflow_checks import kubeflow_problems
@@ -210,7 +210,7 @@ class KubeflowJobRun:
         layout = layout_for_kubernetes(settings.model_dir, job_name=job_name, checkpoint_dir=settings.checkpoint_dir)
         program = task.replica_program(list(command), layout)
         plan = build_plan(spec, job_name, KubeflowAddressing(namespace, spec.framework), layout, program.command,
-                          backend="kubeflow", env=settings.env, try_number=context["ti"].try_number,
+                          backend="kubeflow", env=stacks_env(settings), try_number=context["ti"].try_number,
                           files=program.files, secret_files=program.secret_files)
         # "All" would let the Kubeflow operator delete the master's pod (and its output) before it is read.
         pod_policy: Literal["none", "running"] = "none" if settings.clean_pod_policy == "none" else "running"
@@ -245,7 +245,7 @@ class KubeflowJobRun:
             outcome = self.hook.wait_for_kubeflow_job(
                 self.namespace, self.resource, self.name, stopped=lambda: self.stopped,
                 watch_timings=watch_timings(self.settings), image_pull_grace=self.settings.image_pull_grace,
-                queue_timeout=self.settings.queue_timeout,
+                queue_timeout=self.settings.queue_timeout, progress_timeout=self.settings.progress_timeout,
                 on_change=lambda status: self.log.info("%s %s/%s is %s%s", self.resource.kind, self.namespace,
                                                        self.name, status.state,
                                                        f": {status.message}" if status.message else ""),
@@ -276,6 +276,7 @@ class KubeflowJobRun:
                                      image_pull_grace=self.settings.image_pull_grace,
                                      logging_interval=self.settings.logging_interval,
                                      queue_timeout=self.settings.queue_timeout,
+                                     progress_timeout=self.settings.progress_timeout,
                                      resume_state={"framework": self.framework})
         self.log.info("job %s/%s: waiting in the triggerer", self.namespace, self.name)
         self.task.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
@@ -300,13 +301,14 @@ class KubeflowJobRun:
             found = failed_replica(pods, container) if outcome.ending == ending.FAILED else None
             if found is not None:  # the controller's words, and the replica whose end they are about
                 outcome = found.outcome(judgement=outcome.judgement, job_object=obj)
-            logs = self._tails(pods, container, outcome)
+            logs = self.hung_logs(pods, container) if outcome.ending == ending.HUNG else self._tails(
+                pods, container, outcome)
         except BaseException:
             self.delete_quietly()
             raise
         statuses = self.hook.replica_statuses(pods, container)
-        deleted = self.clean_up(succeeded, exists=obj is not None, unfinished=outcome.ending in (ending.IMAGE,
-                                                                                             ending.QUEUED))
+        deleted = self.clean_up(succeeded, exists=obj is not None, unfinished=outcome.ending in (
+            ending.IMAGE, ending.QUEUED, ending.HUNG))
         if statuses:
             self.log.info("replicas of %s (final):\n%s", self.name, replica_table(statuses))
         result = job_result(job_name=self.name, framework=self.framework, backend=self.backend,
@@ -344,6 +346,24 @@ class KubeflowJobRun:
                     logs[name] = without_records(self.hook.read_log_tail(self.namespace, name, TAIL_LINES, container))
                 except KubernetesJobError as error:
                     self.log.warning("could not read the last lines of %s: %s", name, error)
+        return logs
+
+    def hung_logs(self, pods: list[dict[str, Any]], container: str) -> dict[str, list[str]]:
+        """The last lines of a hung job's replicas (the first ``HUNG_REPLICAS``), after asking each to print its
+        Python stacks over pods/exec (the processes that imported ``tracking`` print them), as on the kubernetes
+        backend. A replica that could not be asked is said so in the task log, and its lines quoted all the same."""
+        from airflow_distributed.hooks.api_retry import KubernetesJobError
+        from airflow_distributed.jobstate.hang_watch import HUNG_REPLICAS
+        from airflow_distributed.jobstate.outcome import HUNG_TAIL_LINES
+
+        names = [row.name for row in self.hook.replica_statuses(pods, container)][:HUNG_REPLICAS]
+        self.hook.dump_stacks(self.namespace, names, container)
+        logs: dict[str, list[str]] = {}
+        for name in names:
+            try:
+                logs[name] = self.hook.read_log_tail(self.namespace, name, HUNG_TAIL_LINES, container)
+            except KubernetesJobError as error:
+                self.log.warning("could not read the last lines of %s: %s", name, error)
         return logs
 
     def clean_up(self, succeeded: bool, exists: bool = True, unfinished: bool = False) -> bool:

@@ -118,14 +118,6 @@ def check_kubernetes_arguments(settings: BackendSettings) -> list[tuple[str, str
     return problems
 
 
-def progress_timeout_refused(settings: BackendSettings, backend: str) -> list[tuple[str, str]]:
-    """``progress_timeout`` on a backend whose wait does not watch for hangs: refused, a hung job would not stop."""
-    if settings.progress_timeout is None:
-        return []
-    return [("progress_timeout", f"is watched by backend='local' and backend='kubernetes' only: a job of "
-             f"backend={backend!r} would not be stopped when it hangs; remove it, or use one of those")]
-
-
 # ---------------------------------------------------------------------------------------------- entry points
 
 
@@ -528,19 +520,14 @@ class KubernetesJobRun:
         """The last lines of a hung job's replicas (the first ``HUNG_REPLICAS``), after asking each to print its
         Python stacks (pods/exec; the processes that imported ``tracking`` print them). A replica that could not
         be asked is said so in the task log, and its last lines are quoted all the same."""
-        from airflow_distributed.jobstate.hang_watch import HUNG_REPLICAS, STACKS_WAIT
+        from airflow_distributed.jobstate.hang_watch import HUNG_REPLICAS
         from airflow_distributed.jobstate.outcome import HUNG_TAIL_LINES
         from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER
 
         pods = outcome.pods
         names = [slot.name for slot in self.slots if slot.name not in self.dropped and pods.get(slot.name)][
             :HUNG_REPLICAS]
-        failed = self.hook.dump_stacks(self.namespace, names, MAIN_CONTAINER)
-        for name, why in failed.items():
-            self.log.warning("could not ask %s for its Python stacks (%s): its last lines are quoted without them",
-                             name, why)
-        if len(failed) < len(names):
-            time.sleep(STACKS_WAIT)  # faulthandler writes at once; the kubelet's log takes a moment
+        self.hook.dump_stacks(self.namespace, names, MAIN_CONTAINER)
         return {name: self.tail(name, pods, lines=HUNG_TAIL_LINES) for name in names}
 
     def usage(self, pods: Mapping[str, Any], elapsed: float) -> dict[str, Any]:

@@ -57,8 +57,8 @@ REFUSED_ARGUMENTS = {
     "gang_scheduling": "the Ray backend always reserves every replica together in one placement group",
     "scheduler_name": "Ray's own scheduler places the replicas",
     "queue_name": "no Kueue admits a Ray job",
-    "progress_timeout": "is watched by backend='local' and backend='kubernetes' only: a hung Ray job would not be "
-                        "stopped by it",
+    "progress_timeout": "is watched by the local, Kubernetes and Kubeflow backends only: a hung Ray job would not "
+                        "be stopped by it",
     "queue_timeout": "is judged by the Kubernetes and Kubeflow backends only: the Ray job waits for its placement "
                      "group within startup_timeout",
 }

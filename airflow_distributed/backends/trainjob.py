@@ -25,7 +25,7 @@ from airflow_distributed.backends.kubeflow import KubeflowBackend, KubeflowJobRu
 from airflow_distributed.backends.kubernetes import (
     check_kubernetes_arguments,
     manifest_options,
-    progress_timeout_refused,
+    stacks_env,
 )
 from airflow_distributed.backends.local_live import LIVE_XCOM_KEY
 from airflow_distributed.plan import build_plan
@@ -50,7 +50,7 @@ def check_trainjob_arguments(settings: BackendSettings, spec: TrainingSpec | Non
     a TrainJob cannot carry are not set. Light: the typed models are imported only when a job is built."""
     from airflow_distributed.manifests.trainjob import RUNTIME_KINDS, trainjob_problems
 
-    problems = check_kubernetes_arguments(settings) + progress_timeout_refused(settings, "trainjob")
+    problems = check_kubernetes_arguments(settings)
     if importlib.util.find_spec(MODELS_PACKAGE) is None:  # found, not imported: a DAG parse stays light
         problems.append(("backend", f"backend='trainjob' needs the 'trainjob' extra, which is not installed here "
                          f"(no module {MODELS_PACKAGE!r}): pip install 'airflow-distributed[trainjob]'"))
@@ -103,7 +103,7 @@ class TrainJobRun(KubeflowJobRun):
         layout = layout_for_kubernetes(settings.model_dir, job_name=job_name, checkpoint_dir=settings.checkpoint_dir)
         program = task.replica_program(list(command), layout)
         plan = build_plan(spec, job_name, TrainJobAddressing(namespace), layout, program.command,
-                          backend="trainjob", env=settings.env, try_number=context["ti"].try_number,
+                          backend="trainjob", env=stacks_env(settings), try_number=context["ti"].try_number,
                           files=program.files, secret_files=program.secret_files)
         options = TrainJobOptions(manifest_options(settings, context, namespace), runtime=settings.runtime,
                                   runtime_kind=settings.runtime_kind,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from typing import Any
 
@@ -27,7 +27,9 @@ from airflow_distributed.hooks.api_retry import (
     call_with_retries,
     is_connection_error,
     job_error,
+    short_error,
 )
+from airflow_distributed.jobstate.hang_watch import STACKS_COMMAND, STACKS_WAIT
 from airflow_distributed.jobstate.job_watch import strip_timestamps
 from airflow_distributed.logs import TaskLog
 from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER
@@ -194,6 +196,25 @@ class KubeApiHook(KubernetesHook):
             return response.data.decode("utf-8", "replace").splitlines()
         finally:
             response.release_conn()
+
+    def dump_stacks(self, namespace: str, pods: Sequence[str], container: str) -> None:
+        """Ask each pod's processes that imported ``tracking`` to print their Python stacks (pods/exec of
+        ``hang_watch.STACKS_COMMAND``), then give them ``STACKS_WAIT`` to reach the logs. A pod that could not be
+        asked (no ``pods/exec``, no shell) is said so in the task log; its last lines are read all the same.
+
+        One pod after the other: the client's ``stream`` swaps its API client's request function for the time of a
+        call, and two calls at once would leave the websocket one in place for every later request.
+        """
+        asked = 0
+        for pod in pods:
+            try:
+                self.run_in_container(namespace, pod, container, list(STACKS_COMMAND))
+                asked += 1
+            except Exception as error:
+                self.job_log.warning("could not ask %s for its Python stacks (%s): its last lines are quoted "
+                                     "without them", pod, short_error(error))
+        if asked:
+            self._sleep(STACKS_WAIT)  # faulthandler writes at once; the kubelet's log takes a moment
 
     def run_in_container(self, namespace: str, pod: str, container: str, command: list[str],
                          timeout: float = 10.0) -> str:

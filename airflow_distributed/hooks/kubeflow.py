@@ -10,6 +10,7 @@ object's status never shows, fails the wait at once); none while the job is susp
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
 from airflow_distributed.hooks.pending_pods import PendingPods
 from airflow_distributed.hooks.watch_loop import WatchCalls, WatchPolicy, WatchTimings, run_watch
 from airflow_distributed.jobstate import outcome as ending
+from airflow_distributed.jobstate.hang_watch import MasterLogWatch, all_running, hung_verdict
 from airflow_distributed.jobstate.job_watch import JobVerdict, container_state, pod_disruption, termination_message
 from airflow_distributed.jobstate.outcome import JobOutcome
 from airflow_distributed.manifests.kubeflow_kinds import KINDS, KubeflowKind, KubeflowResource
@@ -114,6 +116,12 @@ def failed_replica(pods: Sequence[Mapping[str, Any]], container: str) -> JobVerd
     return None
 
 
+def pod_matches(pod: Mapping[str, Any], selector: str) -> bool:
+    """Whether a pod's labels satisfy an equality selector (``a=b,c=d``, as ``kubeflow_status`` builds them)."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return all(labels.get(key) == value for key, _, value in (part.partition("=") for part in selector.split(",")))
+
+
 def status_outcome(status: JobStatus, obj: Mapping[str, Any] | None) -> JobOutcome:
     """The ``JobOutcome`` of a job its controller judged (succeeded or failed, in its own words)."""
     if status.state == SUCCEEDED:
@@ -151,13 +159,36 @@ class KubeflowJobHook(KubeApiHook):
     #: has its own; its trigger holds the same).
     kind: JobKind = KUBEFLOW_KIND
 
-    def main_container(self, obj: Mapping[str, Any]) -> str:
+    # How the kind's pods read (pure; class methods, so that the trigger of the kind reads them the same way).
+
+    @classmethod
+    def main_container(cls, obj: Mapping[str, Any]) -> str:
         """The container whose exit and termination message count (``main_container``)."""
         return main_container(obj)
 
-    def replica_statuses(self, pods: Sequence[Mapping[str, Any]], container: str) -> tuple[ReplicaStatus, ...]:
+    @classmethod
+    def replica_statuses(cls, pods: Sequence[Mapping[str, Any]], container: str) -> tuple[ReplicaStatus, ...]:
         """The rows of the job's replica table (``replica_statuses_of_pods``)."""
         return replica_statuses_of_pods(pods, container)
+
+    @classmethod
+    def master_pod(cls, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+        """Among the job's pods, the one whose log the hang watchdog reads: the deciding replica's
+        (``master_pod_selector``), the newest should the operator have replaced it."""
+        selector = master_pod_selector(obj)
+        found = [pod for pod in pods if pod_matches(pod, selector)]
+        return max(found, key=lambda p: p["metadata"].get("creationTimestamp") or "", default=None)
+
+    @classmethod
+    def hang_sample(cls, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> tuple[bool, str | None, str]:
+        """What a look of the hang watchdog needs of the job's pods: whether every pod the job asks for runs (the
+        only time its clock runs), the master pod's name and the container whose log is read."""
+        container = cls.main_container(obj)
+        rows = cls.replica_statuses(pods, container)
+        pod = cls.master_pod(obj, pods)
+        expected = cls.kind.expected_pods(obj) or 0
+        running = pod is not None and all_running(row.state for row in rows) and len(rows) >= expected
+        return running, (pod["metadata"]["name"] if pod is not None else None), container
 
     # ------------------------------------------------------------------ reading
 
@@ -247,6 +278,7 @@ class KubeflowJobHook(KubeApiHook):
         on_object: Callable[[dict[str, Any]], None] | None = None,
         image_pull_grace: float = 0.0,
         queue_timeout: float | None = None,
+        progress_timeout: float | None = None,
     ) -> JobOutcome:
         """Until the job succeeds or fails (its conditions), is deleted, or ``stopped()`` turns true; or a replica's
         image cannot be pulled (``pending_pods``: its pods are listed while some replica has not started).
@@ -259,6 +291,9 @@ class KubeflowJobHook(KubeApiHook):
         :param image_pull_grace: seconds a replica's pull may keep failing (ErrImagePull, ImagePullBackOff).
         :param queue_timeout: seconds the job may wait for capacity (suspended, e.g. by Kueue, or a pod left
             unschedulable), from now; past it the wait ends with a ``queue`` verdict (``pending_pods``).
+        :param progress_timeout: the hang watchdog (``hang_watch``): between watches, the job's pods are listed and
+            the master's new lines read, bounded; no new line for this long while every pod runs ends the wait
+            with a ``hung`` verdict naming the master.
         """
         stopped = stopped or (lambda: False)
         timings = WatchTimings.of(watch_timings, server_timeout=watch_timeout)
@@ -268,6 +303,8 @@ class KubeflowJobHook(KubeApiHook):
         what = f"watching {resource.kind} {namespace}/{name}"
         outcome: list[JobOutcome] = []
         last: list[JobStatus] = []
+        hang = None if progress_timeout is None else MasterLogWatch(progress_timeout, self._clock())
+        master: list[str] = []
 
         def done() -> bool:
             if stopped():
@@ -291,12 +328,28 @@ class KubeflowJobHook(KubeApiHook):
             if pending.verdict is not None:
                 outcome.append(pending.verdict.outcome(job_object=watch.obj))
                 return True
+            hung = None if hang is None else hung_verdict(hang, master[-1] if master else None, lambda: True,
+                                                          self._clock())
+            if hung is not None:  # every pod ran at the last look, the freshest the wait has
+                outcome.append(hung.outcome(job_object=watch.obj))
+                return True
             return False
 
+        def list_job_pods() -> list[dict[str, Any]]:
+            return self._json(self.core_v1_client.list_namespaced_pod(
+                namespace, label_selector=self.kind.pods_selector(name), _preload_content=False)).get("items") or []
+
         def check_pods() -> None:
-            pods = self._json(self.core_v1_client.list_namespaced_pod(
-                namespace, label_selector=self.kind.pods_selector(name), _preload_content=False))
-            pending.on_pods(pods.get("items") or [], self.kind.expected_pods(watch.obj))
+            if pending.due_for(watch.obj):
+                pending.on_pods(list_job_pods(), self.kind.expected_pods(watch.obj))
+            if hang is not None and watch.obj is not None and hang.due(self._clock()):
+                master[:] = self.look_at_master(namespace, watch.obj, list_job_pods(), hang)
+
+        def watch_seconds() -> int:
+            seconds = pending.watch_seconds(timings.server_timeout)
+            if hang is not None:  # back in time for the next look at the master's log
+                seconds = max(1, min(seconds, math.ceil(hang.seconds_to_look(self._clock()))))
+            return seconds
 
         args = (resource.group, resource.version, namespace, resource.plural)
         list_objects = self.custom_objects.list_namespaced_custom_object
@@ -309,13 +362,29 @@ class KubeflowJobHook(KubeApiHook):
             on_list=watch.on_list,
             on_line=watch.on_line,
             done=done,
-            watch_seconds=lambda: pending.watch_seconds(timings.server_timeout),
+            watch_seconds=watch_seconds,
             check=check_pods,
-            check_due=lambda: pending.due_for(watch.obj),
+            check_due=lambda: pending.due_for(watch.obj) or (hang is not None and hang.due(self._clock())),
         )
         run_watch(watch, calls, WatchPolicy(what, timings, self.retry, clock=self._clock), sleep=self._sleep,
                   log=self.job_log)
         return outcome[-1]
+
+    def look_at_master(self, namespace: str, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]],
+                       hang: MasterLogWatch) -> list[str]:
+        """One look of the hang watchdog: whether every pod the job asks for runs and, then, the master's new
+        lines, read bounded; returns the master pod's name (empty while there is none). A read that fails is logged
+        and tells nothing (the watchdog's clock starts again)."""
+        running, master, container = self.hang_sample(obj, pods)
+        lines: list[str] | None = None
+        if running and master is not None:
+            try:
+                lines = self.read_log_lines(namespace, master, container, hang.query())
+            except KubernetesJobError as error:
+                self.job_log.warning("progress_timeout: could not read the master's log (%s); the watchdog's "
+                                     "clock starts again", error)
+        hang.observe(lines, running, self._clock())
+        return [master] if master is not None else []
 
     # ------------------------------------------------------------------ delete
 
@@ -343,6 +412,7 @@ __all__ = [
     "KubeflowJobHook",
     "failed_replica",
     "main_container",
+    "pod_matches",
     "replica_statuses_of_pods",
     "resource_of_kind",
     "status_outcome",

@@ -28,7 +28,7 @@ from airflow_distributed.hooks.api_retry import KubernetesJobError, short_error
 from airflow_distributed.hooks.kube_api import EXISTS, MISSING, KubeApiHook
 from airflow_distributed.hooks.pod_logs import LogFollowers
 from airflow_distributed.hooks.watch_loop import WATCH_TIMEOUT, WatchCalls, WatchPolicy, WatchTimings, run_watch
-from airflow_distributed.jobstate.hang_watch import STACKS_COMMAND, MasterLogWatch, all_running, hung_verdict
+from airflow_distributed.jobstate.hang_watch import MasterLogWatch, all_running, hung_verdict
 from airflow_distributed.jobstate.job_watch import (
     FAILURE,
     TABLE_INTERVAL,
@@ -296,7 +296,8 @@ class DistributedTrainingHook(KubeApiHook):
             report.flush(tracker)
             found = tracker.verdict(self._clock())
             if found is None and hang is not None:
-                found = hung_verdict(hang, tracker, self._clock())
+                found = hung_verdict(hang, tracker.master.name,
+                                     lambda: all_running(row.state for row in tracker.statuses()), self._clock())
             if found is not None:
                 report.flush(tracker, force=True)
                 verdict.append(found)
@@ -346,21 +347,6 @@ class DistributedTrainingHook(KubeApiHook):
                 self.job_log.warning("progress_timeout: could not read the master's log (%s); the watchdog's "
                                      "clock starts again", error)
         hang.observe(lines, running, self._clock())
-
-    def dump_stacks(self, namespace: str, pods: Sequence[str], container: str) -> dict[str, str]:
-        """Ask each pod's processes that imported ``tracking`` to print their Python stacks (pods/exec of
-        ``hang_watch.STACKS_COMMAND``); returns, by pod, why it could not be asked (the rest were).
-
-        One pod after the other: the client's ``stream`` swaps its API client's request function for the time of a
-        call, and two calls at once would leave the websocket one in place for every later request.
-        """
-        failed: dict[str, str] = {}
-        for pod in pods:
-            try:
-                self.run_in_container(namespace, pod, container, list(STACKS_COMMAND))
-            except Exception as error:
-                failed[pod] = short_error(error)
-        return failed
 
     # ------------------------------------------------------------------ logs, events, output
 

@@ -35,8 +35,10 @@ from airflow_distributed.status import FAILED
 IMAGE_PULL_FAILED = "ImagePullFailed"
 #: The same for a job that waited for capacity past ``queue_timeout``.
 QUEUE_TIMED_OUT = "QueueTimedOut"
+#: The same for a job the hang watchdog found hung (``progress_timeout``; ``triggers.hang_watchdog``).
+JOB_HUNG = "JobHung"
 #: The trigger's own verdicts, which the job's status does not show.
-OWN_VERDICTS = (IMAGE_PULL_FAILED, QUEUE_TIMED_OUT)
+OWN_VERDICTS = (IMAGE_PULL_FAILED, QUEUE_TIMED_OUT, JOB_HUNG)
 
 
 class PendingPods:
@@ -146,4 +148,4 @@ def queue_reason(pod: Mapping[str, Any]) -> tuple[str, str | None]:
     return reason or "Unschedulable", message
 
 
-__all__ = ["IMAGE_PULL_FAILED", "OWN_VERDICTS", "QUEUE_TIMED_OUT", "PendingPods", "queue_reason"]
+__all__ = ["IMAGE_PULL_FAILED", "JOB_HUNG", "OWN_VERDICTS", "QUEUE_TIMED_OUT", "PendingPods", "queue_reason"]

@@ -56,11 +56,20 @@ class TrainJobHook(KubeflowJobHook):
     hook_name = "Distributed training (Kubeflow Trainer)"
     kind: JobKind = TRAINJOB_KIND
 
-    def main_container(self, obj: Mapping[str, Any]) -> str:
+    @classmethod
+    def main_container(cls, obj: Mapping[str, Any]) -> str:
         return NODE
 
-    def replica_statuses(self, pods: Sequence[Mapping[str, Any]], container: str) -> tuple[ReplicaStatus, ...]:
+    @classmethod
+    def replica_statuses(cls, pods: Sequence[Mapping[str, Any]], container: str) -> tuple[ReplicaStatus, ...]:
         return node_statuses(pods, container)
+
+    @classmethod
+    def master_pod(cls, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+        """Node 0 (an MPI runtime's launcher), the newest should the Job controller have replaced it: the pod whose
+        log the hang watchdog reads."""
+        found = [pod for pod in pods if is_launcher(pod)] or [pod for pod in pods if node_rank(pod) == 0]
+        return max(found, key=lambda p: p["metadata"].get("creationTimestamp") or "", default=None)
 
     def kubeflow_output(self, namespace: str, obj: Mapping[str, Any]) -> str | None:
         """The output document: the termination message of node 0's ``node`` container (an MPI runtime's launcher;

@@ -10,10 +10,10 @@ is hung, or ``None``. A read that fails tells nothing: the clock starts again ra
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 
-from airflow_distributed.jobstate.job_watch import FAILURE, JobTracker, JobVerdict, parse_timestamp_ns
+from airflow_distributed.jobstate.job_watch import FAILURE, JobVerdict, parse_timestamp_ns
 from airflow_distributed.jobstate.outcome import HUNG
 from airflow_distributed.jobstate.progress_watch import ProgressWatch
 from airflow_distributed.live_report import latest_record
@@ -111,13 +111,14 @@ class MasterLogWatch:
         return self.progress.describe(now)
 
 
-def hung_verdict(hang: MasterLogWatch, tracker: JobTracker, now: float) -> JobVerdict | None:
-    """The ``hung`` verdict of a job whose master has been quiet past ``progress_timeout`` while every replica runs
-    (as the tracker sees them now, not only at the last look), else ``None``."""
+def hung_verdict(hang: MasterLogWatch, master: str | None, still_running: Callable[[], bool],
+                 now: float) -> JobVerdict | None:
+    """The ``hung`` verdict of a job whose master (the pod ``master``) has been quiet past ``progress_timeout`` while
+    every replica runs (``still_running()``: as the waiter sees them now, not only at the last look), else ``None``."""
     why = hang.hung(now)
-    if why is None or not all_running(row.state for row in tracker.statuses()):
+    if why is None or master is None or not still_running():
         return None
-    return JobVerdict(FAILURE, tracker.master.name, HUNG, message=why)
+    return JobVerdict(FAILURE, master, HUNG, message=why)
 
 
 def all_running(states: Iterable[str]) -> bool:

@@ -18,21 +18,30 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 
 from airflow_distributed.hooks.api_retry import acall_with_retries
 from airflow_distributed.hooks.kubeflow import main_container
 from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
-from airflow_distributed.hooks.pending_pods import PendingPods
+from airflow_distributed.hooks.pending_pods import JOB_HUNG, PendingPods
 from airflow_distributed.jobstate.job_watch import log_available
 from airflow_distributed.manifests.kubeflow_status import KUBEFLOW_KIND, JobKind, master_pod_selector
 from airflow_distributed.manifests.trainjob_status import is_launcher
 from airflow_distributed.status import FAILED, SUCCEEDED
 from airflow_distributed.triggers.base import JobWaitTrigger
+from airflow_distributed.triggers.hang_watchdog import Sample, TriggerHangWatchdog
 from airflow_distributed.triggers.log_relay import READ_TIMEOUT, MasterLog
 from airflow_distributed.triggers.shared_watch import Delivery, WatchedKind
+
+if TYPE_CHECKING:
+    from airflow_distributed.hooks.kubeflow import KubeflowJobHook
+
+
+def _soonest(*waits: float | None) -> float | None:
+    found = [wait for wait in waits if wait is not None]
+    return min(found) if found else None
 
 
 def _name_of(obj: Mapping[str, Any]) -> str | None:
@@ -55,6 +64,8 @@ class KubeflowJobTrigger(JobWaitTrigger):
     :param watch_timings: ``WatchTimings.as_dict()``: watch timeouts, reconnect budget, jitter and the pace of
         the pod LISTs while replicas start.
     :param image_pull_grace: seconds a replica's image pull may keep failing before the job fails (0: at once).
+    :param progress_timeout: the hang watchdog (``hang_watchdog``): at each look the job's pods are listed and the
+        master's new lines read; none for this long while every pod runs fires ``failed`` with a ``hung`` verdict.
     :param resume_state: what the deferred task knew of its job and needs again to resume (its framework), handed
         back in every event as it is; small and JSON-safe.
     :param logging_interval: seconds between two relays of the master's new lines and progress into the task log
@@ -74,6 +85,14 @@ class KubeflowJobTrigger(JobWaitTrigger):
     master_selector: Callable[[Mapping[str, Any]], str] = staticmethod(master_pod_selector)
     #: The container of a job's pods whose log is the master's.
     log_container: Callable[[Mapping[str, Any]], str] = staticmethod(main_container)
+    progress_timeout: float | None
+
+    @staticmethod
+    def hook_class() -> type[KubeflowJobHook]:
+        """How the kind's pods read (which is the master, which container), as the task's hook reads them."""
+        from airflow_distributed.hooks.kubeflow import KubeflowJobHook
+
+        return KubeflowJobHook
 
     def __init__(
         self,
@@ -94,10 +113,11 @@ class KubeflowJobTrigger(JobWaitTrigger):
         queue_timeout: float | None = None,
         logging_interval: float | None = None,
         log_cursor: dict[str, Any] | None = None,
+        progress_timeout: float | None = None,
     ) -> None:
         super().__init__(
             job_name=job_name, namespace=namespace, group=group, version=version, plural=plural,
-            queue_timeout=queue_timeout,
+            queue_timeout=queue_timeout, progress_timeout=progress_timeout,
             kubernetes_conn_id=kubernetes_conn_id, watch_timeout=watch_timeout,
             execution_deadline=execution_deadline, delete_on_kill=delete_on_kill,
             started_at=started_at if started_at is not None else time.time(), watch_timings=watch_timings,
@@ -125,9 +145,11 @@ class KubeflowJobTrigger(JobWaitTrigger):
         pending = PendingPods(timings.pending_pods_interval, self.image_pull_grace, time.monotonic,
                               self.kind.suspended_of, queue_timeout=queue)
 
+        hang: TriggerHangWatchdog | None = None
+
         def ended() -> bool:
-            return watch.deleted or pending.verdict is not None or (
-                watch.obj is not None and self.kind.status_of(watch.obj).state in (SUCCEEDED, FAILED))
+            return (watch.deleted or pending.verdict is not None or (hang is not None and hang.verdict() is not None)
+                    or (watch.obj is not None and self.kind.status_of(watch.obj).state in (SUCCEEDED, FAILED)))
 
         def apply(delivery: Delivery) -> None:
             # A one-object view for the object watch: the job as listed or as the event left it.
@@ -143,9 +165,9 @@ class KubeflowJobTrigger(JobWaitTrigger):
                 return None
             queue = pending.seconds_to_queue_deadline()
             if not pending.pending or pending.suspended:
-                return queue
+                return _soonest(queue, hang.wake_in() if hang is not None else None)
             following = pending.next_at - pending.clock()
-            return following if queue is None else min(following, queue)
+            return _soonest(following, queue, hang.wake_in() if hang is not None else None)
 
         async with self._feed(self.watched_kind, self.job_name) as feed, self.api_client() as api:
             list_pods = async_client.CoreV1Api(api).list_namespaced_pod
@@ -163,14 +185,26 @@ class KubeflowJobTrigger(JobWaitTrigger):
                                                   _preload_content=False))
                 pending.on_pods(pods.get("items") or [], self.kind.expected_pods(watch.obj))
 
+            async def sample() -> Sample:
+                pods = await self._json(list_pods(self.namespace, label_selector=self.kind.pods_selector(self.job_name),
+                                                  _preload_content=False))
+                return self.hook_class().hang_sample(watch.obj or {}, pods.get("items") or [])
+
+            if self.progress_timeout is not None:
+                hang = TriggerHangWatchdog(self.progress_timeout, self.namespace, sample, self.api_client, self._answer,
+                                           self.log)
+
             async def check() -> bool:
                 nonlocal unseen_checked
                 if watch.obj is None and not unseen_checked:
                     unseen_checked = True
                     await acall_with_retries(list_job, what=f"reading {self.what}", policy=self.retry, log=self.log)
                     return True
+                looked = False
+                if hang is not None and watch.obj is not None:
+                    looked = await hang.check()
                 if not pending.due_for(watch.obj):
-                    return False
+                    return looked
                 await acall_with_retries(list_job_pods, what=f"listing the pods of {self.what}", policy=self.retry,
                                          log=self.log)
                 return True
@@ -180,6 +214,10 @@ class KubeflowJobTrigger(JobWaitTrigger):
             return {"status": "deleted", "message": f"{self.what} was deleted before it finished"}
         if not ended():
             return self._timeout_event()
+        hung = hang.verdict() if hang is not None else None
+        if hung is not None and not (watch.obj is not None and self.kind.status_of(watch.obj).state in (
+                SUCCEEDED, FAILED)):
+            return {"status": "failed", "reason": JOB_HUNG, "message": hung.message, "verdict": hung.as_dict()}
         if pending.verdict is not None and not (watch.obj is not None and self.kind.status_of(watch.obj).state in (
                 SUCCEEDED, FAILED)):
             state, reason, message = pending.status()

@@ -186,7 +186,7 @@ class DistributedJobTrigger(JobWaitTrigger):
                 changed = tracker.apply(kind, pod) or changed
             report(changed, tracker)
 
-        hang = None if self.progress_timeout is None else TriggerHangWatchdog(
+        hang = None if self.progress_timeout is None else TriggerHangWatchdog.of_tracker(
             self.progress_timeout, self.namespace, tracker, self.api_client, self._answer, self.log)
 
         def verdict_now() -> JobVerdict | None:

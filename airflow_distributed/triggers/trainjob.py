@@ -8,9 +8,14 @@ waiting, without LISTs of its pods. It fires one event: ``succeeded``, ``failed`
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from airflow_distributed.manifests.kubeflow_status import JobKind
 from airflow_distributed.manifests.trainjob_status import NODE, TRAINJOB_KIND, node_selector
 from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
+
+if TYPE_CHECKING:
+    from airflow_distributed.hooks.trainjob import TrainJobHook
 
 
 class TrainJobTrigger(KubeflowJobTrigger):
@@ -22,6 +27,12 @@ class TrainJobTrigger(KubeflowJobTrigger):
     #: The master's log is node 0's (an MPI runtime's launcher's), in its ``node`` container.
     master_selector = staticmethod(lambda obj: node_selector(str((obj.get("metadata") or {}).get("name")), rank=0))
     log_container = staticmethod(lambda obj: NODE)
+
+    @staticmethod
+    def hook_class() -> type[TrainJobHook]:
+        from airflow_distributed.hooks.trainjob import TrainJobHook
+
+        return TrainJobHook
 
 
 __all__ = ["TrainJobTrigger"]

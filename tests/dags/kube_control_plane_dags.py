@@ -1,9 +1,11 @@
 """DAGs of the tests on the real control plane (``tests/kube_control_plane``) that the emulator's DAG files lack: a
-job that outlives its task's ``execution_timeout``, sync and deferrable, and a deferred job whose master's lines the
-trigger relays every half second. The namespace is the DAG id's."""
+job that outlives its task's ``execution_timeout``, a hung and a slow master, a job waiting for capacity, a replica
+evicted mid-training under retries, sync and deferrable, and a deferred job whose master's lines the trigger relays
+every half second. The namespace is the DAG id's."""
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
 import pendulum
@@ -13,34 +15,30 @@ from airflow_distributed.operators import DistributedTrainingOperator
 
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 
-for dag_id, deferrable in (("k8s_timed_out", False), ("k8s_timed_out_deferrable", True)):
-    with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]):
-        DistributedTrainingOperator(
-            task_id="train", framework="pytorch", environment={"pytorch": {"n_workers": 2}},
-            command=["python", "/opt/jobs/train.py"], image="registry.example.com/trainer:1.0",
-            backend="kubernetes", namespace=dag_id.replace("_", "-"), deferrable=deferrable,
-            execution_timeout=timedelta(seconds=5),
-        )
 
-with DAG(dag_id="k8s_deferred_logs", schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]):
-    DistributedTrainingOperator(
-        task_id="train", framework="pytorch", environment={"pytorch": {"n_workers": 2}},
-        command=["python", "/opt/jobs/train.py"], image="registry.example.com/trainer:1.0",
-        backend="kubernetes", namespace="k8s-deferred-logs", deferrable=True, logging_interval=0.5, startup_timeout=60,
-    )
+def _train_dag(dag_id: str, deferrable: bool, **task_kwargs) -> DAG:
+    """A DAG of one kubernetes-backend training task in the namespace of its id (two workers unless told)."""
+    task_kwargs.setdefault("environment", {"pytorch": {"n_workers": 2}})
+    with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]) as dag:
+        DistributedTrainingOperator(
+            task_id="train", framework="pytorch", command=["python", "/opt/jobs/train.py"],
+            image="registry.example.com/trainer:1.0", backend="kubernetes", namespace=dag_id.replace("_", "-"),
+            deferrable=deferrable, **task_kwargs)
+    return dag
+
+
+for dag_id, deferrable in (("k8s_timed_out", False), ("k8s_timed_out_deferrable", True)):
+    _train_dag(dag_id, deferrable, execution_timeout=timedelta(seconds=5))
+
+_train_dag("k8s_deferred_logs", True, logging_interval=0.5, startup_timeout=60)
 
 # The hang watchdog: progress_timeout of a few seconds; the task's execution_timeout is the slack past which a
 # watchdog that did not fire fails the task otherwise (AirflowTaskTimeout, not JobHungError).
 # The slow master prints every 4 s: 10 s leaves room for a look (every 2.5 s) late on a loaded machine.
 for dag_id, deferrable, quiet in (("k8s_hung", False, 6), ("k8s_hung_deferrable", True, 6),
                                   ("k8s_slow_reporting", False, 10), ("k8s_slow_reporting_deferrable", True, 10)):
-    with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]):
-        DistributedTrainingOperator(
-            task_id="train", framework="pytorch", environment={"pytorch": {"n_workers": 2}},
-            command=["python", "/opt/jobs/train.py"], image="registry.example.com/trainer:1.0",
-            backend="kubernetes", namespace=dag_id.replace("_", "-"), deferrable=deferrable,
-            progress_timeout=timedelta(seconds=quiet), startup_timeout=60, execution_timeout=timedelta(seconds=60),
-        )
+    _train_dag(dag_id, deferrable, progress_timeout=timedelta(seconds=quiet), startup_timeout=60,
+               execution_timeout=timedelta(seconds=60))
 
 # Waiting for capacity: worker 1 asks for 16 GPUs and the session's node has 8, so the real scheduler leaves it
 # Unschedulable until a test adds a node that has them. startup_timeout is far shorter than that wait: only
@@ -50,10 +48,23 @@ _GPU_HUNGRY = {"pytorch": {"n_workers": 2, "worker": [{"index": 1, "resources": 
 for dag_id, deferrable, queue in (("k8s_queued_then_scheduled", False, 600.0),
                                   ("k8s_queued_then_scheduled_deferrable", True, 600.0),
                                   ("k8s_queue_timeout", False, 4.0)):
-    with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]):
+    _train_dag(dag_id, deferrable, environment=_GPU_HUNGRY, startup_timeout=3, queue_timeout=queue,
+               execution_timeout=timedelta(seconds=120))
+
+# Evicted mid-training: retries=3 under the provider's retry policy; retry_delay is a minute the policy overrides
+# (without it the retry would come a minute later). The checkpoints go where the test, playing the master, can
+# reach them: the same folder for every try of the task instance, as a shared volume would be on a cluster.
+for dag_id, deferrable in (("k8s_evicted_resumes", False), ("k8s_evicted_resumes_deferrable", True)):
+    _train_dag(dag_id, deferrable, environment={"pytorch": {"n_workers": 1}},
+               checkpoint_dir=os.path.join(os.environ.get("AIRFLOW_HOME", "/tmp"), "checkpoints", dag_id),
+               retries=3, retry_delay=timedelta(minutes=1), startup_timeout=60,
+               execution_timeout=timedelta(seconds=120))
+
+# The hang watchdog on a PyTorchJob (the stand-in Training Operator makes the pods), in the task and the triggerer.
+for dag_id, deferrable in (("kubeflow_hung", False), ("kubeflow_hung_deferrable", True)):
+    with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "kubeflow"]):
         DistributedTrainingOperator(
-            task_id="train", framework="pytorch", environment=_GPU_HUNGRY,
-            command=["python", "/opt/jobs/train.py"], image="registry.example.com/trainer:1.0",
-            backend="kubernetes", namespace=dag_id.replace("_", "-"), deferrable=deferrable,
-            startup_timeout=3, queue_timeout=queue, execution_timeout=timedelta(seconds=120),
-        )
+            task_id="train", framework="pytorch", environment={"pytorch": {"n_workers": 1}},
+            command=["python", "/opt/jobs/train.py"], image="registry.example.com/trainer:1.0", backend="kubeflow",
+            namespace=dag_id.replace("_", "-"), deferrable=deferrable, progress_timeout=timedelta(seconds=6),
+            execution_timeout=timedelta(seconds=60))

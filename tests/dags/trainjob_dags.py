@@ -82,3 +82,8 @@ with DAG(dag_id="trainjob_sensor_deferrable", schedule=None, start_date=START, c
 with DAG(dag_id="trainjob_sensor_failure", schedule=None, start_date=START, catchup=False, tags=["test"]):
     PytorchJobSensor(task_id="wait", job_name=EXTERNAL, namespace=namespace_of("trainjob_sensor_failure"),
                      kind="TrainJob", poke_interval=0.2, timeout=60, retries=2, retry_delay=timedelta(seconds=1))
+# The hang watchdog, in the task and in the triggerer: node 0 stops printing while every node runs
+# (tests/kube_control_plane).
+hung = _dag("trainjob_hung", progress_timeout=timedelta(seconds=6), execution_timeout=timedelta(seconds=60))
+hung_deferrable = _dag("trainjob_hung_deferrable", progress_timeout=timedelta(seconds=6),
+                       execution_timeout=timedelta(seconds=60), deferrable=True)

@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
-from tests.conftest import ROOT
 from tests.dags.kubernetes_dags import namespace_of
 from tests.helpers import output_so_far, run_dag_at, wait_until, xcom
 from tests.kubernetes_helpers import (
     DOCUMENT,
     NOTHING,
     Kubelet,
+    as_the_pod,
     settled,
     task_requests,
 )
@@ -140,18 +138,6 @@ def test_a_worker_left_out_shows_in_the_final_replicas_in_both_modes(emulator, d
     assert f"{job}-worker-0" in {row["name"] for row in record["replicas"]}
 
 
-def _pod_env(pod: dict) -> dict[str, str]:
-    return {item["name"]: item["value"] for item in pod["spec"]["containers"][0].get("env") or [] if "value" in item}
-
-
-def _as_the_pod(pod: dict, code: str) -> str:
-    """Run ``code`` (using ``airflow_distributed.tracking``) with the variables of ``pod``'s main container, as the
-    training script in it would; returns what it prints."""
-    env = {**os.environ, **_pod_env(pod)}
-    return subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True,
-                          cwd=ROOT).stdout.strip()
-
-
 def test_a_retried_job_resumes_from_the_checkpoint_of_the_failed_try(emulator, airflow_home, capfd):
     namespace = namespace_of("k8s_checkpoint_retry")
     emulator.create_namespace(namespace)
@@ -171,7 +157,7 @@ def test_a_retried_job_resumes_from_the_checkpoint_of_the_failed_try(emulator, a
         for pod in first.values():
             emulator.run_pod(namespace, pod["metadata"]["name"])
         # Try 1: the master saves checkpoints at steps 10..40 (keep 3), then a worker crashes at step 45.
-        seen["try 1"] = _as_the_pod(first["master-0"], textwrap.dedent("""
+        seen["try 1"] = as_the_pod(first["master-0"], textwrap.dedent("""
             from airflow_distributed import tracking
             for step in (10, 20, 30, 40):
                 tracking.save_checkpoint({"w": step}, step)
@@ -182,7 +168,7 @@ def test_a_retried_job_resumes_from_the_checkpoint_of_the_failed_try(emulator, a
         second = pods_of_try(kubelet, {p["metadata"]["uid"] for p in first.values()})
         for pod in second.values():
             emulator.run_pod(namespace, pod["metadata"]["name"])
-        seen["try 2"] = _as_the_pod(second["master-0"], textwrap.dedent("""
+        seen["try 2"] = as_the_pod(second["master-0"], textwrap.dedent("""
             from airflow_distributed import tracking
             step, state = tracking.latest_checkpoint()
             print(tracking.get_try_number(), step, state["w"])

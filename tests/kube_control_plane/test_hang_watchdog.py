@@ -16,6 +16,7 @@ import pytest
 from airflow_distributed.live_report import PREFIX
 from tests.helpers import run_dag_at
 from tests.kube_control_plane.control_plane import NOTHING, ControlPlane
+from tests.kube_control_plane.custom_jobs import RealKubeflowController, RealTrainerController
 from tests.kube_control_plane.kubelet import KubeletNode
 from tests.kubernetes_helpers import DOCUMENT, Kubelet, comes_to
 
@@ -80,4 +81,64 @@ def test_a_slow_master_that_prints_within_each_progress_timeout_is_left_to_succe
     assert states == {"train": "success"}
     assert not [command for ns, *_, command in node.execs if ns == namespace and "kill -USR1" in " ".join(command)]
     comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
+    assert control_plane.refused(user) == []
+
+
+def _quiet_after_one_step(controller, names: dict, master: str, container: str, node: KubeletNode) -> None:
+    """Every replica runs; each one's stacks are scripted; the master prints a step, then nothing."""
+    for name in names.values():
+        node.stacks[(controller.namespace, name)] = _stacks("barrier" if name == master else "all_reduce")
+    record = {"progress": {"step": 1, "total": 10}, "metrics": {"loss": 0.5}, "history": []}
+    node.append_log(controller.namespace, master, "\n".join(["step 1 loss 0.500", PREFIX + json.dumps(record)]),
+                    container=container)
+
+
+def _assert_hung(out: str, execs: list, replicas: int) -> None:
+    assert "JobHungError" in out and "AirflowTaskTimeout" not in out
+    assert "the job hung: the master reported no progress or metric and printed no line for" in out
+    assert "its last step reported was 1," in out
+    assert "line 42 in all_reduce" in out and "line 42 in barrier" in out
+    assert len(execs) == replicas
+
+
+@pytest.mark.parametrize("dag_namespace", ["kubeflow_hung", "kubeflow_hung_deferrable"], indirect=True)
+def test_a_pytorchjobs_master_that_stops_printing_fails_as_hung_and_the_job_is_deleted(
+        control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str], capfd):
+    namespace, user = dag_namespace
+    controller = RealKubeflowController(control_plane, node, namespace, "pytorchjobs")
+
+    def script(c: RealKubeflowController) -> None:
+        c.start()
+        _quiet_after_one_step(c, c.pods, c.pods["master-0"], "pytorch", node)
+
+    controller.play(script)
+    run, states = run_dag_at(namespace.replace("-", "_"))
+    controller.check()
+
+    assert states == {"train": "failed"}
+    _assert_hung(capfd.readouterr().out, [command for ns, _, container, command in node.execs
+                                         if ns == namespace and container == "pytorch"], 2)
+    # The custom object deleted (a hung job's pods hold their accelerators); the garbage collector takes its pods.
+    comes_to(lambda: (controller.jobs(), control_plane.left(namespace)), ([], NOTHING), timeout=60)
+    assert control_plane.refused(user) == []
+
+
+@pytest.mark.parametrize("dag_namespace", ["trainjob_hung", "trainjob_hung_deferrable"], indirect=True)
+def test_a_trainjobs_node_0_that_stops_printing_fails_as_hung_and_the_trainjob_is_deleted(
+        control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str], capfd):
+    namespace, user = dag_namespace
+    controller = RealTrainerController(control_plane, node, namespace)
+
+    def script(c: RealTrainerController) -> None:
+        c.start()
+        _quiet_after_one_step(c, c.pods, c.pods[0], "node", node)
+
+    controller.play(script)
+    run, states = run_dag_at(namespace.replace("-", "_"))
+    controller.check()
+
+    assert states == {"train": "failed"}
+    _assert_hung(capfd.readouterr().out, [command for ns, _, container, command in node.execs
+                                         if ns == namespace and container == "node"], 3)
+    comes_to(lambda: (controller.jobs(), control_plane.left(namespace)), ([], NOTHING), timeout=60)
     assert control_plane.refused(user) == []

@@ -127,12 +127,8 @@ def test_the_cluster_backends_take_queue_timeout(backend) -> None:
     assert operator(queue_timeout=600, backend=backend, image="trainer:1").queue_timeout == 600
 
 
-@pytest.mark.parametrize("backend", ["kubeflow", "trainjob"])
-def test_the_kubeflow_backends_refuse_progress_timeout(backend) -> None:
-    with pytest.raises(SpecValidationError, match="progress_timeout: is watched by backend='local' and "
-                       "backend='kubernetes' only"):
-        operator(progress_timeout=60, backend=backend, image="trainer:1")
-
-
-def test_the_kubernetes_backend_takes_progress_timeout() -> None:
-    assert operator(progress_timeout=60, backend="kubernetes", image="trainer:1").progress_timeout == 60
+@pytest.mark.parametrize("backend", ["kubernetes", "kubeflow", "trainjob"])
+@pytest.mark.parametrize("deferrable", [False, True])
+def test_the_cluster_backends_take_progress_timeout(backend, deferrable) -> None:
+    assert operator(progress_timeout=60, backend=backend, image="trainer:1",
+                    deferrable=deferrable).progress_timeout == 60

@@ -28,7 +28,7 @@ from airflow_distributed.hooks.api_retry import (
     is_connection_error,
     job_error,
 )
-from airflow_distributed.jobstate.job_watch import strip_timestamps
+from airflow_distributed.jobstate.log_cursor import strip_timestamps
 from airflow_distributed.logs import TaskLog
 from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER
 

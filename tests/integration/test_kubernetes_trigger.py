@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from airflow_distributed.jobstate.job_watch import slots_to_json
+from airflow_distributed.jobstate.verdicts import slots_to_json
 from airflow_distributed.triggers.api_clients import open_clients
 from airflow_distributed.triggers.kubernetes import DistributedJobTrigger
 from tests.helpers import wait_until

@@ -34,7 +34,7 @@ from kubernetes import client  # noqa: E402
 from kubernetes import config as kube_config  # noqa: E402
 
 from airflow_distributed.hooks.kubernetes import DistributedTrainingHook  # noqa: E402
-from airflow_distributed.jobstate.job_watch import replica_slots  # noqa: E402
+from airflow_distributed.jobstate.verdicts import replica_slots  # noqa: E402
 from airflow_distributed.manifests.kubernetes import (  # noqa: E402
     JobManifestOptions,
     TaskInstanceRef,

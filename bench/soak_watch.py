@@ -32,7 +32,7 @@ from kubernetes import client  # noqa: E402
 
 from airflow_distributed.hooks.kubernetes import DistributedTrainingHook  # noqa: E402
 from airflow_distributed.hooks.watch_loop import WatchTimings  # noqa: E402
-from airflow_distributed.jobstate.job_watch import slots_to_json  # noqa: E402
+from airflow_distributed.jobstate.verdicts import slots_to_json  # noqa: E402
 from airflow_distributed.triggers.kubernetes import DistributedJobTrigger  # noqa: E402
 from bench.kubernetes_submit import _job  # noqa: E402
 from tests.k8s_emulator import KubeEmulator  # noqa: E402

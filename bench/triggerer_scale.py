@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 import psutil  # noqa: E402 (an Airflow dependency)
 
-from airflow_distributed.jobstate.job_watch import replica_slots, slots_to_json  # noqa: E402
+from airflow_distributed.jobstate.verdicts import replica_slots, slots_to_json  # noqa: E402
 from airflow_distributed.manifests.kubernetes import (  # noqa: E402
     JobManifestOptions,
     build_job_objects,

@@ -25,7 +25,7 @@ from kubernetes import client
 
 from airflow_distributed.hooks.api_retry import RetryPolicy
 from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
-from airflow_distributed.jobstate.job_watch import replica_slots, slots_to_json
+from airflow_distributed.jobstate.verdicts import replica_slots, slots_to_json
 from airflow_distributed.manifests.horovod_ssh import generate_ssh_key_pair
 from airflow_distributed.manifests.kubernetes import (
     JobManifestOptions,

@@ -47,9 +47,10 @@ from airflow_distributed.backends.kubernetes import (
 )
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.failures import job_failure
-from airflow_distributed.jobstate.job_watch import JobVerdict, replica_table
 from airflow_distributed.jobstate.outcome import JobOutcome
+from airflow_distributed.jobstate.replica_table import replica_table
 from airflow_distributed.jobstate.usage import pod_run
+from airflow_distributed.jobstate.verdicts import JobVerdict
 from airflow_distributed.live_report import without_records
 from airflow_distributed.outputs import document_warning, job_record, job_result, parse_output_document
 from airflow_distributed.plan import build_plan

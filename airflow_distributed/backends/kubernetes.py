@@ -43,19 +43,12 @@ from airflow_distributed.backends.job_usage import usage_over_tries
 from airflow_distributed.elastic import CONTINUE, RESTART, ElasticPlan, after_replica_ended, elastic_plan
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.failures import job_failure
-from airflow_distributed.jobstate.job_watch import (
-    JobVerdict,
-    LogCursor,
-    ReplicaSlot,
-    log_available,
-    replica_slots,
-    replica_table,
-    slots_from_json,
-    slots_to_json,
-    strip_timestamps,
-)
+from airflow_distributed.jobstate.log_cursor import LogCursor, strip_timestamps
 from airflow_distributed.jobstate.outcome import JobOutcome
+from airflow_distributed.jobstate.pod_state import log_available
+from airflow_distributed.jobstate.replica_table import replica_table
 from airflow_distributed.jobstate.usage import ReplicaRun, Requests, pod_run
+from airflow_distributed.jobstate.verdicts import JobVerdict, ReplicaSlot, replica_slots, slots_from_json, slots_to_json
 from airflow_distributed.live_report import is_record, without_records
 from airflow_distributed.manifests.pod_names import RESTARTS_ANNOTATION
 from airflow_distributed.outputs import document_warning, job_record, job_result, parse_output_document
@@ -68,7 +61,7 @@ if TYPE_CHECKING:
 
     from airflow_distributed.backends.base import BackendSettings, TaskCalls
     from airflow_distributed.hooks.kubernetes import DistributedTrainingHook, JobHandle
-    from airflow_distributed.jobstate.job_watch import ReplicaSlot
+    from airflow_distributed.jobstate.verdicts import ReplicaSlot
     from airflow_distributed.manifests.kubernetes import JobObjects
     from airflow_distributed.plan import ClusterPlan
     from airflow_distributed.spec import TrainingSpec

@@ -30,7 +30,7 @@ from airflow_distributed.hooks.api_retry import (
     short_error,
 )
 from airflow_distributed.jobstate.hang_watch import STACKS_COMMAND, STACKS_WAIT
-from airflow_distributed.jobstate.job_watch import strip_timestamps
+from airflow_distributed.jobstate.log_cursor import strip_timestamps
 from airflow_distributed.logs import TaskLog
 from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER
 

@@ -24,8 +24,9 @@ from airflow_distributed.hooks.pending_pods import PendingPods
 from airflow_distributed.hooks.watch_loop import WatchCalls, WatchPolicy, WatchTimings, run_watch
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.hang_watch import MasterLogWatch, all_running, hung_verdict
-from airflow_distributed.jobstate.job_watch import JobVerdict, container_state, pod_disruption, termination_message
 from airflow_distributed.jobstate.outcome import JobOutcome
+from airflow_distributed.jobstate.pod_state import container_state, pod_disruption, termination_message
+from airflow_distributed.jobstate.verdicts import JobVerdict
 from airflow_distributed.manifests.kubeflow_kinds import KINDS, KubeflowKind, KubeflowResource
 from airflow_distributed.manifests.kubeflow_status import (
     KUBEFLOW_KIND,

@@ -29,20 +29,12 @@ from airflow_distributed.hooks.kube_api import EXISTS, MISSING, KubeApiHook
 from airflow_distributed.hooks.pod_logs import LogFollowers
 from airflow_distributed.hooks.watch_loop import WATCH_TIMEOUT, WatchCalls, WatchPolicy, WatchTimings, run_watch
 from airflow_distributed.jobstate.hang_watch import MasterLogWatch, all_running, hung_verdict
-from airflow_distributed.jobstate.job_watch import (
-    FAILURE,
-    TABLE_INTERVAL,
-    TABLE_ROWS,
-    JobTracker,
-    JobVerdict,
-    JobWatch,
-    LogCursor,
-    ReplicaSlot,
-    TableReporter,
-    container_state,
-    termination_message,
-)
+from airflow_distributed.jobstate.job_watch import JobTracker, JobWatch
+from airflow_distributed.jobstate.log_cursor import LogCursor
 from airflow_distributed.jobstate.outcome import JobOutcome
+from airflow_distributed.jobstate.pod_state import container_state, termination_message
+from airflow_distributed.jobstate.replica_table import TABLE_INTERVAL, TABLE_ROWS, TableReporter
+from airflow_distributed.jobstate.verdicts import FAILURE, JobVerdict, ReplicaSlot
 from airflow_distributed.manifests.kubernetes import (
     JOB_LABEL,
     MAIN_CONTAINER,

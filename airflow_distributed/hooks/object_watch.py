@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_distributed.jobstate.job_watch import ResumableWatch, WatchError, WatchGone
+from airflow_distributed.jobstate.watch_stream import ResumableWatch, WatchError, WatchGone
 
 
 def name_selector(name: str) -> str:

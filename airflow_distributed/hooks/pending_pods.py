@@ -3,7 +3,7 @@
 A Kubeflow job's status does not tell that a replica's image cannot be pulled: its pods stay ``Pending`` and the
 job stays ``Created``. So while the job waits for its replicas to start, its pods are LISTed every
 ``WatchTimings.pending_pods_interval`` seconds and judged by the ``kubernetes`` backend's own pull-failure verdict
-(``job_watch.image_failure``): ErrImagePull/ImagePullBackOff once they have failed for ``image_pull_grace``
+(``pod_state.image_failure``): ErrImagePull/ImagePullBackOff once they have failed for ``image_pull_grace``
 seconds, InvalidImageName/ErrImageNeverPull at once. Once every replica's pod exists and has started, no more
 LISTs are made.
 
@@ -26,8 +26,9 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from airflow_distributed.jobstate.job_watch import FAILURE, JobVerdict, image_failure, pod_queued, pod_started
 from airflow_distributed.jobstate.outcome import QUEUED
+from airflow_distributed.jobstate.pod_state import image_failure, pod_queued, pod_started
+from airflow_distributed.jobstate.verdicts import FAILURE, JobVerdict
 from airflow_distributed.status import FAILED
 
 #: The reason of a Kubeflow job failed by this check (its own status never says so), and how the task tells it
@@ -142,7 +143,7 @@ class PendingPods:
 
 def queue_reason(pod: Mapping[str, Any]) -> tuple[str, str | None]:
     """Why a queued pod waits: the scheduler's (or Kueue's gate's) reason and message."""
-    from airflow_distributed.jobstate.job_watch import waiting_reason
+    from airflow_distributed.jobstate.pod_state import waiting_reason
 
     reason, message = waiting_reason(pod)
     return reason or "Unschedulable", message

@@ -18,7 +18,9 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from airflow_distributed.hooks.api_retry import api_status, is_transient, short_error
 from airflow_distributed.hooks.kube_api import LOG_ACCEPT
-from airflow_distributed.jobstate.job_watch import JobTracker, LogCursor, container_state, log_available
+from airflow_distributed.jobstate.job_watch import JobTracker
+from airflow_distributed.jobstate.log_cursor import LogCursor
+from airflow_distributed.jobstate.pod_state import container_state, log_available
 from airflow_distributed.logs import TaskLog
 from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_distributed.hooks.kubeflow import KubeflowJobHook, replica_statuses_of_pods
-from airflow_distributed.jobstate.job_watch import termination_message
+from airflow_distributed.jobstate.pod_state import termination_message
 from airflow_distributed.manifests.kubeflow_kinds import KubeflowResource
 from airflow_distributed.manifests.kubeflow_status import JobKind
 from airflow_distributed.manifests.trainjob_status import (

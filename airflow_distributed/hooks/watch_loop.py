@@ -33,7 +33,7 @@ from airflow_distributed.hooks.api_retry import (
     is_connection_error,
     short_error,
 )
-from airflow_distributed.jobstate.job_watch import ResumableWatch, WatchError, WatchGone
+from airflow_distributed.jobstate.watch_stream import ResumableWatch, WatchError, WatchGone
 from airflow_distributed.logs import TaskLog
 
 #: Default ``timeoutSeconds`` of a watch request (kube-apiserver's own default is 30-60 minutes).

@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 
-from airflow_distributed.jobstate.job_watch import FAILURE, JobVerdict, parse_timestamp_ns
+from airflow_distributed.jobstate.log_cursor import parse_timestamp_ns
 from airflow_distributed.jobstate.outcome import HUNG
 from airflow_distributed.jobstate.progress_watch import ProgressWatch
+from airflow_distributed.jobstate.verdicts import FAILURE, JobVerdict
 from airflow_distributed.live_report import latest_record
 
 #: The longest wait between two looks at the master's log (a look costs one bounded pods/log request).

@@ -122,6 +122,15 @@ def job_usage(runs: Iterable[ReplicaRun], wall_seconds: float) -> dict[str, Any]
     return _totals(usage)
 
 
+def usage_so_far(pods: Iterable[tuple[str, Mapping[str, Any] | None]], now: float) -> dict[str, Any]:
+    """The usage of a running try from its replicas' pods, as the job view shows it: each replica up to ``now`` if it
+    still runs, the wall time from the first pod's creation (this try only: earlier tries are added when it ends)."""
+    pods = list(pods)
+    created = [_epoch(((pod or {}).get("metadata") or {}).get("creationTimestamp")) for _, pod in pods]
+    first = min((stamp for stamp in created if stamp is not None), default=None)
+    return job_usage([pod_run(name, pod, now) for name, pod in pods], now - first if first is not None else 0.0)
+
+
 def add_usage(earlier: Mapping[str, Any] | None, current: Mapping[str, Any]) -> dict[str, Any]:
     """``current`` with the usage of earlier tries added (``earlier`` as an earlier ``job_usage`` or ``add_usage``
     gave it; anything else counts for nothing): every figure summed, ``tries`` counted, per replica too."""
@@ -165,4 +174,4 @@ def _round(value: float) -> float:
 
 
 __all__ = ["FIGURES", "USAGE_REPLICAS", "ReplicaRun", "Requests", "add_usage", "job_usage", "plan_requests",
-           "pod_requests", "pod_run"]
+           "pod_requests", "pod_run", "usage_so_far"]

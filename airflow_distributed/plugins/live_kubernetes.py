@@ -14,6 +14,7 @@ user wrote decides where it looks:
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_distributed.backends.base import has_template
 from airflow_distributed.backends.kubernetes import LIVE_JOB_XCOM_KEY, TAIL_LINES
+from airflow_distributed.jobstate.usage import usage_so_far
 from airflow_distributed.live_report import latest_record, without_records
 from airflow_distributed.manifests.pod_names import INDEX_LABEL, MASTER_LABEL, ROLE_LABEL
 from airflow_distributed.naming import job_name
@@ -315,10 +317,14 @@ def _index(value: Any) -> int:
 
 
 def live_record(name: str, namespace: str, framework: str | None, pods: list[dict[str, Any]],
-                logs: dict[str, list[str]], report: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                logs: dict[str, list[str]], report: Mapping[str, Any] | None = None,
+                now: float | None = None) -> dict[str, Any]:
     """A job record in the shape of the ``job`` XCom, from the pods' current states and the master's newest live
-    record (progress, metrics, history so far), sanitised as every report is (pure)."""
-    from airflow_distributed.jobstate.job_watch import ReplicaSlot, queue_note_of, replica_status
+    record (progress, metrics, history so far), sanitised as every report is, and the try's usage so far (pure but
+    for the clock: ``now`` defaults to the current time)."""
+    from airflow_distributed.jobstate.pod_state import replica_status
+    from airflow_distributed.jobstate.replica_table import queue_note_of
+    from airflow_distributed.jobstate.verdicts import ReplicaSlot
 
     rows = []
     for pod in pods:
@@ -342,6 +348,7 @@ def live_record(name: str, namespace: str, framework: str | None, pods: list[dic
             for *_, s, _ in rows
         ],
         "logs": logs,
+        "usage": usage_so_far([(row[3].name, row[4]) for row in rows], time.time() if now is None else now),
     }
 
 
@@ -370,10 +377,11 @@ def read_kubeflow_pods(location: JobLocation, extras: Mapping[str, Any], timeout
         resource = Run.resource_of(location.framework or "pytorch")
         obj = hook.get_kubeflow_job(namespace, resource, location.job_name)
         if obj is None:
-            return namespace, (None, ()), {}, None
+            return namespace, (None, (), None), {}, None
         pods = hook.kubeflow_pods(namespace, obj)
         container = hook.main_container(obj)
         rows = hook.replica_statuses(pods, container)
+        usage = usage_so_far([(str((pod.get("metadata") or {}).get("name", "")), pod) for pod in pods], time.time())
         logs: dict[str, list[str]] = {}
         report: dict[str, Any] | None = None
         master = next((row for row in rows if row.role in ("master", "chief", "launcher")), rows[0] if rows else None)
@@ -388,7 +396,7 @@ def read_kubeflow_pods(location: JobLocation, extras: Mapping[str, Any], timeout
         if is_connection_error(error):
             raise unreachable(timeout) from None
         raise Unavailable("unavailable", "The connection's Kubernetes configuration could not be loaded.") from None
-    return namespace, (obj, rows), logs, report
+    return namespace, (obj, rows, usage), logs, report
 
 
 def kubeflow_live_record(location: JobLocation, namespace: str, framework: str | None, found: Any,
@@ -399,7 +407,7 @@ def kubeflow_live_record(location: JobLocation, namespace: str, framework: str |
     from airflow_distributed.manifests.kubeflow_status import job_suspended
     from airflow_distributed.manifests.trainjob_status import trainjob_suspended
 
-    obj, rows = found
+    obj, rows, usage = found
     document = sanitise_document(report or {})
     record: dict[str, Any] = {
         **({"note": "Waiting for capacity: the job is suspended (waiting to be admitted, e.g. by Kueue)"}
@@ -413,6 +421,7 @@ def kubeflow_live_record(location: JobLocation, namespace: str, framework: str |
             for s in rows
         ],
         "logs": logs,
+        **({"usage": usage} if usage is not None else {}),
     }
     if location.backend == "trainjob" and obj is not None:
         from airflow_distributed.manifests.trainjob_status import trainer_progress

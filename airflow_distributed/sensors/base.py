@@ -32,16 +32,11 @@ from airflow_distributed.backends.kubeflow import KubeflowJobRun
 from airflow_distributed.backends.trainjob import TrainJobRun
 from airflow_distributed.contract import ENV_FRAMEWORK
 from airflow_distributed.frameworks import all_frameworks
-from airflow_distributed.jobstate.job_watch import (
-    JobTracker,
-    JobVerdict,
-    ReplicaSlot,
-    image_failure,
-    parse_timestamp_ns,
-    pod_started,
-    replica_table,
-    slots_to_json,
-)
+from airflow_distributed.jobstate.job_watch import JobTracker
+from airflow_distributed.jobstate.log_cursor import parse_timestamp_ns
+from airflow_distributed.jobstate.pod_state import image_failure, pod_started
+from airflow_distributed.jobstate.replica_table import replica_table
+from airflow_distributed.jobstate.verdicts import JobVerdict, ReplicaSlot, slots_to_json
 from airflow_distributed.outputs import document_warning, job_result, parse_output_document
 from airflow_distributed.status import FAILED, SUCCEEDED
 
@@ -51,7 +46,8 @@ if TYPE_CHECKING:
     from airflow_distributed.hooks.kube_api import KubeApiHook
     from airflow_distributed.hooks.kubeflow import KubeflowJobHook
     from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
-    from airflow_distributed.jobstate.job_watch import JobTracker, ReplicaSlot
+    from airflow_distributed.jobstate.job_watch import JobTracker
+    from airflow_distributed.jobstate.verdicts import ReplicaSlot
 
 #: Kubeflow kind -> framework (``manifests.kubeflow_kinds.KINDS``, kept here so that parsing a DAG imports no client;
 #: a test keeps the two equal).

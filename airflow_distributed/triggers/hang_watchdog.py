@@ -18,7 +18,8 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from airflow_distributed.jobstate.hang_watch import MasterLogWatch, all_running, hung_verdict
-from airflow_distributed.jobstate.job_watch import JobTracker, JobVerdict
+from airflow_distributed.jobstate.job_watch import JobTracker
+from airflow_distributed.jobstate.verdicts import JobVerdict
 from airflow_distributed.manifests.pod_names import MAIN_CONTAINER
 
 #: What a look needs to know of the job's pods: whether every replica runs, the master pod's name (``None``: none

@@ -26,7 +26,7 @@ from airflow_distributed.hooks.api_retry import acall_with_retries
 from airflow_distributed.hooks.kubeflow import main_container
 from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
 from airflow_distributed.hooks.pending_pods import JOB_HUNG, PendingPods
-from airflow_distributed.jobstate.job_watch import log_available
+from airflow_distributed.jobstate.pod_state import log_available
 from airflow_distributed.manifests.kubeflow_status import KUBEFLOW_KIND, JobKind, master_pod_selector
 from airflow_distributed.manifests.trainjob_status import is_launcher
 from airflow_distributed.status import FAILED, SUCCEEDED

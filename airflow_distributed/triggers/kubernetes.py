@@ -24,17 +24,10 @@ from typing import Any
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 
 from airflow_distributed.hooks.api_retry import acall_with_retries
-from airflow_distributed.jobstate.job_watch import (
-    TABLE_INTERVAL,
-    TABLE_ROWS,
-    JobTracker,
-    JobVerdict,
-    TableReporter,
-    log_available,
-    pod_essentials,
-    replica_table,
-    slots_from_json,
-)
+from airflow_distributed.jobstate.job_watch import JobTracker
+from airflow_distributed.jobstate.pod_state import log_available, pod_essentials
+from airflow_distributed.jobstate.replica_table import TABLE_INTERVAL, TABLE_ROWS, TableReporter, replica_table
+from airflow_distributed.jobstate.verdicts import JobVerdict, slots_from_json
 from airflow_distributed.manifests.pod_names import JOB_LABEL, MAIN_CONTAINER
 from airflow_distributed.triggers.api_clients import client_configuration
 from airflow_distributed.triggers.base import JobWaitTrigger
@@ -69,7 +62,7 @@ class DistributedJobTrigger(JobWaitTrigger):
 
     :param job_name: the job (its Service's name and the pods' ``airflow-distributed/job`` label).
     :param namespace: the job's namespace.
-    :param replicas: ``job_watch.slots_to_json`` of the job's replicas, master first.
+    :param replicas: ``verdicts.slots_to_json`` of the job's replicas, master first.
     :param startup_timeout: seconds every replica gets to start, from ``started_at`` (with ``queue_timeout``: from
         when the last was scheduled).
     :param queue_timeout: seconds the replicas may wait to be scheduled, from ``started_at`` (``JobTracker``).

@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_distributed.jobstate.job_watch import LogCursor
+from airflow_distributed.jobstate.log_cursor import LogCursor
 from airflow_distributed.live_report import PREFIX, latest_record
 from airflow_distributed.outputs import sanitise_document
 from airflow_distributed.status import progress_text

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_distributed.hooks.api_retry import KubernetesJobError, short_error
-from airflow_distributed.jobstate.job_watch import ResumableWatch
+from airflow_distributed.jobstate.watch_stream import ResumableWatch
 
 log = logging.getLogger(__name__)
 

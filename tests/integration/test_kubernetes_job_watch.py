@@ -11,19 +11,11 @@ import pytest
 from kubernetes.client import ApiException
 
 from airflow_distributed.hooks.api_retry import RetryPolicy, short_error
-from airflow_distributed.jobstate.job_watch import (
-    JobTracker,
-    JobVerdict,
-    JobWatch,
-    LogCursor,
-    ReplicaSlot,
-    WatchError,
-    WatchGone,
-    parse_timestamp_ns,
-    replica_table,
-    slots_from_json,
-    slots_to_json,
-)
+from airflow_distributed.jobstate.job_watch import JobTracker, JobWatch
+from airflow_distributed.jobstate.log_cursor import LogCursor, parse_timestamp_ns
+from airflow_distributed.jobstate.replica_table import replica_table
+from airflow_distributed.jobstate.verdicts import JobVerdict, ReplicaSlot, slots_from_json, slots_to_json
+from airflow_distributed.jobstate.watch_stream import WatchError, WatchGone
 from airflow_distributed.status import ReplicaStatus
 
 SLOTS = (ReplicaSlot("j-master-0", "master", 0, True), ReplicaSlot("j-worker-0", "worker", 0),
@@ -307,7 +299,7 @@ def test_api_errors_read_as_one_short_line():
 
 def test_a_rescheduled_sensor_counts_a_failing_pull_from_the_pods_start():
     # A reschedule-mode poke is a new sensor: what it knows of a failing pull is the pod's status.startTime.
-    from airflow_distributed.jobstate.job_watch import parse_timestamp_ns
+    from airflow_distributed.jobstate.log_cursor import parse_timestamp_ns
     from airflow_distributed.sensors.base import pod_start_times
 
     failing = pod("j-worker-0", "Pending", waiting("ErrImagePull", PULL_FAILED))

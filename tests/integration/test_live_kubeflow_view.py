@@ -93,6 +93,9 @@ def test_a_deferred_pytorchjob_shows_each_progress_its_master_reports(emulator, 
         assert (record["source"], record["backend"], record["state"]) == ("live", "kubeflow", "running")
         assert record["metrics"] == {"loss": 1 - percent / 100} and record["progress"]["step"] == percent
         assert [r["role"] for r in record["replicas"]] == ["master", "worker", "worker"]
+        # The try's usage so far, from the pods as the view read them: three replicas, every figure a number.
+        assert sorted(record["usage"]["replicas"]) == sorted(r["name"] for r in record["replicas"])
+        assert record["usage"]["wall_seconds"] >= 0 and record["usage"]["tries"] == 1
         (lines,) = record["logs"].values()
         assert lines[-1] == f"step {percent} done"
 

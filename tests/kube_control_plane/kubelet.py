@@ -30,7 +30,7 @@ from airflow.providers.cncf.kubernetes.utils.xcom_sidecar import PodDefaults
 from kubernetes import client
 
 from airflow_distributed.jobstate.hang_watch import STACKS_COMMAND
-from airflow_distributed.jobstate.job_watch import parse_timestamp_ns
+from airflow_distributed.jobstate.log_cursor import parse_timestamp_ns
 from tests.k8s_emulator import kubelet as kubelet_status
 from tests.k8s_emulator.cluster import now_rfc3339
 from tests.k8s_emulator.server import rfc3339nano

@@ -1,5 +1,5 @@
 """Which error each ending raises (``jobstate.failures``), with the facts it carries, and how the cluster's taking a
-pod away is recognised (``jobstate.job_watch.pod_disruption``)."""
+pod away is recognised (``jobstate.pod_state.pod_disruption``)."""
 
 from __future__ import annotations
 
@@ -28,8 +28,10 @@ from airflow_distributed.hooks.api_retry import KubernetesJobError as FromApiRet
 from airflow_distributed.hooks.api_retry import job_error
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.failures import FAILURE_CLASSES, job_failure
-from airflow_distributed.jobstate.job_watch import JobTracker, ReplicaSlot, pod_disruption
+from airflow_distributed.jobstate.job_watch import JobTracker
 from airflow_distributed.jobstate.outcome import JobOutcome, failure_message
+from airflow_distributed.jobstate.pod_state import pod_disruption
+from airflow_distributed.jobstate.verdicts import ReplicaSlot
 
 NOTE = "every other replica was stopped"
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import pytest
 
 from airflow_distributed.jobstate import outcome as ending
-from airflow_distributed.jobstate.job_watch import JobVerdict
 from airflow_distributed.jobstate.outcome import JobOutcome, describe, failure_message
+from airflow_distributed.jobstate.verdicts import JobVerdict
 
 NOTE = "every other replica was stopped"
 

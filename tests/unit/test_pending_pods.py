@@ -7,12 +7,8 @@ import json
 import pytest
 
 from airflow_distributed.hooks.pending_pods import IMAGE_PULL_FAILED, PendingPods
-from airflow_distributed.jobstate.job_watch import (
-    ReplicaSlot,
-    image_failure,
-    pod_essentials,
-    replica_status,
-)
+from airflow_distributed.jobstate.pod_state import image_failure, pod_essentials, replica_status
+from airflow_distributed.jobstate.verdicts import ReplicaSlot
 from airflow_distributed.manifests.kubeflow_status import expected_pods, job_suspended
 from airflow_distributed.manifests.kubernetes import (
     JobManifestOptions,

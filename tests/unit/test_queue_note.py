@@ -1,9 +1,11 @@
-"""Why a job waits for capacity, and since when (``job_watch.queue_note_of``), as the task log and the job view
+"""Why a job waits for capacity, and since when (``replica_table.queue_note_of``), as the task log and the job view
 say it: from the queued pods' ``PodScheduled`` condition (pure)."""
 
 from __future__ import annotations
 
-from airflow_distributed.jobstate.job_watch import queue_note_of
+from datetime import datetime, timezone
+
+from airflow_distributed.jobstate.replica_table import queue_note_of
 from airflow_distributed.plugins.live_kubernetes import live_record
 
 SINCE = "2026-11-25T15:02:11Z"
@@ -37,3 +39,16 @@ def test_the_live_job_view_says_why_the_job_waits() -> None:
                               f"j-worker-0: Unschedulable: {MESSAGE}")
     assert [r["name"] for r in record["replicas"]] == ["j-master-0", "j-worker-0"]
     assert "note" not in live_record("j", "ml", "pytorch", pods[1:], {})
+
+
+def test_the_live_job_view_shows_the_try_s_usage_so_far() -> None:
+    # The master has run since 15:02:20 with 2 cores requested; the queued worker has not started: 40 s at "now".
+    master = pod("j-master-0", "master", 0, queued=False)
+    master["spec"]["containers"] = [{"name": "base", "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}}]
+    master["status"]["startTime"] = "2026-11-25T15:02:20Z"
+    master["status"]["containerStatuses"][0]["state"] = {"running": {"startedAt": "2026-11-25T15:02:20Z"}}
+    now = datetime(2026, 11, 25, 15, 3, 0, tzinfo=timezone.utc).timestamp()
+    usage = live_record("j", "ml", "pytorch", [master, pod("j-worker-0", "worker", 0, queued=True)], {},
+                        now=now)["usage"]
+    assert (usage["wall_seconds"], usage["cpu_seconds"], usage["memory_gib_seconds"]) == (50.0, 80.0, 40.0)
+    assert usage["replicas"]["j-worker-0"]["runs"] == 0

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from airflow_distributed.hooks.api_retry import KubernetesJobError
-from airflow_distributed.jobstate.job_watch import WatchGone
+from airflow_distributed.jobstate.watch_stream import WatchGone
 from airflow_distributed.triggers import shared_watch
 from airflow_distributed.triggers.kubernetes import JOB_PODS
 from airflow_distributed.triggers.shared_watch import NamespaceWatch, subscribe

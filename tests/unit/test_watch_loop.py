@@ -8,7 +8,7 @@ from kubernetes.client import ApiException
 
 from airflow_distributed.hooks.api_retry import KubernetesJobError, RetryPolicy
 from airflow_distributed.hooks.watch_loop import Step, WatchPolicy, WatchTimings
-from airflow_distributed.jobstate.job_watch import WatchError, WatchGone
+from airflow_distributed.jobstate.watch_stream import WatchError, WatchGone
 
 
 class Clock:

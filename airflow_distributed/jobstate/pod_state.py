@@ -1,0 +1,224 @@
+"""One pod read: its containers' states, why it waits, whether the cluster took it away, the image it cannot pull,
+and its replica's status row (pure: the API server's JSON in, values out).
+
+Rules (CONTRACT.md: "Any replica exiting non-zero fails the job at once"):
+
+- the job succeeds when the master's ``base`` container has terminated with exit code 0. The master pod stays
+  Running after that (the XCom sidecar), so the pod phase is not what decides;
+- it fails the moment any replica's ``base`` (or its readiness step) terminates non-zero, its pod fails
+  without one (evicted, deadline), it is deleted, or it cannot start: an image whose pull failed
+  (ErrImagePull, ImagePullBackOff) at once, or once it has failed for ``image_pull_grace`` seconds; an image
+  that can never be pulled (InvalidImageName, ErrImageNeverPull) at once; anything else (Unschedulable,
+  CreateContainerConfigError, ...) once ``startup_timeout`` is over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from airflow_distributed.jobstate.verdicts import FAILURE, JobVerdict, ReplicaSlot
+from airflow_distributed.manifests.pod_names import MAIN_CONTAINER, READINESS_CONTAINER, RESTARTS_ANNOTATION
+from airflow_distributed.status import FAILED, PENDING, RUNNING, STOPPED, SUCCEEDED, ReplicaStatus
+
+# Waiting reasons that no amount of waiting fixes: fail at once instead of at the end of startup_timeout, whatever
+# the grace. The kubelet never retries an image reference it cannot parse, nor a pull that imagePullPolicy Never
+# forbids. CreateContainerConfigError is not among them: it means a Secret/ConfigMap (or key) the pod refers to
+# is missing, and the kubelet starts the container as soon as it appears (another task may be creating it), so it
+# is judged by startup_timeout like a pod that cannot be scheduled.
+PERMANENT_WAITING_REASONS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
+# A pull that failed: the kubelet retries with back-off, and a registry that flaps may serve the next pull, but a
+# missing tag or a refused credential never recovers. Fail at once unless the operator grants a grace period.
+PULL_FAILURE_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff"})
+# A pod's own reason when the node or the scheduler took it away: evicted (node pressure), preempted, its node lost
+# or shut down (graceful node shutdown says ``Terminated``, older releases ``Shutdown``/``NodeShutdown``).
+LOST_POD_REASONS = frozenset({"Evicted", "Preempting", "NodeLost", "NodeShutdown", "Shutdown", "Terminated"})
+# Waiting reasons that only say "starting", not why a pod is stuck.
+_STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
+
+def container_status(pod: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
+    status = pod.get("status") or {}
+    for entry in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []):
+        if entry.get("name") == name:
+            return entry
+    return None
+
+
+def container_state(pod: Mapping[str, Any], name: str) -> tuple[str | None, Mapping[str, Any]]:
+    """(``running`` | ``terminated`` | ``waiting`` | ``None``, the state's fields) of one container."""
+    entry = container_status(pod, name) or {}
+    state = entry.get("state") or {}
+    for key in ("terminated", "running", "waiting"):
+        if state.get(key) is not None:
+            return key, state[key]
+    return None, {}
+
+
+def termination_message(pod: Mapping[str, Any], container: str = MAIN_CONTAINER) -> str | None:
+    kind, fields = container_state(pod, container)
+    return fields.get("message") if kind == "terminated" else None
+
+
+def log_available(pod: Mapping[str, Any] | None, container: str = MAIN_CONTAINER) -> bool:
+    """The API answers a container's log only once it has started (running or terminated)."""
+    return pod is not None and container_state(pod, container)[0] in ("running", "terminated")
+
+
+def pod_disruption(pod: Mapping[str, Any] | None) -> str | None:
+    """How the cluster is taking this pod away, if it is: the reason of its ``DisruptionTarget`` condition (set
+    before an eviction, a preemption, a taint's or the pod GC's deletion of a lost node's pods), else its own
+    reason when that is one of ``LOST_POD_REASONS``; ``None`` for a pod nobody disrupted."""
+    status = (pod or {}).get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+            return condition.get("reason") or "DisruptionTarget"
+    reason = status.get("reason")
+    return reason if reason in LOST_POD_REASONS else None
+
+
+def pod_started(pod: Mapping[str, Any]) -> bool:
+    """Past scheduling and image pulls: some container (the readiness step counts) runs or has run."""
+    if (pod.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed"):
+        return True
+    status = pod.get("status") or {}
+    for entry in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        state = entry.get("state") or {}
+        if state.get("running") is not None or state.get("terminated") is not None:
+            return True
+    return False
+
+
+def _image_problem(pod: Mapping[str, Any]) -> tuple[str, str | None, str] | None:
+    """(reason, kubelet's message, image) of a container whose image cannot be pulled, if one is waiting so."""
+    status = pod.get("status") or {}
+    images = {c.get("name"): c.get("image") for c in ((pod.get("spec") or {}).get("initContainers") or [])
+              + ((pod.get("spec") or {}).get("containers") or [])}
+    for entry in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        waiting = (entry.get("state") or {}).get("waiting") or {}
+        reason = waiting.get("reason")
+        if reason in PULL_FAILURE_REASONS or reason in PERMANENT_WAITING_REASONS:
+            return reason, waiting.get("message"), images.get(entry.get("name")) or entry.get("image") or "?"
+    return None
+
+
+def image_failure(pods: Iterable[tuple[str, Mapping[str, Any] | None]], pull_failures: dict[str, float],
+                  grace: float, now: float) -> JobVerdict | None:
+    """The first replica whose image can never be pulled, or whose pull has failed for ``grace`` seconds or more.
+
+    The one pull-failure verdict of every backend (the ``kubernetes`` tracker's, the ``kubeflow`` wait's).
+
+    :param pods: (replica, its pod or ``None``), in the order replicas are named in a verdict.
+    :param pull_failures: when each replica's pull was first seen failing, on the caller's clock; kept up to date
+        here (a replica whose pull is no longer failing is forgotten).
+    """
+    pods = list(pods)
+    failing = {}
+    for name, pod in pods:
+        problem = None if pod is None or pod_started(pod) else _image_problem(pod)
+        if problem is not None:
+            failing[name] = problem
+    for name in list(pull_failures):
+        if name not in failing:
+            del pull_failures[name]
+    for name, _ in pods:
+        if name not in failing:
+            continue
+        reason, message, image = failing[name]
+        since = pull_failures.setdefault(name, now)
+        if reason in PERMANENT_WAITING_REASONS or now - since >= grace:
+            return JobVerdict(FAILURE, name, "image", None, reason, message, image=image)
+    return None
+
+
+def pod_essentials(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """What a verdict and the table read of a pod: its name, node, containers' names and images, and status.
+
+    A pod of a big job is tens of KB of JSON, most of it its spec (every replica's address in the environment);
+    a waiter holding many jobs (one triggerer, a thousand deferred jobs) keeps this instead.
+    """
+    metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    kept: dict[str, Any] = {"metadata": {"name": metadata.get("name"), "uid": metadata.get("uid")}, "spec": {}}
+    if spec.get("nodeName"):
+        kept["spec"]["nodeName"] = spec["nodeName"]
+    for key in ("initContainers", "containers"):
+        if spec.get(key):
+            kept["spec"][key] = [{"name": c.get("name"), "image": c.get("image")} for c in spec[key]]
+    if pod.get("status") is not None:
+        kept["status"] = pod["status"]
+    return kept
+
+
+def _waiting(pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """Why a pod is not running yet: a container's waiting reason, else the scheduler's, else the pod's."""
+    status = pod.get("status") or {}
+    for entry in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        waiting = (entry.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") and waiting["reason"] not in _STARTING_REASONS:
+            return waiting["reason"], waiting.get("message")
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return condition.get("reason") or "Unschedulable", condition.get("message")
+    if status.get("reason"):
+        return status["reason"], status.get("message")
+    return None, None
+
+
+def waiting_reason(pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """Why a pod is not running yet (``_waiting``), for waiters outside this module."""
+    return _waiting(pod)
+
+
+def pod_queued(pod: Mapping[str, Any]) -> bool:
+    """Not started and not scheduled to a node: waiting for capacity (unschedulable, gated by Kueue)."""
+    return not pod_started(pod) and not _scheduled(pod)
+
+
+def _scheduled(pod: Mapping[str, Any]) -> bool:
+    """The pod is bound to a node, and the scheduler does not say otherwise."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    if any(c.get("type") == "PodScheduled" and c.get("status") == "False" for c in conditions):
+        return False
+    return bool((pod.get("spec") or {}).get("nodeName"))
+
+
+def container_exit(pod: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
+    """(container, terminated state) of the container whose exit decides this replica, if one has exited."""
+    kind, fields = container_state(pod, READINESS_CONTAINER)
+    if kind == "terminated" and fields.get("exitCode") not in (None, 0):
+        return READINESS_CONTAINER, fields
+    kind, fields = container_state(pod, MAIN_CONTAINER)
+    if kind == "terminated":
+        return MAIN_CONTAINER, fields
+    return None
+
+
+def recreated(pod: Mapping[str, Any]) -> int:
+    """How often the task recreated this replica's pod (an elastic job's lost replica), from its annotation."""
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(RESTARTS_ANNOTATION, "0")
+    return int(value) if str(value).isdigit() else 0
+
+
+def replica_status(slot: ReplicaSlot, pod: Mapping[str, Any] | None, *, deleted: bool = False) -> ReplicaStatus:
+    """A slot's row of the table, from its pod (``None``: not created yet)."""
+    if pod is None:
+        return ReplicaStatus(slot.name, slot.role, slot.index, STOPPED if deleted else PENDING)
+    where = (pod.get("spec") or {}).get("nodeName") or ""
+    entry = container_status(pod, MAIN_CONTAINER) or {}
+    restarts = int(entry.get("restartCount") or 0) + recreated(pod)
+    exited = container_exit(pod)
+    if exited is not None:
+        _, fields = exited
+        code = fields.get("exitCode")
+        state = SUCCEEDED if code == 0 else FAILED
+        reason = fields.get("reason") if code != 0 else None
+        return ReplicaStatus(slot.name, slot.role, slot.index, state, code, where, restarts, reason)
+    if deleted:
+        return ReplicaStatus(slot.name, slot.role, slot.index, STOPPED, None, where, restarts)
+    phase = (pod.get("status") or {}).get("phase")
+    if phase == "Failed":
+        reason, _ = _waiting(pod)
+        return ReplicaStatus(slot.name, slot.role, slot.index, FAILED, None, where, restarts, reason)
+    if container_state(pod, MAIN_CONTAINER)[0] == "running":
+        return ReplicaStatus(slot.name, slot.role, slot.index, RUNNING, None, where, restarts)
+    reason, _ = _waiting(pod)
+    return ReplicaStatus(slot.name, slot.role, slot.index, PENDING, None, where, restarts, reason)

@@ -185,8 +185,10 @@ def test_a_quiet_job_outlives_many_watches_ended_by_the_real_server_with_a_singl
 
     def script(k: Kubelet) -> None:
         k.run_all()
-        wait_until(lambda: pod_collection("watch") >= 5, timeout=60, interval=0.1)
-        k.master_exits(0, document=DOCUMENT)
+        try:
+            wait_until(lambda: pod_collection("watch") >= 5, timeout=60, interval=0.1)
+        finally:  # the job ends whatever was seen, so that a wait that went wrong fails the asserts, not hangs
+            k.master_exits(0, document=DOCUMENT)
 
     kubelet = Kubelet(node, namespace).play(script)
     outcome = hook.wait_for_job(namespace, name, slots, startup_timeout=30,

@@ -69,6 +69,9 @@ def creates(plane: ControlPlane, user: str) -> set[str]:
     return {e["auditID"] for e in plane.audit_events(user) if e["verb"] == "create"}
 
 
+# A task process of its own, killed and run again: about a minute; with the slow tests (the retry cases below,
+# through the task state store, stay in the default run).
+@pytest.mark.slow
 @pytest.mark.parametrize("dag_namespace", ["k8s_reattach"], indirect=True)
 def test_a_task_killed_while_its_job_runs_is_run_again_and_waits_on_the_same_pods(
         control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str]):

@@ -128,6 +128,14 @@ class DistributedTrainingHook(KubeApiHook):
                               namespace, name)
             self.delete_job(namespace, name, wait=True)
             return None
+        pods = self.list_job_pods(namespace, name).get("items") or []
+        if any((pod.get("metadata") or {}).get("deletionTimestamp") for pod in pods):
+            # An earlier try's clean-up is deleting its pods (a retry at once after an eviction can come before the
+            # kubelet finishes): reattaching would wait on pods about to vanish.
+            self.job_log.info("job %s/%s from an earlier try is being cleaned up; waiting for it to go before "
+                              "creating it again", namespace, name)
+            self.delete_job(namespace, name, wait=True)
+            return None
         tracker = self.job_tracker(namespace, name, slots)
         verdict = tracker.verdict(self._clock())  # startup time is the wait's to judge, not this look
         if verdict is not None and not verdict.succeeded:

@@ -67,7 +67,8 @@ def test_the_triggers_wait_rides_out_a_cut_watch_error_answers_and_refused_conne
     assert [code for _, _, code in proxy.injected] == [500, 429]
     # Every watch after the faults resumed from a resourceVersion: one LIST in all, the trigger's first.
     assert requests_of(control_plane, task_user, "list") == lists + 1
-    assert requests_of(control_plane, task_user, "watch") > seen["watches"]
+    # The audit log is written as requests progress, not at once: the resumed watch's entry may come a moment later.
+    wait_until(lambda: requests_of(control_plane, task_user, "watch") > seen["watches"], timeout=30, interval=0.2)
     new_hook(task_kubeconfig).delete_job(namespace, name)
     comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
     assert control_plane.refused(task_user) == []

@@ -1,15 +1,7 @@
 """One pod read: its containers' states, why it waits, whether the cluster took it away, the image it cannot pull,
 and its replica's status row (pure: the API server's JSON in, values out).
 
-Rules (CONTRACT.md: "Any replica exiting non-zero fails the job at once"):
-
-- the job succeeds when the master's ``base`` container has terminated with exit code 0. The master pod stays
-  Running after that (the XCom sidecar), so the pod phase is not what decides;
-- it fails the moment any replica's ``base`` (or its readiness step) terminates non-zero, its pod fails
-  without one (evicted, deadline), it is deleted, or it cannot start: an image whose pull failed
-  (ErrImagePull, ImagePullBackOff) at once, or once it has failed for ``image_pull_grace`` seconds; an image
-  that can never be pulled (InvalidImageName, ErrImageNeverPull) at once; anything else (Unschedulable,
-  CreateContainerConfigError, ...) once ``startup_timeout`` is over.
+What a pod's state means for its job (the rules of success and failure) is ``job_watch``'s to say.
 """
 
 from __future__ import annotations

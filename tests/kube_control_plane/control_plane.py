@@ -435,11 +435,16 @@ class ControlPlane:
     # ------------------------------------------------------------ audit
 
     def audit_events(self, username: str | None = None) -> Iterator[dict]:
-        """The audit log's events (one per request stage), of one user if given."""
+        """The audit log's events (one per request stage), of one user if given.
+
+        The server appends to the log while it is read: a last line without its newline is still being written, and
+        is left for the next read."""
         if not self.audit_log.is_file():
             return
         with self.audit_log.open() as lines:
             for line in lines:
+                if not line.endswith("\n"):
+                    return
                 event = json.loads(line)
                 if username is None or (event.get("user") or {}).get("username") == username:
                     yield event

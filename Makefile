@@ -45,7 +45,7 @@ kube:
 	bash scripts/build-kube-control-plane.sh
 
 test: $(VENV)/.installed-test mxnet paddle paddle-ps browser kube
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" --durations=30 $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check .

@@ -98,25 +98,33 @@ _MXNET_ENV = frozenset({
     "DMLC_USE_KUBERNETES",
 })
 
+def _kind(framework: str, version: str, plural: str, *args: Any, **kwargs: Any) -> KubeflowKind:
+    """The framework's entry, its kind named by the framework (``Framework.kubeflow_kind``)."""
+    kind = get_framework(framework).kubeflow_kind
+    if kind is None:
+        raise ValueError(f"framework {framework!r} has no Kubeflow kind")
+    return KubeflowKind(framework, kind, version, plural, *args, **kwargs)
+
+
 KINDS: dict[str, KubeflowKind] = {
-    "tensorflow": KubeflowKind(
-        "tensorflow", "TFJob", "v1", "tfjobs",
+    "tensorflow": _kind(
+        "tensorflow", "v1", "tfjobs",
         MappingProxyType({"chief": "Chief", "ps": "PS", "worker": "Worker"}),
         container="tensorflow", port_name="tfjob-port", operator_env=frozenset({"TF_CONFIG"}),
     ),
-    "pytorch": KubeflowKind(
-        "pytorch", "PyTorchJob", "v1", "pytorchjobs",
+    "pytorch": _kind(
+        "pytorch", "v1", "pytorchjobs",
         MappingProxyType({"master": "Master", "worker": "Worker"}),
         container="pytorch", port_name="pytorchjob-port", operator_env=_PYTORCH_ENV,
     ),
-    "mxnet": KubeflowKind(
-        "mxnet", "MXJob", "v1", "mxjobs",
+    "mxnet": _kind(
+        "mxnet", "v1", "mxjobs",
         MappingProxyType({"scheduler": "Scheduler", "server": "Server", "worker": "Worker"}),
         container="mxnet", port_name="mxjob-port", operator_env=_MXNET_ENV,
         fixed_spec=MappingProxyType({"jobMode": "MXTrain"}),
     ),
-    "horovod": KubeflowKind(
-        "horovod", "MPIJob", "v2beta1", "mpijobs",
+    "horovod": _kind(
+        "horovod", "v2beta1", "mpijobs",
         MappingProxyType({"launcher": "Launcher", "worker": "Worker"}),
         # mpi-operator sets OMPI_MCA_orte_default_hostfile (and its other MPI variables) itself.
         container="mpi", port_name=None, operator_env=frozenset({"OMPI_MCA_orte_default_hostfile"}),
@@ -124,15 +132,15 @@ KINDS: dict[str, KubeflowKind] = {
         fixed_spec=MappingProxyType({"runLauncherAsWorker": True, "sshAuthMountPath": horovod_ssh.SSH_DIR}),
         mpi=True,
     ),
-    "xgboost": KubeflowKind(
-        "xgboost", "XGBoostJob", "v1", "xgboostjobs",
+    "xgboost": _kind(
+        "xgboost", "v1", "xgboostjobs",
         MappingProxyType({"master": "Master", "worker": "Worker"}),
         container="xgboost", port_name="xgboostjob-port",
         operator_env=frozenset({"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"}),
         rank_derived_env=frozenset({"DMLC_TASK_ID"}),
     ),
-    "paddle": KubeflowKind(
-        "paddle", "PaddleJob", "v1", "paddlejobs",
+    "paddle": _kind(
+        "paddle", "v1", "paddlejobs",
         MappingProxyType({"master": "Master", "worker": "Worker"}),
         container="paddle", port_name="master", operator_env=frozenset({"PYTHONUNBUFFERED"}),
         rank_derived_env=frozenset({"PADDLE_TRAINER_ID", "PADDLE_CURRENT_ENDPOINT"}),

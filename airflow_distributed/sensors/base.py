@@ -49,10 +49,8 @@ if TYPE_CHECKING:
     from airflow_distributed.jobstate.job_watch import JobTracker
     from airflow_distributed.jobstate.verdicts import ReplicaSlot
 
-#: Kubeflow kind -> framework (``manifests.kubeflow_kinds.KINDS``, kept here so that parsing a DAG imports no client;
-#: a test keeps the two equal).
-KIND_FRAMEWORK: dict[str, str] = {"TFJob": "tensorflow", "PyTorchJob": "pytorch", "MXJob": "mxnet",
-                                  "MPIJob": "horovod", "XGBoostJob": "xgboost", "PaddleJob": "paddle"}
+#: Kubeflow kind -> framework, from the frameworks (``Framework.kubeflow_kind``).
+KIND_FRAMEWORK: dict[str, str] = {fw.kubeflow_kind: fw.name for fw in all_frameworks() if fw.kubeflow_kind}
 #: Kubeflow Trainer v2's one kind; any framework with a Trainer runtime (TensorFlow and MXNet have none).
 TRAINJOB_KIND = "TrainJob"
 _NO_TRAINER_RUNTIME = frozenset(fw.name for fw in all_frameworks() if fw.no_trainer_runtime)

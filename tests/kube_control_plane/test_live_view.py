@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from airflow_distributed.plugins.live_kubernetes import RECORD_TAIL_LINES
 from tests.helpers import run_dag_at
 from tests.kube_control_plane.control_plane import NOTHING, ControlPlane
 from tests.kube_control_plane.custom_jobs import RealKubeflowController, RealTrainerController
@@ -57,6 +58,15 @@ def run_reported(namespace: str, player: Any, reports: Callable[..., Callable], 
     return states, seen, "queued" if dag_id.endswith("deferrable") else "running"
 
 
+def assert_all_read_as_the_task(control_plane: ControlPlane, user: str) -> None:
+    """The view read the master's log as the task's service account (its read of the last ``RECORD_TAIL_LINES``,
+    in the audit log), and none of that account's requests was refused."""
+    assert any((e.get("objectRef") or {}).get("subresource") == "log"
+               and f"tailLines={RECORD_TAIL_LINES}" in e.get("requestURI", "")
+               for e in control_plane.audit_events(user))
+    assert control_plane.refused(user) == []
+
+
 @pytest.mark.parametrize("dag_namespace", ["k8s_live", "k8s_live_deferrable"], indirect=True)
 def test_a_kubernetes_jobs_reports_show_in_the_view_while_the_task_waits(
         control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str], client, tmp_path, capfd):
@@ -70,7 +80,7 @@ def test_a_kubernetes_jobs_reports_show_in_the_view_while_the_task_waits(
     # followed into the task log by the task (sync) or relayed by its trigger (deferred)
     assert_master_lines_once(capfd.readouterr().out)
     comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(user) == []
+    assert_all_read_as_the_task(control_plane, user)
 
 
 @pytest.mark.parametrize("dag_namespace", ["kubeflow_success", "kubeflow_deferrable"], indirect=True)
@@ -89,7 +99,7 @@ def test_a_pytorchjobs_reports_show_in_the_view_while_the_task_waits(
     else:  # a synchronous Kubeflow wait follows the job's conditions, not its master's log
         assert RECORD_PREFIX not in out
     comes_to(lambda: (controller.jobs(), control_plane.left(namespace)), ([], NOTHING), timeout=60)
-    assert control_plane.refused(user) == []
+    assert_all_read_as_the_task(control_plane, user)
 
 
 @pytest.mark.parametrize("dag_namespace", ["trainjob_success", "trainjob_deferrable"], indirect=True)
@@ -108,4 +118,4 @@ def test_a_trainjobs_trainer_status_then_its_masters_reports_show_in_the_view_wh
         # A synchronous TrainJob wait logs status.trainerStatus as it changes (node 0's lines only if it fails).
         assert "45% done, about 1m00s left; loss=0.25" in out and RECORD_PREFIX not in out
     comes_to(lambda: (controller.jobs(), control_plane.left(namespace)), ([], NOTHING), timeout=60)
-    assert control_plane.refused(user) == []
+    assert_all_read_as_the_task(control_plane, user)

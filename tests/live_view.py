@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from airflow_distributed.live_report import PREFIX
 from tests.api_server import api_client, as_user
 from tests.conftest import ROOT
 from tests.helpers import wait_until
@@ -32,10 +33,8 @@ if TYPE_CHECKING:
     from tests.integration.trainjob_controller import TrainerController
     from tests.kubernetes_helpers import Kubelet
 
-#: The longest the view may lag behind the master's report (issue 22's bound).
+#: The longest the view may lag behind the master's report, here and on a cluster.
 BEHIND = 30.0
-#: The prefix of the master's live records, which the view reads and the task log leaves out.
-RECORD_PREFIX = "@airflow-distributed/live"
 
 #: ``{percent: (the view's JSON once it showed that percent, the task's state then)}``
 Seen = dict[int, tuple[dict, "str | None"]]
@@ -173,7 +172,7 @@ def assert_reports_shown(seen: Seen, backend: str, waiting: str) -> None:
         assert record["progress"]["step"] == percent and record["metrics"] == {"loss": 1 - percent / 100}
         assert record["history"][-1] == {"step": percent, "loss": 1 - percent / 100}
         (lines,) = record["logs"].values()
-        assert lines[-1] == f"step {percent} done" and not any(line.startswith(RECORD_PREFIX) for line in lines)
+        assert lines[-1] == f"step {percent} done" and not any(line.startswith(PREFIX) for line in lines)
         # The try's usage so far, from the pods as the view read them: every replica, every figure a number.
         assert sorted(record["usage"]["replicas"]) == sorted(r["name"] for r in record["replicas"])
         assert record["usage"]["wall_seconds"] >= 0 and record["usage"]["tries"] == 1
@@ -184,7 +183,7 @@ def assert_master_lines_once(out: str) -> None:
     """The task log has each of the master's lines once, and none of its live records."""
     shown = [line for line in out.splitlines() if " done" in line and "] step " in line]
     assert [out.count(f"] step {percent} done") for percent in (10, 50, 90)] == [1, 1, 1], shown
-    assert RECORD_PREFIX not in out
+    assert PREFIX not in out
 
 
 def kubernetes_reports(client: Any, dag_id: str, output: str, seen: Seen, *, watched: Callable[[], bool]

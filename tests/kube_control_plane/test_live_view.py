@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from airflow_distributed.live_report import PREFIX
 from airflow_distributed.plugins.live_kubernetes import RECORD_TAIL_LINES
 from tests.helpers import run_dag_at
 from tests.kube_control_plane.control_plane import NOTHING, ControlPlane
@@ -26,7 +27,6 @@ from tests.kube_control_plane.custom_jobs import RealKubeflowController, RealTra
 from tests.kube_control_plane.kubelet import KubeletNode
 from tests.kubernetes_helpers import Kubelet, comes_to
 from tests.live_view import (
-    RECORD_PREFIX,
     Seen,
     assert_master_lines_once,
     assert_reports_shown,
@@ -97,7 +97,7 @@ def test_a_pytorchjobs_reports_show_in_the_view_while_the_task_waits(
     if waiting == "queued":
         assert_master_lines_once(out)  # relayed by the trigger
     else:  # a synchronous Kubeflow wait follows the job's conditions, not its master's log
-        assert RECORD_PREFIX not in out
+        assert PREFIX not in out
     comes_to(lambda: (controller.jobs(), control_plane.left(namespace)), ([], NOTHING), timeout=60)
     assert_all_read_as_the_task(control_plane, user)
 
@@ -116,6 +116,6 @@ def test_a_trainjobs_trainer_status_then_its_masters_reports_show_in_the_view_wh
         assert_master_lines_once(out)  # node 0's, relayed by the trigger
     else:
         # A synchronous TrainJob wait logs status.trainerStatus as it changes (node 0's lines only if it fails).
-        assert "45% done, about 1m00s left; loss=0.25" in out and RECORD_PREFIX not in out
+        assert "45% done, about 1m00s left; loss=0.25" in out and PREFIX not in out
     comes_to(lambda: (controller.jobs(), control_plane.left(namespace)), ([], NOTHING), timeout=60)
     assert_all_read_as_the_task(control_plane, user)

@@ -186,7 +186,7 @@ def test_a_failing_worker_stops_the_others_and_fails_the_task_naming_it(ray_clus
     assert_nothing_left(ray_cluster)
 
 
-@pytest.mark.parametrize("dag_id", ["ray_hung", pytest.param("ray_hung_deferrable", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("dag_id", ["ray_hung", "ray_hung_deferrable"])
 def test_a_job_whose_ranks_block_in_an_all_reduce_fails_as_hung_with_their_stacks(ray_cluster, capfd, dag_id):
     run, states = run_dag(dag_id)
 

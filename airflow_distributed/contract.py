@@ -31,8 +31,8 @@ ENV_TRY_NUMBER = "AIRFLOW_DISTRIBUTED_TRY_NUMBER"
 #: The signal (``SIGUSR1``) on which a replica prints every thread's Python stack, set by a backend that watches for
 #: hangs (``progress_timeout``).
 ENV_STACKS_SIGNAL = "AIRFLOW_DISTRIBUTED_STACKS_SIGNAL"
-#: A folder where the process notes its pid once it prints its stacks on that signal: a cluster backend, which
-#: cannot see the pod's processes, signals those noted there (``kill`` through pods/exec).
+#: A folder where the process notes its pid once it prints its stacks on that signal: a backend that does not start
+#: the process itself signals those noted there (``kill`` through pods/exec; a Ray replica's actor).
 ENV_STACKS_DIR = "AIRFLOW_DISTRIBUTED_STACKS_DIR"
 
 #: The output document's keys: what the master reported. ``progress`` and ``return_value`` are there once reported.

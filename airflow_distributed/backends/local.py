@@ -10,7 +10,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_distributed.backends.base import (
@@ -27,11 +27,10 @@ from airflow_distributed.contract import ENV_STACKS_SIGNAL
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.failures import job_failure
 from airflow_distributed.jobstate.outcome import JobOutcome
-from airflow_distributed.jobstate.progress_watch import ProgressWatch, document_mark, document_step
+from airflow_distributed.jobstate.progress_watch import HangWatchdog
 from airflow_distributed.jobstate.usage import ReplicaRun, plan_requests
 from airflow_distributed.outputs import (
     DOCUMENT_TEXT_LIMIT,
-    UNREADABLE,
     document_warning,
     job_record,
     job_result,
@@ -196,33 +195,6 @@ class LocalBackend:
         return result
 
 
-class HangWatchdog:
-    """``progress_timeout`` on the local backend: asked at every poll whether the job is hung (why, or ``None``).
-
-    Progress is a line the master printed, or a change of its output document's progress, metrics or newest history
-    point (read at most once a second).
-    """
-
-    def __init__(self, timeout: float, *, read_document: Callable[[], str | None], master_lines: Callable[[], int],
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._read, self._lines, self._clock = read_document, master_lines, clock
-        self.watch = ProgressWatch(timeout, clock())
-        self._interval = min(1.0, timeout / 4)
-        self._next = float("-inf")
-        self._document: Any = None
-        self._step: Any = None
-
-    def __call__(self) -> str | None:
-        now = self._clock()
-        if now >= self._next:
-            self._next = now + self._interval
-            document = parse_output_document(self._read())
-            if not document.get(UNREADABLE):  # half written by hand: the next look reads it whole
-                self._document, self._step = document_mark(document), document_step(document)
-        self.watch.observe((self._lines(), self._document), self._step, now)
-        return self.watch.describe(now) if self.watch.hung(now) else None
-
-
 def local_runs(plan: Any, replicas: Sequence[Any]) -> list[ReplicaRun]:
     """Every run of every replica (restarts included), with the requests the plan gave it."""
     runs = []
@@ -322,7 +294,6 @@ def _read_text(path: str) -> str | None:
 
 
 __all__ = [
-    "HangWatchdog",
     "LocalBackend",
     "check_local_arguments",
     "cleanup_note",

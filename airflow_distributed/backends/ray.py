@@ -57,8 +57,6 @@ REFUSED_ARGUMENTS = {
     "gang_scheduling": "the Ray backend always reserves every replica together in one placement group",
     "scheduler_name": "Ray's own scheduler places the replicas",
     "queue_name": "no Kueue admits a Ray job",
-    "progress_timeout": "is watched by the local, Kubernetes and Kubeflow backends only: a hung Ray job would not "
-                        "be stopped by it",
     "queue_timeout": "is judged by the Kubernetes and Kubeflow backends only: the Ray job waits for its placement "
                      "group within startup_timeout",
 }
@@ -134,6 +132,7 @@ class RayBackend:
                 try_number=context["ti"].try_number, startup_timeout=settings.startup_timeout,
                 settle_period=settings.settle_period, stop_grace_period=settings.stop_grace_period,
                 poll_interval=min(settings.poll_interval, 0.5), keep_checkpoints=settings.keep_checkpoints,
+                progress_timeout=settings.progress_timeout,
             )
             entrypoint, runtime_env = ray_job(description, settings.python or "python")
             hook.submit(name, entrypoint, runtime_env, metadata={"dag_id": settings.dag_id, "job_name": name})
@@ -288,7 +287,8 @@ def _outcome(info: dict[str, Any], report: dict[str, Any], logs: str) -> JobOutc
     rows = _statuses(report.get("replicas") or [])
     if report.get("ending") in ending.ENDINGS and report["ending"] != ending.SUCCEEDED:
         return JobOutcome(report["ending"], rows, report.get("replica"), report.get("exit_code"),
-                          message=report.get("message"), tail=tuple(report.get("tail") or ()))
+                          message=report.get("message"), tail=tuple(report.get("tail") or ()),
+                          logs=(report.get("logs") or {}) if report["ending"] == ending.HUNG else {})
     if info.get("status") == "STOPPED":
         return JobOutcome(ending.STOPPED, rows)
     # The driver itself failed (the package or Ray missing on the cluster, a bad interpreter...): its own lines.

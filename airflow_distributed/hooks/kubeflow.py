@@ -20,7 +20,7 @@ from kubernetes import client
 from airflow_distributed.hooks.api_retry import KubernetesJobError
 from airflow_distributed.hooks.kube_api import EXISTS, MISSING, KubeApiHook
 from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
-from airflow_distributed.hooks.pending_pods import PendingPods
+from airflow_distributed.hooks.pending_pods import PendingPods, pods_missing
 from airflow_distributed.hooks.watch_loop import WatchCalls, WatchPolicy, WatchTimings, run_watch
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.hang_watch import MasterLogWatch, all_running, hung_verdict
@@ -342,7 +342,9 @@ class KubeflowJobHook(KubeApiHook):
 
         def check_pods() -> None:
             if pending.due_for(watch.obj):
-                pending.on_pods(list_job_pods(), self.kind.expected_pods(watch.obj))
+                pods, expected = list_job_pods(), self.kind.expected_pods(watch.obj)
+                group = self.read_pod_group(namespace, watch.obj) if pods_missing(pods, expected) else None
+                pending.on_pods(pods, expected, group)
             if hang is not None and watch.obj is not None and hang.due(self._clock()):
                 master[:] = self.look_at_master(namespace, watch.obj, list_job_pods(), hang)
 
@@ -370,6 +372,22 @@ class KubeflowJobHook(KubeApiHook):
         run_watch(watch, calls, WatchPolicy(what, timings, self.retry, clock=self._clock), sleep=self._sleep,
                   log=self.job_log)
         return outcome[-1]
+
+    def read_pod_group(self, namespace: str, obj: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        """The job's PodGroup (``JobKind.pod_group_of``), ``None`` when it has none or the group is not there. A read
+        the cluster refuses (a Role without the rule) is logged and tells nothing: the job waits as before."""
+        ref = self.kind.pod_group_of(obj)
+        if ref is None:
+            return None
+        try:
+            response = self._call(f"reading PodGroup {namespace}/{ref.name}",
+                                  self.custom_objects.get_namespaced_custom_object, ref.group, ref.version, namespace,
+                                  ref.plural, ref.name, missing_ok=True, _preload_content=False)
+        except KubernetesJobError as error:
+            self.job_log.warning("could not read the job's PodGroup (%s): whether its gang scheduler admitted it is "
+                                 "not known", error)
+            return None
+        return None if response is MISSING else self._json(response)
 
     def look_at_master(self, namespace: str, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]],
                        hang: MasterLogWatch) -> list[str]:

@@ -11,9 +11,10 @@ A suspended job (``runPolicy.suspend``, a TrainJob's ``spec.suspend``, e.g. wait
 pods on purpose and may stay so for hours: no LIST is made while the object says so (``on_job``). Its resume starts
 the check afresh, since its replicas start again (a job suspended while running had its pods deleted).
 
-With ``queue_timeout``, a job that waits for capacity (suspended, or a pod the scheduler leaves unschedulable or
-Kueue holds) past that many seconds from the start of the wait gets a ``queue`` verdict (``QUEUE_TIMED_OUT``); the
-watches are cut so that it comes on time.
+With ``queue_timeout``, a job that waits for capacity (suspended, a pod the scheduler leaves unschedulable or
+Kueue holds, or pods not created yet because the gang scheduler has not admitted the job's PodGroup) past that many
+seconds from the start of the wait gets a ``queue`` verdict (``QUEUE_TIMED_OUT``); the watches are cut so that it
+comes on time.
 
 The waiter's watch loop asks ``due_for(object)`` (which hands the object's suspension to ``on_job``) between
 watches and after each event (a resume makes a LIST due at once), makes the LIST, hands its items to ``on_pods``,
@@ -119,8 +120,13 @@ class PendingPods:
             return longest
         return max(1, min(longest, math.ceil(self.next_at - self.clock())))
 
-    def on_pods(self, pods: Sequence[Mapping[str, Any]], expected: int | None) -> JobVerdict | None:
-        """A LIST's items (the job's pods, ``expected`` of them when all exist): the verdict, if the pods give one."""
+    def on_pods(self, pods: Sequence[Mapping[str, Any]], expected: int | None,
+                pod_group: Mapping[str, Any] | None = None) -> JobVerdict | None:
+        """A LIST's items (the job's pods, ``expected`` of them when all exist): the verdict, if the pods give one.
+
+        :param pod_group: the job's PodGroup as read after the LIST, when pods were missing (``pods_missing``): one
+            its gang scheduler has not admitted yet makes the job queued while no pod is.
+        """
         now = self.clock()
         self.lists += 1
         named = sorted(((str(pod["metadata"]["name"]), pod) for pod in pods), key=lambda item: item[0])
@@ -128,6 +134,9 @@ class PendingPods:
         self.pending = expected is None or len(named) < expected or not all(pod_started(pod) for _, pod in named)
         if not self.suspended:
             self.queued = next(((name, *queue_reason(pod)) for name, pod in named if pod_queued(pod)), None)
+            waiting = pod_group_waiting(pod_group) if pods_missing(pods, expected) else None
+            if self.queued is None and waiting is not None:
+                self.queued = (None, *waiting)
         # A failing pull is looked at again when its grace ends, not one interval later.
         ends = [since + self.image_pull_grace for since in self.pull_failures.values()]
         self.next_at = min([now + self.interval, *ends])
@@ -141,6 +150,29 @@ class PendingPods:
         return FAILED, own, verdict.describe()
 
 
+def pods_missing(pods: Sequence[Any], expected: int | None) -> bool:
+    """Fewer pods than the job asks for exist (its controller has not made them all yet)."""
+    return expected is not None and len(pods) < expected
+
+
+def pod_group_waiting(group: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """Why a PodGroup not admitted yet keeps its job waiting: its ``Unschedulable`` condition's reason and message
+    (Volcano's, e.g. ``NotEnoughResources``), else its phase; ``None`` when there is no group or it is admitted
+    (Volcano's ``Inqueue``, ``Running``...; scheduler-plugins' ``Scheduling``...)."""
+    if not group:
+        return None
+    status = group.get("status") or {}
+    if status.get("phase") not in (None, "", "Pending"):
+        return None
+    name = (group.get("metadata") or {}).get("name")
+    for condition in status.get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("type") == "Unschedulable" and \
+                condition.get("status") == "True":
+            return (str(condition.get("reason") or "Unschedulable"),
+                    f"PodGroup {name} is not admitted: {condition.get('message') or 'unschedulable'}")
+    return "PodGroupPending", f"PodGroup {name} is not admitted yet (phase {status.get('phase') or 'Pending'})"
+
+
 def queue_reason(pod: Mapping[str, Any]) -> tuple[str, str | None]:
     """Why a queued pod waits: the scheduler's (or Kueue's gate's) reason and message."""
     from airflow_distributed.jobstate.pod_state import waiting_reason
@@ -149,4 +181,5 @@ def queue_reason(pod: Mapping[str, Any]) -> tuple[str, str | None]:
     return reason or "Unschedulable", message
 
 
-__all__ = ["IMAGE_PULL_FAILED", "JOB_HUNG", "OWN_VERDICTS", "QUEUE_TIMED_OUT", "PendingPods", "queue_reason"]
+__all__ = ["IMAGE_PULL_FAILED", "JOB_HUNG", "OWN_VERDICTS", "QUEUE_TIMED_OUT", "PendingPods", "pod_group_waiting",
+           "pods_missing", "queue_reason"]

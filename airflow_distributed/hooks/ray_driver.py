@@ -4,7 +4,10 @@ It reserves one placement-group bundle per replica, starts one actor in each, as
 address and a free port there, builds the job's plan from those addresses (``plan.build_plan``, as every backend
 does), and starts each replica's command as a subprocess of its actor with the contract's variables. The master's
 exit decides; a replica that exits non-zero stops the others. What it sees goes to its log as reports
-(``manifests.ray.report_line``), which the task reads through the Jobs API. Whatever the ending (a stop of the Ray
+(``manifests.ray.report_line``), which the task reads through the Jobs API. With ``progress_timeout`` the driver keeps
+the hang watchdog's clock (``progress_watch.HangWatchdog``, as the local backend's task does): it sees the master's
+lines and output document, and a job quiet that long while every replica runs has its replicas' stacks dumped, is
+stopped, and ends ``hung``. Whatever the ending (a stop of the Ray
 Job included: SIGTERM), the replicas are stopped and the placement group removed; if the driver is SIGKILLed, Ray
 removes its actors and placement group, and a replica dies with its actor (``PR_SET_PDEATHSIG``). A job whose task
 is gone without stopping it (SIGKILLed, its worker lost) is stopped the same way once its liveness key has not
@@ -33,8 +36,10 @@ from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_get
 from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from airflow_distributed.hooks.local import TAIL_LINES, LocalProcessHook, die_with_parent
+from airflow_distributed.contract import ENV_STACKS_DIR, ENV_STACKS_SIGNAL
+from airflow_distributed.hooks.local import STACKS_SIGNAL, STACKS_WAIT, TAIL_LINES, LocalProcessHook, die_with_parent
 from airflow_distributed.jobstate import outcome as ending
+from airflow_distributed.jobstate.progress_watch import HangWatchdog
 from airflow_distributed.live_report import is_record
 from airflow_distributed.manifests.local import PYTHON_NAMES, STANDBY_CODE, resolve_python
 from airflow_distributed.manifests.ray import JOB_VARIABLE, ActorAddressing, report_line
@@ -114,6 +119,8 @@ class ReplicaActor:
         self._tail: deque[str] = deque(maxlen=TAIL_LINES)
         self._exited_at: float | None = None
         self._pump: threading.Thread | None = None
+        #: lines printed so far (the hang watchdog's sign of life)
+        self._lines = 0
 
     def endpoint(self) -> tuple[str, int]:
         """The node's address as Ray knows it, and a port free there now."""
@@ -140,18 +147,42 @@ class ReplicaActor:
         assert self._process is not None and self._process.stdout is not None
         for raw in iter(self._process.stdout.readline, b""):
             line = raw.decode("utf-8", "replace").rstrip("\n")
+            self._lines += 1
             if not is_record(line):  # the live records a master's tracking calls print are not its last lines
                 self._tail.append(line)
             print(f"[{name}] {line}", flush=True)  # into the Ray Job's log, beside the driver's reports
 
     def poll(self) -> dict[str, Any]:
-        """The exit code (``None`` while it runs), when it exited, and its last lines."""
+        """The exit code (``None`` while it runs), when it exited, its last lines and how many it printed."""
         code = self._process.poll() if self._process is not None else None
         if code is not None and self._exited_at is None:
             self._exited_at = time.time()
             if self._pump is not None:
                 self._pump.join(1.0)
-        return {"exit_code": code, "exited_at": self._exited_at, "tail": list(self._tail)}
+        return {"exit_code": code, "exited_at": self._exited_at, "tail": list(self._tail), "lines": self._lines}
+
+    def dump_stacks(self, signal_name: str, folder: str) -> int:
+        """Send ``signal_name`` to each process of the replica that registered its stack dump in ``folder``
+        (``stack_dump``: one file per pid); how many. Only processes of the replica's own session are signalled: a
+        pid reused since by another process is not, and neither is a launcher that did not register (the signal
+        would end it)."""
+        process = self._process
+        if process is None or process.poll() is not None:
+            return 0
+        try:
+            entries = os.listdir(folder)
+        except FileNotFoundError:
+            return 0
+        sent = 0
+        for entry in entries:
+            try:
+                pid = int(entry)
+                if os.getsid(pid) == process.pid:
+                    os.kill(pid, getattr(signal, signal_name))
+                    sent += 1
+            except (ValueError, ProcessLookupError, PermissionError):
+                continue
+        return sent
 
     def stop(self, grace: float) -> int | None:
         """TERM the replica's process group, KILL it after ``grace``; its exit code."""
@@ -200,7 +231,9 @@ class Driver:
         self.plan: ClusterPlan | None = None
         self._last: list[dict[str, Any]] = []
         self._live_at = 0.0
+        self._master_lines = 0
         self._last_live: Any = None
+        self.hang: HangWatchdog | None = None
 
     def run(self) -> dict[str, Any]:
         """Start the job and wait for it; the outcome report."""
@@ -233,10 +266,21 @@ class Driver:
             argv = list(replica.command) if replica.command is not None else [interpreter, "-c", STANDBY_CODE]
             if argv and argv[0] in PYTHON_NAMES:
                 argv[0] = interpreter
-            pids.append(actor.start.remote(replica.name, argv, dict(replica.env), self.layout.files_dir,
-                                           dict(plan.files)))
+            env = dict(replica.env)
+            if job.get("progress_timeout") is not None:  # the replicas print their stacks when the job hangs
+                env.update({ENV_STACKS_SIGNAL: STACKS_SIGNAL.name, ENV_STACKS_DIR: self._stacks_dir(replica.name)})
+            pids.append(actor.start.remote(replica.name, argv, env, self.layout.files_dir, dict(plan.files)))
         ray.get(pids)
+        if job.get("progress_timeout") is not None:  # the clock starts once every replica runs
+            self.hang = HangWatchdog(
+                job["progress_timeout"], read_document=lambda: ray.get(self.actors[0].read.remote(
+                    self.layout.output_path)), master_lines=lambda: self._master_lines)
         return self._wait()
+
+    def _stacks_dir(self, replica: str) -> str:
+        """Where the processes of ``replica`` note their pids for the stack dump: in the job's work folder on its
+        node (removed with it), one folder per replica (several may share a node)."""
+        return os.path.join(os.path.dirname(self.layout.files_dir), "stacks", replica)
 
     def _unplaced_reason(self) -> str:
         """Why the placement group is not placed, as far as the cluster tells: its state, and for the strict
@@ -301,6 +345,10 @@ class Driver:
                 polls = ray.get([actor.poll.remote() for actor in self.actors])
                 return self._outcome(ending.EXITED, polls, stopped, deciding=first)
             self._report_live(polls)
+            self._master_lines = polls[0]["lines"]
+            why = self.hang() if self.hang is not None and all(poll["exit_code"] is None for poll in polls) else None
+            if why is not None:
+                return self._hung(why, polls)
             if polls[0]["exit_code"] == 0:
                 settle_until = time.monotonic() + job["settle_period"]
                 while time.monotonic() < settle_until and any(poll["exit_code"] is None for poll in polls):
@@ -316,6 +364,20 @@ class Driver:
                               "(keep_checkpoints=False)", flush=True)
                 return self._outcome(ending.SUCCEEDED, polls, stopped)
             time.sleep(job["poll_interval"])
+
+    def _hung(self, why: str, polls: list[dict[str, Any]]) -> dict[str, Any]:
+        """Each replica dumps its stacks (its processes that imported ``tracking``), then every replica is stopped;
+        the ``hung`` outcome quotes each one's last lines (the stacks among them)."""
+        assert self.plan is not None
+        print(f"{why}: asking the replicas for their stacks, then stopping them", flush=True)
+        ray.get([actor.dump_stacks.remote(STACKS_SIGNAL.name, self._stacks_dir(replica.name))
+                 for replica, actor in zip(self.plan.replicas, self.actors)])
+        time.sleep(STACKS_WAIT)
+        stopped = self._stop_all(self.job["stop_grace_period"], polls)
+        polls = ray.get([actor.poll.remote() for actor in self.actors])
+        report = self._outcome(ending.HUNG, polls, stopped)
+        report["message"] = why
+        return report
 
     def _stop_all(self, grace: float, polls: list[dict[str, Any]]) -> set[int]:
         """Stop every replica still running; the positions of those that were."""

@@ -8,8 +8,11 @@ reports is never hung. Times are the caller's clock.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
+
+from airflow_distributed.outputs import UNREADABLE, parse_output_document
 
 
 class ProgressWatch:
@@ -68,4 +71,35 @@ def document_step(document: Mapping[str, Any]) -> Any:
     return newest.get("step") if isinstance(newest, Mapping) else None
 
 
-__all__ = ["ProgressWatch", "document_mark", "document_step"]
+class HangWatchdog:
+    """``progress_timeout`` where the waiter sees the master's output itself (the local backend's task, a Ray job's
+    driver): asked at every poll while every replica runs whether the job is hung (why, or ``None``).
+
+    Progress is a line the master printed, or a change of its output document's progress, metrics or newest history
+    point (read at most once a second).
+
+    :param read_document: the master's output document as text (``None``: not written yet).
+    :param master_lines: how many lines the master has printed so far.
+    """
+
+    def __init__(self, timeout: float, *, read_document: Callable[[], str | None], master_lines: Callable[[], int],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._read, self._lines, self._clock = read_document, master_lines, clock
+        self.watch = ProgressWatch(timeout, clock())
+        self._interval = min(1.0, timeout / 4)
+        self._next = float("-inf")
+        self._document: Any = None
+        self._step: Any = None
+
+    def __call__(self) -> str | None:
+        now = self._clock()
+        if now >= self._next:
+            self._next = now + self._interval
+            document = parse_output_document(self._read())
+            if not document.get(UNREADABLE):  # half written by hand: the next look reads it whole
+                self._document, self._step = document_mark(document), document_step(document)
+        self.watch.observe((self._lines(), self._document), self._step, now)
+        return self.watch.describe(now) if self.watch.hung(now) else None
+
+
+__all__ = ["HangWatchdog", "ProgressWatch", "document_mark", "document_step"]

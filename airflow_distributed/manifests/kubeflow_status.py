@@ -133,6 +133,37 @@ class JobKind:
     expected_pods: Callable[[Mapping[str, Any] | None], int | None]
     #: whether the object says the job is suspended (no pods on purpose, no pod LISTs then)
     suspended_of: Callable[[Mapping[str, Any] | None], bool]
+    #: the gang scheduler's PodGroup the job's controller makes for it (``pod_group_of``), ``None``: none
+    pod_group_of: Callable[[Mapping[str, Any] | None], PodGroupRef | None] = lambda obj: None
+
+
+class PodGroupRef(NamedTuple):
+    """Where a job's PodGroup is: its API group, version and plural, and its name."""
+
+    group: str
+    version: str
+    plural: str
+    name: str
+
+
+def pod_group_of(obj: Mapping[str, Any] | None) -> PodGroupRef | None:
+    """The PodGroup the Kubeflow operator makes for a gang-scheduled job (``runPolicy.schedulingPolicy`` set), named
+    after the job: Volcano's when the pods are scheduled by ``volcano`` (as the backend's ``gang_scheduling=
+    "volcano"`` asks), else scheduler-plugins'. With Volcano, the operator creates no pod until the group is
+    admitted (``Inqueue``): until then only the group tells that the job waits for capacity."""
+    from airflow_distributed.manifests.gang_scheduling import (
+        COSCHEDULING_API_VERSION,
+        VOLCANO_API_VERSION,
+        VOLCANO_SCHEDULER,
+    )
+
+    if not obj or not isinstance(((obj.get("spec") or {}).get("runPolicy") or {}).get("schedulingPolicy"), Mapping):
+        return None
+    specs = (obj.get("spec") or {}).get(REPLICA_SPECS_KEY.get(str(obj.get("kind")), "")) or {}
+    volcano = any((((spec or {}).get("template") or {}).get("spec") or {}).get("schedulerName") == VOLCANO_SCHEDULER
+                  for spec in specs.values()) if isinstance(specs, Mapping) else False
+    group, version = (VOLCANO_API_VERSION if volcano else COSCHEDULING_API_VERSION).split("/")
+    return PodGroupRef(group, version, "podgroups", str((obj.get("metadata") or {}).get("name")))
 
 
 
@@ -235,4 +266,4 @@ def _failed_replicas(status: Mapping[str, Any]) -> str:
 
 
 #: The Kubeflow Training Operator's jobs (TFJob, PyTorchJob, MXJob, MPIJob, XGBoostJob, PaddleJob).
-KUBEFLOW_KIND = JobKind(job_status, pod_selector, expected_pods, job_suspended)
+KUBEFLOW_KIND = JobKind(job_status, pod_selector, expected_pods, job_suspended, pod_group_of)

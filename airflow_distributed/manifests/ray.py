@@ -193,6 +193,7 @@ def job_description(
     stop_grace_period: float = 5.0,
     poll_interval: float = 0.5,
     keep_checkpoints: bool = False,
+    progress_timeout: float | None = None,
 ) -> dict[str, Any]:
     """Everything the driver needs, JSON-safe.
 
@@ -201,6 +202,7 @@ def job_description(
         nothing waits, and the job runs on without a task.
     :param keep_checkpoints: keep the checkpoint files after the job succeeds (else the master's actor removes
         them, as the local backend does).
+    :param progress_timeout: the hang watchdog's limit in seconds (``None``: none), whose clock the driver keeps.
     """
     options = options or RayOptions()
     if options.placement_strategy not in STRATEGIES:
@@ -223,6 +225,7 @@ def job_description(
         "stop_grace_period": stop_grace_period,
         "poll_interval": poll_interval,
         "keep_checkpoints": keep_checkpoints,
+        "progress_timeout": progress_timeout,
     }
 
 

@@ -145,12 +145,13 @@ class DistributedTrainingOperator(BaseOperator):
         refused or whose arguments are invalid, and leaves a script's error to ``retries``; see
         ``docs/failures.md``. Give another policy to replace it (``ExceptionRetryPolicy(rules=[])``: plain
         ``retries`` for every failure). On Airflow < 3.3 there is none, and the errors' classes are still raised.
-    :param progress_timeout: the hang watchdog (``backend="local"``, ``"kubernetes"``, ``"kubeflow"`` and
-        ``"trainjob"``, in the task or the triggerer; refused by ``"ray"``), a ``timedelta`` or seconds: when the
+    :param progress_timeout: the hang watchdog (every backend, in the task or the triggerer; on ``"ray"`` the
+        job's driver keeps the clock), a ``timedelta`` or seconds: when the
         master has reported no progress or metric (``tracking.log_progress``/``log_metrics``) and printed no line for
         that long while every replica runs, the job is hung: each replica prints its Python stacks (where its script
         imports ``airflow_distributed.tracking``; on Kubernetes asked over pods/exec), every replica is stopped (the
-        Kubernetes job, or the Kubeflow job or TrainJob, deleted), and the task fails with ``JobHungError``, naming
+        Kubernetes job, or the Kubeflow job or TrainJob, deleted; the Ray job ended), and the task fails with
+        ``JobHungError``, naming
         the last step reported and quoting each replica's last lines. A job that is slow but reports is never
         stopped by it. Default: none.
     :param watch_timings: how the wait watches the job (Kubernetes and Kubeflow backends, synchronous and

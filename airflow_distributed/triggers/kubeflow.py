@@ -25,7 +25,7 @@ from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHo
 from airflow_distributed.hooks.api_retry import acall_with_retries
 from airflow_distributed.hooks.kubeflow import main_container
 from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
-from airflow_distributed.hooks.pending_pods import JOB_HUNG, PendingPods
+from airflow_distributed.hooks.pending_pods import JOB_HUNG, PendingPods, pods_missing
 from airflow_distributed.jobstate.pod_state import log_available
 from airflow_distributed.manifests.kubeflow_status import KUBEFLOW_KIND, JobKind, master_pod_selector
 from airflow_distributed.manifests.trainjob_status import is_launcher
@@ -183,7 +183,23 @@ class KubeflowJobTrigger(JobWaitTrigger):
             async def list_job_pods() -> None:
                 pods = await self._json(list_pods(self.namespace, label_selector=self.kind.pods_selector(self.job_name),
                                                   _preload_content=False))
-                pending.on_pods(pods.get("items") or [], self.kind.expected_pods(watch.obj))
+                items, expected = pods.get("items") or [], self.kind.expected_pods(watch.obj)
+                group = await read_pod_group() if pods_missing(items, expected) else None
+                pending.on_pods(items, expected, group)
+
+            async def read_pod_group() -> dict[str, Any] | None:
+                """The job's PodGroup (``KubeflowJobHook.read_pod_group``'s rules: missing or refused, ``None``)."""
+                ref = self.kind.pod_group_of(watch.obj)
+                if ref is None:
+                    return None
+                try:
+                    return await self._json(async_client.CustomObjectsApi(api).get_namespaced_custom_object(
+                        ref.group, ref.version, self.namespace, ref.plural, ref.name, _preload_content=False))
+                except async_client.ApiException as error:
+                    if error.status != 404:
+                        self.log.warning("could not read the job's PodGroup (%s %s): whether its gang scheduler "
+                                         "admitted it is not known", error.status, error.reason)
+                    return None
 
             async def sample() -> Sample:
                 pods = await self._json(list_pods(self.namespace, label_selector=self.kind.pods_selector(self.job_name),

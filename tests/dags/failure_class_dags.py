@@ -12,6 +12,7 @@ import pendulum
 from airflow.sdk import DAG
 
 from airflow_distributed.operators import DistributedTrainingOperator
+from tests.hang_scripts import GLOO_HANG, SLOW_BUT_REPORTING
 
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 IMAGE = "registry.example.com/trainer:1.0"
@@ -47,40 +48,8 @@ evicted = _dag("failure_evicted", namespace=namespace_of("failure_evicted"), ret
 evicted_deferrable = _dag("failure_evicted_deferrable", namespace=namespace_of("failure_evicted_deferrable"),
                           retry_delay=LONG_DELAY, deferrable=True, **_on_kubernetes)
 
-# The hang watchdog, on real gloo jobs: the master and worker 0 block in an all-reduce that worker 1 never joins
-# (gloo's own timeout is 10 minutes), each line before it a sign of life (importing torch may take seconds on a busy
-# machine); and a job that is slow but reports each step, no step slower than the limit.
-GLOO_HANG = """
-import sys, time
-print("importing torch", flush=True)
-from datetime import timedelta
-import torch
-import torch.distributed as dist
-from airflow_distributed import tracking
-
-def block_in_all_reduce():
-    dist.all_reduce(torch.ones(1))
-
-def never_join():
-    time.sleep(3600)
-
-print("joining the others", flush=True)
-dist.init_process_group("gloo", timeout=timedelta(minutes=10))
-rank = dist.get_rank()
-dist.barrier()
-tracking.log_progress(step=1, total=10)
-print(f"rank {rank}: step 1 done", flush=True)
-block_in_all_reduce() if rank < 2 else never_join()
-"""
-SLOW_BUT_REPORTING = """
-import time
-from airflow_distributed import tracking
-
-for step in range(1, 7):
-    time.sleep(1.0)
-    tracking.log_progress(step=step, total=6)
-tracking.log_metrics(loss=0.5)
-"""
+# The hang watchdog, on real gloo jobs (tests.hang_scripts): ranks blocked in an all-reduce, and a job slow but
+# reporting.
 hung = _dag("failure_hung", environment={"pytorch": {"n_workers": 2}}, command=["python", "-c", GLOO_HANG],
             progress_timeout=timedelta(seconds=10), stop_grace_period=3.0, retries=1, retry_delay=LONG_DELAY)
 slow = _dag("failure_slow_but_reporting", command=["python", "-c", SLOW_BUT_REPORTING], progress_timeout=3.0,

@@ -16,6 +16,7 @@ import pendulum
 from airflow.sdk import DAG
 
 from airflow_distributed.operators import DistributedTrainingOperator
+from tests.hang_scripts import GLOO_HANG, SLOW_BUT_REPORTING
 
 TRAINING_DIR = Path(__file__).resolve().parents[2] / "example_dags" / "training"
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
@@ -24,12 +25,17 @@ HALF_A_CORE = {"resources": {"limits": {"cpu": 0.5}}}
 
 
 def _dag(dag_id: str, script: str, args: list[str], *, framework: str = "pytorch", **task_kwargs) -> DAG:
+    """A job of a master and two workers running the example script ``script``."""
+    return _job_dag(dag_id, ["python", str(TRAINING_DIR / script), *args], framework=framework, **task_kwargs)
+
+
+def _job_dag(dag_id: str, command: list[str], *, framework: str = "pytorch", **task_kwargs) -> DAG:
     with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "ray"]) as dag:
         DistributedTrainingOperator(
             task_id="train",
             framework=framework,
             environment={framework: {"n_workers": 2, "default_worker": HALF_A_CORE}, **HALF_A_CORE},
-            command=["python", str(TRAINING_DIR / script), *args],
+            command=command,
             backend="ray",
             python=sys.executable,
             model_dir=os.path.join(MODELS, dag_id),
@@ -83,3 +89,10 @@ with DAG(dag_id="ray_paddle", schedule=None, start_date=START, catchup=False, ta
         environment={"paddle": {"n_workers": 2, "default_worker": HALF_A_CORE}, **HALF_A_CORE},
         model_dir=os.path.join(MODELS, "ray_paddle"), stop_grace_period=1.0, settle_period=2.0,
     )
+# The hang watchdog, kept by the driver: the master and worker 0 block in a gloo all-reduce worker 1 never joins,
+# in the task's wait and in the triggerer's; a job slow but reporting each step is not hung.
+# execution_timeout: without the watchdog, the test fails in minutes rather than at gloo's own timeout.
+_hangs = {"progress_timeout": timedelta(seconds=10), "execution_timeout": timedelta(minutes=2)}
+hung = _job_dag("ray_hung", ["python", "-c", GLOO_HANG], **_hangs)
+hung_deferrable = _job_dag("ray_hung_deferrable", ["python", "-c", GLOO_HANG], deferrable=True, **_hangs)
+slow_but_reporting = _job_dag("ray_slow_but_reporting", ["python", "-c", SLOW_BUT_REPORTING], progress_timeout=5.0)

@@ -127,6 +127,7 @@ def test_the_kubeflow_role_allows_every_request_of_kubeflow_jobs_and_holds_nothi
 
     from airflow_distributed.hooks.kubeflow import KubeflowJobHook
     from airflow_distributed.manifests.kubeflow_kinds import KINDS, kubeflow_resource
+    from airflow_distributed.manifests.kubeflow_status import pod_group_of
     from tests.helpers import wait_until
     from tests.integration.kubeflow_controller import KubeflowController, register_kubeflow_crds
 
@@ -157,6 +158,25 @@ def test_the_kubeflow_role_allows_every_request_of_kubeflow_jobs_and_holds_nothi
             controller.check()
             assert outcome.ending == "succeeded"
             assert hook.kubeflow_output(NAMESPACE, outcome.job_object)
+            hook.delete_kubeflow_job(NAMESPACE, resource, name)
+        # A gang-scheduled job whose PodGroup (Volcano's, scheduler-plugins') is not admitted: read while no pod exists.
+        for scheduler in ("volcano", "scheduler-plugins"):
+            name = f"gang-{scheduler}"
+            kind, resource = KINDS["pytorch"], kubeflow_resource("pytorch")
+            body = {"apiVersion": kind.api_version, "kind": kind.kind, "metadata": {"name": name}, "spec": {
+                "runPolicy": {"schedulingPolicy": {"minAvailable": 1}},
+                kind.replica_specs_key: {kind.master_type: {"replicas": 1, "template": {"spec": {
+                    "schedulerName": scheduler, "containers": [{"name": kind.container, "image": "trainer:1"}]}}}}}}
+            hook.submit_kubeflow_job(NAMESPACE, resource, body)
+            ref = pod_group_of(body)
+            assert ref is not None
+            emu.register_crd(ref.group, ref.version, ref.plural, "PodGroup")
+            emu.create(ref.plural, NAMESPACE, {"apiVersion": f"{ref.group}/{ref.version}", "kind": "PodGroup",
+                                               "metadata": {"name": name}, "spec": {"minMember": 1}},
+                       group=ref.group, version=ref.version)
+            emu.update_status(ref.plural, NAMESPACE, name, {"phase": "Pending"}, group=ref.group, version=ref.version)
+            outcome = hook.wait_for_kubeflow_job(NAMESPACE, resource, name, queue_timeout=1)
+            assert (outcome.ending, outcome.reason) == ("queue", "PodGroupPending"), outcome
             hook.delete_kubeflow_job(NAMESPACE, resource, name)
         used = set().union(*(needed(request) for request in emu.requests))
 

@@ -26,6 +26,7 @@ import pytest
 from airflow_distributed.checkpoints import CHECKPOINT_FILE
 from airflow_distributed.manifests.ray import DEFAULT_WORK_ROOT
 from tests.conftest import ROOT
+from tests.hang_scripts import gloo_hang_failure
 from tests.helpers import (
     assert_master_and_two_workers_exchanged,
     replica_processes,
@@ -182,6 +183,27 @@ def test_a_failing_worker_stops_the_others_and_fails_the_task_naming_it(ray_clus
     assert states["worker-1"] == ("failed", 3)
     assert states["master-0"][0] == states["worker-0"][0] == "stopped"
     assert [job["status"] for job in jobs_of(ray_cluster, "ray_worker_crash")] == ["FAILED"]
+    assert_nothing_left(ray_cluster)
+
+
+@pytest.mark.parametrize("dag_id", ["ray_hung", "ray_hung_deferrable"])
+def test_a_job_whose_ranks_block_in_an_all_reduce_fails_as_hung_with_their_stacks(ray_cluster, capfd, dag_id):
+    run, states = run_dag(dag_id)
+
+    assert states == {"train": "failed"}
+    job = xcom(run, "train", "job")
+    failure = gloo_hang_failure(capfd.readouterr().out, job)
+    assert failure.splitlines()[0].endswith("; no replica is left running and its placement group is removed")
+    assert [r["state"] for r in job["replicas"]] == ["stopped"] * 3
+    assert [job["status"] for job in jobs_of(ray_cluster, dag_id)] == ["FAILED"]
+    assert_nothing_left(ray_cluster)
+
+
+def test_a_slow_job_that_reports_is_not_hung_on_ray(ray_cluster):
+    run, states = run_dag("ray_slow_but_reporting")
+
+    assert states == {"train": "success"}
+    assert xcom(run, "train", "metrics") == {"loss": 0.5}
     assert_nothing_left(ray_cluster)
 
 

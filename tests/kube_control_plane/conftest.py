@@ -12,10 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from airflow_distributed.manifests.kubeflow_kinds import KINDS, kubeflow_resource
-from tests.integration import trainjob_controller as trainjob
+from airflow_distributed.manifests.kubeflow_kinds import KINDS
 from tests.integration.test_kubernetes_rbac import role
 from tests.kube_control_plane.control_plane import TASK_ACCOUNT, ControlPlane, missing
+from tests.kube_control_plane.custom_jobs import control_plane_with_custom_jobs
 from tests.kube_control_plane.kubelet import KubeletNode
 
 
@@ -24,11 +24,7 @@ def control_plane() -> Iterator[ControlPlane]:
     reason = missing()
     if reason is not None:
         pytest.skip(f"no real Kubernetes control plane: {reason}")
-    kinds = tuple((r.group, r.version, r.plural, r.kind) for r in map(kubeflow_resource, KINDS))
-    kinds += ((trainjob.GROUP, trainjob.VERSION, trainjob.PLURAL, trainjob.KIND),)
-    # The TrainJob CRD with the project's schema of it (tests/data/trainjob), the Kubeflow v1 kinds open.
-    with ControlPlane(min_request_timeout=5, crds=kinds,
-                      schemas={trainjob.PLURAL: trainjob.trainjob_schema()}) as plane:
+    with control_plane_with_custom_jobs() as plane:
         yield plane
 
 

@@ -4,10 +4,20 @@ the real server's audit log instead of the emulator's request record."""
 
 from __future__ import annotations
 
+from airflow_distributed.manifests.kubeflow_kinds import KINDS, kubeflow_resource
+from tests.integration import trainjob_controller as trainjob
 from tests.integration.kubeflow_controller import KubeflowController
 from tests.integration.trainjob_controller import PLURAL, TrainerController
 from tests.kube_control_plane.control_plane import ControlPlane
 from tests.kube_control_plane.kubelet import KubeletNode
+
+
+def control_plane_with_custom_jobs() -> ControlPlane:
+    """A control plane (not started) serving the Kubeflow v1 kinds (open) and the TrainJob CRD with the project's
+    schema of it (tests/data/trainjob)."""
+    kinds = tuple((r.group, r.version, r.plural, r.kind) for r in map(kubeflow_resource, KINDS))
+    kinds += ((trainjob.GROUP, trainjob.VERSION, trainjob.PLURAL, trainjob.KIND),)
+    return ControlPlane(min_request_timeout=5, crds=kinds, schemas={trainjob.PLURAL: trainjob.trainjob_schema()})
 
 
 def watched(plane: ControlPlane, namespace: str, plural: str) -> bool:

@@ -1,7 +1,8 @@
 """``queue_timeout`` on the Kubeflow backends' waits, against the real API server: a job Kueue keeps suspended
-(``runPolicy.suspend``, as its webhook leaves a queued job) or whose pod the real scheduler leaves Unschedulable
-counts as queued, and past ``queue_timeout`` the wait ends with a ``queue`` verdict naming why, in the task and in
-the triggerer."""
+(``runPolicy.suspend``, as its webhook leaves a queued job), whose pod the real scheduler leaves Unschedulable, or
+whose PodGroup its gang scheduler has not admitted (the operator creates no pod before: Volcano's, served here by
+its CRD) counts as queued, and past ``queue_timeout`` the wait ends with a ``queue`` verdict naming why, in the task
+and in the triggerer."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from airflow_distributed.hooks.kubeflow import KubeflowJobHook
 from airflow_distributed.hooks.pending_pods import QUEUE_TIMED_OUT
 from airflow_distributed.jobstate.outcome import describe
 from airflow_distributed.manifests.kubeflow_kinds import KINDS, kubeflow_resource
+from airflow_distributed.manifests.kubeflow_status import pod_group_of
 from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
 from tests.helpers import wait_until
 from tests.integration.kubeflow_controller import KubeflowController
@@ -23,7 +25,7 @@ from tests.kube_control_plane.control_plane import TASK_ACCOUNT, ControlPlane
 from tests.kube_control_plane.kubelet import KubeletNode
 
 
-def _setup(control_plane: ControlPlane, namespace: str, *, suspend: bool, gpus: int = 0):
+def _setup(control_plane: ControlPlane, namespace: str, *, suspend: bool, gpus: int = 0, gang: str | None = None):
     config = control_plane.bind_role(namespace, [role("airflow-distributed"), role("airflow-distributed-kubeflow")],
                                      TASK_ACCOUNT)
     hook = KubeflowJobHook(kubernetes_conn_id=None, config_file=config, client_configuration=client.Configuration())
@@ -38,6 +40,9 @@ def _setup(control_plane: ControlPlane, namespace: str, *, suspend: bool, gpus: 
                 "containers": [container]}}}}}}
     if suspend:
         body["spec"]["runPolicy"] = {"suspend": True}
+    if gang is not None:  # as the backend's manifest of gang_scheduling="volcano" reads
+        body["spec"]["runPolicy"] = {"schedulingPolicy": {"minAvailable": 1}}
+        body["spec"][kind.replica_specs_key][kind.master_type]["template"]["spec"]["schedulerName"] = gang
     hook.submit_kubeflow_job(namespace, resource, body)
     return config, hook, resource, name
 
@@ -83,4 +88,59 @@ def test_a_job_whose_pod_the_real_scheduler_cannot_place_fails_past_queue_timeou
     outcome = hook.wait_for_kubeflow_job(namespace, resource, name, queue_timeout=3)
     assert (outcome.ending, outcome.replica, outcome.reason) == ("queue", pod, "Unschedulable")
     assert "Insufficient nvidia.com/gpu" in (outcome.message or "")
+    hook.delete_kubeflow_job(namespace, resource, name)
+
+
+#: Volcano's answer for a PodGroup it cannot admit, as its scheduler writes it.
+NOT_ADMITTED = {"phase": "Pending", "conditions": [{
+    "type": "Unschedulable", "status": "True", "reason": "NotEnoughResources", "transitionID": "1",
+    "lastTransitionTime": "2026-11-25T15:02:11Z",
+    "message": "1/1 tasks in gang unschedulable: pod group is not ready, 1 minAvailable"}]}
+
+
+def _pod_group_not_admitted(control_plane: ControlPlane, namespace: str, name: str) -> None:
+    """The PodGroup the Kubeflow operator makes for a gang-scheduled job, left Pending by Volcano."""
+    ref = pod_group_of({"kind": "PyTorchJob", "metadata": {"name": name}, "spec": {
+        "runPolicy": {"schedulingPolicy": {}},
+        "pytorchReplicaSpecs": {"Master": {"template": {"spec": {"schedulerName": "volcano"}}}}}})
+    assert ref is not None
+    control_plane.install_crd(ref.group, ref.version, ref.plural, "PodGroup")
+    path = f"/apis/{ref.group}/{ref.version}/namespaces/{namespace}/{ref.plural}"
+    created = control_plane.request("POST", path, {"apiVersion": f"{ref.group}/{ref.version}", "kind": "PodGroup",
+                                                   "metadata": {"name": name}, "spec": {"minMember": 1}})
+    control_plane.request("PUT", f"{path}/{name}/status", {**created, "status": NOT_ADMITTED})
+
+
+def test_a_job_whose_podgroup_is_not_admitted_is_queued_before_any_pod_exists_in_the_task(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str):
+    _, hook, resource, name = _setup(control_plane, namespace, suspend=False, gang="volcano")
+    _pod_group_not_admitted(control_plane, namespace, name)
+    deadline = time.monotonic() + 30  # without the PodGroup's verdict the job would wait for ever: stopped here
+    outcome = hook.wait_for_kubeflow_job(namespace, resource, name, queue_timeout=3,
+                                         stopped=lambda: time.monotonic() > deadline)
+    assert (outcome.ending, outcome.replica, outcome.reason) == ("queue", None, "NotEnoughResources"), outcome
+    assert describe(outcome, queue_timeout=3).startswith(
+        f"the job was not scheduled within 3s (queue_timeout): NotEnoughResources: PodGroup {name} is not admitted: "
+        "1/1 tasks in gang unschedulable")
+    # No pod existed: the PodGroup alone told that the job waits.
+    assert control_plane.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"] == []
+    hook.delete_kubeflow_job(namespace, resource, name)
+
+
+def test_a_job_whose_podgroup_is_not_admitted_is_queued_before_any_pod_exists_in_the_triggerer(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str, monkeypatch):
+    config, hook, resource, name = _setup(control_plane, namespace, suspend=False, gang="volcano")
+    _pod_group_not_admitted(control_plane, namespace, name)
+    monkeypatch.setenv("AIRFLOW_CONN_QUEUED_CLUSTER", json.dumps({"conn_type": "kubernetes",
+                                                                  "extra": {"kube_config_path": config}}))
+    trigger = KubeflowJobTrigger(job_name=name, namespace=namespace, group=resource.group, version=resource.version,
+                                 plural=resource.plural, kubernetes_conn_id="queued_cluster", started_at=time.time(),
+                                 queue_timeout=3, execution_deadline=time.time() + 30)
+
+    async def first() -> dict:
+        return (await anext(trigger.run())).payload
+
+    event = asyncio.run(first())
+    assert (event["status"], event["reason"]) == ("failed", QUEUE_TIMED_OUT), event
+    assert event["verdict"]["cause"] == "queue" and event["verdict"]["reason"] == "NotEnoughResources"
     hook.delete_kubeflow_job(namespace, resource, name)

@@ -17,6 +17,8 @@ UNUSED_HERE = {
     ("", "pods/exec", "create"): "API servers from 1.30 authorize the websocket exec as create; this one is 1.20",
     ("scheduling.volcano.sh", "podgroups", "create"): "gang scheduling: no Volcano here",
     ("scheduling.x-k8s.io", "podgroups", "create"): "gang scheduling: no scheduler-plugins here",
+    ("scheduling.x-k8s.io", "podgroups", "get"): "the tests here read Volcano's PodGroup (its CRD served); "
+                                                 "scheduler-plugins' is the same read (test_kubernetes_rbac.py)",
 }
 #: What the tests on the emulator show for the Kubeflow kinds: a TFJob's, MXJob's... get and delete are the same
 #: requests as a PyTorchJob's, so one kind's use of a verb stands for every kind's.

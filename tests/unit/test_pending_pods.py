@@ -9,7 +9,7 @@ import pytest
 from airflow_distributed.hooks.pending_pods import IMAGE_PULL_FAILED, PendingPods
 from airflow_distributed.jobstate.pod_state import image_failure, pod_essentials, replica_status
 from airflow_distributed.jobstate.verdicts import ReplicaSlot
-from airflow_distributed.manifests.kubeflow_status import expected_pods, job_suspended
+from airflow_distributed.manifests.kubeflow_status import expected_pods, job_suspended, pod_group_of
 from airflow_distributed.manifests.kubernetes import (
     JobManifestOptions,
     build_job_objects,
@@ -217,3 +217,40 @@ def test_without_queue_timeout_or_once_scheduled_there_is_no_queue_verdict() -> 
     scheduled.on_pods([pod("job-worker-0", running=True)], expected=1)
     clock.now += 61
     assert scheduled.verdict is None
+
+
+def _pod_group(phase: str, unschedulable: str | None = None) -> dict:
+    conditions = [] if unschedulable is None else [
+        {"type": "Unschedulable", "status": "True", "reason": "NotEnoughResources", "message": unschedulable}]
+    return {"metadata": {"name": "job"}, "status": {"phase": phase, "conditions": conditions}}
+
+
+def test_a_podgroup_not_admitted_queues_a_job_whose_pods_are_missing_and_only_then() -> None:
+    clock = Clock()
+    waiting = PendingPods(10, 0, clock, job_suspended, queue_timeout=60)
+    waiting.on_pods([], expected=3, pod_group=_pod_group("Pending", "3/3 tasks in gang unschedulable"))
+    clock.now += 60
+    verdict = waiting.verdict
+    assert verdict is not None and (verdict.replica, verdict.reason) == (None, "NotEnoughResources")
+    assert verdict.message == "PodGroup job is not admitted: 3/3 tasks in gang unschedulable"
+
+    bare = PendingPods(10, 0, clock, job_suspended, queue_timeout=60)
+    bare.on_pods([], expected=3, pod_group={"metadata": {"name": "job"}})  # no status written yet
+    assert bare.queued == (None, "PodGroupPending", "PodGroup job is not admitted yet (phase Pending)")
+    # Admitted (Volcano's Inqueue), or every pod there (their own state tells): not queued by the group.
+    for phase, pods in (("Inqueue", []), ("Pending", [pod(f"job-worker-{i}", running=True) for i in range(3)])):
+        other = PendingPods(10, 0, clock, job_suspended, queue_timeout=60)
+        other.on_pods(pods, expected=3, pod_group=_pod_group(phase))
+        assert other.queued is None, phase
+
+
+def test_the_podgroup_of_a_kubeflow_job_is_volcanos_or_scheduler_plugins_by_its_pods_scheduler() -> None:
+    def job(scheduler: str | None, gang: bool = True) -> dict:
+        template = {"spec": {"schedulerName": scheduler}} if scheduler else {"spec": {}}
+        return {"kind": "PyTorchJob", "metadata": {"name": "job"}, "spec": {
+            **({"runPolicy": {"schedulingPolicy": {"minAvailable": 2}}} if gang else {}),
+            "pytorchReplicaSpecs": {"Master": {"template": template}, "Worker": {"template": template}}}}
+
+    assert pod_group_of(job("volcano")) == ("scheduling.volcano.sh", "v1beta1", "podgroups", "job")
+    assert pod_group_of(job(None)) == ("scheduling.x-k8s.io", "v1alpha1", "podgroups", "job")
+    assert pod_group_of(job("volcano", gang=False)) is None and pod_group_of(None) is None

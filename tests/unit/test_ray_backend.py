@@ -149,7 +149,7 @@ def test_secret_and_config_map_refs_are_refused_without_echoing_their_names():
 
 @pytest.mark.parametrize(("argument", "value"), [
     ("image", "trainer:1"), ("model_volume", "models-claim"), ("gang_scheduling", "volcano"),
-    ("scheduler_name", "volcano"), ("queue_name", "team-a"), ("progress_timeout", 60.0), ("queue_timeout", 600.0),
+    ("scheduler_name", "volcano"), ("queue_name", "team-a"), ("queue_timeout", 600.0),
 ])
 def test_an_argument_of_the_kubernetes_backends_ray_cannot_honour_is_refused(argument, value):
     assert [path for path, _ in problems(**{argument: value})] == [argument]

@@ -186,7 +186,8 @@ def test_a_failing_worker_stops_the_others_and_fails_the_task_naming_it(ray_clus
     assert_nothing_left(ray_cluster)
 
 
-@pytest.mark.parametrize("dag_id", ["ray_hung", "ray_hung_deferrable"])
+# The driver keeps the clock in both wait modes; the synchronous case (about 30 s) runs with the slow tests.
+@pytest.mark.parametrize("dag_id", [pytest.param("ray_hung", marks=pytest.mark.slow), "ray_hung_deferrable"])
 def test_a_job_whose_ranks_block_in_an_all_reduce_fails_as_hung_with_their_stacks(ray_cluster, capfd, dag_id):
     run, states = run_dag(dag_id)
 

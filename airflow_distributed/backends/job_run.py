@@ -1,13 +1,17 @@
-"""Steps a task's job takes the same way on both Kubernetes-side backends (``kubernetes`` and ``kubeflow``).
+"""Steps a task's job takes the same way on the Kubernetes-side backends (``kubernetes``, ``kubeflow``, ``trainjob``):
+the arguments they all check, the namespace, the manifest options and the replicas' variables they all build, the
+deferral's deadline and the watch timings.
 
-Kept apart from the backends so that neither imports the other for them; like the backends, it imports the
+Kept apart from the backends so that none imports another for them; like the backends, it imports the
 Kubernetes clients only when a job runs.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +27,62 @@ if TYPE_CHECKING:
     from airflow_distributed.hooks.kube_api import KubeApiHook
     from airflow_distributed.hooks.watch_loop import WatchTimings
     from airflow_distributed.logs import TaskLog
+    from airflow_distributed.manifests.kubernetes import JobManifestOptions
+
+CLEAN_POD_POLICIES = ("all", "running", "none")
+#: XCom of a cluster job while it runs: where the job view finds it live.
+LIVE_JOB_XCOM_KEY = "kubernetes_job"
+#: How many of a failed replica's last lines the error and the ``job`` XCom quote.
+TAIL_LINES = 30
+#: Past the task's execution_timeout, how long a pod may still run if nothing deletes it (a worker that died).
+DEADLINE_MARGIN_SECONDS = 120
+
+
+def check_kubernetes_arguments(settings: BackendSettings) -> list[Problem]:
+    """Problems with the Kubernetes arguments every Kubernetes-side backend takes, as ``(argument, message)``."""
+    problems = namespace_problems(settings.namespace)
+    policy = settings.clean_pod_policy
+    if policy is not None and policy not in CLEAN_POD_POLICIES:
+        problems.append(("clean_pod_policy", f"{policy!r} is not supported; allowed: {', '.join(CLEAN_POD_POLICIES)}"))
+    gang = settings.gang_scheduling
+    if gang is not None:
+        from airflow_distributed.manifests.gang_scheduling import GANG_SCHEDULERS
+
+        if gang not in GANG_SCHEDULERS:
+            problems.append(("gang_scheduling", f"{gang!r} is not supported; allowed: {', '.join(GANG_SCHEDULERS)}"))
+    return problems
+
+
+def manifest_options(settings: BackendSettings, context: Context, namespace: str) -> JobManifestOptions:
+    """What the manifests of every Kubernetes-side backend take from the operator's arguments and the task."""
+    from airflow_distributed.manifests.kubernetes import JobManifestOptions, TaskInstanceRef
+
+    deadline = None
+    if settings.execution_timeout is not None:
+        # A backstop for a worker that dies without a retry: the pods stop on their own after the task's time.
+        deadline = math.ceil(settings.execution_timeout.total_seconds()) + DEADLINE_MARGIN_SECONDS
+    return JobManifestOptions(
+        namespace=namespace,
+        image=settings.image or "",  # require_image has refused a job without one
+        gpu_resource_key=settings.gpu_resource_key,
+        task_instance=TaskInstanceRef.of(context["ti"]),
+        model_volume=settings.model_volume,
+        scheduler_name=settings.scheduler_name,
+        gang_scheduling=settings.gang_scheduling,
+        queue_name=settings.queue_name,
+        active_deadline_seconds=deadline,
+    )
+
+
+def stacks_env(settings: BackendSettings) -> Mapping[str, str] | None:
+    """The replicas' variables: with ``progress_timeout``, those on which ``tracking`` prints its process's stacks
+    and notes its pid for the hang watchdog's exec."""
+    if settings.progress_timeout is None:
+        return settings.env
+    from airflow_distributed.contract import ENV_STACKS_DIR, ENV_STACKS_SIGNAL
+    from airflow_distributed.jobstate.hang_watch import STACKS_DIR, STACKS_SIGNAL
+
+    return {**(settings.env or {}), ENV_STACKS_SIGNAL: STACKS_SIGNAL, ENV_STACKS_DIR: STACKS_DIR}
 
 
 def job_error(message: str) -> Exception:
@@ -99,5 +159,6 @@ def push_success(context: Context, log: TaskLog, result: dict[str, Any], documen
     return result
 
 
-__all__ = ["deferral_deadline", "event_error_class", "ignored_in_cluster", "job_error", "job_namespace",
-           "namespace_problems", "push_success", "require_image", "watch_timings"]
+__all__ = ["CLEAN_POD_POLICIES", "LIVE_JOB_XCOM_KEY", "TAIL_LINES", "check_kubernetes_arguments", "deferral_deadline",
+           "event_error_class", "ignored_in_cluster", "job_error", "job_namespace", "manifest_options",
+           "namespace_problems", "push_success", "require_image", "stacks_env", "watch_timings"]

@@ -30,21 +30,20 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from airflow_distributed.backends.base import log_ignored, trainjob_only
 from airflow_distributed.backends.job_run import (
+    LIVE_JOB_XCOM_KEY,
+    TAIL_LINES,
+    check_kubernetes_arguments,
     deferral_deadline,
     event_error_class,
     ignored_in_cluster,
     job_namespace,
+    manifest_options,
     push_success,
     require_image,
+    stacks_env,
     watch_timings,
 )
 from airflow_distributed.backends.job_usage import usage_over_tries
-from airflow_distributed.backends.kubernetes import (
-    LIVE_JOB_XCOM_KEY,
-    check_kubernetes_arguments,
-    manifest_options,
-    stacks_env,
-)
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.failures import job_failure
 from airflow_distributed.jobstate.outcome import JobOutcome
@@ -63,9 +62,6 @@ if TYPE_CHECKING:
     from airflow_distributed.manifests.kubeflow_kinds import KubeflowResource
     from airflow_distributed.spec import TrainingSpec
     from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
-
-TAIL_LINES = 30
-
 
 def check_kubeflow_arguments(settings: BackendSettings, spec: TrainingSpec | None) -> list[tuple[str, str]]:
     """Problems with the operator's arguments for ``backend="kubeflow"``, as ``(path, message)``.

@@ -20,13 +20,14 @@ import importlib.util
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_distributed.backends.job_run import job_namespace, require_image
-from airflow_distributed.backends.kubeflow import KubeflowBackend, KubeflowJobRun
-from airflow_distributed.backends.kubernetes import (
+from airflow_distributed.backends.job_run import (
     check_kubernetes_arguments,
+    job_namespace,
     manifest_options,
+    require_image,
     stacks_env,
 )
+from airflow_distributed.backends.kubeflow import KubeflowBackend, KubeflowJobRun
 from airflow_distributed.backends.local_live import LIVE_XCOM_KEY
 from airflow_distributed.plan import build_plan
 

@@ -133,7 +133,7 @@ ELASTIC = {"min_replicas": 2, "max_replicas": 3, "max_restarts": 1, "rdzv_timeou
 
 
 def test_a_resumed_kubernetes_job_takes_its_framework_and_elastic_budget_from_the_event():
-    from airflow_distributed.backends.kubernetes import KubernetesJobRun
+    from airflow_distributed.backends.kubernetes_run import KubernetesJobRun
     from airflow_distributed.elastic import ElasticPlan
 
     operator = _unparseable("kubernetes")
@@ -141,12 +141,12 @@ def test_a_resumed_kubernetes_job_takes_its_framework_and_elastic_budget_from_th
     event = {"job_name": "train-1", "namespace": "ml", "replicas": [["train-1-master-0", "master", 0]],
              "resume_state": {"framework": "pytorch", "elastic": ELASTIC}}
     run = KubernetesJobRun.resume(task, settings, {"ti": TI()}, event)  # type: ignore[arg-type]
-    assert (run.framework, run.elastic, run.name, run.namespace) == ("pytorch", ElasticPlan(**ELASTIC), "train-1",
-                                                                      "ml")
+    assert (run.framework, run.elastic.plan, run.name, run.namespace) == ("pytorch", ElasticPlan(**ELASTIC),
+                                                                           "train-1", "ml")
     assert run.objects is None  # built only for an elastic restart, from the spec
     run = KubernetesJobRun.resume(task, settings, {"ti": TI()}, {**event, "resume_state": {  # type: ignore[arg-type]
         "framework": "tensorflow", "elastic": None}})
-    assert (run.framework, run.elastic) == ("tensorflow", None)
+    assert (run.framework, run.elastic.plan) == ("tensorflow", None)
     # An event of a trigger that did not hand them back: the spec is read, and here it cannot be.
     with pytest.raises(SpecValidationError):
         KubernetesJobRun.resume(task, settings, {"ti": TI()}, {  # type: ignore[arg-type]
@@ -154,7 +154,7 @@ def test_a_resumed_kubernetes_job_takes_its_framework_and_elastic_budget_from_th
 
 
 def test_an_elastic_restart_after_a_deferral_builds_the_pods_once_and_watches_the_events_replicas(parses):
-    from airflow_distributed.backends.kubernetes import KubernetesJobRun
+    from airflow_distributed.backends.kubernetes_run import KubernetesJobRun
 
     operator = DistributedTrainingOperator(task_id="t", framework="pytorch", command=["python", "x.py"],
                                            environment={"pytorch": {"n_workers": 2, "elastic": {"min_workers": 1}}},

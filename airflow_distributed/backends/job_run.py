@@ -8,7 +8,6 @@ Kubernetes clients only when a job runs.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Mapping
@@ -18,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from airflow_distributed.backends.base import BackendSettings, DistributedJobError, Problem, has_template
 from airflow_distributed.exceptions import error_class_named
 from airflow_distributed.naming import DNS_LABEL_RULE, is_dns_label
-from airflow_distributed.outputs import document_warning
 from airflow_distributed.spec import SpecValidationError
 
 if TYPE_CHECKING:
@@ -26,7 +24,6 @@ if TYPE_CHECKING:
 
     from airflow_distributed.hooks.kube_api import KubeApiHook
     from airflow_distributed.hooks.watch_loop import WatchTimings
-    from airflow_distributed.logs import TaskLog
     from airflow_distributed.manifests.kubernetes import JobManifestOptions
 
 CLEAN_POD_POLICIES = ("all", "running", "none")
@@ -149,16 +146,6 @@ def watch_timings(settings: BackendSettings) -> WatchTimings:
     return WatchTimings.of(settings.watch_timings)
 
 
-def push_success(context: Context, log: TaskLog, result: dict[str, Any], document: dict[str, Any], namespace: str,
-                 name: str, elapsed: float) -> dict[str, Any]:
-    """The log lines of a job that succeeded; returns ``result``, whose keys Airflow pushes as XComs (outputs.py)."""
-    if document["metrics"] == {} and document["model_path"] is None and document_warning(document) is None:
-        log.warning("the master wrote no output document: no metrics or model path")
-    log.info("job %s/%s succeeded in %.1fs; metrics: %s; model path: %s", namespace, name, elapsed,
-             json.dumps(result["metrics"]), result["model_path"])
-    return result
-
-
 __all__ = ["CLEAN_POD_POLICIES", "LIVE_JOB_XCOM_KEY", "TAIL_LINES", "check_kubernetes_arguments", "deferral_deadline",
            "event_error_class", "ignored_in_cluster", "job_error", "job_namespace", "manifest_options",
-           "namespace_problems", "push_success", "require_image", "stacks_env", "watch_timings"]
+           "namespace_problems", "require_image", "stacks_env", "watch_timings"]

@@ -29,6 +29,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from airflow_distributed.backends.base import log_ignored, trainjob_only
+from airflow_distributed.backends.job_end import end_job, read_document
 from airflow_distributed.backends.job_run import (
     LIVE_JOB_XCOM_KEY,
     TAIL_LINES,
@@ -38,7 +39,6 @@ from airflow_distributed.backends.job_run import (
     ignored_in_cluster,
     job_namespace,
     manifest_options,
-    push_success,
     require_image,
     stacks_env,
     watch_timings,
@@ -47,11 +47,9 @@ from airflow_distributed.backends.job_usage import usage_over_tries
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.failures import job_failure
 from airflow_distributed.jobstate.outcome import JobOutcome
-from airflow_distributed.jobstate.replica_table import replica_table
 from airflow_distributed.jobstate.usage import pod_run
 from airflow_distributed.jobstate.verdicts import JobVerdict
 from airflow_distributed.live_report import without_records
-from airflow_distributed.outputs import document_warning, job_record, job_result, parse_output_document
 from airflow_distributed.plan import build_plan
 
 if TYPE_CHECKING:
@@ -306,27 +304,18 @@ class KubeflowJobRun:
         statuses = self.hook.replica_statuses(pods, container)
         deleted = self.clean_up(succeeded, exists=obj is not None, unfinished=outcome.ending in (
             ending.IMAGE, ending.QUEUED, ending.HUNG))
-        if statuses:
-            self.log.info("replicas of %s (final):\n%s", self.name, replica_table(statuses))
-        result = job_result(job_name=self.name, framework=self.framework, backend=self.backend,
-                            state="succeeded" if succeeded else "failed", document=document, replicas=statuses,
-                            namespace=self.namespace)
-        ti = self.context["ti"]
-        now = time.time()
-        usage = usage_over_tries(self.context, [pod_run(pod["metadata"]["name"], pod, now) for pod in pods], elapsed,
-                                 self.log)
-        ti.xcom_push(key="job", value=job_record(result, document, logs, elapsed, usage))
         if not succeeded:
             outcome = replace(outcome, replicas=statuses, tail=tuple(logs.get(outcome.replica or "", ())), logs=logs)
-            note = "the job was deleted" if deleted else "the job is kept for a look until the next try"
-            raise job_failure(job, outcome, elapsed, note, queue_timeout=self.settings.queue_timeout)
-        return push_success(self.context, self.log, result, document, self.namespace, self.name, elapsed)
+        now = time.time()
+        runs = [pod_run(pod["metadata"]["name"], pod, now) for pod in pods]
+        return end_job(self.context, self.log, name=self.name, framework=self.framework, backend=self.backend,
+                       outcome=outcome, document=document, replicas=statuses, logs=logs, elapsed=elapsed,
+                       namespace=self.namespace, usage=usage_over_tries(self.context, runs, elapsed, self.log),
+                       cleanup="the job was deleted" if deleted else "the job is kept for a look until the next try",
+                       queue_timeout=self.settings.queue_timeout)
 
     def _document(self, obj: dict[str, Any] | None) -> dict[str, Any]:
-        document = parse_output_document(self.hook.kubeflow_output(self.namespace, obj) if obj is not None else None)
-        if (warning := document_warning(document)) is not None:
-            self.log.warning("%s", warning)
-        return document
+        return read_document(self.hook.kubeflow_output(self.namespace, obj) if obj is not None else None, self.log)
 
     def _tails(self, pods: list[dict[str, Any]], container: str, outcome: JobOutcome) -> dict[str, list[str]]:
         """The last lines of the replica that failed the job, best effort: a log that cannot be read decides

@@ -17,17 +17,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from airflow_distributed.backends.job_run import TAIL_LINES, push_success
+from airflow_distributed.backends.job_end import end_job, read_document
+from airflow_distributed.backends.job_run import TAIL_LINES
 from airflow_distributed.backends.job_usage import usage_over_tries
 from airflow_distributed.backends.kubernetes_elastic import ElasticRestarts
 from airflow_distributed.jobstate import outcome as ending
-from airflow_distributed.jobstate.failures import job_failure
 from airflow_distributed.jobstate.outcome import JobOutcome
 from airflow_distributed.jobstate.pod_state import log_available
-from airflow_distributed.jobstate.replica_table import replica_table
 from airflow_distributed.jobstate.usage import pod_run
 from airflow_distributed.live_report import without_records
-from airflow_distributed.outputs import document_warning, job_record, job_result, parse_output_document
+from airflow_distributed.outputs import parse_output_document
 from airflow_distributed.status import PENDING, RUNNING, STOPPED, ReplicaStatus
 
 if TYPE_CHECKING:
@@ -82,7 +81,6 @@ class KubernetesJobFinish:
 
     def finish(self, outcome: JobOutcome, elapsed: float) -> dict[str, Any]:
         """Output, logs, clean-up, XCom; raises ``DistributedJobError`` unless the job succeeded."""
-        ti = self.context["ti"]
         killed = outcome.ending == ending.STOPPED
         hung = outcome.ending == ending.HUNG  # deleted whole, as a kill: a hung job's pods hold their GPUs
         try:
@@ -94,19 +92,13 @@ class KubernetesJobFinish:
             self.clean_up_quietly(outcome.succeeded, killed or hung)
             raise
         stopped = self.clean_up(outcome.succeeded, kill=killed or hung)
-        statuses = after_cleanup(self.elastic.with_dropped(outcome.replicas, self.slots), stopped)
-        self.log.info("replicas of %s (final):\n%s", self.name, replica_table(statuses))
-        result = job_result(job_name=self.name, framework=self.framework, backend="kubernetes",
-                            state="succeeded" if outcome.succeeded else "failed", document=document,
-                            replicas=statuses, namespace=self.namespace)
-        ti.xcom_push(key="job", value=job_record(result, document, dict(outcome.logs), elapsed,
-                                                 self.usage(outcome.pods, elapsed)))
-        if not outcome.succeeded:
-            note = "the job was deleted" if killed or hung else self.cleanup_note(False)
-            raise job_failure(f"{self.namespace}/{self.name}", self.elastic.failed(outcome), elapsed, note,
-                              startup_timeout=self.settings.startup_timeout,
-                              queue_timeout=self.settings.queue_timeout)
-        return push_success(self.context, self.log, result, document, self.namespace, self.name, elapsed)
+        return end_job(self.context, self.log, name=self.name, framework=self.framework, backend="kubernetes",
+                       outcome=outcome if outcome.succeeded else self.elastic.failed(outcome), document=document,
+                       replicas=after_cleanup(self.elastic.with_dropped(outcome.replicas, self.slots), stopped),
+                       logs=outcome.logs, elapsed=elapsed, namespace=self.namespace,
+                       usage=self.usage(outcome.pods, elapsed),
+                       cleanup="the job was deleted" if killed or hung else self.cleanup_note(False),
+                       startup_timeout=self.settings.startup_timeout, queue_timeout=self.settings.queue_timeout)
 
     def hung_logs(self, outcome: JobOutcome) -> dict[str, list[str]]:
         """The last lines of a hung job's replicas (the first ``HUNG_REPLICAS``), after asking each to print its
@@ -147,11 +139,7 @@ class KubernetesJobFinish:
 
     def _document(self, pods: Mapping[str, Any]) -> dict[str, Any]:
         master = pods.get(self.master.name)
-        document = parse_output_document(
-            self.hook.read_output(self.namespace, master) if master is not None else None)
-        if (warning := document_warning(document)) is not None:
-            self.log.warning("%s", warning)
-        return document
+        return read_document(self.hook.read_output(self.namespace, master) if master is not None else None, self.log)
 
     # ------------------------------------------------------------------ clean-up
 

@@ -6,7 +6,6 @@ them all.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -21,22 +20,15 @@ from airflow_distributed.backends.base import (
     log_ignored,
     trainjob_only,
 )
+from airflow_distributed.backends.job_end import end_job, read_document
 from airflow_distributed.backends.job_usage import usage_over_tries
 from airflow_distributed.backends.local_live import LIVE_XCOM_KEY, LiveJobReport
 from airflow_distributed.contract import ENV_STACKS_SIGNAL
 from airflow_distributed.jobstate import outcome as ending
-from airflow_distributed.jobstate.failures import job_failure
 from airflow_distributed.jobstate.outcome import JobOutcome
 from airflow_distributed.jobstate.progress_watch import ProgressWatch, document_mark, document_step
 from airflow_distributed.jobstate.usage import ReplicaRun, plan_requests
-from airflow_distributed.outputs import (
-    DOCUMENT_TEXT_LIMIT,
-    UNREADABLE,
-    document_warning,
-    job_record,
-    job_result,
-    parse_output_document,
-)
+from airflow_distributed.outputs import DOCUMENT_TEXT_LIMIT, UNREADABLE, parse_output_document
 from airflow_distributed.plan import Layout, LocalAddressing, build_plan, replica_count
 from airflow_distributed.spec.models import SECTION_OF
 from airflow_distributed.status import render_table
@@ -169,30 +161,16 @@ class LocalBackend:
             job.stop(settings.stop_grace_period)
             self._job = None
         elapsed = time.monotonic() - started
-        log.info("replicas of %s (final):\n%s", name, render_table(outcome.replicas))
         # Read on failure too: metrics logged before a crash help whoever looks at the failed run.
-        document = parse_output_document(_read_text(output_path))
-        if (warning := document_warning(document)) is not None:
-            log.warning("%s", warning)
-        result = job_result(
-            job_name=name, framework=spec.framework, backend="local",
-            state="succeeded" if outcome.succeeded else "failed", document=document, replicas=outcome.replicas,
-        )
-        logs = {replica.spec.name: list(replica.tail) for replica in job.replicas}
-        usage = usage_over_tries(context, local_runs(plan, job.replicas), elapsed, log)
-        context["ti"].xcom_push(key="job", value=job_record(result, document, logs, elapsed, usage))
-        if not outcome.succeeded:
-            raise job_failure(name, outcome, elapsed, cleanup_note(outcome))
+        result = end_job(context, log, name=name, framework=spec.framework, backend="local", outcome=outcome,
+                         document=read_document(_read_text(output_path), log), replicas=outcome.replicas,
+                         logs={replica.spec.name: list(replica.tail) for replica in job.replicas}, elapsed=elapsed,
+                         usage=usage_over_tries(context, local_runs(plan, job.replicas), elapsed, log),
+                         cleanup=cleanup_note(outcome), document_at=output_path)
         if not settings.keep_checkpoints:
             removed = hook.remove_checkpoints(checkpoint_dir, name)
             if removed:
                 log.info("job %s succeeded: removed its %d checkpoint files (keep_checkpoints=False)", name, removed)
-        if document["metrics"] == {} and document["model_path"] is None and document_warning(document) is None:
-            log.warning("the master wrote no output document at %s: no metrics or model path", output_path)
-        log.info(
-            "job %s succeeded in %.1fs; metrics: %s; model path: %s",
-            name, elapsed, json.dumps(result["metrics"]), result["model_path"],
-        )
         return result
 
 

@@ -9,7 +9,6 @@ waits for it again, or starts a new one. Ray is imported only where a job is sub
 
 from __future__ import annotations
 
-import json
 import posixpath
 import time
 from collections.abc import Callable, Sequence
@@ -23,11 +22,11 @@ from airflow_distributed.backends.base import (
     log_ignored,
     trainjob_only,
 )
+from airflow_distributed.backends.job_end import end_job, read_document
 from airflow_distributed.backends.local import ignored_pod_settings, pod_settings
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.failures import job_failure
 from airflow_distributed.jobstate.outcome import JobOutcome
-from airflow_distributed.outputs import job_record, job_result, parse_output_document
 from airflow_distributed.status import ReplicaStatus, render_table
 
 if TYPE_CHECKING:
@@ -264,23 +263,13 @@ def finish(context: Context, log: Any, settings: BackendSettings, hook: RayJobHo
 
     logs = hook.logs(name)
     report = last_report(logs, "outcome") or {}
-    elapsed = _elapsed(info)
     rows = _statuses(report.get("replicas") or [])
-    document = parse_output_document(report.get("document"))
     succeeded = info.get("status") == "SUCCEEDED" and report.get("ending") == ending.SUCCEEDED
-    result = job_result(job_name=name, framework=framework, backend="ray",
-                        state="succeeded" if succeeded else "failed", document=document, replicas=rows)
-    context["ti"].xcom_push(key="job", value=job_record(result, document, report.get("logs") or {}, elapsed))
-    if rows:
-        log.info("replicas of %s (final):\n%s", name, render_table(rows))
-    if not succeeded:
-        raise job_failure(name, _outcome(info, report, logs), elapsed,
-                          "no replica is left running and its placement group is removed")
-    if document["metrics"] == {} and document["model_path"] is None:
-        log.warning("the master wrote no output document: no metrics or model path")
-    log.info("job %s succeeded in %.1fs; metrics: %s; model path: %s", name, elapsed, json.dumps(result["metrics"]),
-             result["model_path"])
-    return result
+    return end_job(context, log, name=name, framework=framework, backend="ray",
+                   outcome=JobOutcome(ending.SUCCEEDED, rows) if succeeded else _outcome(info, report, logs),
+                   document=read_document(report.get("document"), log), replicas=rows,
+                   logs=report.get("logs") or {}, elapsed=_elapsed(info),
+                   cleanup="no replica is left running and its placement group is removed")
 
 
 def _outcome(info: dict[str, Any], report: dict[str, Any], logs: str) -> JobOutcome:

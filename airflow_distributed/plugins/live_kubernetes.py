@@ -34,7 +34,7 @@ from airflow_distributed.strict_json import StrictJson
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-    from airflow_distributed.plugins.job_source import TaskInstanceRef
+    from airflow_distributed.task_instance import TaskInstanceRef
 
 #: Seconds the view waits for the Kubernetes API, unless ``[distributed] live_view_timeout`` says otherwise.
 DEFAULT_TIMEOUT = 5.0

@@ -5,10 +5,10 @@ The same spec is submitted as one ``TFJob``/``PyTorchJob``/``MXJob``/``MPIJob``/
 task reads its verdict from the object's ``status.conditions`` through one watch (``KubeflowJobHook``, or
 ``KubeflowJobTrigger`` when deferred).
 
-Entry points, called by ``KubeflowBackend`` (the ``Backend`` of ``backend="kubeflow"``):
-``check_kubeflow_arguments`` (when the DAG is parsed: what the spec asks that one pod template per role cannot
-express), ``run_kubeflow`` (``execute``), ``resume_kubeflow`` (``execute_complete``) and ``kill_kubeflow``
-(``on_kill``).
+``KubeflowBackend`` (the ``Backend`` of ``backend="kubeflow"``) checks the arguments when the DAG is parsed
+(``check_kubeflow_arguments``: also what the spec asks that one pod template per role cannot express) and drives one
+``KubeflowJobRun`` per try: ``run`` (``execute``), ``resume`` (``execute_complete``: ``KubeflowJobRun.complete``) and
+``kill`` (``on_kill``: ``KubeflowJobRun.kill``).
 
 Clean-up. The Kubeflow operator applies ``runPolicy.cleanPodPolicy`` itself when the job ends: ``Running`` (pods
 still running are deleted, finished ones kept) unless ``clean_pod_policy="none"``. Its ``All`` is never asked
@@ -24,7 +24,7 @@ is reattached (running or succeeded) or replaced (failed).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -73,84 +73,6 @@ def check_kubeflow_arguments(settings: BackendSettings, spec: TrainingSpec | Non
     from airflow_distributed.manifests.kubeflow_checks import kubeflow_problems
 
     return problems + kubeflow_problems(spec)
-
-
-def _ignore(run: Any) -> None:
-    """No one to tell of a run that starts."""
-
-
-# ---------------------------------------------------------------------------------------------- entry points
-
-
-def run_kubeflow(task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, job_name: str,
-                 command: Sequence[str], run_class: type[KubeflowJobRun] | None = None,
-                 on_start: Callable[[KubeflowJobRun], None] = _ignore) -> dict[str, Any]:
-    """``execute`` for ``backend="kubeflow"``: submit (or reattach) the job, then wait here or deferred.
-
-    :param run_class: the run of another kind of the same shape (``TrainJobRun``); default ``KubeflowJobRun``.
-    :returns: the ``return_value`` XCom, each key of it an XCom too; ``job`` is pushed here (also on failure).
-    :raises DistributedJobError: the job failed, was deleted, or the task was killed.
-    """
-    run_class = run_class or KubeflowJobRun
-    log_ignored(task.log, run_class.backend, ignored_in_cluster(settings, run_class.backend))
-    run = run_class.start(task, settings, context, spec, job_name, command)
-    on_start(run)
-    handle = run.submit()
-    if not settings.wait_for_completion:
-        run.log.info("%s %s/%s submitted; not waiting for it (wait_for_completion=False)", run.resource.kind,
-                     run.namespace, run.name)
-        return {"job_name": run.name, "namespace": run.namespace, "kind": run.resource.kind}
-    # Lets the job view find the running job in the cluster before there is a final record, in both wait modes.
-    context["ti"].xcom_push(key=LIVE_JOB_XCOM_KEY, value={
-        "job_name": run.name, "namespace": run.namespace, "kubernetes_conn_id": settings.kubernetes_conn_id,
-        "framework": run.framework,
-    })
-    if settings.deferrable and handle.reattached != "succeeded":
-        run.defer()
-    return run.wait()
-
-
-def resume_kubeflow(task: TaskCalls, settings: BackendSettings, context: Context, event: dict[str, Any],
-                    run_class: type[KubeflowJobRun] | None = None,
-                    on_start: Callable[[KubeflowJobRun], None] = _ignore) -> dict[str, Any]:
-    """``execute_complete``: the trigger's event -> output, clean-up and XCom, as in the synchronous path."""
-    from airflow_distributed.hooks.kubeflow import status_outcome
-    from airflow_distributed.hooks.pending_pods import OWN_VERDICTS
-
-    run = (run_class or KubeflowJobRun).resume(task, settings, context, event)
-    on_start(run)
-    status = event.get("status")
-    if status == "failed" and event.get("reason") in OWN_VERDICTS:
-        # The trigger's own verdict: the job's status does not show it, so it is not read back.
-        verdict = JobVerdict.from_dict(event.get("verdict") or {"state": "failed", "cause": ending.IMAGE})
-        obj = run.hook.get_kubeflow_job(run.namespace, run.resource, run.name)
-        return run.finish(verdict.outcome(job_object=obj))
-    if status in ("succeeded", "failed"):
-        obj = run.hook.get_kubeflow_job(run.namespace, run.resource, run.name)
-        return run.finish(status_outcome(run.hook.kind.status_of(obj), obj) if obj is not None
-                          else JobOutcome(ending.DELETED))
-    if status == "deleted":
-        return run.finish(JobOutcome(ending.DELETED))
-    # timeout (execution_timeout in the triggerer) or error (the trigger could not watch): the job must go.
-    run.delete_quietly()
-    outcome = JobOutcome(ending.TIMED_OUT if status == "timeout" else ending.FAILED,
-                         message=event.get("message") or status)
-    raise job_failure(f"{run.namespace}/{run.name}", outcome, run.elapsed(), "the job was deleted",
-                      default=event_error_class(event))
-
-
-def kill_kubeflow(run: KubeflowJobRun | None) -> None:
-    """``on_kill``: stop waiting and delete the job object (the Kubeflow operator's pods go with it)."""
-    if run is None:
-        return
-    run.stopped = True
-    run.log.info("task killed: deleting %s %s/%s", run.resource.kind, run.namespace, run.name)
-    try:
-        # A hook of its own: the waiting one may be in the middle of a request on this very thread.
-        run.new_hook().delete_kubeflow_job(run.namespace, run.resource, run.name)
-    except Exception as error:
-        run.log.error("could not delete %s %s/%s: %s; delete it by hand", run.resource.kind, run.namespace,
-                      run.name, error)
 
 
 # ---------------------------------------------------------------------------------------------- one job
@@ -276,6 +198,41 @@ class KubeflowJobRun:
         self.log.info("job %s/%s: waiting in the triggerer", self.namespace, self.name)
         self.task.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
 
+    def complete(self, event: dict[str, Any]) -> dict[str, Any]:
+        """``execute_complete``: the trigger's event -> output, clean-up and XCom, as in the synchronous wait."""
+        from airflow_distributed.hooks.kubeflow import status_outcome
+        from airflow_distributed.hooks.pending_pods import OWN_VERDICTS
+
+        status = event.get("status")
+        if status == "failed" and event.get("reason") in OWN_VERDICTS:
+            # The trigger's own verdict: the job's status does not show it, so it is not read back.
+            verdict = JobVerdict.from_dict(event.get("verdict") or {"state": "failed", "cause": ending.IMAGE})
+            obj = self.hook.get_kubeflow_job(self.namespace, self.resource, self.name)
+            return self.finish(verdict.outcome(job_object=obj))
+        if status in ("succeeded", "failed"):
+            obj = self.hook.get_kubeflow_job(self.namespace, self.resource, self.name)
+            return self.finish(status_outcome(self.hook.kind.status_of(obj), obj) if obj is not None
+                               else JobOutcome(ending.DELETED))
+        if status == "deleted":
+            return self.finish(JobOutcome(ending.DELETED))
+        # timeout (execution_timeout in the triggerer) or error (the trigger could not watch): the job must go.
+        self.delete_quietly()
+        outcome = JobOutcome(ending.TIMED_OUT if status == "timeout" else ending.FAILED,
+                             message=event.get("message") or status)
+        raise job_failure(f"{self.namespace}/{self.name}", outcome, self.elapsed(), "the job was deleted",
+                          default=event_error_class(event))
+
+    def kill(self) -> None:
+        """``on_kill``: stop waiting and delete the job object (the Kubeflow operator's pods go with it)."""
+        self.stopped = True
+        self.log.info("task killed: deleting %s %s/%s", self.resource.kind, self.namespace, self.name)
+        try:
+            # A hook of its own: the waiting one may be in the middle of a request on this very thread.
+            self.new_hook().delete_kubeflow_job(self.namespace, self.resource, self.name)
+        except Exception as error:
+            self.log.error("could not delete %s %s/%s: %s; delete it by hand", self.resource.kind, self.namespace,
+                           self.name, error)
+
     # ------------------------------------------------------------------ finish
 
     def finish(self, outcome: JobOutcome) -> dict[str, Any]:
@@ -379,24 +336,41 @@ class KubeflowBackend:
         #: the job being waited for, for ``kill``
         self.current: KubeflowJobRun | None = None
 
-    def _started(self, run: KubeflowJobRun) -> None:
-        self.current = run
-
     def check(self, settings: BackendSettings, spec: TrainingSpec | None) -> list[tuple[str, str]]:
         return check_kubeflow_arguments(settings, spec) + trainjob_only(settings, spec, self.name)
 
     def run(self, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, job_name: str,
             command: Sequence[str]) -> dict[str, Any]:
-        return run_kubeflow(task, settings, context, spec, job_name, command, run_class=self.run_class,
-                            on_start=self._started)
+        """Submit (or reattach) the job, then wait here or deferred.
+
+        :returns: the ``return_value`` XCom, each key of it an XCom too; ``job`` is pushed here (also on failure).
+        :raises DistributedJobError: the job failed, was deleted, or the task was killed.
+        """
+        run_class = self.run_class
+        log_ignored(task.log, run_class.backend, ignored_in_cluster(settings, run_class.backend))
+        run = self.current = run_class.start(task, settings, context, spec, job_name, command)
+        handle = run.submit()
+        if not settings.wait_for_completion:
+            run.log.info("%s %s/%s submitted; not waiting for it (wait_for_completion=False)", run.resource.kind,
+                         run.namespace, run.name)
+            return {"job_name": run.name, "namespace": run.namespace, "kind": run.resource.kind}
+        # Lets the job view find the running job in the cluster before there is a final record, in both wait modes.
+        context["ti"].xcom_push(key=LIVE_JOB_XCOM_KEY, value={
+            "job_name": run.name, "namespace": run.namespace, "kubernetes_conn_id": settings.kubernetes_conn_id,
+            "framework": run.framework,
+        })
+        if settings.deferrable and handle.reattached != "succeeded":
+            run.defer()
+        return run.wait()
 
     def resume(self, task: TaskCalls, settings: BackendSettings, context: Context,
                event: dict[str, Any]) -> dict[str, Any]:
-        return resume_kubeflow(task, settings, context, event, run_class=self.run_class, on_start=self._started)
+        run = self.current = self.run_class.resume(task, settings, context, event)
+        return run.complete(event)
 
     def kill(self) -> None:
-        kill_kubeflow(self.current)
+        if self.current is not None:
+            self.current.kill()
 
 
-__all__ = ["KubeflowBackend", "KubeflowJobRun", "check_kubeflow_arguments", "kill_kubeflow", "resume_kubeflow",
-           "run_kubeflow"]
+__all__ = ["KubeflowBackend", "KubeflowJobRun", "check_kubeflow_arguments"]

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from airflow_distributed.backends.base import log_ignored, trainjob_only
+from airflow_distributed.backends.base import KubernetesSettings, log_ignored, trainjob_only
 from airflow_distributed.backends.job_end import end_job, read_document
 from airflow_distributed.backends.job_run import (
     LIVE_JOB_XCOM_KEY,
@@ -55,13 +55,13 @@ from airflow_distributed.plan import build_plan
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_distributed.backends.base import BackendSettings, TaskCalls
+    from airflow_distributed.backends.base import ForKubernetes, TaskCalls
     from airflow_distributed.hooks.kubeflow import KubeflowHandle, KubeflowJobHook
     from airflow_distributed.manifests.kubeflow_kinds import KubeflowResource
     from airflow_distributed.spec import TrainingSpec
     from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
 
-def check_kubeflow_arguments(settings: BackendSettings, spec: TrainingSpec | None) -> list[tuple[str, str]]:
+def check_kubeflow_arguments(settings: ForKubernetes, spec: TrainingSpec | None) -> list[tuple[str, str]]:
     """Problems with the operator's arguments for ``backend="kubeflow"``, as ``(path, message)``.
 
     Adds ``kubeflow_problems(spec)`` (per-index settings one pod template cannot express) for a spec that is not a
@@ -87,7 +87,7 @@ class KubeflowJobRun:
     #: ``fieldValidation`` of the create (``None``: the server's default, ``Warn``).
     field_validation: str | None = None
 
-    def __init__(self, task: TaskCalls, settings: BackendSettings, context: Context, hook: KubeflowJobHook,
+    def __init__(self, task: TaskCalls, settings: ForKubernetes, context: Context, hook: KubeflowJobHook,
                  namespace: str, name: str, framework: str, started_at: float | None = None) -> None:
         self.task, self.settings, self.context, self.hook = task, settings, context, hook
         self.namespace, self.name, self.framework = namespace, name, framework
@@ -113,16 +113,16 @@ class KubeflowJobRun:
         return KubeflowJobHook
 
     def new_hook(self) -> KubeflowJobHook:
-        return self.hook_class()(kubernetes_conn_id=self.settings.kubernetes_conn_id, logger=self.log)
+        return self.hook_class()(kubernetes_conn_id=self.settings.options.kubernetes_conn_id, logger=self.log)
 
     @classmethod
-    def start(cls, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, job_name: str,
+    def start(cls, task: TaskCalls, settings: ForKubernetes, context: Context, spec: TrainingSpec, job_name: str,
               command: Sequence[str]) -> KubeflowJobRun:
         from airflow_distributed.manifests.kubeflow import KubeflowAddressing, KubeflowJobOptions, build_kubeflow_job
         from airflow_distributed.manifests.kubernetes import layout_for_kubernetes
 
         require_image(settings, "kubeflow")
-        hook = cls.hook_class()(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
+        hook = cls.hook_class()(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
         namespace = job_namespace(settings, hook, context["ti"].task_id)  # before anything is created
         layout = layout_for_kubernetes(settings.model_dir, job_name=job_name, checkpoint_dir=settings.checkpoint_dir)
         program = task.replica_program(list(command), layout)
@@ -130,16 +130,16 @@ class KubeflowJobRun:
                           backend="kubeflow", env=stacks_env(settings), try_number=context["ti"].try_number,
                           files=program.files, secret_files=program.secret_files)
         # "All" would let the Kubeflow operator delete the master's pod (and its output) before it is read.
-        pod_policy: Literal["none", "running"] = "none" if settings.clean_pod_policy == "none" else "running"
+        pod_policy: Literal["none", "running"] = "none" if settings.options.clean_pod_policy == "none" else "running"
         options = KubeflowJobOptions(manifest_options(settings, context, namespace), clean_pod_policy=pod_policy)
         run = cls(task, settings, context, hook, namespace, job_name, spec.framework)
         run.body = build_kubeflow_job(plan, options)  # a setting one pod template cannot hold fails here
         return run
 
     @classmethod
-    def resume(cls, task: TaskCalls, settings: BackendSettings, context: Context,
+    def resume(cls, task: TaskCalls, settings: ForKubernetes, context: Context,
                event: dict[str, Any]) -> KubeflowJobRun:
-        hook = cls.hook_class()(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
+        hook = cls.hook_class()(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
         state = event.get("resume_state")
         # The framework rides along in the event (see ``defer``); a trigger deferred by a release that did not hand
         # it back leaves it to the spec.
@@ -161,8 +161,8 @@ class KubeflowJobRun:
         try:
             outcome = self.hook.wait_for_kubeflow_job(
                 self.namespace, self.resource, self.name, stopped=lambda: self.stopped,
-                watch_timings=watch_timings(self.settings), image_pull_grace=self.settings.image_pull_grace,
-                queue_timeout=self.settings.queue_timeout, progress_timeout=self.settings.progress_timeout,
+                watch_timings=watch_timings(self.settings), image_pull_grace=self.settings.options.image_pull_grace,
+                queue_timeout=self.settings.options.queue_timeout, progress_timeout=self.settings.progress_timeout,
                 on_change=lambda status: self.log.info("%s %s/%s is %s%s", self.resource.kind, self.namespace,
                                                        self.name, status.state,
                                                        f": {status.message}" if status.message else ""),
@@ -187,12 +187,12 @@ class KubeflowJobRun:
         deadline, timeout = deferral_deadline(self.settings, self.context)
         trigger = self.trigger_class()(job_name=self.name, namespace=self.namespace, group=self.resource.group,
                                      version=self.resource.version, plural=self.resource.plural,
-                                     kubernetes_conn_id=self.settings.kubernetes_conn_id,
+                                     kubernetes_conn_id=self.settings.options.kubernetes_conn_id,
                                      execution_deadline=deadline, delete_on_kill=True, started_at=self.started_at,
                                      watch_timings=watch_timings(self.settings).as_dict(),
-                                     image_pull_grace=self.settings.image_pull_grace,
-                                     logging_interval=self.settings.logging_interval,
-                                     queue_timeout=self.settings.queue_timeout,
+                                     image_pull_grace=self.settings.options.image_pull_grace,
+                                     logging_interval=self.settings.options.logging_interval,
+                                     queue_timeout=self.settings.options.queue_timeout,
                                      progress_timeout=self.settings.progress_timeout,
                                      resume_state={"framework": self.framework})
         self.log.info("job %s/%s: waiting in the triggerer", self.namespace, self.name)
@@ -269,7 +269,7 @@ class KubeflowJobRun:
                        outcome=outcome, document=document, replicas=statuses, logs=logs, elapsed=elapsed,
                        namespace=self.namespace, usage=usage_over_tries(self.context, runs, elapsed, self.log),
                        cleanup="the job was deleted" if deleted else "the job is kept for a look until the next try",
-                       queue_timeout=self.settings.queue_timeout)
+                       queue_timeout=self.settings.options.queue_timeout)
 
     def _document(self, obj: dict[str, Any] | None) -> dict[str, Any]:
         return read_document(self.hook.kubeflow_output(self.namespace, obj) if obj is not None else None, self.log)
@@ -312,7 +312,7 @@ class KubeflowJobRun:
     def clean_up(self, succeeded: bool, exists: bool = True, unfinished: bool = False) -> bool:
         """Delete the job object when ``clean_pod_policy`` (default: ``all`` after success) says so, or when the
         job failed by this task's verdict while the Kubeflow operator still runs it (``unfinished``)."""
-        policy = self.settings.clean_pod_policy or ("all" if succeeded else "running")
+        policy = self.settings.options.clean_pod_policy or ("all" if succeeded else "running")
         if (policy != "all" and not unfinished) or not exists:
             return False
         self.hook.delete_kubeflow_job(self.namespace, self.resource, self.name)
@@ -329,6 +329,7 @@ class KubeflowBackend:
     """``backend="kubeflow"``: one Kubeflow Training Operator v1 job, judged by that operator."""
 
     name: ClassVar[str] = "kubeflow"
+    options_class: ClassVar[type] = KubernetesSettings
     #: the run of this kind of job; a backend of the same shape (``trainjob``) names its own
     run_class: ClassVar[type[KubeflowJobRun]] = KubeflowJobRun
 
@@ -336,10 +337,10 @@ class KubeflowBackend:
         #: the job being waited for, for ``kill``
         self.current: KubeflowJobRun | None = None
 
-    def check(self, settings: BackendSettings, spec: TrainingSpec | None) -> list[tuple[str, str]]:
+    def check(self, settings: ForKubernetes, spec: TrainingSpec | None) -> list[tuple[str, str]]:
         return check_kubeflow_arguments(settings, spec) + trainjob_only(settings, spec, self.name)
 
-    def run(self, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, job_name: str,
+    def run(self, task: TaskCalls, settings: ForKubernetes, context: Context, spec: TrainingSpec, job_name: str,
             command: Sequence[str]) -> dict[str, Any]:
         """Submit (or reattach) the job, then wait here or deferred.
 
@@ -356,14 +357,14 @@ class KubeflowBackend:
             return {"job_name": run.name, "namespace": run.namespace, "kind": run.resource.kind}
         # Lets the job view find the running job in the cluster before there is a final record, in both wait modes.
         context["ti"].xcom_push(key=LIVE_JOB_XCOM_KEY, value={
-            "job_name": run.name, "namespace": run.namespace, "kubernetes_conn_id": settings.kubernetes_conn_id,
+            "job_name": run.name, "namespace": run.namespace, "kubernetes_conn_id": settings.options.kubernetes_conn_id,
             "framework": run.framework,
         })
         if settings.deferrable and handle.reattached != "succeeded":
             run.defer()
         return run.wait()
 
-    def resume(self, task: TaskCalls, settings: BackendSettings, context: Context,
+    def resume(self, task: TaskCalls, settings: ForKubernetes, context: Context,
                event: dict[str, Any]) -> dict[str, Any]:
         run = self.current = self.run_class.resume(task, settings, context, event)
         return run.complete(event)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_distributed.backends.base import log_ignored, trainjob_only
+from airflow_distributed.backends.base import KubernetesSettings, log_ignored, trainjob_only
 from airflow_distributed.backends.job_run import check_kubernetes_arguments, ignored_in_cluster
 from airflow_distributed.backends.kubernetes_run import KubernetesJobRun
 from airflow_distributed.backends.resumable import ResumableKubernetesJob
@@ -26,7 +26,7 @@ from airflow_distributed.backends.resumable import ResumableKubernetesJob
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_distributed.backends.base import BackendSettings, Problem, TaskCalls
+    from airflow_distributed.backends.base import ForKubernetes, Problem, TaskCalls
     from airflow_distributed.spec import TrainingSpec
 
 
@@ -34,15 +34,16 @@ class KubernetesBackend:
     """``backend="kubernetes"``: one pod per replica and a headless Service, watched by the task."""
 
     name: ClassVar[str] = "kubernetes"
+    options_class: ClassVar[type] = KubernetesSettings
 
     def __init__(self) -> None:
         #: the job being waited for, for ``kill``
         self.current: KubernetesJobRun | None = None
 
-    def check(self, settings: BackendSettings, spec: TrainingSpec | None) -> list[Problem]:
+    def check(self, settings: ForKubernetes, spec: TrainingSpec | None) -> list[Problem]:
         return check_kubernetes_arguments(settings) + trainjob_only(settings, spec, self.name)
 
-    def run(self, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, job_name: str,
+    def run(self, task: TaskCalls, settings: ForKubernetes, context: Context, spec: TrainingSpec, job_name: str,
             command: Sequence[str]) -> dict[str, Any]:
         """Create or reattach the job, then wait (here or deferred).
 
@@ -59,7 +60,7 @@ class KubernetesBackend:
             return {"job_name": handle.name, "namespace": handle.namespace}
         return ResumableKubernetesJob(run).execute_resumable(context)
 
-    def resume(self, task: TaskCalls, settings: BackendSettings, context: Context,
+    def resume(self, task: TaskCalls, settings: ForKubernetes, context: Context,
                event: dict[str, Any]) -> dict[str, Any]:
         run = self.current = KubernetesJobRun.resume(task, settings, context, event)
         return run.complete(event)

@@ -32,7 +32,7 @@ from airflow_distributed.status import PENDING, RUNNING, STOPPED, ReplicaStatus
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_distributed.backends.base import BackendSettings, TaskCalls
+    from airflow_distributed.backends.base import ForKubernetes, TaskCalls
     from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
     from airflow_distributed.jobstate.verdicts import ReplicaSlot
 
@@ -46,7 +46,7 @@ CLEANUP_NOTES = {
 class KubernetesJobFinish:
     """One job of one task instance (its replicas, its hook), and what its end does."""
 
-    def __init__(self, task: TaskCalls, settings: BackendSettings, context: Context, namespace: str, name: str,
+    def __init__(self, task: TaskCalls, settings: ForKubernetes, context: Context, namespace: str, name: str,
                  slots: Sequence[ReplicaSlot], framework: str, hook: DistributedTrainingHook) -> None:
         self.task, self.settings, self.context = task, settings, context
         self.namespace, self.name = namespace, name
@@ -98,7 +98,7 @@ class KubernetesJobFinish:
                        logs=outcome.logs, elapsed=elapsed, namespace=self.namespace,
                        usage=self.usage(outcome.pods, elapsed),
                        cleanup="the job was deleted" if killed or hung else self.cleanup_note(False),
-                       startup_timeout=self.settings.startup_timeout, queue_timeout=self.settings.queue_timeout)
+                       startup_timeout=self.settings.startup_timeout, queue_timeout=self.settings.options.queue_timeout)
 
     def hung_logs(self, outcome: JobOutcome) -> dict[str, list[str]]:
         """The last lines of a hung job's replicas (the first ``HUNG_REPLICAS``), after asking each to print its
@@ -144,7 +144,7 @@ class KubernetesJobFinish:
     # ------------------------------------------------------------------ clean-up
 
     def policy(self, succeeded: bool) -> str:
-        return self.settings.clean_pod_policy or ("all" if succeeded else "running")
+        return self.settings.options.clean_pod_policy or ("all" if succeeded else "running")
 
     def clean_up(self, succeeded: bool, kill: bool = False) -> bool:
         """Apply the clean-up policy (a kill deletes everything), then delete the job's Secrets whatever the policy;

@@ -43,7 +43,7 @@ from airflow_distributed.triggers.log_relay import new_lines_after
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_distributed.backends.base import BackendSettings, TaskCalls
+    from airflow_distributed.backends.base import ForKubernetes, TaskCalls
     from airflow_distributed.hooks.kubernetes import DistributedTrainingHook, JobHandle
     from airflow_distributed.manifests.kubernetes import JobObjects
     from airflow_distributed.plan import ClusterPlan
@@ -57,7 +57,7 @@ MAX_FOLLOWED_LOGS = 32
 class KubernetesJobRun(KubernetesJobFinish):
     """One job of one task instance: its plan, its hook, and the steps of its life."""
 
-    def __init__(self, task: TaskCalls, settings: BackendSettings, context: Context, namespace: str, name: str,
+    def __init__(self, task: TaskCalls, settings: ForKubernetes, context: Context, namespace: str, name: str,
                  slots: Sequence[ReplicaSlot], framework: str, hook: DistributedTrainingHook) -> None:
         super().__init__(task, settings, context, namespace, name, slots, framework, hook)
         self.stopped = False
@@ -71,15 +71,15 @@ class KubernetesJobRun(KubernetesJobFinish):
     def new_hook(self) -> DistributedTrainingHook:
         from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
 
-        return DistributedTrainingHook(kubernetes_conn_id=self.settings.kubernetes_conn_id, logger=self.log)
+        return DistributedTrainingHook(kubernetes_conn_id=self.settings.options.kubernetes_conn_id, logger=self.log)
 
     @classmethod
-    def start(cls, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, job_name: str,
+    def start(cls, task: TaskCalls, settings: ForKubernetes, context: Context, spec: TrainingSpec, job_name: str,
               command: Sequence[str]) -> KubernetesJobRun:
         from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
 
         require_image(settings, "kubernetes")
-        hook = DistributedTrainingHook(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
+        hook = DistributedTrainingHook(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
         namespace = job_namespace(settings, hook, context["ti"].task_id)  # before anything is created
         run = cls(task, settings, context, namespace, job_name, (), spec.framework, hook)
         plan = run.build_objects(spec, command)  # a setting Kubernetes would refuse fails here, before any is created
@@ -106,13 +106,13 @@ class KubernetesJobRun(KubernetesJobFinish):
         return plan
 
     @classmethod
-    def resume(cls, task: TaskCalls, settings: BackendSettings, context: Context,
+    def resume(cls, task: TaskCalls, settings: ForKubernetes, context: Context,
                event: dict[str, Any]) -> KubernetesJobRun:
         """The run of a job after a deferral, from the trigger's event: its replicas, framework and elastic budget
         ride along in it, so the spec is not parsed again (see ``_defer``)."""
         from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
 
-        hook = DistributedTrainingHook(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
+        hook = DistributedTrainingHook(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
         state = event.get("resume_state")
         if state is None:  # a trigger deferred by a release that did not hand them back: the spec has them
             spec = task.spec()
@@ -162,7 +162,7 @@ class KubernetesJobRun(KubernetesJobFinish):
         # Lets the job view find the running job's pods before there is a final record.
         self.context["ti"].xcom_push(key=LIVE_JOB_XCOM_KEY, value={
             "job_name": self.name, "namespace": self.namespace,
-            "kubernetes_conn_id": self.settings.kubernetes_conn_id, "framework": self.framework,
+            "kubernetes_conn_id": self.settings.options.kubernetes_conn_id, "framework": self.framework,
         })
         if self.settings.deferrable and self.handle.reattached != "succeeded":  # type: ignore[union-attr]
             self._defer()
@@ -173,8 +173,8 @@ class KubernetesJobRun(KubernetesJobFinish):
                 outcome = self.hook.wait_for_job(
                     self.namespace, self.name, self.elastic.watched(self.slots),
                     startup_timeout=self.settings.startup_timeout,
-                    queue_timeout=self.settings.queue_timeout,
-                    image_pull_grace=self.settings.image_pull_grace,
+                    queue_timeout=self.settings.options.queue_timeout,
+                    image_pull_grace=self.settings.options.image_pull_grace,
                     watch_timings=watch_timings(self.settings),
                     on_change=self._log_table,
                     stopped=lambda: self.stopped,
@@ -293,14 +293,14 @@ class KubernetesJobRun(KubernetesJobFinish):
             namespace=self.namespace,
             replicas=slots_to_json(self.elastic.watched(self.slots)),
             startup_timeout=self.settings.startup_timeout,
-            queue_timeout=self.settings.queue_timeout,
+            queue_timeout=self.settings.options.queue_timeout,
             progress_timeout=self.settings.progress_timeout,
             started_at=time.time(),
-            kubernetes_conn_id=self.settings.kubernetes_conn_id,
+            kubernetes_conn_id=self.settings.options.kubernetes_conn_id,
             execution_deadline=deadline,
-            image_pull_grace=self.settings.image_pull_grace,
+            image_pull_grace=self.settings.options.image_pull_grace,
             watch_timings=watch_timings(self.settings).as_dict(),
-            logging_interval=self.settings.logging_interval,
+            logging_interval=self.settings.options.logging_interval,
             log_cursor=self.log_cursor,
             resume_state={"framework": self.framework, **self.elastic.state()},
         )
@@ -317,7 +317,7 @@ class KubernetesJobRun(KubernetesJobFinish):
 
     def _followed(self) -> list[str]:
         """The master, and the replicas ``log_replicas`` names (``all``, roles, ``role-index`` or pod names)."""
-        setting = self.settings.log_replicas
+        setting = self.settings.options.log_replicas
         wanted = {setting} if isinstance(setting, str) else set(setting or ())
         names = [self.master.name]
         for slot in self.slots[1:]:

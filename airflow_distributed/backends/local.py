@@ -13,9 +13,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_distributed.backends.base import (
-    BackendSettings,
     DistributedJobError,
+    ForProcesses,
     Problem,
+    ProcessSettings,
     TaskCalls,
     log_ignored,
     trainjob_only,
@@ -62,6 +63,7 @@ class LocalBackend:
     """``backend="local"``: subprocesses on the worker, no cluster."""
 
     name: ClassVar[str] = "local"
+    options_class: ClassVar[type] = ProcessSettings
 
     def __init__(self) -> None:
         #: the running job's replicas, for ``kill``
@@ -71,10 +73,10 @@ class LocalBackend:
         self._stop_grace_period = 5.0
         self._log: Any = None
 
-    def check(self, settings: BackendSettings, spec: TrainingSpec | None) -> list[tuple[str, str]]:
+    def check(self, settings: ForProcesses, spec: TrainingSpec | None) -> list[tuple[str, str]]:
         return check_local_arguments(settings, spec)
 
-    def resume(self, task: TaskCalls, settings: BackendSettings, context: Context,
+    def resume(self, task: TaskCalls, settings: ForProcesses, context: Context,
                event: dict[str, Any]) -> dict[str, Any]:
         raise DistributedJobError("backend='local' never defers, so it has nothing to resume")
 
@@ -88,13 +90,13 @@ class LocalBackend:
                 self._log.info("task killed: stopping every replica")
             job.stop(self._stop_grace_period)
 
-    def run(self, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, name: str,
+    def run(self, task: TaskCalls, settings: ForProcesses, context: Context, spec: TrainingSpec, name: str,
             command: Sequence[str]) -> dict[str, Any]:
         from airflow_distributed.hooks.local import LocalProcessHook
 
         log = self._log = task.log
         log_ignored(log, self.name, ignored_by_local(settings, spec))
-        self._stop_grace_period = settings.stop_grace_period
+        self._stop_grace_period = settings.options.stop_grace_period
         hook = LocalProcessHook(logger=log)
         work_dir, model_dir, checkpoint_dir = local_dirs(settings, name)
         os.makedirs(model_dir, exist_ok=True)
@@ -107,7 +109,7 @@ class LocalBackend:
             # Its files (a function's arguments) and output document go with the job, whatever its ending.
             hook.remove_work_dir(work_dir)
 
-    def _run_job(self, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, name: str,
+    def _run_job(self, task: TaskCalls, settings: ForProcesses, context: Context, spec: TrainingSpec, name: str,
                  command: Sequence[str], hook: LocalProcessHook, work_dir: str, layout: Layout) -> dict[str, Any]:
         """Start the job in its work folder (the replicas' working directory), wait for it, report it."""
         from airflow_distributed.manifests.local import process_specs, resolve_python
@@ -116,7 +118,7 @@ class LocalBackend:
         output_path, checkpoint_dir = layout.output_path, layout.checkpoint_dir or ""
         if os.path.exists(output_path):
             os.remove(output_path)  # a retry must not report the previous try's metrics
-        interpreter = settings.python or sys.executable
+        interpreter = settings.options.python or sys.executable
         addressing = LocalAddressing(ports=hook.free_ports(replica_count(spec)))
         program = task.replica_program(list(command), layout)
         env = dict(settings.env or {})
@@ -140,7 +142,7 @@ class LocalBackend:
         job = self._job = hook.start(specs, cwd=work_dir, elastic=plan.elastic)
         if self._killed:  # killed while they were starting: nothing may outlive the task
             log.info("task killed while its replicas started: stopping every replica")
-            job.stop(settings.stop_grace_period)
+            job.stop(settings.options.stop_grace_period)
         live = LiveJobReport(
             job_name=name, framework=spec.framework, read_document=lambda: _read_text(output_path),
             publish=lambda record: context["ti"].xcom_push(key=LIVE_XCOM_KEY, value=record),
@@ -151,14 +153,14 @@ class LocalBackend:
             master_lines=lambda: job.master.lines)
         try:
             outcome = job.wait(
-                poll_interval=settings.poll_interval,
-                settle=settings.settle_period,
+                poll_interval=settings.options.poll_interval,
+                settle=settings.options.settle_period,
                 on_change=lambda rows: log.info("replicas of %s:\n%s", name, render_table(rows)),
                 on_poll=live,
                 hung=hung,
             )
         finally:
-            job.stop(settings.stop_grace_period)
+            job.stop(settings.options.stop_grace_period)
             self._job = None
         elapsed = time.monotonic() - started
         # Read on failure too: metrics logged before a crash help whoever looks at the failed run.
@@ -210,14 +212,14 @@ def local_runs(plan: Any, replicas: Sequence[Any]) -> list[ReplicaRun]:
     return runs
 
 
-def check_local_arguments(settings: BackendSettings, spec: TrainingSpec | None) -> list[Problem]:
+def check_local_arguments(settings: ForProcesses, spec: TrainingSpec | None) -> list[Problem]:
     """Problems with the arguments for ``backend="local"``: settings it cannot honour and whose absence would change
     the job (it always waits; no Secret or ConfigMap gives variables; no volume holds the model; no runtime)."""
     problems: list[Problem] = []
     if not settings.wait_for_completion:
         problems.append(("wait_for_completion", "the local backend's replicas are children of the task, "
                          "so it always waits; use backend='kubernetes' to start a job and return"))
-    if settings.model_volume is not None:
+    if settings.argument("model_volume") is not None:
         problems.append(("model_volume", "is mounted in pods only: the local backend's replicas save the model in "
                          "model_dir on the worker; give model_dir= a path or a URL, or use backend='kubernetes'"))
     for path, settings_of in pod_settings(spec):
@@ -229,15 +231,15 @@ def check_local_arguments(settings: BackendSettings, spec: TrainingSpec | None) 
     return problems + trainjob_only(settings, spec, LocalBackend.name)
 
 
-def ignored_by_local(settings: BackendSettings, spec: TrainingSpec) -> list[Problem]:
+def ignored_by_local(settings: ForProcesses, spec: TrainingSpec) -> list[Problem]:
     """``(setting, why)`` of each setting the local backend accepts and does not use, for the task log, once per
     try; the spec's pod settings by field, with every path that gives it."""
     ignored: list[Problem] = [(name, why) for name, why in IGNORED_ARGUMENTS.items()
-                              if getattr(settings, name) is not None]
+                              if settings.argument(name) is not None]
     if settings.deferrable:
         ignored.append(("deferrable=True", "the replicas are children of the task, which waits for them in its "
                         "worker slot (it may come from [operators] default_deferrable)"))
-    if settings.image_pull_grace:
+    if settings.argument("image_pull_grace"):
         ignored.append(("image_pull_grace", "the replicas pull no image"))
     return ignored + ignored_pod_settings(spec, IGNORED_POD_SETTINGS, "the replicas are processes on the worker")
 
@@ -271,7 +273,7 @@ def pod_settings(spec: TrainingSpec | None) -> list[tuple[str, PodSettings]]:
     return found
 
 
-def local_dirs(settings: BackendSettings, name: str) -> tuple[str, str, str]:
+def local_dirs(settings: ForProcesses, name: str) -> tuple[str, str, str]:
     """The job's work, model and checkpoint directories under ``$AIRFLOW_HOME/distributed`` unless given."""
     home = os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")
     work_dir = os.path.join(home, "distributed", "jobs", settings.dag_id, name)

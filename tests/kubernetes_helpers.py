@@ -296,7 +296,8 @@ def make_job(namespace: str, environment: dict | None = None, framework: str = "
     plan = build_plan(spec, name, KubernetesAddressing(namespace), layout_for_kubernetes(), ["python", "train.py"],
                       backend="kubernetes")
     settings = JobManifestOptions(namespace=namespace, image="registry.example.com/trainer:1.0",
-                                  task_instance=TaskInstanceRef("hook_tests", "train", name), **options)
+                                  task_instance=TaskInstanceRef(dag_id="hook_tests", task_id="train", run_id=name),
+                                  **options)
     key = generate_ssh_key_pair() if any(r.command is None for r in plan.replicas) else None
     return (lambda uid: build_job_objects(plan, settings, owner_uid=uid, ssh_key=key)), replica_slots(plan), name
 

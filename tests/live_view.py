@@ -108,7 +108,7 @@ def task_state(dag_id: str, run_id: str) -> str | None:
     from airflow_distributed.plugins.job_state import TaskInstanceRef, task_instance_state
 
     with create_session() as session:
-        return task_instance_state(TaskInstanceRef(dag_id, run_id, "train"), session)
+        return task_instance_state(TaskInstanceRef(dag_id=dag_id, run_id=run_id, task_id="train"), session)
 
 
 def dags_folder_bundle() -> None:

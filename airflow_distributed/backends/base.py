@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 from airflow_distributed.exceptions import DistributedJobError
 from airflow_distributed.spec import TrainingSpec
@@ -47,10 +47,10 @@ def trainjob_only(settings: BackendSettings, spec: TrainingSpec | None, backend:
 
     where = "is read by backend='trainjob' only"
     problems: list[Problem] = []
-    if settings.runtime is not None:
+    if settings.argument("runtime") is not None:
         problems.append(("runtime", f"{where} (the TrainJob's training runtime); backend={backend!r} runs no "
                          "training runtime: remove it, or use backend='trainjob'"))
-    if settings.runtime_kind != RUNTIME_KINDS[0]:
+    if settings.argument("runtime_kind") != RUNTIME_KINDS[0]:
         problems.append(("runtime_kind", f"{where} (the kind of the TrainJob's runtime); remove it, or use "
                          "backend='trainjob'"))
     pytorch = spec.environment.pytorch if spec is not None else None
@@ -67,32 +67,12 @@ def log_ignored(log: Any, backend: str, ignored: Sequence[Problem]) -> None:
 
 
 @dataclass(frozen=True)
-class BackendSettings:
-    """The operator's arguments a backend reads (rendered, when built at run time). See the operator's docstring
-    for each."""
+class KubernetesSettings:
+    """The options of the Kubernetes-side backends (``kubernetes``, ``kubeflow``, ``trainjob``)."""
 
-    dag_id: str
-    framework: str | None
-    command: Sequence[str]
-    args: Sequence[str] | None
     image: str | None
-    env: Mapping[str, str] | None
-    model_dir: str | None
-    checkpoint_dir: str | None
-    keep_checkpoints: bool
-    wait_for_completion: bool
-    startup_timeout: float
-    image_pull_grace: float
-    poll_interval: float
-    python: str | None
-    stop_grace_period: float
-    settle_period: float
     kubernetes_conn_id: str | None
-    ray_conn_id: str | None
-    ray_options: Mapping[str, Any] | None
     namespace: str | None
-    deferrable: bool
-    logging_interval: float | None
     clean_pod_policy: Literal["all", "running", "none"] | None
     gpu_resource_key: str
     scheduler_name: str | None
@@ -101,16 +81,88 @@ class BackendSettings:
     model_volume: Any
     log_replicas: str | Sequence[str] | None
     watch_timings: Mapping[str, Any] | None
-    runtime: str | None
-    runtime_kind: Literal["ClusterTrainingRuntime", "TrainingRuntime"]
-    execution_timeout: timedelta | None
-    progress_timeout: float | None
+    image_pull_grace: float
+    logging_interval: float | None
     queue_timeout: float | None
 
+
+@dataclass(frozen=True)
+class TrainJobSettings(KubernetesSettings):
+    """The options of ``backend="trainjob"``: a Kubernetes-side backend's, and the training runtime's."""
+
+    runtime: str | None
+    runtime_kind: Literal["ClusterTrainingRuntime", "TrainingRuntime"]
+
+
+@dataclass(frozen=True)
+class ProcessSettings:
+    """The options of the backends whose replicas are processes the job starts (``local``, ``ray``)."""
+
+    python: str | None
+    stop_grace_period: float
+    settle_period: float
+    poll_interval: float
+
+
+@dataclass(frozen=True)
+class RaySettings(ProcessSettings):
+    """The options of ``backend="ray"``: a process backend's, and the Ray cluster's."""
+
+    ray_conn_id: str | None
+    ray_options: Mapping[str, Any] | None
+
+
+#: Every option of a backend, by the operator argument that gives it.
+OPTION_NAMES = tuple(dict.fromkeys(name for options in (TrainJobSettings, RaySettings)
+                                   for name in options.__dataclass_fields__))
+Options = TypeVar("Options")
+
+
+@dataclass(frozen=True)
+class BackendSettings(Generic[Options]):
+    """The operator's arguments a backend reads (rendered, when built at run time): those of every backend here,
+    the backend's own typed ``options``, and ``others``, the arguments of the other backends as given, which the
+    backend reads only to refuse or ignore them by name. See the operator's docstring for each."""
+
+    dag_id: str
+    framework: str | None
+    command: Sequence[str]
+    args: Sequence[str] | None
+    env: Mapping[str, str] | None
+    model_dir: str | None
+    checkpoint_dir: str | None
+    keep_checkpoints: bool
+    wait_for_completion: bool
+    startup_timeout: float
+    deferrable: bool
+    execution_timeout: timedelta | None
+    progress_timeout: float | None
+    options: Options
+    others: Mapping[str, Any]
+
     @classmethod
-    def of(cls, operator: Any) -> BackendSettings:
-        """The settings of ``operator`` as they are now (unrendered at parse time, rendered in ``execute``)."""
-        return cls(**{name: getattr(operator, name) for name in cls.__dataclass_fields__})
+    def of(cls, operator: Any, options: type[Options]) -> BackendSettings[Options]:
+        """The settings of ``operator`` as they are now (unrendered at parse time, rendered in ``execute``) for a
+        backend whose options are ``options``."""
+        own = set(options.__dataclass_fields__)  # type: ignore[attr-defined]
+        common = {name: getattr(operator, name) for name in cls.__dataclass_fields__
+                  if name not in ("options", "others")}
+        return cls(**common, options=options(**{name: getattr(operator, name) for name in own}),
+                   others={name: getattr(operator, name) for name in OPTION_NAMES if name not in own})
+
+    def argument(self, name: str) -> Any:
+        """The operator argument ``name`` as given, whichever backend it is for (``None`` when it is not given)."""
+        if name in ("options", "others"):
+            raise KeyError(name)
+        if name in self.__dataclass_fields__:
+            return getattr(self, name)
+        return getattr(self.options, name) if hasattr(self.options, name) else self.others.get(name)
+
+
+#: What each kind of backend receives.
+ForKubernetes = BackendSettings[KubernetesSettings]
+ForProcesses = BackendSettings[ProcessSettings]
+ForRay = BackendSettings[RaySettings]
 
 
 @dataclass(frozen=True)
@@ -134,6 +186,8 @@ class Backend(Protocol):
 
     #: the ``backend=`` name it is registered under (``backends.registry``)
     name: ClassVar[str]
+    #: its options (``KubernetesSettings``...): what of the operator's arguments it receives as ``settings.options``
+    options_class: ClassVar[type]
 
     def check(self, settings: BackendSettings, spec: TrainingSpec | None) -> list[Problem]:
         """Problems with the arguments when the DAG is parsed; ``spec`` is ``None`` while it is a template or
@@ -159,5 +213,6 @@ class Backend(Protocol):
         ...
 
 
-__all__ = ["Backend", "BackendSettings", "DistributedJobError", "Problem", "TaskCalls", "has_template", "log_ignored",
-           "trainjob_only"]
+__all__ = ["OPTION_NAMES", "Backend", "BackendSettings", "DistributedJobError", "ForKubernetes", "ForProcesses",
+           "ForRay", "KubernetesSettings", "Problem", "ProcessSettings", "RaySettings", "TaskCalls", "TrainJobSettings",
+           "has_template", "log_ignored", "trainjob_only"]

@@ -1,20 +1,22 @@
-"""Steps a task's job takes the same way on both Kubernetes-side backends (``kubernetes`` and ``kubeflow``).
+"""Steps a task's job takes the same way on the Kubernetes-side backends (``kubernetes``, ``kubeflow``, ``trainjob``):
+the arguments they all check, the namespace, the manifest options and the replicas' variables they all build, the
+deferral's deadline and the watch timings.
 
-Kept apart from the backends so that neither imports the other for them; like the backends, it imports the
+Kept apart from the backends so that none imports another for them; like the backends, it imports the
 Kubernetes clients only when a job runs.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import time
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_distributed.backends.base import BackendSettings, DistributedJobError, Problem, has_template
+from airflow_distributed.backends.base import BackendSettings, DistributedJobError, ForKubernetes, Problem, has_template
 from airflow_distributed.exceptions import error_class_named
 from airflow_distributed.naming import DNS_LABEL_RULE, is_dns_label
-from airflow_distributed.outputs import document_warning
 from airflow_distributed.spec import SpecValidationError
 
 if TYPE_CHECKING:
@@ -22,7 +24,62 @@ if TYPE_CHECKING:
 
     from airflow_distributed.hooks.kube_api import KubeApiHook
     from airflow_distributed.hooks.watch_loop import WatchTimings
-    from airflow_distributed.logs import TaskLog
+    from airflow_distributed.manifests.kubernetes import JobManifestOptions
+
+CLEAN_POD_POLICIES = ("all", "running", "none")
+#: XCom of a cluster job while it runs: where the job view finds it live.
+LIVE_JOB_XCOM_KEY = "kubernetes_job"
+#: How many of a failed replica's last lines the error and the ``job`` XCom quote.
+TAIL_LINES = 30
+#: Past the task's execution_timeout, how long a pod may still run if nothing deletes it (a worker that died).
+DEADLINE_MARGIN_SECONDS = 120
+
+
+def check_kubernetes_arguments(settings: ForKubernetes) -> list[Problem]:
+    """Problems with the Kubernetes arguments every Kubernetes-side backend takes, as ``(argument, message)``."""
+    problems = namespace_problems(settings.options.namespace)
+    policy = settings.options.clean_pod_policy
+    if policy is not None and policy not in CLEAN_POD_POLICIES:
+        problems.append(("clean_pod_policy", f"{policy!r} is not supported; allowed: {', '.join(CLEAN_POD_POLICIES)}"))
+    gang = settings.options.gang_scheduling
+    if gang is not None:
+        from airflow_distributed.manifests.gang_scheduling import GANG_SCHEDULERS
+
+        if gang not in GANG_SCHEDULERS:
+            problems.append(("gang_scheduling", f"{gang!r} is not supported; allowed: {', '.join(GANG_SCHEDULERS)}"))
+    return problems
+
+
+def manifest_options(settings: ForKubernetes, context: Context, namespace: str) -> JobManifestOptions:
+    """What the manifests of every Kubernetes-side backend take from the operator's arguments and the task."""
+    from airflow_distributed.manifests.kubernetes import JobManifestOptions, TaskInstanceRef
+
+    deadline = None
+    if settings.execution_timeout is not None:
+        # A backstop for a worker that dies without a retry: the pods stop on their own after the task's time.
+        deadline = math.ceil(settings.execution_timeout.total_seconds()) + DEADLINE_MARGIN_SECONDS
+    return JobManifestOptions(
+        namespace=namespace,
+        image=settings.options.image or "",  # require_image has refused a job without one
+        gpu_resource_key=settings.options.gpu_resource_key,
+        task_instance=TaskInstanceRef.of(context["ti"]),
+        model_volume=settings.options.model_volume,
+        scheduler_name=settings.options.scheduler_name,
+        gang_scheduling=settings.options.gang_scheduling,
+        queue_name=settings.options.queue_name,
+        active_deadline_seconds=deadline,
+    )
+
+
+def stacks_env(settings: ForKubernetes) -> Mapping[str, str] | None:
+    """The replicas' variables: with ``progress_timeout``, those on which ``tracking`` prints its process's stacks
+    and notes its pid for the hang watchdog's exec."""
+    if settings.progress_timeout is None:
+        return settings.env
+    from airflow_distributed.contract import ENV_STACKS_DIR, ENV_STACKS_SIGNAL
+    from airflow_distributed.jobstate.hang_watch import STACKS_DIR, STACKS_SIGNAL
+
+    return {**(settings.env or {}), ENV_STACKS_SIGNAL: STACKS_SIGNAL, ENV_STACKS_DIR: STACKS_DIR}
 
 
 def job_error(message: str) -> Exception:
@@ -34,8 +91,8 @@ def event_error_class(event: dict[str, Any]) -> type[DistributedJobError] | None
     return error_class_named(event.get("error_class"))
 
 
-def require_image(settings: BackendSettings, backend: str) -> None:
-    if not settings.image:
+def require_image(settings: ForKubernetes, backend: str) -> None:
+    if not settings.options.image:
         raise job_error(f"backend={backend!r} runs every replica from an image: set image=")
 
 
@@ -47,31 +104,32 @@ def namespace_problems(namespace: Any) -> list[Problem]:
     return [("namespace", f"is not a valid namespace: it must be {DNS_LABEL_RULE}")]
 
 
-def job_namespace(settings: BackendSettings, hook: KubeApiHook, task_id: str) -> str:
+def job_namespace(settings: ForKubernetes, hook: KubeApiHook, task_id: str) -> str:
     """The namespace of the job: ``namespace`` as rendered, else the connection's; refused unless a DNS-1123 label,
     before anything is created (it is also part of every replica's address)."""
-    namespace = settings.namespace or hook.default_namespace()
+    options = settings.options
+    namespace = options.namespace or hook.default_namespace()
     if not is_dns_label(namespace):
-        given = "namespace" if settings.namespace else f"namespace (of connection {settings.kubernetes_conn_id!r})"
+        given = "namespace" if options.namespace else f"namespace (of connection {options.kubernetes_conn_id!r})"
         raise SpecValidationError([(given, f"is not a valid namespace: it must be {DNS_LABEL_RULE}")],
                                   source=f"task {task_id}")
     return namespace
 
 
-def ignored_in_cluster(settings: BackendSettings, backend: str) -> list[Problem]:
+def ignored_in_cluster(settings: ForKubernetes, backend: str) -> list[Problem]:
     """Settings a Kubernetes-side ``backend`` accepts and does not use, harmless to ignore: said once per try
     (``log_ignored``)."""
     ignored: list[Problem] = []
-    if settings.python is not None:
+    if settings.argument("python") is not None:
         ignored.append(("python", "it names the interpreter of the local backend's replicas; in a pod a leading "
                         "'python' in command is the image's own"))
-    if settings.log_replicas is not None and backend != "kubernetes":
+    if settings.options.log_replicas is not None and backend != "kubernetes":
         ignored.append(("log_replicas", "only backend='kubernetes' follows other replicas' logs; a failed "
                         "replica's last lines are in the error"))
     return ignored
 
 
-def deferral_deadline(settings: BackendSettings, context: Context) -> tuple[float | None, timedelta | None]:
+def deferral_deadline(settings: BackendSettings[Any], context: Context) -> tuple[float | None, timedelta | None]:
     """When the task's ``execution_timeout`` ends (epoch seconds, for the trigger), and the deferral's timeout."""
     execution_timeout = settings.execution_timeout
     start_date = getattr(context["ti"], "start_date", None)
@@ -82,22 +140,13 @@ def deferral_deadline(settings: BackendSettings, context: Context) -> tuple[floa
     return deadline, timedelta(seconds=max(0.0, deadline - time.time()) + 60)
 
 
-def watch_timings(settings: BackendSettings) -> WatchTimings:
+def watch_timings(settings: ForKubernetes) -> WatchTimings:
     """The operator's ``watch_timings`` (checked at parse time) with the defaults filled in."""
     from airflow_distributed.hooks.watch_loop import WatchTimings
 
-    return WatchTimings.of(settings.watch_timings)
+    return WatchTimings.of(settings.options.watch_timings)
 
 
-def push_success(context: Context, log: TaskLog, result: dict[str, Any], document: dict[str, Any], namespace: str,
-                 name: str, elapsed: float) -> dict[str, Any]:
-    """The log lines of a job that succeeded; returns ``result``, whose keys Airflow pushes as XComs (outputs.py)."""
-    if document["metrics"] == {} and document["model_path"] is None and document_warning(document) is None:
-        log.warning("the master wrote no output document: no metrics or model path")
-    log.info("job %s/%s succeeded in %.1fs; metrics: %s; model path: %s", namespace, name, elapsed,
-             json.dumps(result["metrics"]), result["model_path"])
-    return result
-
-
-__all__ = ["deferral_deadline", "event_error_class", "ignored_in_cluster", "job_error", "job_namespace",
-           "namespace_problems", "push_success", "require_image", "watch_timings"]
+__all__ = ["CLEAN_POD_POLICIES", "LIVE_JOB_XCOM_KEY", "TAIL_LINES", "check_kubernetes_arguments", "deferral_deadline",
+           "event_error_class", "ignored_in_cluster", "job_error", "job_namespace", "manifest_options",
+           "namespace_problems", "require_image", "stacks_env", "watch_timings"]

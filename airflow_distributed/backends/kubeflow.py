@@ -5,10 +5,10 @@ The same spec is submitted as one ``TFJob``/``PyTorchJob``/``MXJob``/``MPIJob``/
 task reads its verdict from the object's ``status.conditions`` through one watch (``KubeflowJobHook``, or
 ``KubeflowJobTrigger`` when deferred).
 
-Entry points, called by ``KubeflowBackend`` (the ``Backend`` of ``backend="kubeflow"``):
-``check_kubeflow_arguments`` (when the DAG is parsed: what the spec asks that one pod template per role cannot
-express), ``run_kubeflow`` (``execute``), ``resume_kubeflow`` (``execute_complete``) and ``kill_kubeflow``
-(``on_kill``).
+``KubeflowBackend`` (the ``Backend`` of ``backend="kubeflow"``) checks the arguments when the DAG is parsed
+(``check_kubeflow_arguments``: also what the spec asks that one pod template per role cannot express) and drives one
+``KubeflowJobRun`` per try: ``run`` (``execute``), ``resume`` (``execute_complete``: ``KubeflowJobRun.complete``) and
+``kill`` (``on_kill``: ``KubeflowJobRun.kill``).
 
 Clean-up. The Kubeflow operator applies ``runPolicy.cleanPodPolicy`` itself when the job ends: ``Running`` (pods
 still running are deleted, finished ones kept) unless ``clean_pod_policy="none"``. Its ``All`` is never asked
@@ -24,50 +24,44 @@ is reattached (running or succeeded) or replaced (failed).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from airflow_distributed.backends.base import log_ignored, trainjob_only
+from airflow_distributed.backends.base import KubernetesSettings, log_ignored, trainjob_only
+from airflow_distributed.backends.job_end import end_job, read_document
 from airflow_distributed.backends.job_run import (
+    LIVE_JOB_XCOM_KEY,
+    TAIL_LINES,
+    check_kubernetes_arguments,
     deferral_deadline,
     event_error_class,
     ignored_in_cluster,
     job_namespace,
-    push_success,
+    manifest_options,
     require_image,
+    stacks_env,
     watch_timings,
 )
 from airflow_distributed.backends.job_usage import usage_over_tries
-from airflow_distributed.backends.kubernetes import (
-    LIVE_JOB_XCOM_KEY,
-    check_kubernetes_arguments,
-    manifest_options,
-    stacks_env,
-)
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.failures import job_failure
 from airflow_distributed.jobstate.outcome import JobOutcome
-from airflow_distributed.jobstate.replica_table import replica_table
 from airflow_distributed.jobstate.usage import pod_run
 from airflow_distributed.jobstate.verdicts import JobVerdict
 from airflow_distributed.live_report import without_records
-from airflow_distributed.outputs import document_warning, job_record, job_result, parse_output_document
 from airflow_distributed.plan import build_plan
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_distributed.backends.base import BackendSettings, TaskCalls
+    from airflow_distributed.backends.base import ForKubernetes, TaskCalls
     from airflow_distributed.hooks.kubeflow import KubeflowHandle, KubeflowJobHook
     from airflow_distributed.manifests.kubeflow_kinds import KubeflowResource
     from airflow_distributed.spec import TrainingSpec
     from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
 
-TAIL_LINES = 30
-
-
-def check_kubeflow_arguments(settings: BackendSettings, spec: TrainingSpec | None) -> list[tuple[str, str]]:
+def check_kubeflow_arguments(settings: ForKubernetes, spec: TrainingSpec | None) -> list[tuple[str, str]]:
     """Problems with the operator's arguments for ``backend="kubeflow"``, as ``(path, message)``.
 
     Adds ``kubeflow_problems(spec)`` (per-index settings one pod template cannot express) for a spec that is not a
@@ -79,84 +73,6 @@ def check_kubeflow_arguments(settings: BackendSettings, spec: TrainingSpec | Non
     from airflow_distributed.manifests.kubeflow_checks import kubeflow_problems
 
     return problems + kubeflow_problems(spec)
-
-
-def _ignore(run: Any) -> None:
-    """No one to tell of a run that starts."""
-
-
-# ---------------------------------------------------------------------------------------------- entry points
-
-
-def run_kubeflow(task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, job_name: str,
-                 command: Sequence[str], run_class: type[KubeflowJobRun] | None = None,
-                 on_start: Callable[[KubeflowJobRun], None] = _ignore) -> dict[str, Any]:
-    """``execute`` for ``backend="kubeflow"``: submit (or reattach) the job, then wait here or deferred.
-
-    :param run_class: the run of another kind of the same shape (``TrainJobRun``); default ``KubeflowJobRun``.
-    :returns: the ``return_value`` XCom, each key of it an XCom too; ``job`` is pushed here (also on failure).
-    :raises DistributedJobError: the job failed, was deleted, or the task was killed.
-    """
-    run_class = run_class or KubeflowJobRun
-    log_ignored(task.log, run_class.backend, ignored_in_cluster(settings, run_class.backend))
-    run = run_class.start(task, settings, context, spec, job_name, command)
-    on_start(run)
-    handle = run.submit()
-    if not settings.wait_for_completion:
-        run.log.info("%s %s/%s submitted; not waiting for it (wait_for_completion=False)", run.resource.kind,
-                     run.namespace, run.name)
-        return {"job_name": run.name, "namespace": run.namespace, "kind": run.resource.kind}
-    # Lets the job view find the running job in the cluster before there is a final record, in both wait modes.
-    context["ti"].xcom_push(key=LIVE_JOB_XCOM_KEY, value={
-        "job_name": run.name, "namespace": run.namespace, "kubernetes_conn_id": settings.kubernetes_conn_id,
-        "framework": run.framework,
-    })
-    if settings.deferrable and handle.reattached != "succeeded":
-        run.defer()
-    return run.wait()
-
-
-def resume_kubeflow(task: TaskCalls, settings: BackendSettings, context: Context, event: dict[str, Any],
-                    run_class: type[KubeflowJobRun] | None = None,
-                    on_start: Callable[[KubeflowJobRun], None] = _ignore) -> dict[str, Any]:
-    """``execute_complete``: the trigger's event -> output, clean-up and XCom, as in the synchronous path."""
-    from airflow_distributed.hooks.kubeflow import status_outcome
-    from airflow_distributed.hooks.pending_pods import OWN_VERDICTS
-
-    run = (run_class or KubeflowJobRun).resume(task, settings, context, event)
-    on_start(run)
-    status = event.get("status")
-    if status == "failed" and event.get("reason") in OWN_VERDICTS:
-        # The trigger's own verdict: the job's status does not show it, so it is not read back.
-        verdict = JobVerdict.from_dict(event.get("verdict") or {"state": "failed", "cause": ending.IMAGE})
-        obj = run.hook.get_kubeflow_job(run.namespace, run.resource, run.name)
-        return run.finish(verdict.outcome(job_object=obj))
-    if status in ("succeeded", "failed"):
-        obj = run.hook.get_kubeflow_job(run.namespace, run.resource, run.name)
-        return run.finish(status_outcome(run.hook.kind.status_of(obj), obj) if obj is not None
-                          else JobOutcome(ending.DELETED))
-    if status == "deleted":
-        return run.finish(JobOutcome(ending.DELETED))
-    # timeout (execution_timeout in the triggerer) or error (the trigger could not watch): the job must go.
-    run.delete_quietly()
-    outcome = JobOutcome(ending.TIMED_OUT if status == "timeout" else ending.FAILED,
-                         message=event.get("message") or status)
-    raise job_failure(f"{run.namespace}/{run.name}", outcome, run.elapsed(), "the job was deleted",
-                      default=event_error_class(event))
-
-
-def kill_kubeflow(run: KubeflowJobRun | None) -> None:
-    """``on_kill``: stop waiting and delete the job object (the Kubeflow operator's pods go with it)."""
-    if run is None:
-        return
-    run.stopped = True
-    run.log.info("task killed: deleting %s %s/%s", run.resource.kind, run.namespace, run.name)
-    try:
-        # A hook of its own: the waiting one may be in the middle of a request on this very thread.
-        run.new_hook().delete_kubeflow_job(run.namespace, run.resource, run.name)
-    except Exception as error:
-        run.log.error("could not delete %s %s/%s: %s; delete it by hand", run.resource.kind, run.namespace,
-                      run.name, error)
 
 
 # ---------------------------------------------------------------------------------------------- one job
@@ -171,7 +87,7 @@ class KubeflowJobRun:
     #: ``fieldValidation`` of the create (``None``: the server's default, ``Warn``).
     field_validation: str | None = None
 
-    def __init__(self, task: TaskCalls, settings: BackendSettings, context: Context, hook: KubeflowJobHook,
+    def __init__(self, task: TaskCalls, settings: ForKubernetes, context: Context, hook: KubeflowJobHook,
                  namespace: str, name: str, framework: str, started_at: float | None = None) -> None:
         self.task, self.settings, self.context, self.hook = task, settings, context, hook
         self.namespace, self.name, self.framework = namespace, name, framework
@@ -197,16 +113,16 @@ class KubeflowJobRun:
         return KubeflowJobHook
 
     def new_hook(self) -> KubeflowJobHook:
-        return self.hook_class()(kubernetes_conn_id=self.settings.kubernetes_conn_id, logger=self.log)
+        return self.hook_class()(kubernetes_conn_id=self.settings.options.kubernetes_conn_id, logger=self.log)
 
     @classmethod
-    def start(cls, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, job_name: str,
+    def start(cls, task: TaskCalls, settings: ForKubernetes, context: Context, spec: TrainingSpec, job_name: str,
               command: Sequence[str]) -> KubeflowJobRun:
         from airflow_distributed.manifests.kubeflow import KubeflowAddressing, KubeflowJobOptions, build_kubeflow_job
         from airflow_distributed.manifests.kubernetes import layout_for_kubernetes
 
         require_image(settings, "kubeflow")
-        hook = cls.hook_class()(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
+        hook = cls.hook_class()(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
         namespace = job_namespace(settings, hook, context["ti"].task_id)  # before anything is created
         layout = layout_for_kubernetes(settings.model_dir, job_name=job_name, checkpoint_dir=settings.checkpoint_dir)
         program = task.replica_program(list(command), layout)
@@ -214,16 +130,16 @@ class KubeflowJobRun:
                           backend="kubeflow", env=stacks_env(settings), try_number=context["ti"].try_number,
                           files=program.files, secret_files=program.secret_files)
         # "All" would let the Kubeflow operator delete the master's pod (and its output) before it is read.
-        pod_policy: Literal["none", "running"] = "none" if settings.clean_pod_policy == "none" else "running"
+        pod_policy: Literal["none", "running"] = "none" if settings.options.clean_pod_policy == "none" else "running"
         options = KubeflowJobOptions(manifest_options(settings, context, namespace), clean_pod_policy=pod_policy)
         run = cls(task, settings, context, hook, namespace, job_name, spec.framework)
         run.body = build_kubeflow_job(plan, options)  # a setting one pod template cannot hold fails here
         return run
 
     @classmethod
-    def resume(cls, task: TaskCalls, settings: BackendSettings, context: Context,
+    def resume(cls, task: TaskCalls, settings: ForKubernetes, context: Context,
                event: dict[str, Any]) -> KubeflowJobRun:
-        hook = cls.hook_class()(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
+        hook = cls.hook_class()(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
         state = event.get("resume_state")
         # The framework rides along in the event (see ``defer``); a trigger deferred by a release that did not hand
         # it back leaves it to the spec.
@@ -245,8 +161,8 @@ class KubeflowJobRun:
         try:
             outcome = self.hook.wait_for_kubeflow_job(
                 self.namespace, self.resource, self.name, stopped=lambda: self.stopped,
-                watch_timings=watch_timings(self.settings), image_pull_grace=self.settings.image_pull_grace,
-                queue_timeout=self.settings.queue_timeout, progress_timeout=self.settings.progress_timeout,
+                watch_timings=watch_timings(self.settings), image_pull_grace=self.settings.options.image_pull_grace,
+                queue_timeout=self.settings.options.queue_timeout, progress_timeout=self.settings.progress_timeout,
                 on_change=lambda status: self.log.info("%s %s/%s is %s%s", self.resource.kind, self.namespace,
                                                        self.name, status.state,
                                                        f": {status.message}" if status.message else ""),
@@ -271,16 +187,51 @@ class KubeflowJobRun:
         deadline, timeout = deferral_deadline(self.settings, self.context)
         trigger = self.trigger_class()(job_name=self.name, namespace=self.namespace, group=self.resource.group,
                                      version=self.resource.version, plural=self.resource.plural,
-                                     kubernetes_conn_id=self.settings.kubernetes_conn_id,
+                                     kubernetes_conn_id=self.settings.options.kubernetes_conn_id,
                                      execution_deadline=deadline, delete_on_kill=True, started_at=self.started_at,
                                      watch_timings=watch_timings(self.settings).as_dict(),
-                                     image_pull_grace=self.settings.image_pull_grace,
-                                     logging_interval=self.settings.logging_interval,
-                                     queue_timeout=self.settings.queue_timeout,
+                                     image_pull_grace=self.settings.options.image_pull_grace,
+                                     logging_interval=self.settings.options.logging_interval,
+                                     queue_timeout=self.settings.options.queue_timeout,
                                      progress_timeout=self.settings.progress_timeout,
                                      resume_state={"framework": self.framework})
         self.log.info("job %s/%s: waiting in the triggerer", self.namespace, self.name)
         self.task.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
+
+    def complete(self, event: dict[str, Any]) -> dict[str, Any]:
+        """``execute_complete``: the trigger's event -> output, clean-up and XCom, as in the synchronous wait."""
+        from airflow_distributed.hooks.kubeflow import status_outcome
+        from airflow_distributed.hooks.pending_pods import OWN_VERDICTS
+
+        status = event.get("status")
+        if status == "failed" and event.get("reason") in OWN_VERDICTS:
+            # The trigger's own verdict: the job's status does not show it, so it is not read back.
+            verdict = JobVerdict.from_dict(event.get("verdict") or {"state": "failed", "cause": ending.IMAGE})
+            obj = self.hook.get_kubeflow_job(self.namespace, self.resource, self.name)
+            return self.finish(verdict.outcome(job_object=obj))
+        if status in ("succeeded", "failed"):
+            obj = self.hook.get_kubeflow_job(self.namespace, self.resource, self.name)
+            return self.finish(status_outcome(self.hook.kind.status_of(obj), obj) if obj is not None
+                               else JobOutcome(ending.DELETED))
+        if status == "deleted":
+            return self.finish(JobOutcome(ending.DELETED))
+        # timeout (execution_timeout in the triggerer) or error (the trigger could not watch): the job must go.
+        self.delete_quietly()
+        outcome = JobOutcome(ending.TIMED_OUT if status == "timeout" else ending.FAILED,
+                             message=event.get("message") or status)
+        raise job_failure(f"{self.namespace}/{self.name}", outcome, self.elapsed(), "the job was deleted",
+                          default=event_error_class(event))
+
+    def kill(self) -> None:
+        """``on_kill``: stop waiting and delete the job object (the Kubeflow operator's pods go with it)."""
+        self.stopped = True
+        self.log.info("task killed: deleting %s %s/%s", self.resource.kind, self.namespace, self.name)
+        try:
+            # A hook of its own: the waiting one may be in the middle of a request on this very thread.
+            self.new_hook().delete_kubeflow_job(self.namespace, self.resource, self.name)
+        except Exception as error:
+            self.log.error("could not delete %s %s/%s: %s; delete it by hand", self.resource.kind, self.namespace,
+                           self.name, error)
 
     # ------------------------------------------------------------------ finish
 
@@ -310,27 +261,18 @@ class KubeflowJobRun:
         statuses = self.hook.replica_statuses(pods, container)
         deleted = self.clean_up(succeeded, exists=obj is not None, unfinished=outcome.ending in (
             ending.IMAGE, ending.QUEUED, ending.HUNG))
-        if statuses:
-            self.log.info("replicas of %s (final):\n%s", self.name, replica_table(statuses))
-        result = job_result(job_name=self.name, framework=self.framework, backend=self.backend,
-                            state="succeeded" if succeeded else "failed", document=document, replicas=statuses,
-                            namespace=self.namespace)
-        ti = self.context["ti"]
-        now = time.time()
-        usage = usage_over_tries(self.context, [pod_run(pod["metadata"]["name"], pod, now) for pod in pods], elapsed,
-                                 self.log)
-        ti.xcom_push(key="job", value=job_record(result, document, logs, elapsed, usage))
         if not succeeded:
             outcome = replace(outcome, replicas=statuses, tail=tuple(logs.get(outcome.replica or "", ())), logs=logs)
-            note = "the job was deleted" if deleted else "the job is kept for a look until the next try"
-            raise job_failure(job, outcome, elapsed, note, queue_timeout=self.settings.queue_timeout)
-        return push_success(self.context, self.log, result, document, self.namespace, self.name, elapsed)
+        now = time.time()
+        runs = [pod_run(pod["metadata"]["name"], pod, now) for pod in pods]
+        return end_job(self.context, self.log, name=self.name, framework=self.framework, backend=self.backend,
+                       outcome=outcome, document=document, replicas=statuses, logs=logs, elapsed=elapsed,
+                       namespace=self.namespace, usage=usage_over_tries(self.context, runs, elapsed, self.log),
+                       cleanup="the job was deleted" if deleted else "the job is kept for a look until the next try",
+                       queue_timeout=self.settings.options.queue_timeout)
 
     def _document(self, obj: dict[str, Any] | None) -> dict[str, Any]:
-        document = parse_output_document(self.hook.kubeflow_output(self.namespace, obj) if obj is not None else None)
-        if (warning := document_warning(document)) is not None:
-            self.log.warning("%s", warning)
-        return document
+        return read_document(self.hook.kubeflow_output(self.namespace, obj) if obj is not None else None, self.log)
 
     def _tails(self, pods: list[dict[str, Any]], container: str, outcome: JobOutcome) -> dict[str, list[str]]:
         """The last lines of the replica that failed the job, best effort: a log that cannot be read decides
@@ -370,7 +312,7 @@ class KubeflowJobRun:
     def clean_up(self, succeeded: bool, exists: bool = True, unfinished: bool = False) -> bool:
         """Delete the job object when ``clean_pod_policy`` (default: ``all`` after success) says so, or when the
         job failed by this task's verdict while the Kubeflow operator still runs it (``unfinished``)."""
-        policy = self.settings.clean_pod_policy or ("all" if succeeded else "running")
+        policy = self.settings.options.clean_pod_policy or ("all" if succeeded else "running")
         if (policy != "all" and not unfinished) or not exists:
             return False
         self.hook.delete_kubeflow_job(self.namespace, self.resource, self.name)
@@ -387,6 +329,7 @@ class KubeflowBackend:
     """``backend="kubeflow"``: one Kubeflow Training Operator v1 job, judged by that operator."""
 
     name: ClassVar[str] = "kubeflow"
+    options_class: ClassVar[type] = KubernetesSettings
     #: the run of this kind of job; a backend of the same shape (``trainjob``) names its own
     run_class: ClassVar[type[KubeflowJobRun]] = KubeflowJobRun
 
@@ -394,24 +337,41 @@ class KubeflowBackend:
         #: the job being waited for, for ``kill``
         self.current: KubeflowJobRun | None = None
 
-    def _started(self, run: KubeflowJobRun) -> None:
-        self.current = run
-
-    def check(self, settings: BackendSettings, spec: TrainingSpec | None) -> list[tuple[str, str]]:
+    def check(self, settings: ForKubernetes, spec: TrainingSpec | None) -> list[tuple[str, str]]:
         return check_kubeflow_arguments(settings, spec) + trainjob_only(settings, spec, self.name)
 
-    def run(self, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, job_name: str,
+    def run(self, task: TaskCalls, settings: ForKubernetes, context: Context, spec: TrainingSpec, job_name: str,
             command: Sequence[str]) -> dict[str, Any]:
-        return run_kubeflow(task, settings, context, spec, job_name, command, run_class=self.run_class,
-                            on_start=self._started)
+        """Submit (or reattach) the job, then wait here or deferred.
 
-    def resume(self, task: TaskCalls, settings: BackendSettings, context: Context,
+        :returns: the ``return_value`` XCom, each key of it an XCom too; ``job`` is pushed here (also on failure).
+        :raises DistributedJobError: the job failed, was deleted, or the task was killed.
+        """
+        run_class = self.run_class
+        log_ignored(task.log, run_class.backend, ignored_in_cluster(settings, run_class.backend))
+        run = self.current = run_class.start(task, settings, context, spec, job_name, command)
+        handle = run.submit()
+        if not settings.wait_for_completion:
+            run.log.info("%s %s/%s submitted; not waiting for it (wait_for_completion=False)", run.resource.kind,
+                         run.namespace, run.name)
+            return {"job_name": run.name, "namespace": run.namespace, "kind": run.resource.kind}
+        # Lets the job view find the running job in the cluster before there is a final record, in both wait modes.
+        context["ti"].xcom_push(key=LIVE_JOB_XCOM_KEY, value={
+            "job_name": run.name, "namespace": run.namespace, "kubernetes_conn_id": settings.options.kubernetes_conn_id,
+            "framework": run.framework,
+        })
+        if settings.deferrable and handle.reattached != "succeeded":
+            run.defer()
+        return run.wait()
+
+    def resume(self, task: TaskCalls, settings: ForKubernetes, context: Context,
                event: dict[str, Any]) -> dict[str, Any]:
-        return resume_kubeflow(task, settings, context, event, run_class=self.run_class, on_start=self._started)
+        run = self.current = self.run_class.resume(task, settings, context, event)
+        return run.complete(event)
 
     def kill(self) -> None:
-        kill_kubeflow(self.current)
+        if self.current is not None:
+            self.current.kill()
 
 
-__all__ = ["KubeflowBackend", "KubeflowJobRun", "check_kubeflow_arguments", "kill_kubeflow", "resume_kubeflow",
-           "run_kubeflow"]
+__all__ = ["KubeflowBackend", "KubeflowJobRun", "check_kubeflow_arguments"]

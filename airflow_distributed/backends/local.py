@@ -6,7 +6,6 @@ them all.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -14,28 +13,23 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_distributed.backends.base import (
-    BackendSettings,
     DistributedJobError,
+    ForProcesses,
     Problem,
+    ProcessSettings,
     TaskCalls,
     log_ignored,
     trainjob_only,
 )
+from airflow_distributed.backends.job_end import end_job, read_document
 from airflow_distributed.backends.job_usage import usage_over_tries
 from airflow_distributed.backends.local_live import LIVE_XCOM_KEY, LiveJobReport
 from airflow_distributed.contract import ENV_STACKS_SIGNAL
 from airflow_distributed.jobstate import outcome as ending
-from airflow_distributed.jobstate.failures import job_failure
 from airflow_distributed.jobstate.outcome import JobOutcome
 from airflow_distributed.jobstate.progress_watch import HangWatchdog
 from airflow_distributed.jobstate.usage import ReplicaRun, plan_requests
-from airflow_distributed.outputs import (
-    DOCUMENT_TEXT_LIMIT,
-    document_warning,
-    job_record,
-    job_result,
-    parse_output_document,
-)
+from airflow_distributed.outputs import DOCUMENT_TEXT_LIMIT
 from airflow_distributed.plan import Layout, LocalAddressing, build_plan, replica_count
 from airflow_distributed.spec.models import SECTION_OF
 from airflow_distributed.status import render_table
@@ -69,6 +63,7 @@ class LocalBackend:
     """``backend="local"``: subprocesses on the worker, no cluster."""
 
     name: ClassVar[str] = "local"
+    options_class: ClassVar[type] = ProcessSettings
 
     def __init__(self) -> None:
         #: the running job's replicas, for ``kill``
@@ -78,10 +73,10 @@ class LocalBackend:
         self._stop_grace_period = 5.0
         self._log: Any = None
 
-    def check(self, settings: BackendSettings, spec: TrainingSpec | None) -> list[tuple[str, str]]:
+    def check(self, settings: ForProcesses, spec: TrainingSpec | None) -> list[tuple[str, str]]:
         return check_local_arguments(settings, spec)
 
-    def resume(self, task: TaskCalls, settings: BackendSettings, context: Context,
+    def resume(self, task: TaskCalls, settings: ForProcesses, context: Context,
                event: dict[str, Any]) -> dict[str, Any]:
         raise DistributedJobError("backend='local' never defers, so it has nothing to resume")
 
@@ -95,13 +90,13 @@ class LocalBackend:
                 self._log.info("task killed: stopping every replica")
             job.stop(self._stop_grace_period)
 
-    def run(self, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, name: str,
+    def run(self, task: TaskCalls, settings: ForProcesses, context: Context, spec: TrainingSpec, name: str,
             command: Sequence[str]) -> dict[str, Any]:
         from airflow_distributed.hooks.local import LocalProcessHook
 
         log = self._log = task.log
         log_ignored(log, self.name, ignored_by_local(settings, spec))
-        self._stop_grace_period = settings.stop_grace_period
+        self._stop_grace_period = settings.options.stop_grace_period
         hook = LocalProcessHook(logger=log)
         work_dir, model_dir, checkpoint_dir = local_dirs(settings, name)
         os.makedirs(model_dir, exist_ok=True)
@@ -114,7 +109,7 @@ class LocalBackend:
             # Its files (a function's arguments) and output document go with the job, whatever its ending.
             hook.remove_work_dir(work_dir)
 
-    def _run_job(self, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, name: str,
+    def _run_job(self, task: TaskCalls, settings: ForProcesses, context: Context, spec: TrainingSpec, name: str,
                  command: Sequence[str], hook: LocalProcessHook, work_dir: str, layout: Layout) -> dict[str, Any]:
         """Start the job in its work folder (the replicas' working directory), wait for it, report it."""
         from airflow_distributed.manifests.local import process_specs, resolve_python
@@ -123,7 +118,7 @@ class LocalBackend:
         output_path, checkpoint_dir = layout.output_path, layout.checkpoint_dir or ""
         if os.path.exists(output_path):
             os.remove(output_path)  # a retry must not report the previous try's metrics
-        interpreter = settings.python or sys.executable
+        interpreter = settings.options.python or sys.executable
         addressing = LocalAddressing(ports=hook.free_ports(replica_count(spec)))
         program = task.replica_program(list(command), layout)
         env = dict(settings.env or {})
@@ -147,7 +142,7 @@ class LocalBackend:
         job = self._job = hook.start(specs, cwd=work_dir, elastic=plan.elastic)
         if self._killed:  # killed while they were starting: nothing may outlive the task
             log.info("task killed while its replicas started: stopping every replica")
-            job.stop(settings.stop_grace_period)
+            job.stop(settings.options.stop_grace_period)
         live = LiveJobReport(
             job_name=name, framework=spec.framework, read_document=lambda: _read_text(output_path),
             publish=lambda record: context["ti"].xcom_push(key=LIVE_XCOM_KEY, value=record),
@@ -158,40 +153,26 @@ class LocalBackend:
             master_lines=lambda: job.master.lines)
         try:
             outcome = job.wait(
-                poll_interval=settings.poll_interval,
-                settle=settings.settle_period,
+                poll_interval=settings.options.poll_interval,
+                settle=settings.options.settle_period,
                 on_change=lambda rows: log.info("replicas of %s:\n%s", name, render_table(rows)),
                 on_poll=live,
                 hung=hung,
             )
         finally:
-            job.stop(settings.stop_grace_period)
+            job.stop(settings.options.stop_grace_period)
             self._job = None
         elapsed = time.monotonic() - started
-        log.info("replicas of %s (final):\n%s", name, render_table(outcome.replicas))
         # Read on failure too: metrics logged before a crash help whoever looks at the failed run.
-        document = parse_output_document(_read_text(output_path))
-        if (warning := document_warning(document)) is not None:
-            log.warning("%s", warning)
-        result = job_result(
-            job_name=name, framework=spec.framework, backend="local",
-            state="succeeded" if outcome.succeeded else "failed", document=document, replicas=outcome.replicas,
-        )
-        logs = {replica.spec.name: list(replica.tail) for replica in job.replicas}
-        usage = usage_over_tries(context, local_runs(plan, job.replicas), elapsed, log)
-        context["ti"].xcom_push(key="job", value=job_record(result, document, logs, elapsed, usage))
-        if not outcome.succeeded:
-            raise job_failure(name, outcome, elapsed, cleanup_note(outcome))
+        result = end_job(context, log, name=name, framework=spec.framework, backend="local", outcome=outcome,
+                         document=read_document(_read_text(output_path), log), replicas=outcome.replicas,
+                         logs={replica.spec.name: list(replica.tail) for replica in job.replicas}, elapsed=elapsed,
+                         usage=usage_over_tries(context, local_runs(plan, job.replicas), elapsed, log),
+                         cleanup=cleanup_note(outcome), document_at=output_path)
         if not settings.keep_checkpoints:
             removed = hook.remove_checkpoints(checkpoint_dir, name)
             if removed:
                 log.info("job %s succeeded: removed its %d checkpoint files (keep_checkpoints=False)", name, removed)
-        if document["metrics"] == {} and document["model_path"] is None and document_warning(document) is None:
-            log.warning("the master wrote no output document at %s: no metrics or model path", output_path)
-        log.info(
-            "job %s succeeded in %.1fs; metrics: %s; model path: %s",
-            name, elapsed, json.dumps(result["metrics"]), result["model_path"],
-        )
         return result
 
 
@@ -204,14 +185,14 @@ def local_runs(plan: Any, replicas: Sequence[Any]) -> list[ReplicaRun]:
     return runs
 
 
-def check_local_arguments(settings: BackendSettings, spec: TrainingSpec | None) -> list[Problem]:
+def check_local_arguments(settings: ForProcesses, spec: TrainingSpec | None) -> list[Problem]:
     """Problems with the arguments for ``backend="local"``: settings it cannot honour and whose absence would change
     the job (it always waits; no Secret or ConfigMap gives variables; no volume holds the model; no runtime)."""
     problems: list[Problem] = []
     if not settings.wait_for_completion:
         problems.append(("wait_for_completion", "the local backend's replicas are children of the task, "
                          "so it always waits; use backend='kubernetes' to start a job and return"))
-    if settings.model_volume is not None:
+    if settings.argument("model_volume") is not None:
         problems.append(("model_volume", "is mounted in pods only: the local backend's replicas save the model in "
                          "model_dir on the worker; give model_dir= a path or a URL, or use backend='kubernetes'"))
     for path, settings_of in pod_settings(spec):
@@ -223,15 +204,15 @@ def check_local_arguments(settings: BackendSettings, spec: TrainingSpec | None) 
     return problems + trainjob_only(settings, spec, LocalBackend.name)
 
 
-def ignored_by_local(settings: BackendSettings, spec: TrainingSpec) -> list[Problem]:
+def ignored_by_local(settings: ForProcesses, spec: TrainingSpec) -> list[Problem]:
     """``(setting, why)`` of each setting the local backend accepts and does not use, for the task log, once per
     try; the spec's pod settings by field, with every path that gives it."""
     ignored: list[Problem] = [(name, why) for name, why in IGNORED_ARGUMENTS.items()
-                              if getattr(settings, name) is not None]
+                              if settings.argument(name) is not None]
     if settings.deferrable:
         ignored.append(("deferrable=True", "the replicas are children of the task, which waits for them in its "
                         "worker slot (it may come from [operators] default_deferrable)"))
-    if settings.image_pull_grace:
+    if settings.argument("image_pull_grace"):
         ignored.append(("image_pull_grace", "the replicas pull no image"))
     return ignored + ignored_pod_settings(spec, IGNORED_POD_SETTINGS, "the replicas are processes on the worker")
 
@@ -265,7 +246,7 @@ def pod_settings(spec: TrainingSpec | None) -> list[tuple[str, PodSettings]]:
     return found
 
 
-def local_dirs(settings: BackendSettings, name: str) -> tuple[str, str, str]:
+def local_dirs(settings: ForProcesses, name: str) -> tuple[str, str, str]:
     """The job's work, model and checkpoint directories under ``$AIRFLOW_HOME/distributed`` unless given."""
     home = os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")
     work_dir = os.path.join(home, "distributed", "jobs", settings.dag_id, name)

@@ -9,25 +9,25 @@ waits for it again, or starts a new one. Ray is imported only where a job is sub
 
 from __future__ import annotations
 
-import json
 import posixpath
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_distributed.backends.base import (
-    BackendSettings,
     DistributedJobError,
+    ForRay,
     Problem,
+    RaySettings,
     TaskCalls,
     log_ignored,
     trainjob_only,
 )
+from airflow_distributed.backends.job_end import end_job, read_document
 from airflow_distributed.backends.local import ignored_pod_settings, pod_settings
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.failures import job_failure
 from airflow_distributed.jobstate.outcome import JobOutcome
-from airflow_distributed.outputs import job_record, job_result, parse_output_document
 from airflow_distributed.status import ReplicaStatus, render_table
 
 if TYPE_CHECKING:
@@ -79,6 +79,7 @@ class RayBackend:
     """``backend="ray"``: one Ray Job on the cluster of connection ``ray_conn_id``."""
 
     name: ClassVar[str] = "ray"
+    options_class: ClassVar[type] = RaySettings
 
     def __init__(self) -> None:
         #: the running job (hook, name), for ``kill``
@@ -86,7 +87,7 @@ class RayBackend:
         self._killed = False
         self._log: Any = None
 
-    def check(self, settings: BackendSettings, spec: TrainingSpec | None) -> list[Problem]:
+    def check(self, settings: ForRay, spec: TrainingSpec | None) -> list[Problem]:
         return check_ray_arguments(settings, spec)
 
     def kill(self) -> None:
@@ -97,7 +98,7 @@ class RayBackend:
                 self._log.info("task killed: stopping Ray job %s", name)
             stop_job(hook, name, self._log)
 
-    def run(self, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, name: str,
+    def run(self, task: TaskCalls, settings: ForRay, context: Context, spec: TrainingSpec, name: str,
             command: Sequence[str]) -> dict[str, Any]:
         from airflow_distributed.hooks.ray import FINAL_STATES, RayJobHook
         from airflow_distributed.manifests.ray import (
@@ -111,8 +112,8 @@ class RayBackend:
 
         log = self._log = task.log
         log_ignored(log, self.name, ignored_by_ray(settings, spec))
-        hook = RayJobHook(ray_conn_id=settings.ray_conn_id or RayJobHook.default_conn_name)
-        options = RayOptions.of(settings.ray_options)
+        hook = RayJobHook(ray_conn_id=settings.options.ray_conn_id or RayJobHook.default_conn_name)
+        options = RayOptions.of(settings.options.ray_options)
         info = hook.info(name)
         if info is not None and info.get("status") not in FINAL_STATES:
             log.info("Ray job %s is already running on %s (an earlier try's): waiting for it", name, hook.address)
@@ -130,11 +131,11 @@ class RayBackend:
                 spec=spec, job_name=name, command=program.command, layout=layout, files=program.files,
                 env=settings.env, options=options, liveness=settings.wait_for_completion,
                 try_number=context["ti"].try_number, startup_timeout=settings.startup_timeout,
-                settle_period=settings.settle_period, stop_grace_period=settings.stop_grace_period,
-                poll_interval=min(settings.poll_interval, 0.5), keep_checkpoints=settings.keep_checkpoints,
+                settle_period=settings.options.settle_period, stop_grace_period=settings.options.stop_grace_period,
+                poll_interval=min(settings.options.poll_interval, 0.5), keep_checkpoints=settings.keep_checkpoints,
                 progress_timeout=settings.progress_timeout,
             )
-            entrypoint, runtime_env = ray_job(description, settings.python or "python")
+            entrypoint, runtime_env = ray_job(description, settings.options.python or "python")
             hook.submit(name, entrypoint, runtime_env, metadata={"dag_id": settings.dag_id, "job_name": name})
             log.info("job %s: %s with %d replicas submitted to the Ray cluster at %s", name, spec.framework,
                      len(description["bundles"]), hook.address)
@@ -149,7 +150,7 @@ class RayBackend:
             self._defer(task, settings, context, name, spec.framework, renew_every)
         live = _live_report(context, log, name, spec.framework)
         try:
-            info = wait_for_job(hook, name, max(MIN_POLL_INTERVAL, settings.poll_interval), log, on_report=live,
+            info = wait_for_job(hook, name, max(MIN_POLL_INTERVAL, settings.options.poll_interval), log, on_report=live,
                                 renew_every=renew_every)
         except BaseException:
             # execution_timeout (AirflowTaskTimeout) or anything else: the job must not outlive the wait.
@@ -159,27 +160,27 @@ class RayBackend:
             self._job = None
         return finish(context, log, settings, hook, name, spec.framework, info)
 
-    def _defer(self, task: TaskCalls, settings: BackendSettings, context: Context, name: str, framework: str,
+    def _defer(self, task: TaskCalls, settings: ForRay, context: Context, name: str, framework: str,
                renew_every: float) -> None:
         from airflow_distributed.backends.job_run import deferral_deadline
         from airflow_distributed.triggers.ray import RayJobTrigger
 
         deadline, timeout = deferral_deadline(settings, context)
-        trigger = RayJobTrigger(job_name=name, ray_conn_id=settings.ray_conn_id or "ray_default",
-                                poll_interval=max(MIN_POLL_INTERVAL, settings.poll_interval),
+        trigger = RayJobTrigger(job_name=name, ray_conn_id=settings.options.ray_conn_id or "ray_default",
+                                poll_interval=max(MIN_POLL_INTERVAL, settings.options.poll_interval),
                                 execution_deadline=deadline, reconnect_budget=RECONNECT_BUDGET,
                                 renew_every=renew_every, resume_state={"framework": framework})
         task.log.info("Ray job %s: waiting in the triggerer", name)
         self._job = None  # the task process ends while deferred: on_kill then has nothing to stop
         task.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
 
-    def resume(self, task: TaskCalls, settings: BackendSettings, context: Context,
+    def resume(self, task: TaskCalls, settings: ForRay, context: Context,
                event: dict[str, Any]) -> dict[str, Any]:
         from airflow_distributed.hooks.ray import RayJobHook
 
         log = self._log = task.log
         name = event["job_name"]
-        hook = RayJobHook(ray_conn_id=settings.ray_conn_id or RayJobHook.default_conn_name)
+        hook = RayJobHook(ray_conn_id=settings.options.ray_conn_id or RayJobHook.default_conn_name)
         if event.get("status") != "final":  # timeout or a cluster that stayed unreachable: nothing may go on running
             stop_job(hook, name, log)
             outcome = JobOutcome(ending.TIMED_OUT if event.get("status") == "timeout" else ending.FAILED,
@@ -256,30 +257,20 @@ def wait_for_job(hook: RayJobHook, name: str, interval: float, log: Any,
         time.sleep(interval)
 
 
-def finish(context: Context, log: Any, settings: BackendSettings, hook: RayJobHook, name: str, framework: str,
+def finish(context: Context, log: Any, settings: ForRay, hook: RayJobHook, name: str, framework: str,
            info: dict[str, Any]) -> dict[str, Any]:
     """The job ended: its outcome from the driver's last report, the ``job`` XCom, the result or the error."""
     from airflow_distributed.manifests.ray import last_report
 
     logs = hook.logs(name)
     report = last_report(logs, "outcome") or {}
-    elapsed = _elapsed(info)
     rows = _statuses(report.get("replicas") or [])
-    document = parse_output_document(report.get("document"))
     succeeded = info.get("status") == "SUCCEEDED" and report.get("ending") == ending.SUCCEEDED
-    result = job_result(job_name=name, framework=framework, backend="ray",
-                        state="succeeded" if succeeded else "failed", document=document, replicas=rows)
-    context["ti"].xcom_push(key="job", value=job_record(result, document, report.get("logs") or {}, elapsed))
-    if rows:
-        log.info("replicas of %s (final):\n%s", name, render_table(rows))
-    if not succeeded:
-        raise job_failure(name, _outcome(info, report, logs), elapsed,
-                          "no replica is left running and its placement group is removed")
-    if document["metrics"] == {} and document["model_path"] is None:
-        log.warning("the master wrote no output document: no metrics or model path")
-    log.info("job %s succeeded in %.1fs; metrics: %s; model path: %s", name, elapsed, json.dumps(result["metrics"]),
-             result["model_path"])
-    return result
+    return end_job(context, log, name=name, framework=framework, backend="ray",
+                   outcome=JobOutcome(ending.SUCCEEDED, rows) if succeeded else _outcome(info, report, logs),
+                   document=read_document(report.get("document"), log), replicas=rows,
+                   logs=report.get("logs") or {}, elapsed=_elapsed(info),
+                   cleanup="no replica is left running and its placement group is removed")
 
 
 def _outcome(info: dict[str, Any], report: dict[str, Any], logs: str) -> JobOutcome:
@@ -318,7 +309,7 @@ def stop_job(hook: RayJobHook, name: str, log: Any) -> None:
             log.error("could not stop Ray job %s: %s; stop it with `ray job stop %s`", name, error, name)
 
 
-def ray_dirs(settings: BackendSettings, name: str) -> tuple[str, str]:
+def ray_dirs(settings: ForRay, name: str) -> tuple[str, str]:
     """The job's model and checkpoint folders as the replicas see them (default: under the nodes' work root)."""
     from airflow_distributed.manifests.ray import DEFAULT_WORK_ROOT
 
@@ -327,13 +318,13 @@ def ray_dirs(settings: BackendSettings, name: str) -> tuple[str, str]:
     return model_dir, checkpoint_dir
 
 
-def check_ray_arguments(settings: BackendSettings, spec: TrainingSpec | None) -> list[Problem]:
+def check_ray_arguments(settings: ForRay, spec: TrainingSpec | None) -> list[Problem]:
     """Problems with the arguments for ``backend="ray"``: settings a Ray cluster cannot honour, named."""
     from airflow_distributed.manifests.ray import ray_option_problems  # pure and light: no Ray at parse time
 
     problems: list[Problem] = [(name, why) for name, why in REFUSED_ARGUMENTS.items()
-                               if getattr(settings, name) is not None]
-    problems += ray_option_problems(settings.ray_options)
+                               if settings.argument(name) is not None]
+    problems += ray_option_problems(settings.options.ray_options)
     if spec is not None and spec.framework == "horovod":
         problems.append(("framework", "horovod is not run by backend='ray': its launcher reaches the workers over "
                          "SSH; use horovod on backend='local' or 'kubernetes', or pytorch/tensorflow on ray"))
@@ -348,11 +339,11 @@ def check_ray_arguments(settings: BackendSettings, spec: TrainingSpec | None) ->
     return problems + trainjob_only(settings, spec, RayBackend.name)
 
 
-def ignored_by_ray(settings: BackendSettings, spec: TrainingSpec) -> list[Problem]:
+def ignored_by_ray(settings: ForRay, spec: TrainingSpec) -> list[Problem]:
     """``(setting, why)`` of each setting the Ray backend accepts and does not use, for the task log, once per try."""
     ignored: list[Problem] = [(name, why) for name, why in IGNORED_ARGUMENTS.items()
-                              if getattr(settings, name) is not None]
-    if settings.image_pull_grace:
+                              if settings.argument(name) is not None]
+    if settings.argument("image_pull_grace"):
         ignored.append(("image_pull_grace", "the replicas pull no image"))
     return ignored + ignored_pod_settings(spec, IGNORED_POD_SETTINGS, "the replicas are processes of a Ray job")
 

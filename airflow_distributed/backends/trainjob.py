@@ -20,20 +20,22 @@ import importlib.util
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_distributed.backends.job_run import job_namespace, require_image
-from airflow_distributed.backends.kubeflow import KubeflowBackend, KubeflowJobRun
-from airflow_distributed.backends.kubernetes import (
+from airflow_distributed.backends.base import TrainJobSettings
+from airflow_distributed.backends.job_run import (
     check_kubernetes_arguments,
+    job_namespace,
     manifest_options,
+    require_image,
     stacks_env,
 )
+from airflow_distributed.backends.kubeflow import KubeflowBackend, KubeflowJobRun
 from airflow_distributed.backends.local_live import LIVE_XCOM_KEY
 from airflow_distributed.plan import build_plan
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_distributed.backends.base import BackendSettings, TaskCalls
+    from airflow_distributed.backends.base import ForKubernetes, TaskCalls
     from airflow_distributed.hooks.trainjob import TrainJobHook
     from airflow_distributed.manifests.kubeflow_kinds import KubeflowResource
     from airflow_distributed.spec import TrainingSpec
@@ -44,7 +46,15 @@ if TYPE_CHECKING:
 MODELS_PACKAGE = "kubeflow_trainer_api"
 
 
-def check_trainjob_arguments(settings: BackendSettings, spec: TrainingSpec | None) -> list[tuple[str, str]]:
+def trainjob_options(settings: ForKubernetes) -> TrainJobSettings:
+    """The options of ``backend="trainjob"`` (the training runtime's besides the Kubernetes-side ones)."""
+    options = settings.options
+    if not isinstance(options, TrainJobSettings):
+        raise TypeError(f"backend='trainjob' receives TrainJobSettings, not {type(options).__name__}")
+    return options
+
+
+def check_trainjob_arguments(settings: ForKubernetes, spec: TrainingSpec | None) -> list[tuple[str, str]]:
     """Problems with the operator's arguments for ``backend="trainjob"``, as ``(path, message)``, found when the
     DAG is parsed: the framework has a Trainer v2 runtime, one pod template serves every node, and the options
     a TrainJob cannot carry are not set. Light: the typed models are imported only when a job is built."""
@@ -54,16 +64,16 @@ def check_trainjob_arguments(settings: BackendSettings, spec: TrainingSpec | Non
     if importlib.util.find_spec(MODELS_PACKAGE) is None:  # found, not imported: a DAG parse stays light
         problems.append(("backend", f"backend='trainjob' needs the 'trainjob' extra, which is not installed here "
                          f"(no module {MODELS_PACKAGE!r}): pip install 'airflow-distributed[trainjob]'"))
-    runtime_kind = settings.runtime_kind
+    runtime_kind = trainjob_options(settings).runtime_kind
     if runtime_kind not in RUNTIME_KINDS:
         problems.append(("runtime_kind", f"{runtime_kind!r} is not supported; allowed: {', '.join(RUNTIME_KINDS)}"))
     for argument, why in (("gang_scheduling", "the training runtime's podGroupPolicy decides gang scheduling"),
                           ("scheduler_name", "the training runtime's pod template names the scheduler")):
-        if getattr(settings, argument) is not None:
+        if getattr(settings.options, argument) is not None:
             problems.append((argument, f"not taken by backend='trainjob': {why}"))
     if spec is None:
         return problems
-    return problems + trainjob_problems(spec, settings.runtime)
+    return problems + trainjob_problems(spec, trainjob_options(settings).runtime)
 
 
 # ---------------------------------------------------------------------------------------------- one job
@@ -91,22 +101,23 @@ class TrainJobRun(KubeflowJobRun):
         return TrainJobHook
 
     @classmethod
-    def start(cls, task: TaskCalls, settings: BackendSettings, context: Context, spec: TrainingSpec, job_name: str,
+    def start(cls, task: TaskCalls, settings: ForKubernetes, context: Context, spec: TrainingSpec, job_name: str,
               command: Sequence[str]) -> TrainJobRun:
         from airflow_distributed.manifests.kubernetes import layout_for_kubernetes
         from airflow_distributed.manifests.trainjob import TrainJobAddressing, TrainJobOptions, build_trainjob
 
         # A templated spec was checked by check_trainjob_arguments once rendered, in execute, before this.
         require_image(settings, "trainjob")
-        hook = cls.hook_class()(kubernetes_conn_id=settings.kubernetes_conn_id, logger=task.log)
+        hook = cls.hook_class()(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
         namespace = job_namespace(settings, hook, context["ti"].task_id)  # before anything is created
         layout = layout_for_kubernetes(settings.model_dir, job_name=job_name, checkpoint_dir=settings.checkpoint_dir)
         program = task.replica_program(list(command), layout)
         plan = build_plan(spec, job_name, TrainJobAddressing(namespace), layout, program.command,
                           backend="trainjob", env=stacks_env(settings), try_number=context["ti"].try_number,
                           files=program.files, secret_files=program.secret_files)
-        options = TrainJobOptions(manifest_options(settings, context, namespace), runtime=settings.runtime,
-                                  runtime_kind=settings.runtime_kind,
+        own = trainjob_options(settings)
+        options = TrainJobOptions(manifest_options(settings, context, namespace), runtime=own.runtime,
+                                  runtime_kind=own.runtime_kind,
                                   n_proc_per_node=getattr(spec.cluster, "n_proc_per_node", None))
         run = cls(task, settings, context, hook, namespace, job_name, spec.framework)
         run.body = build_trainjob(plan, options)
@@ -152,10 +163,11 @@ class TrainJobBackend(KubeflowBackend):
     """``backend="trainjob"``: one Kubeflow Trainer v2 ``TrainJob``; the Kubeflow backend's steps, its own run."""
 
     name: ClassVar[str] = "trainjob"
+    options_class: ClassVar[type] = TrainJobSettings
     run_class: ClassVar[type[KubeflowJobRun]] = TrainJobRun
 
-    def check(self, settings: BackendSettings, spec: TrainingSpec | None) -> list[tuple[str, str]]:
+    def check(self, settings: ForKubernetes, spec: TrainingSpec | None) -> list[tuple[str, str]]:
         return check_trainjob_arguments(settings, spec)
 
 
-__all__ = ["TrainJobBackend", "TrainJobRun", "check_trainjob_arguments", "live_record"]
+__all__ = ["TrainJobBackend", "TrainJobRun", "check_trainjob_arguments", "live_record", "trainjob_options"]

@@ -85,6 +85,7 @@ from airflow_distributed.manifests.kubernetes_resources import (
     split_security_context,
     tolerations,
 )
+from airflow_distributed.manifests.pod_names import task_annotations, task_labels
 from airflow_distributed.plan import ClusterPlan, Replica
 
 # Where mpi-operator mounts the hostfile it writes (OpenMPI's default hostfile on the launcher).
@@ -184,11 +185,11 @@ def build_kubeflow_job(plan: ClusterPlan, options: KubeflowJobOptions) -> dict[s
 
     pods = options.pods
     ti = pods.task_instance
-    own_labels = {**(ti.labels() if ti else {}), JOB_LABEL: plan.job_name}
+    own_labels = {**task_labels(ti), JOB_LABEL: plan.job_name}
     job_labels = {**pods.labels, **own_labels}
     if pods.queue_name:
         job_labels[KUEUE_QUEUE_LABEL] = pods.queue_name
-    job_annotations = {**pods.annotations, **(ti.annotations() if ti else {})}
+    job_annotations = {**pods.annotations, **task_annotations(ti)}
 
     replica_specs = {
         kind.replica_type(role): {
@@ -319,7 +320,7 @@ def _pod_template(
         ROLE_LABEL: first.role,
         MASTER_LABEL: "true" if first.is_master else "false",
     }
-    own_annotations = pods.task_instance.annotations() if pods.task_instance else {}
+    own_annotations = task_annotations(pods.task_instance)
     annotations = {**pods.annotations, **(settings.annotations or {}), **own_annotations}
     metadata = model(client.V1ObjectMeta, labels=labels, annotations=annotations or None)
     return model(client.V1PodTemplateSpec, metadata=metadata, spec=spec)

@@ -70,9 +70,11 @@ from airflow_distributed.manifests.pod_names import (
     MASTER_LABEL,
     READINESS_CONTAINER,
     ROLE_LABEL,
+    task_annotations,
+    task_labels,
 )
-from airflow_distributed.naming import label_value
 from airflow_distributed.plan import ClusterPlan, Layout, Replica
+from airflow_distributed.task_instance import TaskInstanceRef
 
 # Layout of the Kubernetes backend: where a replica finds its model dir, output path and the plan's files.
 MODEL_DIR = "/airflow-distributed/model"
@@ -130,45 +132,6 @@ def secret_files_name(job_name: str) -> str:
 def job_secret_names(job_name: str) -> tuple[str, ...]:
     """Every Secret a job of this name may have: deleted by name when the job ends, whatever its pods' fate."""
     return ssh_secret_name(job_name), secret_files_name(job_name)
-
-
-@dataclass(frozen=True)
-class TaskInstanceRef:
-    """The Airflow task instance a job belongs to, as labels (for selectors) and annotations (exact values)."""
-
-    dag_id: str
-    task_id: str
-    run_id: str
-    map_index: int = -1
-    try_number: int | None = None
-
-    @classmethod
-    def of(cls, ti: Any) -> TaskInstanceRef:
-        """From a task instance of the Airflow context (``context["ti"]``)."""
-        map_index = getattr(ti, "map_index", None)
-        return cls(ti.dag_id, ti.task_id, ti.run_id, -1 if map_index is None else map_index,
-                   getattr(ti, "try_number", None))
-
-    def labels(self) -> dict[str, str]:
-        labels = {
-            LABEL_PREFIX + "dag-id": label_value(self.dag_id),
-            LABEL_PREFIX + "task-id": label_value(self.task_id),
-            LABEL_PREFIX + "run-id": label_value(self.run_id),
-        }
-        # label_value would turn -1 into "1": an unmapped task gets no map-index label at all.
-        if self.map_index >= 0:
-            labels[LABEL_PREFIX + "map-index"] = str(self.map_index)
-        if self.try_number is not None:
-            labels[LABEL_PREFIX + "try-number"] = str(self.try_number)
-        return labels
-
-    def annotations(self) -> dict[str, str]:
-        """The exact ids: a label value keeps 63 of ``[A-Za-z0-9_.-]``, so ``+``, ``:`` and long ids are lost."""
-        return {
-            LABEL_PREFIX + "dag-id": self.dag_id,
-            LABEL_PREFIX + "task-id": self.task_id,
-            LABEL_PREFIX + "run-id": self.run_id,
-        }
 
 
 @dataclass(frozen=True)
@@ -409,8 +372,8 @@ class _JobParts:
     @classmethod
     def of(cls, plan: ClusterPlan, options: JobManifestOptions, owner_uid: str | None) -> _JobParts:
         ti = options.task_instance
-        own_labels = {**(ti.labels() if ti else {}), JOB_LABEL: plan.job_name}
-        own_annotations = ti.annotations() if ti else {}
+        own_labels = {**task_labels(ti), JOB_LABEL: plan.job_name}
+        own_annotations = task_annotations(ti)
         standby_hosts = tuple(replica.host for replica in plan.replicas if replica.command is None)
         grouping = pod_grouping(
             plan.job_name, len(plan.replicas), options.gang_scheduling, options.queue_name, options.scheduler_name

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_distributed.contract import ENV_INDEX, ENV_ROLE
 from airflow_distributed.frameworks import all_frameworks
+from airflow_distributed.manifests.pod_names import task_annotations, task_labels
 from airflow_distributed.manifests.trainjob_status import GROUP, KIND, NODE, VERSION
 from airflow_distributed.plan import ClusterPlan, indexed_settings, master_settings
 from airflow_distributed.spec.models import SECTION_OF, PodSettings, TrainingSpec
@@ -212,11 +213,11 @@ def build_trainjob(plan: ClusterPlan, options: TrainJobOptions) -> dict[str, Any
         raise ValueError(f"job {plan.job_name}: a TrainJob has no way to ship the files {names}")
     pods = options.pods
     ti = pods.task_instance
-    own_labels = {**(ti.labels() if ti else {}), JOB_LABEL: plan.job_name}
+    own_labels = {**task_labels(ti), JOB_LABEL: plan.job_name}
     labels = {**pods.labels, **own_labels}
     if pods.queue_name:
         labels[KUEUE_QUEUE_LABEL] = pods.queue_name
-    annotations = {**pods.annotations, **(ti.annotations() if ti else {})}
+    annotations = {**pods.annotations, **task_annotations(ti)}
     runtime = options.runtime or default_runtime(plan.framework)
     if runtime is None:
         raise ValueError(f"job {plan.job_name}: framework {plan.framework!r} has no default Trainer runtime; "
@@ -373,7 +374,7 @@ def _runtime_patch(plan: ClusterPlan, options: TrainJobOptions, own_labels: Mapp
             name=NODE, volumeMounts=[tm.IoK8sApiCoreV1VolumeMount.from_dict(m) for m in mounts])] if mounts else None,
     )
     pod_labels = {**pods.labels, **(settings.labels or {}), **own_labels}
-    own_annotations = pods.task_instance.annotations() if pods.task_instance else {}
+    own_annotations = task_annotations(pods.task_instance)
     pod_annotations = {**pods.annotations, **(settings.annotations or {}), **own_annotations}
     metadata = tm.IoK8sApimachineryPkgApisMetaV1ObjectMeta(labels=pod_labels, annotations=pod_annotations or None)
     return tm.TrainerV1alpha1RuntimePatch(

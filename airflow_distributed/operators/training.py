@@ -317,7 +317,7 @@ class DistributedTrainingOperator(BaseOperator):
             problems.append(("ray_options", f"is read by backend='ray' only; backend={self.backend!r} places no Ray "
                              "placement group: remove it, or use backend='ray'"))
         if self._backend is not None:
-            problems.extend(self._backend.check(BackendSettings.of(self), spec))
+            problems.extend(self._backend.check(self._settings(), spec))
         if self.model_asset is not None:
             from airflow_distributed.assets import template_problems
 
@@ -346,6 +346,11 @@ class DistributedTrainingOperator(BaseOperator):
                 self._try_spec = load_spec(self.framework, self.environment)
         return self._try_spec
 
+    def _settings(self) -> BackendSettings[Any]:
+        """The arguments as they are now (rendered in ``execute``), split for the chosen backend: its own options
+        typed, the other backends' as given (``BackendSettings``)."""
+        return BackendSettings.of(self, self._chosen_backend().options_class)
+
     def _chosen_backend(self) -> JobBackend:
         if self._backend is None:  # refused when the DAG was parsed; kept for a type checker
             raise SpecValidationError([("backend", f"{self.backend!r} is not supported")],
@@ -353,7 +358,7 @@ class DistributedTrainingOperator(BaseOperator):
         return self._backend
 
     def execute(self, context: Context) -> dict[str, Any]:
-        settings = BackendSettings.of(self)  # rendered by now
+        settings = self._settings()  # rendered by now
         self._try_spec = None  # a new try (one operator object may run several under dag.test())
         spec = self._spec_of_try()
         self._check_arguments(spec)  # the rendered values, before anything starts
@@ -377,7 +382,7 @@ class DistributedTrainingOperator(BaseOperator):
         """Resumes a deferred job with the trigger's event: output, logs, clean-up, XCom."""
         self._try_spec = None
         try:
-            result = self._chosen_backend().resume(self._task_calls(), BackendSettings.of(self), context, event)
+            result = self._chosen_backend().resume(self._task_calls(), self._settings(), context, event)
         finally:
             self._job_usage = _recorded_usage(context["ti"])
         return self._succeeded(context, result)

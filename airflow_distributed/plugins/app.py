@@ -26,9 +26,10 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from airflow_distributed.plugins import page
-from airflow_distributed.plugins.job_source import JobStateSource, TaskInstanceRef
+from airflow_distributed.plugins.job_source import JobStateSource
 from airflow_distributed.plugins.job_state import DEFAULT_SOURCES, read_job, task_instance_state
 from airflow_distributed.plugins.urls import URL_PREFIX, job_api_path
+from airflow_distributed.task_instance import TaskInstanceRef
 
 #: The page is inline CSS and SVG only: no script may run, no resource loads, only Airflow's UI may frame it.
 HTML_HEADERS = {
@@ -94,7 +95,7 @@ def create_app(sources: Sequence[JobStateSource] = DEFAULT_SOURCES) -> FastAPI:
         map_index: str | None = MapIndexQuery,
     ) -> dict[str, Any]:
         """The job record of one task instance; ``source`` says where it was read from."""
-        ref = TaskInstanceRef(dag_id, run_id, task_id, parse_map_index(map_index))
+        ref = TaskInstanceRef(dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=parse_map_index(map_index))
         found = lookup(ref, user, session)
         if found is None:
             state = task_instance_state(ref, session)
@@ -109,7 +110,7 @@ def create_app(sources: Sequence[JobStateSource] = DEFAULT_SOURCES) -> FastAPI:
         map_index: str | None = MapIndexQuery,
     ) -> HTMLResponse:
         """The HTML view of one task instance's job: replicas, metrics, model, history charts, log tails."""
-        ref = TaskInstanceRef(dag_id, run_id, task_id, parse_map_index(map_index))
+        ref = TaskInstanceRef(dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=parse_map_index(map_index))
         found = lookup(ref, user, session)
         if found is None:
             html = page.missing_page(ref, task_instance_state(ref, session))

@@ -1,26 +1,18 @@
-"""What the job view's sources share: the task instance a record is asked for, and the shape of a source.
+"""What the job view's sources share: the shape of a source, asked for the record of a task instance
+(``task_instance.TaskInstanceRef``).
 
-Its own module so that the sources (``job_state``, ``live_kubernetes``) and the pages name them without importing
+Its own module so that the sources (``job_state``, ``live_kubernetes``) and the pages name it without importing
 each other.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-
-@dataclass(frozen=True)
-class TaskInstanceRef:
-    """One task instance of ``DistributedTrainingOperator`` (``map_index`` -1 when the task is not mapped)."""
-
-    dag_id: str
-    run_id: str
-    task_id: str
-    map_index: int = -1
+    from airflow_distributed.task_instance import TaskInstanceRef
 
 
 @runtime_checkable

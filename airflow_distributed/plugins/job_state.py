@@ -13,8 +13,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_distributed.plugins.job_source import JobStateSource, TaskInstanceRef
+from airflow_distributed.plugins.job_source import JobStateSource
 from airflow_distributed.plugins.live_kubernetes import LiveKubernetesJobState
+from airflow_distributed.task_instance import TaskInstanceRef
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session

@@ -23,7 +23,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow_distributed.backends.base import has_template
-from airflow_distributed.backends.kubernetes import LIVE_JOB_XCOM_KEY, TAIL_LINES
+from airflow_distributed.backends.job_run import LIVE_JOB_XCOM_KEY, TAIL_LINES
 from airflow_distributed.jobstate.usage import usage_so_far
 from airflow_distributed.live_report import latest_record, without_records
 from airflow_distributed.manifests.pod_names import INDEX_LABEL, MASTER_LABEL, ROLE_LABEL
@@ -34,7 +34,7 @@ from airflow_distributed.strict_json import StrictJson
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-    from airflow_distributed.plugins.job_source import TaskInstanceRef
+    from airflow_distributed.task_instance import TaskInstanceRef
 
 #: Seconds the view waits for the Kubernetes API, unless ``[distributed] live_view_timeout`` says otherwise.
 DEFAULT_TIMEOUT = 5.0

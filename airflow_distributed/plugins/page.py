@@ -20,8 +20,8 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
 from airflow_distributed.plugins.charts import finite, format_integer, format_number, line_chart, series
-from airflow_distributed.plugins.job_source import TaskInstanceRef
 from airflow_distributed.status import progress_text
+from airflow_distributed.task_instance import TaskInstanceRef
 
 #: Task instance states in which the record may still appear: the "no record yet" page reloads itself.
 UNFINISHED = {"none", "scheduled", "queued", "running", "deferred", "up_for_retry", "up_for_reschedule", "restarting"}

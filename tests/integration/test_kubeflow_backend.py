@@ -192,7 +192,6 @@ def test_a_run_of_another_kind_starts_with_its_own_hook():
     keeps ``start`` still talks to the cluster through its own hook."""
     from types import SimpleNamespace
 
-    from airflow_distributed.backends.base import BackendSettings
     from airflow_distributed.backends.kubeflow import KubeflowJobRun
     from airflow_distributed.hooks.kubeflow import KubeflowJobHook
     from airflow_distributed.operators import DistributedTrainingOperator
@@ -210,10 +209,10 @@ def test_a_run_of_another_kind_starts_with_its_own_hook():
                                            environment={"pytorch": {"n_workers": 1}}, image="trainer:1",
                                            backend="kubeflow", namespace="own")
     ti = SimpleNamespace(dag_id="d", task_id="train", run_id="r", map_index=-1, try_number=1)
-    run = OwnRun.start(operator._task_calls(), BackendSettings.of(operator), {"ti": ti},
+    run = OwnRun.start(operator._task_calls(), operator._settings(), {"ti": ti},
                        load_spec("pytorch", operator.environment), "own-job", ["python", "train.py"])
     assert type(run.hook) is OwnHook and run.namespace == "own"
-    assert type(KubeflowJobRun.start(operator._task_calls(), BackendSettings.of(operator), {"ti": ti},
+    assert type(KubeflowJobRun.start(operator._task_calls(), operator._settings(), {"ti": ti},
                                      load_spec("pytorch", operator.environment), "own-job",
                                      ["python", "train.py"]).hook) is KubeflowJobHook
 

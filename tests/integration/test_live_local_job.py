@@ -28,7 +28,8 @@ def test_a_running_local_job_shows_its_replicas_metrics_and_progress_before_it_e
             with create_session() as session:
                 runs = session.query(DagRun).filter(DagRun.dag_id == "test_local_progress").all()
                 for run in runs:
-                    found = read_job(TaskInstanceRef(run.dag_id, run.run_id, "train"), session, DEFAULT_SOURCES)
+                    found = read_job(TaskInstanceRef(dag_id=run.dag_id, run_id=run.run_id, task_id="train"), session,
+                                     DEFAULT_SOURCES)
                     if found is not None:
                         seen.append(found)
 
@@ -50,10 +51,12 @@ def test_a_running_local_job_shows_its_replicas_metrics_and_progress_before_it_e
     assert {r["state"] for r in record["replicas"]} == {"running"}
     assert record["progress"]["total"] == STEPS
     assert record["history"] and record["logs"]  # metrics so far and log tails, before the end
-    page = job_page(record, TaskInstanceRef("d", "r", "train"), source="live", show_logs=True, json_href="x")
+    page = job_page(record, TaskInstanceRef(dag_id="d", run_id="r", task_id="train"), source="live", show_logs=True,
+                    json_href="x")
     assert "Progress" in page and f"/{STEPS} steps)" in page and 'http-equiv="refresh"' in page
     # The final record then replaces it, and stays.
-    final, source = read_job(TaskInstanceRef(run.dag_id, run.run_id, "train"), _session(), DEFAULT_SOURCES)
+    final, source = read_job(TaskInstanceRef(dag_id=run.dag_id, run_id=run.run_id, task_id="train"), _session(),
+                             DEFAULT_SOURCES)
     assert source == "recorded" and final["state"] == "succeeded" and final["progress"]["percent"] == 100
     out = capfd.readouterr().out
     assert f"progress of {xcom(run, 'train', 'job_name')}: " in out and "% (" in out and "left" in out

@@ -50,8 +50,8 @@ def test_a_master_whose_report_is_not_strict_json_succeeds_with_nulls_everywhere
     assert live["state"] == "running" and live["metrics"] in (metrics, {})
     (extra,) = _asset_extras("file:///models/local_bad_report/train")
     assert extra["metrics"] == metrics and extra["model_path"] == "/models/bad-report"
-    page = job_page(record, TaskInstanceRef(run.dag_id, run.run_id, "train"), source="recorded", show_logs=True,
-                    json_href="x")
+    page = job_page(record, TaskInstanceRef(dag_id=run.dag_id, run_id=run.run_id, task_id="train"), source="recorded",
+                    show_logs=True, json_href="x")
     assert "/models/bad-report" in page and "accuracy" in page and "Progress" not in page  # no percent, no bar
     out = capfd.readouterr().out
     assert "the master's output document was sanitised: " in out and "progress.percent" in out

@@ -201,7 +201,8 @@ def test_page_escapes_what_a_job_wrote_and_shows_a_failure():
         "history": [{"step": 1, "loss": 2.0}, {"step": 2, "loss": float("nan")}, {"step": 3, "loss": 1.5}],
         "logs": {"train-0000-worker-0": ["\x1b[31mTraceback\x1b[0m", "<script>alert(1)</script>"]},
     }
-    html = job_page(record, TaskInstanceRef("d", "r<1>", "t"), source="recorded", show_logs=True, json_href="x")
+    html = job_page(record, TaskInstanceRef(dag_id="d", run_id="r<1>", task_id="t"), source="recorded", show_logs=True,
+                    json_href="x")
 
     assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "&lt;b&gt;loss&lt;/b&gt;" in html and "r&lt;1&gt;" in html
@@ -222,7 +223,8 @@ def test_page_shows_a_script_in_a_metric_name_replica_name_or_log_line_as_text()
         "history": [{"step": 1, evil: 1.0}, {"step": 2, evil: 0.5}],
         "logs": {evil: [f"step 2 {evil}"]},
     }
-    html = job_page(record, TaskInstanceRef("d", "r", "t"), source="recorded", show_logs=True, json_href=evil)
+    html = job_page(record, TaskInstanceRef(dag_id="d", run_id="r", task_id="t"), source="recorded", show_logs=True,
+                    json_href=evil)
 
     assert "<script" not in html
     text = "&lt;script&gt;alert(1)&lt;/script&gt;"
@@ -236,7 +238,7 @@ def test_page_without_a_record_reloads_only_while_the_task_may_still_write_one()
     from airflow_distributed.plugins.job_state import TaskInstanceRef
     from airflow_distributed.plugins.page import missing_page
 
-    ref = TaskInstanceRef("d", "r", "t", 2)
+    ref = TaskInstanceRef(dag_id="d", run_id="r", task_id="t", map_index=2)
     assert 'http-equiv="refresh"' in missing_page(ref, "running")
     assert 'http-equiv="refresh"' not in missing_page(ref, "success")
     assert "no such task instance" in missing_page(ref, None)

@@ -109,13 +109,9 @@ def test_a_task_killed_while_its_job_runs_is_run_again_and_waits_on_the_same_pod
 def test_a_retry_finds_the_job_of_its_earlier_try_through_the_task_state_store(
         control_plane: ControlPlane, node: KubeletNode, namespace: str, task_kubeconfig: str, task_user: str,
         found: str, capfd, monkeypatch):
-    from airflow_distributed.backends.base import BackendSettings
-    from airflow_distributed.backends.kubernetes import (
-        STATE_KEY,
-        KubernetesJobRun,
-        _ResumableKubernetesJob,
-        run_kubernetes,
-    )
+    from airflow_distributed.backends.kubernetes import KubernetesBackend
+    from airflow_distributed.backends.kubernetes_run import KubernetesJobRun
+    from airflow_distributed.backends.resumable import STATE_KEY, ResumableKubernetesJob
     from airflow_distributed.naming import job_name
     from airflow_distributed.operators import DistributedTrainingOperator
     from airflow_distributed.spec import load_spec
@@ -126,11 +122,11 @@ def test_a_retry_finds_the_job_of_its_earlier_try_through_the_task_state_store(
         "n_workers": 2}}, command=["python", "train.py"], image="trainer:1", backend="kubernetes",
         namespace=namespace, startup_timeout=30)
     spec = load_spec("pytorch", operator.environment)
-    task, settings = operator._task_calls(), BackendSettings.of(operator)
+    task, settings = operator._task_calls(), operator._settings()
     store, first = StateStore(), TaskInstance(try_number=1)
     name = job_name(first.dag_id, first.task_id, first.run_id)
     # What a first try leaves when its worker dies after submitting: the job, and its identity in the store.
-    submitted = _ResumableKubernetesJob(KubernetesJobRun.start(
+    submitted = ResumableKubernetesJob(KubernetesJobRun.start(
         task, settings, {"ti": first}, spec, name, ["python", "train.py"])).submit_job({"ti": first})
     store.set(STATE_KEY, submitted)
     kubelet = Kubelet(node, namespace)  # type: ignore[arg-type]
@@ -144,8 +140,8 @@ def test_a_retry_finds_the_job_of_its_earlier_try_through_the_task_state_store(
     before = creates(control_plane, task_user)
 
     second = TaskInstance(try_number=2)
-    result = run_kubernetes(task, settings, {"ti": second, "task_state_store": store}, spec, name,
-                            ["python", "train.py"])
+    result = KubernetesBackend().run(task, settings, {"ti": second, "task_state_store": store}, spec, name,
+                                     ["python", "train.py"])
     kubelet.check(timeout=60)
 
     assert result["state"] == "succeeded" and result["metrics"] == DOCUMENT["metrics"]

@@ -75,12 +75,14 @@ class ConnectionNamespace:
 def test_the_namespace_a_job_runs_in_is_refused_unless_a_dns_1123_label(given, connection, path):
     from airflow_distributed.backends.job_run import job_namespace
 
-    settings = replace(BackendSettings.of(operator(namespace="ml")), namespace=given)
+    settings = operator(namespace="ml")._settings()
+    settings = replace(settings, options=replace(settings.options, namespace=given))
     with pytest.raises(SpecValidationError) as error:
         job_namespace(settings, ConnectionNamespace(connection), "train")
     assert error.value.paths == [path] and "DNS-1123 label" in str(error.value)
     assert "$(id)" not in str(error.value) and "{{" not in str(error.value)
-    assert job_namespace(replace(settings, namespace=None), ConnectionNamespace("ml"), "train") == "ml"
+    unset = replace(settings, options=replace(settings.options, namespace=None))
+    assert job_namespace(unset, ConnectionNamespace("ml"), "train") == "ml"
 
 
 # ---------------------------------------------------------------------------------------------- trainjob's settings
@@ -139,7 +141,7 @@ def test_the_local_backend_refuses_variables_from_secrets_or_config_maps_whereve
 
 
 def _local_settings(**kwargs: Any) -> BackendSettings:
-    return BackendSettings.of(operator(backend="local", **kwargs))
+    return operator(backend="local", **kwargs)._settings()
 
 
 @pytest.mark.parametrize("argument", list(CLUSTER_ARGUMENTS))
@@ -167,7 +169,7 @@ def test_each_pod_setting_the_local_backend_ignores_is_named_once_with_every_pat
 def test_the_cluster_backends_name_python_and_log_replicas_they_ignore():
     from airflow_distributed.backends.job_run import ignored_in_cluster
 
-    settings = BackendSettings.of(operator(backend="kubeflow", python="/opt/venv/bin/python", log_replicas="all"))
+    settings = operator(backend="kubeflow", python="/opt/venv/bin/python", log_replicas="all")._settings()
     assert [name for name, _ in ignored_in_cluster(settings, "kubeflow")] == ["python", "log_replicas"]
     assert [name for name, _ in ignored_in_cluster(settings, "kubernetes")] == ["python"]
 

@@ -6,7 +6,13 @@ import typing
 
 import pytest
 
-from airflow_distributed.backends.base import BackendSettings
+from airflow_distributed.backends.base import (
+    OPTION_NAMES,
+    KubernetesSettings,
+    ProcessSettings,
+    RaySettings,
+    TrainJobSettings,
+)
 from airflow_distributed.backends.registry import REGISTRY, backend_named
 from airflow_distributed.operators import DistributedTrainingOperator
 from airflow_distributed.operators.training import BACKENDS, Backend
@@ -40,13 +46,14 @@ def test_a_new_backend_needs_only_a_registration(monkeypatch):
 
     class EchoBackend:
         name = "echo"
+        options_class = KubernetesSettings  # it receives the Kubernetes-side backends' options
 
         def check(self, settings, spec):
             calls.append(("check", spec.framework if spec else None))
             return []
 
         def run(self, task, settings, context, spec, job_name, command):
-            calls.append(("run", (settings.image, job_name, tuple(command))))
+            calls.append(("run", (settings.options.image, job_name, tuple(command))))
             return {"job_name": job_name, "state": "started"}
 
         def resume(self, task, settings, context, event):
@@ -75,7 +82,23 @@ def test_settings_are_frozen_and_hold_the_operators_arguments():
     operator = DistributedTrainingOperator(task_id="t", framework="pytorch", command=["python", "x.py"],
                                            backend="kubernetes",
                                            image="img:1", namespace="ml", startup_timeout=12)
-    settings = BackendSettings.of(operator)
-    assert (settings.image, settings.namespace, settings.startup_timeout) == ("img:1", "ml", 12)
+    settings = operator._settings()
+    assert (settings.options.image, settings.options.namespace, settings.startup_timeout) == ("img:1", "ml", 12)
     with pytest.raises(AttributeError):
-        settings.image = "other"  # type: ignore[misc]
+        settings.options.image = "other"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("backend, options", [("local", ProcessSettings), ("kubernetes", KubernetesSettings),
+                                              ("kubeflow", KubernetesSettings), ("trainjob", TrainJobSettings),
+                                              ("ray", RaySettings)])
+def test_a_backend_receives_its_own_options_typed_and_the_others_only_by_name(backend, options):
+    operator = DistributedTrainingOperator(task_id="t", framework="pytorch", command=["python", "x.py"],
+                                           backend=backend)
+    settings = operator._settings()
+    assert type(settings.options) is options
+    own = set(options.__dataclass_fields__)
+    # Every option is either the backend's own or another's, never both, and every one is the operator's argument.
+    assert own.isdisjoint(settings.others) and own | set(settings.others) == set(OPTION_NAMES)
+    assert all(hasattr(operator, name) for name in OPTION_NAMES)
+    assert settings.argument("startup_timeout") == operator.startup_timeout
+    assert settings.argument("ray_conn_id") == "ray_default" and settings.argument("namespace") is None

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from airflow_distributed.backends.base import BackendSettings
+from airflow_distributed.backends.base import KubernetesSettings
 from airflow_distributed.backends.registry import REGISTRY
 from airflow_distributed.frameworks import get_framework
 from airflow_distributed.manifests.kubeflow import KubeflowAddressing
@@ -39,6 +39,7 @@ class RecordingBackend:
     """Starts nothing; keeps the spec each step was given."""
 
     name = "recording"
+    options_class = KubernetesSettings
 
     def __init__(self) -> None:
         self.checked: Any = None
@@ -133,20 +134,20 @@ ELASTIC = {"min_replicas": 2, "max_replicas": 3, "max_restarts": 1, "rdzv_timeou
 
 
 def test_a_resumed_kubernetes_job_takes_its_framework_and_elastic_budget_from_the_event():
-    from airflow_distributed.backends.kubernetes import KubernetesJobRun
+    from airflow_distributed.backends.kubernetes_run import KubernetesJobRun
     from airflow_distributed.elastic import ElasticPlan
 
     operator = _unparseable("kubernetes")
-    task, settings = operator._task_calls(), BackendSettings.of(operator)
+    task, settings = operator._task_calls(), operator._settings()
     event = {"job_name": "train-1", "namespace": "ml", "replicas": [["train-1-master-0", "master", 0]],
              "resume_state": {"framework": "pytorch", "elastic": ELASTIC}}
     run = KubernetesJobRun.resume(task, settings, {"ti": TI()}, event)  # type: ignore[arg-type]
-    assert (run.framework, run.elastic, run.name, run.namespace) == ("pytorch", ElasticPlan(**ELASTIC), "train-1",
-                                                                      "ml")
+    assert (run.framework, run.elastic.plan, run.name, run.namespace) == ("pytorch", ElasticPlan(**ELASTIC),
+                                                                           "train-1", "ml")
     assert run.objects is None  # built only for an elastic restart, from the spec
     run = KubernetesJobRun.resume(task, settings, {"ti": TI()}, {**event, "resume_state": {  # type: ignore[arg-type]
         "framework": "tensorflow", "elastic": None}})
-    assert (run.framework, run.elastic) == ("tensorflow", None)
+    assert (run.framework, run.elastic.plan) == ("tensorflow", None)
     # An event of a trigger that did not hand them back: the spec is read, and here it cannot be.
     with pytest.raises(SpecValidationError):
         KubernetesJobRun.resume(task, settings, {"ti": TI()}, {  # type: ignore[arg-type]
@@ -154,12 +155,12 @@ def test_a_resumed_kubernetes_job_takes_its_framework_and_elastic_budget_from_th
 
 
 def test_an_elastic_restart_after_a_deferral_builds_the_pods_once_and_watches_the_events_replicas(parses):
-    from airflow_distributed.backends.kubernetes import KubernetesJobRun
+    from airflow_distributed.backends.kubernetes_run import KubernetesJobRun
 
     operator = DistributedTrainingOperator(task_id="t", framework="pytorch", command=["python", "x.py"],
                                            environment={"pytorch": {"n_workers": 2, "elastic": {"min_workers": 1}}},
                                            image="img:1", backend="kubernetes", namespace="ml")
-    task, settings = operator._task_calls(), BackendSettings.of(operator)
+    task, settings = operator._task_calls(), operator._settings()
     # worker-0 was lost before the deferral and the job carried on without it: the trigger watched the others.
     watched = [["train-1-master-0", "master", 0], ["train-1-worker-1", "worker", 1]]
     event = {"job_name": "train-1", "namespace": "ml", "replicas": watched,
@@ -183,7 +184,7 @@ def test_a_resumed_kubeflow_job_takes_its_framework_from_the_event(backend, fram
     operator = _unparseable(backend)
     run_class = type(operator._backend).run_class  # type: ignore[attr-defined]
     event = {"job_name": "train-1", "namespace": "ml", "started_at": 1.5, "resume_state": {"framework": framework}}
-    run = run_class.resume(operator._task_calls(), BackendSettings.of(operator), {"ti": TI()}, event)
+    run = run_class.resume(operator._task_calls(), operator._settings(), {"ti": TI()}, event)
     assert (run.framework, run.resource.kind, run.started_at) == (framework, kind, 1.5)
 
 

@@ -115,3 +115,23 @@ def test_what_a_backend_does_with_a_replica_that_ended(case: EndCase):
                                    restarts=case.restarts, left=case.left)
     assert decision.action == case.action
     assert decision.message.startswith(case.message), decision.message
+
+
+def test_an_elastic_jobs_state_comes_back_whole_from_a_deferrals_json():
+    # What the task knew before deferring (budget, replicas dropped, runs of replaced pods) rides in the trigger's
+    # event as JSON; the resumed task must count the same restarts and usage, and show the same final table.
+    import json
+
+    from airflow_distributed.backends.kubernetes_elastic import ElasticRestarts
+    from airflow_distributed.elastic import ElasticPlan
+    from airflow_distributed.jobstate.usage import ReplicaRun, Requests
+    from airflow_distributed.status import ReplicaStatus
+
+    state = ElasticRestarts(
+        ElasticPlan(2, 3, 1, 900),
+        {"j-worker-1": ReplicaStatus("j-worker-1", "worker", 1, "failed", exit_code=1, restarts=1, reason="Error")},
+        [ReplicaRun("j-worker-1", Requests(2.0, 4.0, 1.0), 10.0, 70.0),
+         ReplicaRun("j-worker-0", Requests(), None, None)],
+    )
+    assert ElasticRestarts.of_state(json.loads(json.dumps(state.state()))) == state
+    assert ElasticRestarts.of_state(json.loads(json.dumps(ElasticRestarts().state()))) == ElasticRestarts()

@@ -67,8 +67,9 @@ def test_the_job_view_says_what_was_requested_in_hours_over_the_tries():
     usage = add_usage(job_usage([ReplicaRun("m", Requests(2, 4, 1), 0.0, 3600.0)], 3600.0),
                       job_usage([ReplicaRun("m", Requests(2, 4, 1), 0.0, 1800.0)], 1800.0))
     record = {"job_name": "j", "state": "succeeded", "replicas": [], "usage": usage}
-    page = job_page(record, TaskInstanceRef("d", "r", "t"), source="recorded", show_logs=True, json_href="/x")
+    page = job_page(record, TaskInstanceRef(dag_id="d", run_id="r", task_id="t"), source="recorded", show_logs=True,
+                    json_href="/x")
     assert "requested 3 CPU-h, 6 GiB-h, 1.5 GPU-h over 2 tries" in page
     assert "requested" not in job_page({**record, "usage": {"cpu_seconds": float("nan")}},
-                                       TaskInstanceRef("d", "r", "t"), source="recorded", show_logs=True,
-                                       json_href="/x")
+                                       TaskInstanceRef(dag_id="d", run_id="r", task_id="t"), source="recorded",
+                                       show_logs=True, json_href="/x")

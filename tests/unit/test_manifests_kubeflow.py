@@ -65,7 +65,8 @@ SCHEMA_FILES = {"TFJob": "tfjob-v1.json", "PyTorchJob": "pytorchjob-v1.json", "M
 NAMESPACE = "ml-team"
 JOB = "train-3f9a1c2b"
 RUN_ID = "manual__2026-11-21T20:14:30.689650+00:00"
-TASK = TaskInstanceRef("nightly_training", "models.train", RUN_ID, map_index=-1, try_number=2)
+TASK = TaskInstanceRef(dag_id="nightly_training", task_id="models.train", run_id=RUN_ID, map_index=-1,
+                       try_number=2)
 COMMAND = ("python", "train.py", "--epochs", "3")
 # Variables the operators set themselves: never in a template (CONTRACT.md's, provided by Kubeflow).
 OPERATOR_VARIABLES = {

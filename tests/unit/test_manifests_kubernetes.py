@@ -59,7 +59,8 @@ NAMESPACE = "ml-team"
 JOB = "train-3f9a1c2b"
 UID = "5b1d0c7e-9a7f-4f43-9d0e-3f3c1f0f6a11"
 RUN_ID = "manual__2026-11-21T20:14:30.689650+00:00"
-TASK = TaskInstanceRef("nightly_training", "models.train", RUN_ID, map_index=-1, try_number=2)
+TASK = TaskInstanceRef(dag_id="nightly_training", task_id="models.train", run_id=RUN_ID, map_index=-1,
+                       try_number=2)
 # A fixed key pair: the manifests must not depend on randomness (generate_ssh_key_pair is tested on its own).
 KEY = SshKeyPair(
     private_key="-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n-----END OPENSSH PRIVATE KEY-----\n",
@@ -360,7 +361,7 @@ LABEL_VALUE = re.compile(rf"^({LABEL_NAME})?$")
     "++++",
 ])
 def test_labels_are_valid_for_any_run_id_and_the_exact_id_is_an_annotation(run_id):
-    task = TaskInstanceRef("dag.with spaces", "group.train", run_id, map_index=3, try_number=1)
+    task = TaskInstanceRef(dag_id="dag.with spaces", task_id="group.train", run_id=run_id, map_index=3, try_number=1)
     objects = _build("pytorch", {"pytorch": {"n_workers": 1}}, task_instance=task, queue_name="team-a",
                      gang_scheduling="scheduler-plugins").owned_by(UID)
 
@@ -396,7 +397,8 @@ class _TaskInstance:
 
 @pytest.mark.parametrize("map_index, expected", [(None, -1), (-1, -1), (4, 4)])
 def test_task_instance_ref_of_a_task_instance(map_index, expected):
-    assert TaskInstanceRef.of(_TaskInstance(map_index)) == TaskInstanceRef("d", "t", RUN_ID, expected, 1)
+    assert TaskInstanceRef.of(_TaskInstance(map_index)) == TaskInstanceRef(
+        dag_id="d", task_id="t", run_id=RUN_ID, map_index=expected, try_number=1)
 
 
 def test_the_jobs_own_labels_win_over_user_labels():

@@ -43,7 +43,7 @@ from airflow_distributed.spec import load_spec
 SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "data" / "trainjob" / "trainjob-v1alpha1.json")
                     .read_text())
 NAMESPACE = "ml"
-TI = TaskInstanceRef("nightly", "train", "manual__2026-01-01", try_number=1)
+TI = TaskInstanceRef(dag_id="nightly", task_id="train", run_id="manual__2026-01-01", try_number=1)
 
 
 def build(environment: dict, *, pods: dict | None = None, model_dir: str | None = None, framework: str = "pytorch",

@@ -1,0 +1,187 @@
+"""The end of a job on ``backend="kubernetes"``: its output, its replicas' last lines, clean-up, the ``job`` XCom.
+
+``KubernetesJobFinish`` is a job of one task instance as its end sees it (its identity, its hook, its elastic
+state); ``KubernetesJobRun`` (``kubernetes_run``) adds how it starts and is waited for.
+
+Clean-up (``clean_pod_policy``): ``all`` deletes the job (its Service; the rest goes by cascade), ``running``
+deletes the pods still pending or running and keeps the finished ones (their logs) until the next try,
+``none`` deletes nothing. Default: ``all`` after success, ``running`` after failure. A killed task deletes its
+job whatever the policy. Whatever the policy, the job's Secrets (its SSH private key, its function's arguments) are
+deleted when it ends: pods may be kept to look at, secrets are not.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from airflow_distributed.backends.job_end import end_job, read_document
+from airflow_distributed.backends.job_run import TAIL_LINES
+from airflow_distributed.backends.job_usage import usage_over_tries
+from airflow_distributed.backends.kubernetes_elastic import ElasticRestarts
+from airflow_distributed.jobstate import outcome as ending
+from airflow_distributed.jobstate.outcome import JobOutcome
+from airflow_distributed.jobstate.pod_state import log_available
+from airflow_distributed.jobstate.usage import pod_run
+from airflow_distributed.live_report import without_records
+from airflow_distributed.outputs import parse_output_document
+from airflow_distributed.status import PENDING, RUNNING, STOPPED, ReplicaStatus
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_distributed.backends.base import ForKubernetes, TaskCalls
+    from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
+    from airflow_distributed.jobstate.verdicts import ReplicaSlot
+
+CLEANUP_NOTES = {
+    "all": "the job was deleted",
+    "running": "its pods still running were deleted; the finished ones are kept until the next try",
+    "none": "its pods were left as they are (clean_pod_policy='none')",
+}
+
+
+class KubernetesJobFinish:
+    """One job of one task instance (its replicas, its hook), and what its end does."""
+
+    def __init__(self, task: TaskCalls, settings: ForKubernetes, context: Context, namespace: str, name: str,
+                 slots: Sequence[ReplicaSlot], framework: str, hook: DistributedTrainingHook) -> None:
+        self.task, self.settings, self.context = task, settings, context
+        self.namespace, self.name = namespace, name
+        self.slots = tuple(slots)
+        self.framework = framework
+        self.hook = hook
+        self.log = task.log
+        self.started = time.monotonic()
+        #: an elastic job's budget and what it did with it (see ``kubernetes_elastic``)
+        self.elastic = ElasticRestarts()
+
+    @property
+    def master(self) -> ReplicaSlot:
+        return self.slots[0]
+
+    def tail(self, replica: str, pods: Mapping[str, Any], container: str | None = None,
+             lines: int = TAIL_LINES, timestamps: bool = False) -> list[str]:
+        """A replica's last lines (with ``timestamps``: as read, timestamped, live records included); best effort: a
+        log that cannot be read decides nothing."""
+        from airflow_distributed.hooks.api_retry import KubernetesJobError
+        from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER
+
+        if pods.get(replica) is None:
+            return []
+        try:
+            read = self.hook.read_log_tail(self.namespace, replica, lines, container or MAIN_CONTAINER,
+                                           timestamps=timestamps)
+            return read if timestamps else without_records(read)
+        except KubernetesJobError as error:
+            self.log.warning("could not read the last lines of %s: %s", replica, error)
+            return []
+
+    def finish(self, outcome: JobOutcome, elapsed: float) -> dict[str, Any]:
+        """Output, logs, clean-up, XCom; raises ``DistributedJobError`` unless the job succeeded."""
+        killed = outcome.ending == ending.STOPPED
+        hung = outcome.ending == ending.HUNG  # deleted whole, as a kill: a hung job's pods hold their GPUs
+        try:
+            if hung:
+                outcome = replace(outcome, logs=self.hung_logs(outcome))
+            document, outcome = self._collect(outcome, killed or hung)
+        except BaseException:
+            # Whatever could not be read, the pods must not outlive the task.
+            self.clean_up_quietly(outcome.succeeded, killed or hung)
+            raise
+        stopped = self.clean_up(outcome.succeeded, kill=killed or hung)
+        return end_job(self.context, self.log, name=self.name, framework=self.framework, backend="kubernetes",
+                       outcome=outcome if outcome.succeeded else self.elastic.failed(outcome), document=document,
+                       replicas=after_cleanup(self.elastic.with_dropped(outcome.replicas, self.slots), stopped),
+                       logs=outcome.logs, elapsed=elapsed, namespace=self.namespace,
+                       usage=self.usage(outcome.pods, elapsed),
+                       cleanup="the job was deleted" if killed or hung else self.cleanup_note(False),
+                       startup_timeout=self.settings.startup_timeout, queue_timeout=self.settings.options.queue_timeout)
+
+    def hung_logs(self, outcome: JobOutcome) -> dict[str, list[str]]:
+        """The last lines of a hung job's replicas (the first ``HUNG_REPLICAS``), after asking each to print its
+        Python stacks (pods/exec; the processes that imported ``tracking`` print them). A replica that could not
+        be asked is said so in the task log, and its last lines are quoted all the same."""
+        from airflow_distributed.jobstate.hang_watch import HUNG_REPLICAS
+        from airflow_distributed.jobstate.outcome import HUNG_TAIL_LINES
+        from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER
+
+        pods = outcome.pods
+        names = [slot.name for slot in self.elastic.watched(self.slots) if pods.get(slot.name)][:HUNG_REPLICAS]
+        self.hook.dump_stacks(self.namespace, names, MAIN_CONTAINER)
+        return {name: self.tail(name, pods, lines=HUNG_TAIL_LINES) for name in names}
+
+    def usage(self, pods: Mapping[str, Any], elapsed: float) -> dict[str, Any]:
+        """What the job cost, from its pods' requests and start and end times (those replaced before included)."""
+        now = time.time()
+        runs = [*self.elastic.earlier_runs,
+                *(pod_run(slot.name, pods.get(slot.name), now) for slot in self.elastic.watched(self.slots))]
+        return usage_over_tries(self.context, runs, elapsed, self.log)
+
+    def _collect(self, outcome: JobOutcome, killed: bool) -> tuple[dict[str, Any], JobOutcome]:
+        """The output document, and the outcome with the failed replica's last lines (or its pod's events) and the
+        master's last lines added to its logs."""
+        pods = outcome.pods
+        document = self._document(pods) if not killed else parse_output_document(None)
+        logs = {name: list(lines) for name, lines in outcome.logs.items()}
+        tail: list[str] = []
+        events: list[str] = []
+        if outcome.replica is not None:
+            if outcome.ending == ending.EXITED:
+                tail = logs[outcome.replica] = self.tail(outcome.replica, pods, outcome.container)
+            elif outcome.ending in (ending.NOT_STARTED, ending.QUEUED) and pods.get(outcome.replica) is not None:
+                events = self.hook.pod_events(self.namespace, outcome.replica)
+        if not killed and self.master.name not in logs and log_available(pods.get(self.master.name)):
+            logs[self.master.name] = self.tail(self.master.name, pods)
+        return document, replace(outcome, tail=tuple(tail), events=tuple(events), logs=logs)
+
+    def _document(self, pods: Mapping[str, Any]) -> dict[str, Any]:
+        master = pods.get(self.master.name)
+        return read_document(self.hook.read_output(self.namespace, master) if master is not None else None, self.log)
+
+    # ------------------------------------------------------------------ clean-up
+
+    def policy(self, succeeded: bool) -> str:
+        return self.settings.options.clean_pod_policy or ("all" if succeeded else "running")
+
+    def clean_up(self, succeeded: bool, kill: bool = False) -> bool:
+        """Apply the clean-up policy (a kill deletes everything), then delete the job's Secrets whatever the policy;
+        returns whether unfinished pods were deleted."""
+        policy = "all" if kill else self.policy(succeeded)
+        try:
+            if policy == "all":
+                self.hook.delete_job(self.namespace, self.name)
+            elif policy == "running":
+                self.hook.delete_unfinished_pods(self.namespace, self.name)
+        finally:
+            delete_secrets(self.hook, self.namespace, self.name)
+        return policy != "none"
+
+    def clean_up_quietly(self, succeeded: bool = False, kill: bool = False) -> None:
+        try:
+            self.clean_up(succeeded, kill=kill)
+        except Exception as error:
+            self.log.error("could not clean up job %s/%s: %s", self.namespace, self.name, error)
+
+    def cleanup_note(self, succeeded: bool) -> str:
+        return CLEANUP_NOTES[self.policy(succeeded)]
+
+
+def delete_secrets(hook: DistributedTrainingHook, namespace: str, name: str) -> None:
+    """Delete the Secrets of job ``name`` (its SSH key pair, its secret files) by name: the cascade from the Service
+    does it only when the Service goes, which a clean-up policy that keeps pods does not do."""
+    from airflow_distributed.manifests.kubernetes import job_secret_names
+
+    hook.delete_secrets(namespace, job_secret_names(name))
+
+
+def after_cleanup(rows: Sequence[ReplicaStatus], deleted: bool) -> tuple[ReplicaStatus, ...]:
+    """Replicas still pending or running when their pods were deleted are ``stopped``."""
+    if not deleted:
+        return tuple(rows)
+    return tuple(replace(row, state=STOPPED) if row.state in (PENDING, RUNNING) else row for row in rows)
+
+
+__all__ = ["KubernetesJobFinish", "after_cleanup", "delete_secrets"]

@@ -5,7 +5,9 @@ Kubeflow ``TFJob``/``PyTorchJob``/``MXJob``/``MPIJob``/``XGBoostJob``/``PaddleJo
 cluster creates and judges the pods; this hook only reads its verdict (``kubeflow_status.job_status``) through one
 LIST and one watch of the object, resumed from its resourceVersion and relisted after 410 Gone (``object_watch``),
 and, while some replica has not started, paced LISTs of its pods (``pending_pods``: a failed image pull, which the
-object's status never shows, fails the wait at once); none while the job is suspended (``suspended_of``).
+object's status never shows, fails the wait at once); none while the job is suspended (``suspended_of``). Given
+``emit``, the wait also follows the master's log into it from a thread of its own (``pod_logs.MasterFollower``),
+which decides nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from airflow_distributed.hooks.api_retry import KubernetesJobError
 from airflow_distributed.hooks.kube_api import EXISTS, MISSING, KubeApiHook
 from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
 from airflow_distributed.hooks.pending_pods import PendingPods
+from airflow_distributed.hooks.pod_logs import LOCATE_TIMEOUT, MasterFollower
 from airflow_distributed.hooks.watch_loop import WatchCalls, WatchPolicy, WatchTimings, run_watch
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.hang_watch import MasterLogWatch, all_running, hung_verdict
@@ -173,6 +176,11 @@ class KubeflowJobHook(KubeApiHook):
         return replica_statuses_of_pods(pods, container)
 
     @classmethod
+    def master_selector(cls, obj: Mapping[str, Any]) -> str:
+        """The label selector of the master's pods (the deciding replica's, ``master_pod_selector``)."""
+        return master_pod_selector(obj)
+
+    @classmethod
     def master_pod(cls, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
         """Among the job's pods, the one whose log the hang watchdog reads: the deciding replica's
         (``master_pod_selector``), the newest should the operator have replaced it."""
@@ -218,7 +226,7 @@ class KubeflowJobHook(KubeApiHook):
     def kubeflow_output(self, namespace: str, obj: Mapping[str, Any]) -> str | None:
         """The output document from the termination message of the replica whose success decides the job
         (``success_rule``: the Chief, else worker 0 of a TFJob; the Master; the Scheduler; the Launcher)."""
-        pods = self.list_pods(namespace, master_pod_selector(obj))
+        pods = self.list_pods(namespace, self.master_selector(obj))
         container = main_container(obj)
         for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True):
             text = termination_message(pod, container)
@@ -280,6 +288,7 @@ class KubeflowJobHook(KubeApiHook):
         image_pull_grace: float = 0.0,
         queue_timeout: float | None = None,
         progress_timeout: float | None = None,
+        emit: Callable[[str, str], None] | None = None,
     ) -> JobOutcome:
         """Until the job succeeds or fails (its conditions), is deleted, or ``stopped()`` turns true; or a replica's
         image cannot be pulled (``pending_pods``: its pods are listed while some replica has not started).
@@ -295,6 +304,9 @@ class KubeflowJobHook(KubeApiHook):
         :param progress_timeout: the hang watchdog (``hang_watch``): between watches, the job's pods are listed and
             the master's new lines read, bounded; no new line for this long while every pod runs ends the wait
             with a ``hung`` verdict naming the master.
+        :param emit: the master's lines go to ``emit(pod, line)`` as it writes them, once each (``MasterFollower``:
+            its pod as ``master_pod`` finds it, followed from a thread of its own; a read that fails decides
+            nothing).
         """
         stopped = stopped or (lambda: False)
         timings = WatchTimings.of(watch_timings, server_timeout=watch_timeout)
@@ -367,9 +379,26 @@ class KubeflowJobHook(KubeApiHook):
             check=check_pods,
             check_due=lambda: pending.due_for(watch.obj) or (hang is not None and hang.due(self._clock())),
         )
-        run_watch(watch, calls, WatchPolicy(what, timings, self.retry, clock=self._clock), sleep=self._sleep,
-                  log=self.job_log)
+        follower = None if emit is None else MasterFollower(
+            self, namespace, lambda: self.locate_master(namespace, watch.obj), emit, log=self.job_log).start()
+        try:
+            run_watch(watch, calls, WatchPolicy(what, timings, self.retry, clock=self._clock), sleep=self._sleep,
+                      log=self.job_log)
+        finally:
+            if follower is not None:
+                follower.finish()
         return outcome[-1]
+
+    def locate_master(self, namespace: str, obj: Mapping[str, Any] | None) -> tuple[Mapping[str, Any], str] | None:
+        """The master's pod (``master_pod``, among those of ``master_selector``: one LIST, time-limited) and the
+        container whose log is the master's; ``None`` before the job object is seen or while it has no such pod."""
+        if obj is None:
+            return None
+        pods = self._json(self.core_v1_client.list_namespaced_pod(
+            namespace, label_selector=self.master_selector(obj), _preload_content=False,
+            _request_timeout=LOCATE_TIMEOUT)).get("items") or []
+        pod = self.master_pod(obj, pods)
+        return None if pod is None else (pod, self.main_container(obj))
 
     def look_at_master(self, namespace: str, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]],
                        hang: MasterLogWatch) -> list[str]:

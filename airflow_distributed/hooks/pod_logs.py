@@ -3,6 +3,10 @@
 A follow is one long ``GET .../log?follow=true&timestamps=true``. When it breaks (connection reset, read
 timeout, API restart) it reconnects with ``sinceTime`` and ``LogCursor`` drops the lines already emitted, so
 the task log gets every line once.
+
+``LogFollowers`` follows the pods of a ``backend="kubernetes"`` job, which the task's own watch sees start;
+``MasterFollower`` follows the master of a job whose pods a controller makes (a Kubeflow job's, a TrainJob's),
+which the task does not watch: it looks for the master's pod itself.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from airflow_distributed.hooks.api_retry import api_status, is_transient, short_
 from airflow_distributed.hooks.kube_api import LOG_ACCEPT
 from airflow_distributed.jobstate.job_watch import JobTracker
 from airflow_distributed.jobstate.log_cursor import LogCursor
-from airflow_distributed.jobstate.pod_state import container_state, log_available
+from airflow_distributed.jobstate.pod_state import container_state, container_status, log_available
+from airflow_distributed.live_report import is_record
 from airflow_distributed.logs import TaskLog
 from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER
 
@@ -30,6 +35,22 @@ if TYPE_CHECKING:
 TAIL_LINES = 40
 #: Client-side read timeout of a follow: a quiet log is reconnected after this long (cheap), never hung on.
 FOLLOW_READ_TIMEOUT = 300.0
+#: Seconds between two looks for the master's pod while there is none to follow (not made or started yet, ended,
+#: being replaced).
+LOCATE_INTERVAL = 2.0
+#: Client-side time limit of a look for the master's pod, and of a read of its state.
+LOCATE_TIMEOUT = (10.0, 30.0)
+
+
+def task_log_lines(log: TaskLog) -> Callable[[str, str], None]:
+    """``emit`` for a follower: each line into the task log as ``[pod] line``, the master's live records (for the
+    job view, ``live_report``) left out."""
+
+    def emit(pod: str, line: str) -> None:
+        if not is_record(line):
+            log.info("[%s] %s", pod, line)
+
+    return emit
 
 
 class PodLogFollower:
@@ -82,6 +103,10 @@ class PodLogFollower:
 
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
+
+    def follow(self) -> None:
+        """Follow in the calling thread, as ``start`` does in a thread of its own."""
+        self._run()
 
     @property
     def alive(self) -> bool:
@@ -197,3 +222,117 @@ class LogFollowers:
 
     def tails(self) -> Mapping[str, list[str]]:
         return {name: list(follower.tail) for name, follower in self.followers.items()}
+
+
+#: Finds the master's pod: ``(the pod as listed, the container whose log is the master's)``, or ``None`` while the
+#: job has none (one bounded LIST).
+LocateMaster = Callable[[], "tuple[Mapping[str, Any], str] | None"]
+
+
+class MasterFollower:
+    """Follows the master of a job whose pods a controller makes into ``emit(pod, line)``, from one thread.
+
+    Every ``interval`` seconds while there is nothing to follow it looks for the master's pod (``locate``); once its
+    container has started it follows it (``PodLogFollower``: reconnects with ``sinceTime``, each line once) until
+    the container ends or the pod goes, then looks again: a master pod replaced by its controller (another uid) is
+    followed from its start, a container restarted in its pod goes on where its cursor was. A look or read that
+    fails is tried again: it decides nothing about the job.
+
+    :param locate: finds the master's pod (``LocateMaster``).
+    :param interval: seconds between two looks.
+    """
+
+    def __init__(
+        self,
+        hook: KubeApiHook,
+        namespace: str,
+        locate: LocateMaster,
+        emit: Callable[[str, str], None],
+        *,
+        log: TaskLog | None = None,
+        interval: float = LOCATE_INTERVAL,
+        read_timeout: float = FOLLOW_READ_TIMEOUT,
+    ) -> None:
+        self.hook, self.namespace, self.interval, self.read_timeout = hook, namespace, interval, read_timeout
+        self._locate, self._emit = locate, emit
+        self._log = log or logging.getLogger(__name__)
+        #: each master pod's cursor, by uid
+        self.cursors: dict[str, LogCursor] = {}
+        #: (uid, restart count) of the containers followed to their end (or given up)
+        self._done: set[tuple[str, int]] = set()
+        self._current: PodLogFollower | None = None
+        self._stop = threading.Event()
+        self._draining = threading.Event()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"log-master-{namespace}", daemon=True)
+
+    def start(self) -> MasterFollower:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        current = self._current
+        if current is not None:
+            current.stop()
+
+    def finish(self, drain_seconds: float = 5.0) -> None:
+        """The job has ended: let the follow of a master that ended read to its end (and, should none have been
+        followed yet, one last look find it), for at most ``drain_seconds``; then stop."""
+        self._draining.set()
+        self._wake.set()
+        current = self._current
+        if current is not None and not self._ended_quietly(current.pod, current.container):
+            current.stop()
+        self._thread.join(drain_seconds)
+        self.stop()
+        self._thread.join(1.0)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            last = self._draining.is_set()
+            self._look(last)
+            if last:
+                return
+            self._wake.wait(self.interval)
+            self._wake.clear()
+
+    def _look(self, last: bool) -> None:
+        try:
+            found = self._locate()
+        except Exception as error:
+            self._log.debug("could not look for the master's pod in %s: %s", self.namespace, short_error(error))
+            return
+        if found is None or self._stop.is_set():
+            return
+        pod, container = found
+        state = container_state(pod, container)[0]
+        if not log_available(pod, container) or (last and state != "terminated"):
+            return  # not started; or, the job over, still running: the drain would only wait
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        key = (uid, int((container_status(pod, container) or {}).get("restartCount") or 0))
+        if key in self._done:
+            return
+        cursor = self.cursors.setdefault(uid, LogCursor())
+        self._current = PodLogFollower(self.hook, self.namespace, meta["name"], self._emit, log=self._log,
+                                       finished=functools.partial(self._ended, meta["name"], container),
+                                       container=container, read_timeout=self.read_timeout, cursor=cursor)
+        try:
+            self._current.follow()
+        finally:
+            self._done.add(key)
+            self._current = None
+
+    def _ended(self, pod: str, container: str) -> bool:
+        """Whether the container has ended: one read of its pod (a 404, the pod gone, ends the follow)."""
+        read = self.hook.core_v1_client.read_namespaced_pod(pod, self.namespace, _preload_content=False,
+                                                            _request_timeout=LOCATE_TIMEOUT)
+        return container_state(self.hook._json(read), container)[0] == "terminated"
+
+    def _ended_quietly(self, pod: str, container: str) -> bool:
+        try:
+            return self._ended(pod, container)
+        except Exception:
+            return False

@@ -6,8 +6,7 @@ cluster creates and judges the pods; this hook only reads its verdict (``kubeflo
 LIST and one watch of the object, resumed from its resourceVersion and relisted after 410 Gone (``object_watch``),
 and, while some replica has not started, paced LISTs of its pods (``pending_pods``: a failed image pull, which the
 object's status never shows, fails the wait at once); none while the job is suspended (``suspended_of``). Given
-``emit``, the wait also follows the master's log into it from a thread of its own (``pod_logs.MasterFollower``),
-which decides nothing.
+``emit``, the wait also follows the master's log into it (``pod_logs.MasterFollower``), which decides nothing.
 """
 
 from __future__ import annotations
@@ -181,6 +180,14 @@ class KubeflowJobHook(KubeApiHook):
         return master_pod_selector(obj)
 
     @classmethod
+    def followed_master(cls, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
+                        ) -> tuple[Mapping[str, Any], str] | None:
+        """The master's pod among ``pods`` (``master_pod``) and the container whose log is the master's: what a
+        synchronous wait follows into the task log."""
+        pod = cls.master_pod(obj, pods)
+        return None if pod is None else (pod, cls.main_container(obj))
+
+    @classmethod
     def master_pod(cls, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
         """Among the job's pods, the one whose log the hang watchdog reads: the deciding replica's
         (``master_pod_selector``), the newest should the operator have replaced it."""
@@ -305,8 +312,9 @@ class KubeflowJobHook(KubeApiHook):
             the master's new lines read, bounded; no new line for this long while every pod runs ends the wait
             with a ``hung`` verdict naming the master.
         :param emit: the master's lines go to ``emit(pod, line)`` as it writes them, once each (``MasterFollower``:
-            its pod as ``master_pod`` finds it, followed from a thread of its own; a read that fails decides
-            nothing).
+            its pod as ``master_pod`` finds it among the pods listed while replicas start, or by a LIST of the
+            master's pods every ``pending_pods_interval`` while there is none to follow, never while suspended;
+            followed from a thread of its own; a look or read that fails decides nothing).
         """
         stopped = stopped or (lambda: False)
         timings = WatchTimings.of(watch_timings, server_timeout=watch_timeout)
@@ -318,6 +326,10 @@ class KubeflowJobHook(KubeApiHook):
         last: list[JobStatus] = []
         hang = None if progress_timeout is None else MasterLogWatch(progress_timeout, self._clock())
         master: list[str] = []
+        # The master's lines: found among the pods listed here anyway, or by paced looks of its own.
+        follower = None if emit is None else MasterFollower(
+            self, namespace, lambda pods: self.followed_master(watch.obj or {}, pods), emit,
+            interval=timings.pending_pods_interval, clock=self._clock, log=self.job_log)
 
         def done() -> bool:
             if stopped():
@@ -352,16 +364,30 @@ class KubeflowJobHook(KubeApiHook):
             return self._json(self.core_v1_client.list_namespaced_pod(
                 namespace, label_selector=self.kind.pods_selector(name), _preload_content=False)).get("items") or []
 
+        def follower_looks() -> bool:
+            # Its own looks only while the wait lists no pods and the job is not suspended (no pods on purpose).
+            return follower is not None and watch.obj is not None and not pending.pending and not pending.suspended
+
         def check_pods() -> None:
             if pending.due_for(watch.obj):
-                pending.on_pods(list_job_pods(), self.kind.expected_pods(watch.obj))
+                pods = list_job_pods()
+                pending.on_pods(pods, self.kind.expected_pods(watch.obj))
+                if follower is not None:
+                    follower.on_pods(pods)
             if hang is not None and watch.obj is not None and hang.due(self._clock()):
-                master[:] = self.look_at_master(namespace, watch.obj, list_job_pods(), hang)
+                pods = list_job_pods()
+                master[:] = self.look_at_master(namespace, watch.obj, pods, hang)
+                if follower is not None:
+                    follower.on_pods(pods)
+            if follower is not None and follower_looks() and follower.due():
+                follower.look(lambda: self.master_pods(namespace, watch.obj or {}))
 
         def watch_seconds() -> int:
             seconds = pending.watch_seconds(timings.server_timeout)
             if hang is not None:  # back in time for the next look at the master's log
                 seconds = max(1, min(seconds, math.ceil(hang.seconds_to_look(self._clock()))))
+            if follower is not None and follower_looks():  # back in time for its next look
+                seconds = max(1, min(seconds, math.ceil(min(follower.seconds_to_look(), seconds))))
             return seconds
 
         args = (resource.group, resource.version, namespace, resource.plural)
@@ -377,28 +403,23 @@ class KubeflowJobHook(KubeApiHook):
             done=done,
             watch_seconds=watch_seconds,
             check=check_pods,
-            check_due=lambda: pending.due_for(watch.obj) or (hang is not None and hang.due(self._clock())),
+            check_due=lambda: pending.due_for(watch.obj) or (hang is not None and hang.due(self._clock()))
+            or (follower is not None and follower_looks() and follower.due()),
         )
-        follower = None if emit is None else MasterFollower(
-            self, namespace, lambda: self.locate_master(namespace, watch.obj), emit, log=self.job_log).start()
         try:
             run_watch(watch, calls, WatchPolicy(what, timings, self.retry, clock=self._clock), sleep=self._sleep,
                       log=self.job_log)
         finally:
-            if follower is not None:
-                follower.finish()
+            if follower is not None and watch.obj is not None:
+                follower.finish(lambda: self.master_pods(namespace, watch.obj or {}))
         return outcome[-1]
 
-    def locate_master(self, namespace: str, obj: Mapping[str, Any] | None) -> tuple[Mapping[str, Any], str] | None:
-        """The master's pod (``master_pod``, among those of ``master_selector``: one LIST, time-limited) and the
-        container whose log is the master's; ``None`` before the job object is seen or while it has no such pod."""
-        if obj is None:
-            return None
-        pods = self._json(self.core_v1_client.list_namespaced_pod(
+    def master_pods(self, namespace: str, obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The master's pods (``master_selector``): one LIST, time-limited, no retries (the caller's look is tried
+        again later)."""
+        return self._json(self.core_v1_client.list_namespaced_pod(
             namespace, label_selector=self.master_selector(obj), _preload_content=False,
             _request_timeout=LOCATE_TIMEOUT)).get("items") or []
-        pod = self.master_pod(obj, pods)
-        return None if pod is None else (pod, self.main_container(obj))
 
     def look_at_master(self, namespace: str, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]],
                        hang: MasterLogWatch) -> list[str]:

@@ -6,13 +6,15 @@ the task log gets every line once.
 
 ``LogFollowers`` follows the pods of a ``backend="kubernetes"`` job, which the task's own watch sees start;
 ``MasterFollower`` follows the master of a job whose pods a controller makes (a Kubeflow job's, a TrainJob's),
-which the task does not watch: it looks for the master's pod itself.
+which the task does not watch: it finds the master's pod in the pods the wait lists anyway, or in a paced LIST of
+its own.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import math
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -35,9 +37,6 @@ if TYPE_CHECKING:
 TAIL_LINES = 40
 #: Client-side read timeout of a follow: a quiet log is reconnected after this long (cheap), never hung on.
 FOLLOW_READ_TIMEOUT = 300.0
-#: Seconds between two looks for the master's pod while there is none to follow (not made or started yet, ended,
-#: being replaced).
-LOCATE_INTERVAL = 2.0
 #: Client-side time limit of a look for the master's pod, and of a read of its state.
 LOCATE_TIMEOUT = (10.0, 30.0)
 
@@ -103,10 +102,6 @@ class PodLogFollower:
 
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
-
-    def follow(self) -> None:
-        """Follow in the calling thread, as ``start`` does in a thread of its own."""
-        self._run()
 
     @property
     def alive(self) -> bool:
@@ -224,106 +219,107 @@ class LogFollowers:
         return {name: list(follower.tail) for name, follower in self.followers.items()}
 
 
-#: Finds the master's pod: ``(the pod as listed, the container whose log is the master's)``, or ``None`` while the
-#: job has none (one bounded LIST).
-LocateMaster = Callable[[], "tuple[Mapping[str, Any], str] | None"]
+#: Picks the master among a job's pods: ``(its pod, the container whose log is the master's)``, or ``None``.
+PickMaster = Callable[[Sequence[Mapping[str, Any]]], "tuple[Mapping[str, Any], str] | None"]
 
 
 class MasterFollower:
-    """Follows the master of a job whose pods a controller makes into ``emit(pod, line)``, from one thread.
+    """Follows the master of a job whose pods a controller makes (a Kubeflow job's, a TrainJob's) into
+    ``emit(pod, line)``, for a wait that watches the job object, not its pods.
 
-    Every ``interval`` seconds while there is nothing to follow it looks for the master's pod (``locate``); once its
-    container has started it follows it (``PodLogFollower``: reconnects with ``sinceTime``, each line once) until
-    the container ends or the pod goes, then looks again: a master pod replaced by its controller (another uid) is
-    followed from its start, a container restarted in its pod goes on where its cursor was. A look or read that
-    fails is tried again: it decides nothing about the job.
+    The wait hands it the pods its LISTs read (``on_pods``: those it makes anyway while replicas start, and the
+    hang watchdog's); once the master's container has started it is followed from a thread (``PodLogFollower``:
+    reconnects with ``sinceTime``, each line once) until it ends or the pod goes. While there is nothing to follow
+    and the wait lists nothing, ``due`` asks for a LIST of its own every ``interval`` seconds (``look``), never
+    while the job is suspended: a master pod replaced by its controller (another uid) is followed from its start, a
+    container restarted in its pod goes on where its cursor was. A look or read that fails is tried again: it
+    decides nothing about the job.
 
-    :param locate: finds the master's pod (``LocateMaster``).
-    :param interval: seconds between two looks.
+    :param pick: finds the master among pods (``PickMaster``).
+    :param interval: seconds between two looks of its own (the wait's ``pending_pods_interval``).
     """
 
     def __init__(
         self,
         hook: KubeApiHook,
         namespace: str,
-        locate: LocateMaster,
+        pick: PickMaster,
         emit: Callable[[str, str], None],
         *,
+        interval: float,
+        clock: Callable[[], float],
         log: TaskLog | None = None,
-        interval: float = LOCATE_INTERVAL,
         read_timeout: float = FOLLOW_READ_TIMEOUT,
     ) -> None:
         self.hook, self.namespace, self.interval, self.read_timeout = hook, namespace, interval, read_timeout
-        self._locate, self._emit = locate, emit
+        self._pick, self._emit, self._clock = pick, emit, clock
         self._log = log or logging.getLogger(__name__)
         #: each master pod's cursor, by uid
         self.cursors: dict[str, LogCursor] = {}
-        #: (uid, restart count) of the containers followed to their end (or given up)
-        self._done: set[tuple[str, int]] = set()
-        self._current: PodLogFollower | None = None
-        self._stop = threading.Event()
-        self._draining = threading.Event()
-        self._wake = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"log-master-{namespace}", daemon=True)
+        #: (uid, restart count) of the containers followed (a look finding one again leaves it)
+        self._followed: set[tuple[str, int]] = set()
+        self.current: PodLogFollower | None = None
+        self._next_look = clock() + interval
 
-    def start(self) -> MasterFollower:
-        self._thread.start()
-        return self
+    @property
+    def following(self) -> bool:
+        return self.current is not None and self.current.alive
 
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        current = self._current
-        if current is not None:
-            current.stop()
+    def due(self) -> bool:
+        """Whether a look of its own is due (the caller knows the job is not suspended and lists nothing else)."""
+        return not self.following and self._clock() >= self._next_look
 
-    def finish(self, drain_seconds: float = 5.0) -> None:
-        """The job has ended: let the follow of a master that ended read to its end (and, should none have been
-        followed yet, one last look find it), for at most ``drain_seconds``; then stop."""
-        self._draining.set()
-        self._wake.set()
-        current = self._current
-        if current is not None and not self._ended_quietly(current.pod, current.container):
-            current.stop()
-        self._thread.join(drain_seconds)
-        self.stop()
-        self._thread.join(1.0)
+    def seconds_to_look(self) -> float:
+        return math.inf if self.following else max(0.0, self._next_look - self._clock())
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            last = self._draining.is_set()
-            self._look(last)
-            if last:
-                return
-            self._wake.wait(self.interval)
-            self._wake.clear()
-
-    def _look(self, last: bool) -> None:
+    def look(self, list_pods: Callable[[], Sequence[Mapping[str, Any]]]) -> None:
+        """A look of its own: ``list_pods()`` (one bounded LIST); a failure is logged at debug level, and the next
+        look is ``interval`` later."""
+        self._next_look = self._clock() + self.interval
         try:
-            found = self._locate()
+            pods = list_pods()
         except Exception as error:
             self._log.debug("could not look for the master's pod in %s: %s", self.namespace, short_error(error))
             return
-        if found is None or self._stop.is_set():
+        self.on_pods(pods)
+
+    def on_pods(self, pods: Sequence[Mapping[str, Any]], *, ended_only: bool = False) -> None:
+        """Pods as a LIST read them: follow the master's container if it has started and is not followed yet.
+
+        :param ended_only: follow only a container that has ended (the job is over: a running one would hold the
+            end of the wait)."""
+        self._next_look = self._clock() + self.interval
+        found = self._pick(pods)
+        if found is None or self.following:
             return
         pod, container = found
-        state = container_state(pod, container)[0]
-        if not log_available(pod, container) or (last and state != "terminated"):
-            return  # not started; or, the job over, still running: the drain would only wait
+        if not log_available(pod, container) or (ended_only and container_state(pod, container)[0] != "terminated"):
+            return
         meta = pod.get("metadata") or {}
         uid = str(meta.get("uid") or "")
         key = (uid, int((container_status(pod, container) or {}).get("restartCount") or 0))
-        if key in self._done:
+        if key in self._followed:
             return
-        cursor = self.cursors.setdefault(uid, LogCursor())
-        self._current = PodLogFollower(self.hook, self.namespace, meta["name"], self._emit, log=self._log,
-                                       finished=functools.partial(self._ended, meta["name"], container),
-                                       container=container, read_timeout=self.read_timeout, cursor=cursor)
-        try:
-            self._current.follow()
-        finally:
-            self._done.add(key)
-            self._current = None
+        self._followed.add(key)
+        self.current = PodLogFollower(self.hook, self.namespace, meta["name"], self._emit, log=self._log,
+                                      finished=functools.partial(self._ended, meta["name"], container),
+                                      container=container, read_timeout=self.read_timeout,
+                                      cursor=self.cursors.setdefault(uid, LogCursor())).start()
+
+    def finish(self, list_pods: Callable[[], Sequence[Mapping[str, Any]]], drain_seconds: float = 5.0) -> None:
+        """The wait is over: a master that ended is read to its end (one never followed is looked for once, so
+        that a short job's lines are shown too), for at most ``drain_seconds``; a master still running is left."""
+        if not self._followed:
+            try:
+                self.on_pods(list_pods(), ended_only=True)
+            except Exception as error:
+                self._log.debug("could not look for the master's pod in %s: %s", self.namespace, short_error(error))
+        current = self.current
+        if current is None:
+            return
+        if self._ended_quietly(current.pod, current.container):
+            current.join(drain_seconds)
+        current.stop()
 
     def _ended(self, pod: str, container: str) -> bool:
         """Whether the container has ended: one read of its pod (a 404, the pod gone, ends the follow)."""

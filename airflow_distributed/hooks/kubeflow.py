@@ -409,9 +409,14 @@ class KubeflowJobHook(KubeApiHook):
         try:
             run_watch(watch, calls, WatchPolicy(what, timings, self.retry, clock=self._clock), sleep=self._sleep,
                       log=self.job_log)
-        finally:
-            if follower is not None and watch.obj is not None:
-                follower.finish(lambda: self.master_pods(namespace, watch.obj or {}))
+        except BaseException:
+            if follower is not None:  # the wait failed (API gone, execution_timeout): no read to drain it
+                follower.stop()
+            raise
+        if follower is not None and (watch.obj is None or outcome[-1].ending == ending.STOPPED):
+            follower.stop()  # killed: the job is being deleted, nothing to drain
+        elif follower is not None:
+            follower.finish(lambda: self.master_pods(namespace, watch.obj or {}))
         return outcome[-1]
 
     def master_pods(self, namespace: str, obj: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -289,7 +289,11 @@ class MasterFollower:
         :param ended_only: follow only a container that has ended (the job is over: a running one would hold the
             end of the wait)."""
         self._next_look = self._clock() + self.interval
-        found = self._pick(pods)
+        try:
+            found = self._pick(pods)
+        except Exception as error:  # pods of an unexpected shape: nothing to follow, and the wait goes on
+            self._log.debug("could not find the master among the pods of %s: %s", self.namespace, error)
+            return
         if found is None or self.following:
             return
         pod, container = found
@@ -320,6 +324,11 @@ class MasterFollower:
         if self._ended_quietly(current.pod, current.container):
             current.join(drain_seconds)
         current.stop()
+
+    def stop(self) -> None:
+        """Stop following at once (the wait failed: no read is made to drain)."""
+        if self.current is not None:
+            self.current.stop()
 
     def _ended(self, pod: str, container: str) -> bool:
         """Whether the container has ended: one read of its pod (a 404, the pod gone, ends the follow)."""

@@ -158,6 +158,8 @@ class KubeflowJobRun:
         return handle
 
     def wait(self) -> dict[str, Any]:
+        from airflow_distributed.hooks.pod_logs import task_log_lines
+
         try:
             outcome = self.hook.wait_for_kubeflow_job(
                 self.namespace, self.resource, self.name, stopped=lambda: self.stopped,
@@ -167,6 +169,7 @@ class KubeflowJobRun:
                                                        self.name, status.state,
                                                        f": {status.message}" if status.message else ""),
                 on_object=self.observed,
+                emit=task_log_lines(self.log),  # the master's lines, as they come
             )
         except BaseException:
             # The wait itself failed (API gone, execution_timeout): nobody would watch the job any more.

@@ -5,7 +5,8 @@ Kubeflow ``TFJob``/``PyTorchJob``/``MXJob``/``MPIJob``/``XGBoostJob``/``PaddleJo
 cluster creates and judges the pods; this hook only reads its verdict (``kubeflow_status.job_status``) through one
 LIST and one watch of the object, resumed from its resourceVersion and relisted after 410 Gone (``object_watch``),
 and, while some replica has not started, paced LISTs of its pods (``pending_pods``: a failed image pull, which the
-object's status never shows, fails the wait at once); none while the job is suspended (``suspended_of``).
+object's status never shows, fails the wait at once); none while the job is suspended (``suspended_of``). Given
+``emit``, the wait also follows the master's log into it (``pod_logs.MasterFollower``), which decides nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from airflow_distributed.hooks.api_retry import KubernetesJobError
 from airflow_distributed.hooks.kube_api import EXISTS, MISSING, KubeApiHook
 from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
 from airflow_distributed.hooks.pending_pods import PendingPods, pods_missing
+from airflow_distributed.hooks.pod_logs import LOCATE_TIMEOUT, MasterFollower
 from airflow_distributed.hooks.watch_loop import WatchCalls, WatchPolicy, WatchTimings, run_watch
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.hang_watch import MasterLogWatch, all_running, hung_verdict
@@ -173,6 +175,19 @@ class KubeflowJobHook(KubeApiHook):
         return replica_statuses_of_pods(pods, container)
 
     @classmethod
+    def master_selector(cls, obj: Mapping[str, Any]) -> str:
+        """The label selector of the master's pods (the deciding replica's, ``master_pod_selector``)."""
+        return master_pod_selector(obj)
+
+    @classmethod
+    def followed_master(cls, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
+                        ) -> tuple[Mapping[str, Any], str] | None:
+        """The master's pod among ``pods`` (``master_pod``) and the container whose log is the master's: what a
+        synchronous wait follows into the task log."""
+        pod = cls.master_pod(obj, pods)
+        return None if pod is None else (pod, cls.main_container(obj))
+
+    @classmethod
     def master_pod(cls, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
         """Among the job's pods, the one whose log the hang watchdog reads: the deciding replica's
         (``master_pod_selector``), the newest should the operator have replaced it."""
@@ -218,7 +233,7 @@ class KubeflowJobHook(KubeApiHook):
     def kubeflow_output(self, namespace: str, obj: Mapping[str, Any]) -> str | None:
         """The output document from the termination message of the replica whose success decides the job
         (``success_rule``: the Chief, else worker 0 of a TFJob; the Master; the Scheduler; the Launcher)."""
-        pods = self.list_pods(namespace, master_pod_selector(obj))
+        pods = self.list_pods(namespace, self.master_selector(obj))
         container = main_container(obj)
         for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True):
             text = termination_message(pod, container)
@@ -280,6 +295,7 @@ class KubeflowJobHook(KubeApiHook):
         image_pull_grace: float = 0.0,
         queue_timeout: float | None = None,
         progress_timeout: float | None = None,
+        emit: Callable[[str, str], None] | None = None,
     ) -> JobOutcome:
         """Until the job succeeds or fails (its conditions), is deleted, or ``stopped()`` turns true; or a replica's
         image cannot be pulled (``pending_pods``: its pods are listed while some replica has not started).
@@ -295,6 +311,10 @@ class KubeflowJobHook(KubeApiHook):
         :param progress_timeout: the hang watchdog (``hang_watch``): between watches, the job's pods are listed and
             the master's new lines read, bounded; no new line for this long while every pod runs ends the wait
             with a ``hung`` verdict naming the master.
+        :param emit: the master's lines go to ``emit(pod, line)`` as it writes them, once each (``MasterFollower``:
+            its pod as ``master_pod`` finds it among the pods listed while replicas start, or by a LIST of the
+            master's pods every ``pending_pods_interval`` while there is none to follow, never while suspended;
+            followed from a thread of its own; a look or read that fails decides nothing).
         """
         stopped = stopped or (lambda: False)
         timings = WatchTimings.of(watch_timings, server_timeout=watch_timeout)
@@ -306,6 +326,10 @@ class KubeflowJobHook(KubeApiHook):
         last: list[JobStatus] = []
         hang = None if progress_timeout is None else MasterLogWatch(progress_timeout, self._clock())
         master: list[str] = []
+        # The master's lines: found among the pods listed here anyway, or by paced looks of its own.
+        follower = None if emit is None else MasterFollower(
+            self, namespace, lambda pods: self.followed_master(watch.obj or {}, pods), emit,
+            interval=timings.pending_pods_interval, clock=self._clock, log=self.job_log)
 
         def done() -> bool:
             if stopped():
@@ -340,18 +364,31 @@ class KubeflowJobHook(KubeApiHook):
             return self._json(self.core_v1_client.list_namespaced_pod(
                 namespace, label_selector=self.kind.pods_selector(name), _preload_content=False)).get("items") or []
 
+        def follower_looks() -> bool:
+            # Its own looks only while the wait lists no pods and the job is not suspended (no pods on purpose).
+            return follower is not None and watch.obj is not None and not pending.pending and not pending.suspended
+
         def check_pods() -> None:
             if pending.due_for(watch.obj):
                 pods, expected = list_job_pods(), self.kind.expected_pods(watch.obj)
                 group = self.read_pod_group(namespace, watch.obj) if pods_missing(pods, expected) else None
                 pending.on_pods(pods, expected, group)
+                if follower is not None:
+                    follower.on_pods(pods)
             if hang is not None and watch.obj is not None and hang.due(self._clock()):
-                master[:] = self.look_at_master(namespace, watch.obj, list_job_pods(), hang)
+                pods = list_job_pods()
+                master[:] = self.look_at_master(namespace, watch.obj, pods, hang)
+                if follower is not None:
+                    follower.on_pods(pods)
+            if follower is not None and follower_looks() and follower.due():
+                follower.look(lambda: self.master_pods(namespace, watch.obj or {}))
 
         def watch_seconds() -> int:
             seconds = pending.watch_seconds(timings.server_timeout)
             if hang is not None:  # back in time for the next look at the master's log
                 seconds = max(1, min(seconds, math.ceil(hang.seconds_to_look(self._clock()))))
+            if follower is not None and follower_looks():  # back in time for its next look
+                seconds = max(1, min(seconds, math.ceil(min(follower.seconds_to_look(), seconds))))
             return seconds
 
         args = (resource.group, resource.version, namespace, resource.plural)
@@ -367,10 +404,20 @@ class KubeflowJobHook(KubeApiHook):
             done=done,
             watch_seconds=watch_seconds,
             check=check_pods,
-            check_due=lambda: pending.due_for(watch.obj) or (hang is not None and hang.due(self._clock())),
+            check_due=lambda: pending.due_for(watch.obj) or (hang is not None and hang.due(self._clock()))
+            or (follower is not None and follower_looks() and follower.due()),
         )
-        run_watch(watch, calls, WatchPolicy(what, timings, self.retry, clock=self._clock), sleep=self._sleep,
-                  log=self.job_log)
+        try:
+            run_watch(watch, calls, WatchPolicy(what, timings, self.retry, clock=self._clock), sleep=self._sleep,
+                      log=self.job_log)
+        except BaseException:
+            if follower is not None:  # the wait failed (API gone, execution_timeout): no read to drain it
+                follower.stop()
+            raise
+        if follower is not None and (watch.obj is None or outcome[-1].ending == ending.STOPPED):
+            follower.stop()  # killed: the job is being deleted, nothing to drain
+        elif follower is not None:
+            follower.finish(lambda: self.master_pods(namespace, watch.obj or {}))
         return outcome[-1]
 
     def read_pod_group(self, namespace: str, obj: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -388,6 +435,13 @@ class KubeflowJobHook(KubeApiHook):
                                  "not known", error)
             return None
         return None if response is MISSING else self._json(response)
+
+    def master_pods(self, namespace: str, obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The master's pods (``master_selector``): one LIST, time-limited, no retries (the caller's look is tried
+        again later)."""
+        return self._json(self.core_v1_client.list_namespaced_pod(
+            namespace, label_selector=self.master_selector(obj), _preload_content=False,
+            _request_timeout=LOCATE_TIMEOUT)).get("items") or []
 
     def look_at_master(self, namespace: str, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]],
                        hang: MasterLogWatch) -> list[str]:

@@ -3,12 +3,18 @@
 A follow is one long ``GET .../log?follow=true&timestamps=true``. When it breaks (connection reset, read
 timeout, API restart) it reconnects with ``sinceTime`` and ``LogCursor`` drops the lines already emitted, so
 the task log gets every line once.
+
+``LogFollowers`` follows the pods of a ``backend="kubernetes"`` job, which the task's own watch sees start;
+``MasterFollower`` follows the master of a job whose pods a controller makes (a Kubeflow job's, a TrainJob's),
+which the task does not watch: it finds the master's pod in the pods the wait lists anyway, or in a paced LIST of
+its own.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import math
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -20,7 +26,8 @@ from airflow_distributed.hooks.api_retry import api_status, is_transient, short_
 from airflow_distributed.hooks.kube_api import LOG_ACCEPT
 from airflow_distributed.jobstate.job_watch import JobTracker
 from airflow_distributed.jobstate.log_cursor import LogCursor
-from airflow_distributed.jobstate.pod_state import container_state, log_available
+from airflow_distributed.jobstate.pod_state import container_state, container_status, log_available
+from airflow_distributed.live_report import is_record
 from airflow_distributed.logs import TaskLog
 from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER
 
@@ -30,6 +37,19 @@ if TYPE_CHECKING:
 TAIL_LINES = 40
 #: Client-side read timeout of a follow: a quiet log is reconnected after this long (cheap), never hung on.
 FOLLOW_READ_TIMEOUT = 300.0
+#: Client-side time limit of a look for the master's pod, and of a read of its state.
+LOCATE_TIMEOUT = (10.0, 30.0)
+
+
+def task_log_lines(log: TaskLog) -> Callable[[str, str], None]:
+    """``emit`` for a follower: each line into the task log as ``[pod] line``, the master's live records (for the
+    job view, ``live_report``) left out."""
+
+    def emit(pod: str, line: str) -> None:
+        if not is_record(line):
+            log.info("[%s] %s", pod, line)
+
+    return emit
 
 
 class PodLogFollower:
@@ -197,3 +217,127 @@ class LogFollowers:
 
     def tails(self) -> Mapping[str, list[str]]:
         return {name: list(follower.tail) for name, follower in self.followers.items()}
+
+
+#: Picks the master among a job's pods: ``(its pod, the container whose log is the master's)``, or ``None``.
+PickMaster = Callable[[Sequence[Mapping[str, Any]]], "tuple[Mapping[str, Any], str] | None"]
+
+
+class MasterFollower:
+    """Follows the master of a job whose pods a controller makes (a Kubeflow job's, a TrainJob's) into
+    ``emit(pod, line)``, for a wait that watches the job object, not its pods.
+
+    The wait hands it the pods its LISTs read (``on_pods``: those it makes anyway while replicas start, and the
+    hang watchdog's); once the master's container has started it is followed from a thread (``PodLogFollower``:
+    reconnects with ``sinceTime``, each line once) until it ends or the pod goes. While there is nothing to follow
+    and the wait lists nothing, ``due`` asks for a LIST of its own every ``interval`` seconds (``look``), never
+    while the job is suspended: a master pod replaced by its controller (another uid) is followed from its start, a
+    container restarted in its pod goes on where its cursor was. A look or read that fails is tried again: it
+    decides nothing about the job.
+
+    :param pick: finds the master among pods (``PickMaster``).
+    :param interval: seconds between two looks of its own (the wait's ``pending_pods_interval``).
+    """
+
+    def __init__(
+        self,
+        hook: KubeApiHook,
+        namespace: str,
+        pick: PickMaster,
+        emit: Callable[[str, str], None],
+        *,
+        interval: float,
+        clock: Callable[[], float],
+        log: TaskLog | None = None,
+        read_timeout: float = FOLLOW_READ_TIMEOUT,
+    ) -> None:
+        self.hook, self.namespace, self.interval, self.read_timeout = hook, namespace, interval, read_timeout
+        self._pick, self._emit, self._clock = pick, emit, clock
+        self._log = log or logging.getLogger(__name__)
+        #: each master pod's cursor, by uid
+        self.cursors: dict[str, LogCursor] = {}
+        #: (uid, restart count) of the containers followed (a look finding one again leaves it)
+        self._followed: set[tuple[str, int]] = set()
+        self.current: PodLogFollower | None = None
+        self._next_look = clock() + interval
+
+    @property
+    def following(self) -> bool:
+        return self.current is not None and self.current.alive
+
+    def due(self) -> bool:
+        """Whether a look of its own is due (the caller knows the job is not suspended and lists nothing else)."""
+        return not self.following and self._clock() >= self._next_look
+
+    def seconds_to_look(self) -> float:
+        return math.inf if self.following else max(0.0, self._next_look - self._clock())
+
+    def look(self, list_pods: Callable[[], Sequence[Mapping[str, Any]]]) -> None:
+        """A look of its own: ``list_pods()`` (one bounded LIST); a failure is logged at debug level, and the next
+        look is ``interval`` later."""
+        self._next_look = self._clock() + self.interval
+        try:
+            pods = list_pods()
+        except Exception as error:
+            self._log.debug("could not look for the master's pod in %s: %s", self.namespace, short_error(error))
+            return
+        self.on_pods(pods)
+
+    def on_pods(self, pods: Sequence[Mapping[str, Any]], *, ended_only: bool = False) -> None:
+        """Pods as a LIST read them: follow the master's container if it has started and is not followed yet.
+
+        :param ended_only: follow only a container that has ended (the job is over: a running one would hold the
+            end of the wait)."""
+        self._next_look = self._clock() + self.interval
+        try:
+            found = self._pick(pods)
+        except Exception as error:  # pods of an unexpected shape: nothing to follow, and the wait goes on
+            self._log.debug("could not find the master among the pods of %s: %s", self.namespace, error)
+            return
+        if found is None or self.following:
+            return
+        pod, container = found
+        if not log_available(pod, container) or (ended_only and container_state(pod, container)[0] != "terminated"):
+            return
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        key = (uid, int((container_status(pod, container) or {}).get("restartCount") or 0))
+        if key in self._followed:
+            return
+        self._followed.add(key)
+        self.current = PodLogFollower(self.hook, self.namespace, meta["name"], self._emit, log=self._log,
+                                      finished=functools.partial(self._ended, meta["name"], container),
+                                      container=container, read_timeout=self.read_timeout,
+                                      cursor=self.cursors.setdefault(uid, LogCursor())).start()
+
+    def finish(self, list_pods: Callable[[], Sequence[Mapping[str, Any]]], drain_seconds: float = 5.0) -> None:
+        """The wait is over: a master that ended is read to its end (one never followed is looked for once, so
+        that a short job's lines are shown too), for at most ``drain_seconds``; a master still running is left."""
+        if not self._followed:
+            try:
+                self.on_pods(list_pods(), ended_only=True)
+            except Exception as error:
+                self._log.debug("could not look for the master's pod in %s: %s", self.namespace, short_error(error))
+        current = self.current
+        if current is None:
+            return
+        if self._ended_quietly(current.pod, current.container):
+            current.join(drain_seconds)
+        current.stop()
+
+    def stop(self) -> None:
+        """Stop following at once (the wait failed: no read is made to drain)."""
+        if self.current is not None:
+            self.current.stop()
+
+    def _ended(self, pod: str, container: str) -> bool:
+        """Whether the container has ended: one read of its pod (a 404, the pod gone, ends the follow)."""
+        read = self.hook.core_v1_client.read_namespaced_pod(pod, self.namespace, _preload_content=False,
+                                                            _request_timeout=LOCATE_TIMEOUT)
+        return container_state(self.hook._json(read), container)[0] == "terminated"
+
+    def _ended_quietly(self, pod: str, container: str) -> bool:
+        try:
+            return self._ended(pod, container)
+        except Exception:
+            return False

@@ -65,6 +65,11 @@ class TrainJobHook(KubeflowJobHook):
         return node_statuses(pods, container)
 
     @classmethod
+    def master_selector(cls, obj: Mapping[str, Any]) -> str:
+        """Node 0's pods (an MPI runtime's launcher included)."""
+        return node_selector(str((obj.get("metadata") or {}).get("name")), rank=0)
+
+    @classmethod
     def master_pod(cls, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
         """Node 0 (an MPI runtime's launcher), the newest should the Job controller have replaced it: the pod whose
         log the hang watchdog reads."""
@@ -74,7 +79,7 @@ class TrainJobHook(KubeflowJobHook):
     def kubeflow_output(self, namespace: str, obj: Mapping[str, Any]) -> str | None:
         """The output document: the termination message of node 0's ``node`` container (an MPI runtime's launcher;
         the newest such pod, should the Job controller have replaced one)."""
-        pods = self.list_pods(namespace, node_selector(obj["metadata"]["name"], rank=0))
+        pods = self.list_pods(namespace, self.master_selector(obj))
         newest_first = sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True)
         for pod in sorted(newest_first, key=lambda p: not is_launcher(p)):
             text = termination_message(pod, NODE)

@@ -17,17 +17,16 @@ into the task log every ``logging_interval`` seconds (``log_relay``; the pod fou
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 
 from airflow_distributed.hooks.api_retry import acall_with_retries
-from airflow_distributed.hooks.kubeflow import main_container
 from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
 from airflow_distributed.hooks.pending_pods import JOB_HUNG, PendingPods, pods_missing
 from airflow_distributed.jobstate.pod_state import log_available
-from airflow_distributed.manifests.kubeflow_status import KUBEFLOW_KIND, JobKind, master_pod_selector
+from airflow_distributed.manifests.kubeflow_status import KUBEFLOW_KIND, JobKind
 from airflow_distributed.manifests.trainjob_status import is_launcher
 from airflow_distributed.status import FAILED, SUCCEEDED
 from airflow_distributed.triggers.base import JobWaitTrigger
@@ -81,10 +80,6 @@ class KubeflowJobTrigger(JobWaitTrigger):
     kind: JobKind = KUBEFLOW_KIND
     image_pull_grace: float
     queue_timeout: float | None
-    #: The label selector of the master's pods (the deciding replica's, ``master_pod_selector``).
-    master_selector: Callable[[Mapping[str, Any]], str] = staticmethod(master_pod_selector)
-    #: The container of a job's pods whose log is the master's.
-    log_container: Callable[[Mapping[str, Any]], str] = staticmethod(main_container)
     progress_timeout: float | None
 
     @staticmethod
@@ -248,10 +243,11 @@ class KubeflowJobTrigger(JobWaitTrigger):
         obj = self._watch.obj if self._watch is not None else None
         if obj is None:
             return None
-        container = self.log_container(obj)
+        kind = self.hook_class()  # which pods are the master's, and its container: as the task's hook finds them
+        container = kind.main_container(obj)
         async with self.api_client() as api:
             pods = (await self._json(async_client.CoreV1Api(api).list_namespaced_pod(
-                self.namespace, label_selector=self.master_selector(obj), _preload_content=False,
+                self.namespace, label_selector=kind.master_selector(obj), _preload_content=False,
                 _request_timeout=READ_TIMEOUT))).get("items") or []
         started = [pod for pod in pods if log_available(pod, container)]
         if not started:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from airflow_distributed.manifests.kubeflow_status import JobKind
-from airflow_distributed.manifests.trainjob_status import NODE, TRAINJOB_KIND, node_selector
+from airflow_distributed.manifests.trainjob_status import TRAINJOB_KIND
 from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
 
 if TYPE_CHECKING:
@@ -24,9 +24,6 @@ class TrainJobTrigger(KubeflowJobTrigger):
     (``trainer.kubeflow.org``, ``v1alpha1``, ``trainjobs``)."""
 
     kind: JobKind = TRAINJOB_KIND
-    #: The master's log is node 0's (an MPI runtime's launcher's), in its ``node`` container.
-    master_selector = staticmethod(lambda obj: node_selector(str((obj.get("metadata") or {}).get("name")), rank=0))
-    log_container = staticmethod(lambda obj: NODE)
 
     @staticmethod
     def hook_class() -> type[TrainJobHook]:

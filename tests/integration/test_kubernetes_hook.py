@@ -7,6 +7,7 @@ The hook's sleep is a recorder, so retry paths take no time; the emulator's requ
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import pytest
@@ -304,6 +305,54 @@ def test_a_followed_log_reconnects_after_a_quiet_spell_without_repeating_lines(e
     assert seen == ["a1", "a2", "a3", "b1", "b2"]
     follows = [r for r in task_requests(emulator, ns) if r.path.endswith(f"/{master}/log")]
     assert len(follows) >= 2 and all(r.query.get("sinceTime") for r in follows[1:])
+
+
+def test_a_followed_master_goes_on_after_a_reconnect_and_a_replaced_one_is_followed_from_its_start(
+        emulator, hook, ns):
+    """``MasterFollower`` (a synchronous Kubeflow or TrainJob wait): its own looks find the master, a quiet follow
+    reconnects without repeating lines, a master pod made again under its name (another uid) is followed from its
+    start, and a look that fails decides nothing."""
+    from airflow_distributed.hooks.pod_logs import MasterFollower
+
+    master = {"metadata": {"name": "master-0", "labels": {"role": "master"}},
+              "spec": {"containers": [{"name": "pytorch", "image": "busybox"}]}}
+    emulator.create("pods", ns, master)
+    seen: list[str] = []
+
+    def master_pods() -> list:
+        response = hook.core_v1_client.list_namespaced_pod(ns, label_selector="role=master", _preload_content=False)
+        return json.loads(response.data)["items"]
+
+    def refused() -> list:
+        raise client.ApiException(status=503, reason="Service Unavailable")
+
+    follower = MasterFollower(hook, ns, lambda pods: (pods[0], "pytorch") if pods else None,
+                              lambda pod, line: seen.append(line), interval=0.1, clock=time.monotonic,
+                              read_timeout=0.4)
+    follower.look(master_pods)
+    assert not follower.following  # not started yet: nothing to follow
+    emulator.run_pod(ns, "master-0")
+    emulator.append_log(ns, "master-0", "a1\na2\na3", container="pytorch")
+    wait_until(lambda: (follower.due() and follower.look(master_pods), follower.following)[1], timeout=10)
+    wait_until(lambda: len(seen) == 3, timeout=10)
+    emulator.wait_for_requests("get", 2, r"/pods/master-0/log$")  # quiet: reconnected with sinceTime
+    emulator.append_log(ns, "master-0", "b1\nb2", container="pytorch")
+    wait_until(lambda: len(seen) == 5, timeout=10)
+    # The controller makes the master again: the old follow ends (its pod gone), the new pod is followed.
+    emulator.delete("pods", ns, "master-0")
+    wait_until(lambda: not follower.following, timeout=10)
+    follower.look(refused)  # decides nothing
+    emulator.create("pods", ns, master)
+    emulator.run_pod(ns, "master-0")
+    emulator.append_log(ns, "master-0", "c1\nc2", container="pytorch")
+    wait_until(lambda: (follower.due() and follower.look(master_pods), len(seen) == 7)[1], timeout=10)
+    emulator.succeed_pod(ns, "master-0")
+    follower.finish(master_pods)
+
+    assert not follower.following
+    assert seen == ["a1", "a2", "a3", "b1", "b2", "c1", "c2"]
+    follows = [r for r in task_requests(emulator, ns) if r.path.endswith("/master-0/log")]
+    assert sum(1 for r in follows if not r.query.get("sinceTime")) == 2  # each pod's first read, from its start
 
 
 def test_the_output_document_comes_from_the_termination_message_when_exec_is_not_possible(emulator, hook, ns):

@@ -353,8 +353,12 @@ class ControlPlane:
 
         return wait_for(token, timeout, f"the token of service account {namespace}/{name}", interval=0.1)
 
-    def create_namespace(self, name: str) -> None:
-        """A namespace that pods can be created in: its ``default`` service account and token exist."""
+    def create_namespace(self, name: str, timeout: float = 120.0) -> None:
+        """A namespace that pods can be created in: its ``default`` service account and token exist. One of that
+        name an earlier test deleted (another module's DAG of the same namespace) is first let go by the namespace
+        controller."""
+        wait_for(lambda: self.get(f"/api/v1/namespaces/{name}") is None, timeout,
+                 f"namespace {name} deleted by an earlier test to be gone", interval=0.2)
         self.request("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
         self.service_account_token(name, "default")
 

@@ -3,8 +3,8 @@
 has the master's lines once each.
 
 Real DAG runs, sync and deferred: a Kubernetes job, a PyTorchJob (the stand-in Training Operator) and a TrainJob (the
-stand-in Trainer controller). In a synchronous wait only the kubernetes backend follows the master's
-lines into the task log; deferred, every backend's trigger relays them. The view is asked over HTTP through
+stand-in Trainer controller). In a synchronous wait the task follows the master's lines into its log (a Kubeflow
+job's master pod, a TrainJob's node 0); deferred, its trigger relays them. The view is asked over HTTP through
 Airflow's own API server app, as a viewer of the team that owns the DAG, and reads the cluster through the DAG's
 connection: the task's service account, bound to exactly its backend's Roles of docs/rbac.yaml, none of whose
 requests (the task's, its trigger's, the view's) is refused. The scripts and checks are the emulator's
@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from airflow_distributed.live_report import PREFIX
 from airflow_distributed.plugins.live_kubernetes import RECORD_TAIL_LINES
 from tests.helpers import run_dag_at
 from tests.kube_control_plane.control_plane import NOTHING, ControlPlane
@@ -93,11 +92,8 @@ def test_a_pytorchjobs_reports_show_in_the_view_while_the_task_waits(
     assert states["train"] == "success"
     assert_reports_shown(seen, "kubeflow", waiting)
     assert [r["role"] for r in seen[90][0]["replicas"]] == ["master", "worker", "worker"]
-    out = capfd.readouterr().out
-    if waiting == "queued":
-        assert_master_lines_once(out)  # relayed by the trigger
-    else:  # a synchronous Kubeflow wait follows the job's conditions, not its master's log
-        assert PREFIX not in out
+    # followed into the task log by the task (sync) or relayed by its trigger (deferred)
+    assert_master_lines_once(capfd.readouterr().out)
     comes_to(lambda: (controller.jobs(), control_plane.left(namespace)), ([], NOTHING), timeout=60)
     assert_all_read_as_the_task(control_plane, user)
 
@@ -112,10 +108,8 @@ def test_a_trainjobs_trainer_status_then_its_masters_reports_show_in_the_view_wh
     assert states["train"] == "success"
     assert_trainjob_shown(seen, waiting)
     out = capfd.readouterr().out
-    if waiting == "queued":
-        assert_master_lines_once(out)  # node 0's, relayed by the trigger
-    else:
-        # A synchronous TrainJob wait logs status.trainerStatus as it changes (node 0's lines only if it fails).
-        assert "45% done, about 1m00s left; loss=0.25" in out and PREFIX not in out
+    assert_master_lines_once(out)  # node 0's: followed by the task (sync) or relayed by its trigger (deferred)
+    if waiting == "running":  # a synchronous wait logs status.trainerStatus as it changes too
+        assert "45% done, about 1m00s left; loss=0.25" in out
     comes_to(lambda: (controller.jobs(), control_plane.left(namespace)), ([], NOTHING), timeout=60)
     assert_all_read_as_the_task(control_plane, user)

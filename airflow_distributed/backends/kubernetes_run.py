@@ -35,7 +35,7 @@ from airflow_distributed.jobstate.outcome import JobOutcome
 from airflow_distributed.jobstate.pod_state import log_available
 from airflow_distributed.jobstate.replica_table import replica_table
 from airflow_distributed.jobstate.verdicts import JobVerdict, ReplicaSlot, replica_slots, slots_from_json, slots_to_json
-from airflow_distributed.live_report import is_record, without_records
+from airflow_distributed.live_report import without_records
 from airflow_distributed.manifests.pod_names import RESTARTS_ANNOTATION
 from airflow_distributed.plan import KubernetesAddressing, build_plan
 from airflow_distributed.triggers.log_relay import new_lines_after
@@ -166,6 +166,8 @@ class KubernetesJobRun(KubernetesJobFinish):
         })
         if self.settings.deferrable and self.handle.reattached != "succeeded":  # type: ignore[union-attr]
             self._defer()
+        from airflow_distributed.hooks.pod_logs import task_log_lines
+
         # Each followed log's place, across the waits of an elastic job: no line twice after a pod is recreated.
         log_cursors: dict[str, tuple[str, LogCursor]] = {}
         try:
@@ -179,7 +181,7 @@ class KubernetesJobRun(KubernetesJobFinish):
                     on_change=self._log_table,
                     stopped=lambda: self.stopped,
                     follow=self._followed(),
-                    emit=self._emit,
+                    emit=task_log_lines(self.log),
                     log_cursors=log_cursors,
                     progress_timeout=self.settings.progress_timeout,
                 )
@@ -306,11 +308,6 @@ class KubernetesJobRun(KubernetesJobFinish):
         )
         self.log.info("job %s/%s: waiting in the triggerer", self.namespace, self.name)
         self.task.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
-
-    def _emit(self, replica: str, line: str) -> None:
-        """A followed replica's line into the task log; the master's live records (for the job view) left out."""
-        if not is_record(line):
-            self.log.info("[%s] %s", replica, line)
 
     def _log_table(self, rows: Sequence[ReplicaStatus]) -> None:
         self.log.info("replicas of %s:\n%s", self.name, replica_table(self.elastic.with_dropped(rows, self.slots)))

@@ -139,13 +139,13 @@ def resume_kubernetes(task: TaskCalls, settings: BackendSettings, context: Conte
     run = KubernetesJobRun.resume(task, settings, context, event)
     on_start(run)
     status = event.get("status")
-    try:
-        tracker = run.hook.job_tracker(run.namespace, run.name, run.slots)
-    except BaseException:
-        run._clean_up_quietly()
-        raise
     elapsed = max(0.0, time.time() - float(event.get("started_at") or time.time()))
     if status in ("succeeded", "failed"):
+        try:
+            tracker = run.hook.job_tracker(run.namespace, run.name, run.slots)
+        except BaseException:
+            run._clean_up_quietly()
+            raise
         verdict = JobVerdict.from_dict(event.get("verdict") or {"state": status})
         pods = tracker.last_pods()
         outcome = verdict.outcome(tracker.statuses(), pods=pods)
@@ -163,11 +163,14 @@ def resume_kubernetes(task: TaskCalls, settings: BackendSettings, context: Conte
         return run.finish(replace(outcome, logs={run.master.name: tail}), elapsed)
     # timeout (execution_timeout reached in the triggerer) or error (the trigger could not watch): clean up, fail.
     # A timeout ends the job as the synchronous wait's does, as a kill: the whole job is deleted, not kept for a look.
+    # The trigger's error is the one to fail with, as the synchronous wait's is: nothing is read first, and a clean-up
+    # that fails is logged (after a refused watch every request may be refused: the task's rights were taken away).
     timed_out = status == "timeout"
-    run.clean_up(succeeded=False, kill=timed_out)
+    cleaned = run._clean_up_quietly(kill=timed_out)
+    note = ("the job was deleted" if timed_out else run.cleanup_note(False)) if cleaned else \
+        "it could not be cleaned up (see the error above): delete it by hand"
     outcome = JobOutcome(ending.TIMED_OUT if timed_out else ending.FAILED, message=event.get("message") or status)
-    raise job_failure(f"{run.namespace}/{run.name}", outcome, elapsed,
-                      "the job was deleted" if timed_out else run.cleanup_note(False), default=event_error_class(event))
+    raise job_failure(f"{run.namespace}/{run.name}", outcome, elapsed, note, default=event_error_class(event))
 
 
 def _restart_elastic_replica(run: KubernetesJobRun, outcome: JobOutcome) -> None:
@@ -406,11 +409,15 @@ class KubernetesJobRun:
         by_name = {**self.dropped, **{row.name: row for row in rows}}
         return tuple(row for slot in self.slots if (row := by_name.get(slot.name)) is not None)
 
-    def _clean_up_quietly(self, succeeded: bool = False, kill: bool = False) -> None:
+    def _clean_up_quietly(self, succeeded: bool = False, kill: bool = False) -> bool:
+        """``clean_up``, its failure logged rather than raised (the task fails with what came before it); returns
+        whether it was done."""
         try:
             self.clean_up(succeeded, kill=kill)
         except Exception as error:
             self.log.error("could not clean up job %s/%s: %s", self.namespace, self.name, error)
+            return False
+        return True
 
     def _defer(self) -> None:
         from airflow_distributed.triggers.kubernetes import DistributedJobTrigger

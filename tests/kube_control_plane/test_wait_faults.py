@@ -3,7 +3,9 @@ trigger's wait (the deferrable path) rides out a watch cut mid-stream, error ans
 refused connections, resuming from its resourceVersion; a server that stays unreachable past ``reconnect_budget``
 ends a DAG's wait (sync or deferred) saying why, and the job's pods are deleted once the server is back. Refused
 here is refused: the proxy closes its port (``ECONNREFUSED``), where the emulator resets the connections it takes.
-The task talks as the service account bound to exactly the Role of docs/rbac.yaml."""
+A task whose RoleBinding is removed while it waits is answered 403 by the real server itself at its next watch:
+the wait ends at once as a permission problem. The task talks as the service account bound to exactly the Role of
+docs/rbac.yaml."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.helpers import output_so_far, run_dag_at, wait_until
-from tests.kube_control_plane.control_plane import NOTHING, ControlPlane
+from tests.integration.test_kubernetes_rbac import role
+from tests.kube_control_plane.control_plane import NOTHING, TASK_ACCOUNT, ControlPlane
 from tests.kube_control_plane.fault_proxy import FaultProxy
 from tests.kube_control_plane.kubelet import KubeletNode
 from tests.kubernetes_helpers import DOCUMENT, Kubelet, comes_to, first_event, make_job, new_hook, trigger_for
@@ -105,3 +108,49 @@ def test_a_server_that_stays_unreachable_ends_the_wait_after_the_reconnect_budge
     # clean_pod_policy "running": the pods are deleted (the Service stays for a look).
     comes_to(lambda: control_plane.left(namespace)["pods"], [], timeout=60)
     assert control_plane.refused(user) == []
+
+
+def refused_watches(control_plane: ControlPlane, user: str) -> list[str]:
+    return [line for line in control_plane.refused(user) if "watch=" in line]
+
+
+def task_error(output: str) -> str:
+    """The exception the task failed with (the last raised in its traceback), as ``Class: message``."""
+    traceback = output.rsplit("Task failed with exception", 1)[1]
+    return [line for line in traceback.splitlines() if line.startswith("airflow_distributed.exceptions.")][-1]
+
+
+@pytest.mark.parametrize("dag_namespace", ["quiet_forbidden", "quiet_forbidden_deferrable"], indirect=True)
+def test_a_rolebinding_removed_mid_wait_ends_the_wait_at_once_as_a_permission_problem(
+        control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str], capfd):
+    namespace, user = dag_namespace
+    binding = (f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings/"
+               f"{role()['metadata']['name']}-{TASK_ACCOUNT}")
+
+    def script(k: Kubelet) -> None:
+        k.run_all()
+        wait_until(lambda: requests_of(control_plane, user, "watch") >= 1, timeout=60, interval=0.05)
+        # The task loses its rights while its watch is open: the real server answers its next watch 403
+        # (QUIET_TIMINGS: a watch ends every second). Every other request of the task is refused too from now on.
+        control_plane.request("DELETE", binding)
+
+    kubelet = Kubelet(node, namespace).play(script)
+    _, states = run_dag_at(namespace.replace("-", "_"))
+    kubelet.check(timeout=60)
+
+    assert states == {"train": "failed"}
+    out = capfd.readouterr().out
+    # The task fails with the provider's refused-request error for the watch (not for a later request the lost
+    # rights refuse too), naming the verb and resource in the server's own words and saying it is a permission
+    # problem that is not retried.
+    error = task_error(out)
+    assert error.startswith("airflow_distributed.exceptions.ClusterRefusedError: "), error
+    assert f'cannot watch resource "pods" in API group "" in the namespace "{namespace}"' in error, error
+    assert "refused the credentials or their permissions; not retried" in error, error
+    # The clean-up is refused too, and says so: the job is left for someone with the rights to delete it.
+    assert f"could not clean up job {namespace}/" in out
+    # Not retried: one watch refused. (The task's clean-up came after the wait ended: its refusals are in the log
+    # once the run is over, and a retried watch would be before them.)
+    wait_until(lambda: any(line.startswith("delete ") for line in control_plane.refused(user)), timeout=30,
+               interval=0.2)
+    assert len(refused_watches(control_plane, user)) == 1, control_plane.refused(user)

@@ -25,6 +25,10 @@ if TYPE_CHECKING:
     from airflow_distributed.logs import TaskLog
 
 
+#: The failure's note when the clean-up after a failed wait was itself refused or failed (its error is logged).
+NOT_CLEANED_UP = "it could not be cleaned up (see the error above): delete it by hand"
+
+
 def job_error(message: str) -> Exception:
     return DistributedJobError(message)
 
@@ -99,5 +103,5 @@ def push_success(context: Context, log: TaskLog, result: dict[str, Any], documen
     return result
 
 
-__all__ = ["deferral_deadline", "event_error_class", "ignored_in_cluster", "job_error", "job_namespace",
-           "namespace_problems", "push_success", "require_image", "watch_timings"]
+__all__ = ["NOT_CLEANED_UP", "deferral_deadline", "event_error_class", "ignored_in_cluster", "job_error",
+           "job_namespace", "namespace_problems", "push_success", "require_image", "watch_timings"]

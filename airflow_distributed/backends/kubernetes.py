@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_distributed.backends.base import log_ignored, trainjob_only
 from airflow_distributed.backends.job_run import (
+    NOT_CLEANED_UP,
     deferral_deadline,
     event_error_class,
     ignored_in_cluster,
@@ -167,8 +168,7 @@ def resume_kubernetes(task: TaskCalls, settings: BackendSettings, context: Conte
     # that fails is logged (after a refused watch every request may be refused: the task's rights were taken away).
     timed_out = status == "timeout"
     cleaned = run._clean_up_quietly(kill=timed_out)
-    note = ("the job was deleted" if timed_out else run.cleanup_note(False)) if cleaned else \
-        "it could not be cleaned up (see the error above): delete it by hand"
+    note = ("the job was deleted" if timed_out else run.cleanup_note(False)) if cleaned else NOT_CLEANED_UP
     outcome = JobOutcome(ending.TIMED_OUT if timed_out else ending.FAILED, message=event.get("message") or status)
     raise job_failure(f"{run.namespace}/{run.name}", outcome, elapsed, note, default=event_error_class(event))
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from airflow_distributed.backends.base import log_ignored, trainjob_only
 from airflow_distributed.backends.job_run import (
+    NOT_CLEANED_UP,
     deferral_deadline,
     event_error_class,
     ignored_in_cluster,
@@ -138,11 +139,11 @@ def resume_kubeflow(task: TaskCalls, settings: BackendSettings, context: Context
     if status == "deleted":
         return run.finish(JobOutcome(ending.DELETED))
     # timeout (execution_timeout in the triggerer) or error (the trigger could not watch): the job must go.
-    run.delete_quietly()
+    deleted = run.delete_quietly()
     outcome = JobOutcome(ending.TIMED_OUT if status == "timeout" else ending.FAILED,
                          message=event.get("message") or status)
-    raise job_failure(f"{run.namespace}/{run.name}", outcome, run.elapsed(), "the job was deleted",
-                      default=event_error_class(event))
+    raise job_failure(f"{run.namespace}/{run.name}", outcome, run.elapsed(),
+                      "the job was deleted" if deleted else NOT_CLEANED_UP, default=event_error_class(event))
 
 
 def kill_kubeflow(run: KubeflowJobRun | None) -> None:
@@ -376,11 +377,14 @@ class KubeflowJobRun:
         self.hook.delete_kubeflow_job(self.namespace, self.resource, self.name)
         return True
 
-    def delete_quietly(self) -> None:
+    def delete_quietly(self) -> bool:
+        """Delete the job object, a failure logged rather than raised; returns whether it was done."""
         try:
             self.new_hook().delete_kubeflow_job(self.namespace, self.resource, self.name)
         except Exception as error:
             self.log.error("could not delete %s %s/%s: %s", self.resource.kind, self.namespace, self.name, error)
+            return False
+        return True
 
 
 class KubeflowBackend:

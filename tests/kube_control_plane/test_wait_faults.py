@@ -17,8 +17,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.helpers import output_so_far, run_dag_at, wait_until
-from tests.integration.test_kubernetes_rbac import role
-from tests.kube_control_plane.control_plane import NOTHING, TASK_ACCOUNT, ControlPlane
+from tests.kube_control_plane.control_plane import NOTHING, ControlPlane
+from tests.kube_control_plane.custom_jobs import RealKubeflowController
 from tests.kube_control_plane.fault_proxy import FaultProxy
 from tests.kube_control_plane.kubelet import KubeletNode
 from tests.kubernetes_helpers import DOCUMENT, Kubelet, comes_to, first_event, make_job, new_hook, trigger_for
@@ -110,6 +110,13 @@ def test_a_server_that_stays_unreachable_ends_the_wait_after_the_reconnect_budge
     assert control_plane.refused(user) == []
 
 
+def remove_rolebindings(control_plane: ControlPlane, namespace: str) -> None:
+    """Take every right of the task in ``namespace`` away: its RoleBindings deleted (the Roles stay)."""
+    path = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"
+    for binding in control_plane.request("GET", path)["items"]:
+        control_plane.request("DELETE", f"{path}/{binding['metadata']['name']}")
+
+
 def refused_watches(control_plane: ControlPlane, user: str) -> list[str]:
     return [line for line in control_plane.refused(user) if "watch=" in line]
 
@@ -124,15 +131,13 @@ def task_error(output: str) -> str:
 def test_a_rolebinding_removed_mid_wait_ends_the_wait_at_once_as_a_permission_problem(
         control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str], capfd):
     namespace, user = dag_namespace
-    binding = (f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings/"
-               f"{role()['metadata']['name']}-{TASK_ACCOUNT}")
 
     def script(k: Kubelet) -> None:
         k.run_all()
         wait_until(lambda: requests_of(control_plane, user, "watch") >= 1, timeout=60, interval=0.05)
         # The task loses its rights while its watch is open: the real server answers its next watch 403
         # (QUIET_TIMINGS: a watch ends every second). Every other request of the task is refused too from now on.
-        control_plane.request("DELETE", binding)
+        remove_rolebindings(control_plane, namespace)
 
     kubelet = Kubelet(node, namespace).play(script)
     _, states = run_dag_at(namespace.replace("-", "_"))
@@ -154,3 +159,28 @@ def test_a_rolebinding_removed_mid_wait_ends_the_wait_at_once_as_a_permission_pr
     wait_until(lambda: any(line.startswith("delete ") for line in control_plane.refused(user)), timeout=30,
                interval=0.2)
     assert len(refused_watches(control_plane, user)) == 1, control_plane.refused(user)
+
+
+@pytest.mark.parametrize("dag_namespace", ["kubeflow_forbidden", "kubeflow_forbidden_deferrable"], indirect=True)
+def test_a_pytorchjob_whose_rolebindings_are_removed_mid_wait_fails_at_once_saying_it_was_not_deleted(
+        control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str], capfd):
+    namespace, user = dag_namespace
+    controller = RealKubeflowController(control_plane, node, namespace, "pytorchjobs")
+
+    def script(c: RealKubeflowController) -> None:
+        c.start()  # the pods running and the task (or its trigger) watching the PyTorchJob
+        remove_rolebindings(control_plane, namespace)
+
+    controller.play(script)
+    _, states = run_dag_at(namespace.replace("-", "_"))
+    controller.check()
+
+    assert states == {"train": "failed"}
+    out = capfd.readouterr().out
+    error = task_error(out)
+    assert error.startswith("airflow_distributed.exceptions.ClusterRefusedError: "), error
+    assert f'cannot watch resource "pytorchjobs" in API group "kubeflow.org" in the namespace "{namespace}"' in error
+    assert "refused the credentials or their permissions; not retried" in error, error
+    # The job could not be deleted (refused too): the failure does not say it was.
+    assert "the job was deleted" not in error, error
+    assert controller.jobs() != []

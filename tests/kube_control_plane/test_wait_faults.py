@@ -117,14 +117,28 @@ def remove_rolebindings(control_plane: ControlPlane, namespace: str) -> None:
         control_plane.request("DELETE", f"{path}/{binding['metadata']['name']}")
 
 
-def refused_watches(control_plane: ControlPlane, user: str) -> list[str]:
-    return [line for line in control_plane.refused(user) if "watch=" in line]
-
-
 def task_error(output: str) -> str:
     """The exception the task failed with (the last raised in its traceback), as ``Class: message``."""
     traceback = output.rsplit("Task failed with exception", 1)[1]
     return [line for line in traceback.splitlines() if line.startswith("airflow_distributed.exceptions.")][-1]
+
+
+def refused_as_a_permission_problem(error: str, verb_and_resource: str) -> None:
+    """The task failed with the provider's refused-request error for its watch (not for a later request the lost
+    rights refused too), naming the verb and resource in the server's own words, saying it is a permission problem
+    that is not retried, and not saying that what its clean-up could not delete was deleted."""
+    assert error.startswith("airflow_distributed.exceptions.ClusterRefusedError: "), error
+    assert f"cannot {verb_and_resource}" in error, error
+    assert "refused the credentials or their permissions; not retried" in error, error
+    assert "was deleted" not in error and "were deleted" not in error, error
+
+
+def one_watch_refused(control_plane: ControlPlane, user: str) -> None:
+    """Not retried: one watch refused. The task's clean-up comes after its wait ended: once its refused delete is in
+    the audit log, a retried watch would be there too."""
+    wait_until(lambda: any(line.startswith("delete ") for line in control_plane.refused(user)), timeout=30,
+               interval=0.2)
+    assert len([line for line in control_plane.refused(user) if "watch=" in line]) == 1, control_plane.refused(user)
 
 
 @pytest.mark.parametrize("dag_namespace", ["quiet_forbidden", "quiet_forbidden_deferrable"], indirect=True)
@@ -145,20 +159,11 @@ def test_a_rolebinding_removed_mid_wait_ends_the_wait_at_once_as_a_permission_pr
 
     assert states == {"train": "failed"}
     out = capfd.readouterr().out
-    # The task fails with the provider's refused-request error for the watch (not for a later request the lost
-    # rights refuse too), naming the verb and resource in the server's own words and saying it is a permission
-    # problem that is not retried.
-    error = task_error(out)
-    assert error.startswith("airflow_distributed.exceptions.ClusterRefusedError: "), error
-    assert f'cannot watch resource "pods" in API group "" in the namespace "{namespace}"' in error, error
-    assert "refused the credentials or their permissions; not retried" in error, error
+    refused_as_a_permission_problem(task_error(out),
+                                    f'watch resource "pods" in API group "" in the namespace "{namespace}"')
     # The clean-up is refused too, and says so: the job is left for someone with the rights to delete it.
     assert f"could not clean up job {namespace}/" in out
-    # Not retried: one watch refused. (The task's clean-up came after the wait ended: its refusals are in the log
-    # once the run is over, and a retried watch would be before them.)
-    wait_until(lambda: any(line.startswith("delete ") for line in control_plane.refused(user)), timeout=30,
-               interval=0.2)
-    assert len(refused_watches(control_plane, user)) == 1, control_plane.refused(user)
+    one_watch_refused(control_plane, user)
 
 
 @pytest.mark.parametrize("dag_namespace", ["kubeflow_forbidden", "kubeflow_forbidden_deferrable"], indirect=True)
@@ -177,10 +182,8 @@ def test_a_pytorchjob_whose_rolebindings_are_removed_mid_wait_fails_at_once_sayi
 
     assert states == {"train": "failed"}
     out = capfd.readouterr().out
-    error = task_error(out)
-    assert error.startswith("airflow_distributed.exceptions.ClusterRefusedError: "), error
-    assert f'cannot watch resource "pytorchjobs" in API group "kubeflow.org" in the namespace "{namespace}"' in error
-    assert "refused the credentials or their permissions; not retried" in error, error
-    # The job could not be deleted (refused too): the failure does not say it was.
-    assert "the job was deleted" not in error, error
-    assert controller.jobs() != []
+    refused_as_a_permission_problem(
+        task_error(out), f'watch resource "pytorchjobs" in API group "kubeflow.org" in the namespace "{namespace}"')
+    assert f"could not delete PyTorchJob {namespace}/" in out
+    assert controller.jobs() != []  # left for someone with the rights to delete it
+    one_watch_refused(control_plane, user)

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import psutil  # noqa: E402 (an Airflow dependency)
-from triggerer_scale import _create_jobs, _namespace, _steady, _watches  # noqa: E402
+from triggerer_scale import LagMonitor, _create_jobs, _namespace, _steady, _watches  # noqa: E402
 
 from airflow_distributed.triggers.kubernetes import DistributedJobTrigger  # noqa: E402
 from airflow_distributed.triggers.log_relay import LogRelay  # noqa: E402
@@ -54,26 +54,6 @@ ROUNDS = 10
 INTERVAL = 2.0
 LINE = 80
 MB = 1024 * 1024
-
-
-class _LagMonitor:
-    """How late a 10 ms timer of the loop runs: the loop's longest iteration, give or take the period."""
-
-    def __init__(self, period: float = 0.01) -> None:
-        self.period, self.lags, self.rss_peak = period, [], 0
-        self.recording = False
-
-    async def run(self) -> None:
-        me = psutil.Process()
-        ticks = 0
-        while True:
-            due = time.perf_counter() + self.period
-            await asyncio.sleep(self.period)
-            if self.recording:
-                self.lags.append(time.perf_counter() - due)
-                ticks += 1
-                if ticks % 10 == 0:
-                    self.rss_peak = max(self.rss_peak, me.memory_info().rss)
 
 
 def _print(emu: EmulatorProcess, jobs: list[tuple[str, str, list]], megabytes: float, rounds: int) -> int:
@@ -123,7 +103,7 @@ async def _hold(emu: EmulatorProcess, config: str, jobs: list[tuple[str, str, li
                               connection_extras={"kube_config_path": config}, logging_interval=interval)
         for namespace, name, replicas in jobs
     ]
-    monitor, slices = _LagMonitor(), _SliceTimes()
+    monitor, slices = LagMonitor(), _SliceTimes()
     tasks = [asyncio.create_task(monitor.run())]
 
     async def run(trigger: DistributedJobTrigger) -> None:
@@ -155,12 +135,10 @@ async def _hold(emu: EmulatorProcess, config: str, jobs: list[tuple[str, str, li
             await asyncio.sleep(rounds + 2 * INTERVAL)  # as long as the relay would take, about
         span = time.monotonic() - started
         monitor.recording = False
-        lags = sorted(monitor.lags)
         figures = {
             "rss_mb": {"before": round(before / MB, 1), "peak": round(monitor.rss_peak / MB, 1),
                        "growth": round((monitor.rss_peak - before) / MB, 1)},
-            "loop_lag_ms": {"max": round(lags[-1] * 1000, 1), "p99": round(lags[int(len(lags) * 0.99)] * 1000, 1),
-                            "median": round(lags[len(lags) // 2] * 1000, 1), "ticks": len(lags)},
+            "loop_lag_ms": monitor.summary(),
             "relayed": {"lines_printed": expected, "lines_relayed": await asyncio.to_thread(_relayed_lines, log_file),
                         "skips": await asyncio.to_thread(_skips, log_file),
                         "seconds_from_first_line_to_last_relayed": round(span, 1)},

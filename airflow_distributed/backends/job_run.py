@@ -82,6 +82,10 @@ def stacks_env(settings: ForKubernetes) -> Mapping[str, str] | None:
     return {**(settings.env or {}), ENV_STACKS_SIGNAL: STACKS_SIGNAL, ENV_STACKS_DIR: STACKS_DIR}
 
 
+#: The failure's note when the clean-up after a failed wait was itself refused or failed (its error is logged).
+NOT_CLEANED_UP = "it could not be cleaned up (see the error above): delete it by hand"
+
+
 def job_error(message: str) -> Exception:
     return DistributedJobError(message)
 
@@ -147,6 +151,6 @@ def watch_timings(settings: ForKubernetes) -> WatchTimings:
     return WatchTimings.of(settings.options.watch_timings)
 
 
-__all__ = ["CLEAN_POD_POLICIES", "LIVE_JOB_XCOM_KEY", "TAIL_LINES", "check_kubernetes_arguments", "deferral_deadline",
-           "event_error_class", "ignored_in_cluster", "job_error", "job_namespace", "manifest_options",
-           "namespace_problems", "require_image", "stacks_env", "watch_timings"]
+__all__ = ["CLEAN_POD_POLICIES", "LIVE_JOB_XCOM_KEY", "NOT_CLEANED_UP", "TAIL_LINES", "check_kubernetes_arguments",
+           "deferral_deadline", "event_error_class", "ignored_in_cluster", "job_error", "job_namespace",
+           "manifest_options", "namespace_problems", "require_image", "stacks_env", "watch_timings"]

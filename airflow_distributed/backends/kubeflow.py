@@ -32,6 +32,7 @@ from airflow_distributed.backends.base import KubernetesSettings, log_ignored, t
 from airflow_distributed.backends.job_end import end_job, read_document
 from airflow_distributed.backends.job_run import (
     LIVE_JOB_XCOM_KEY,
+    NOT_CLEANED_UP,
     TAIL_LINES,
     check_kubernetes_arguments,
     deferral_deadline,
@@ -219,11 +220,11 @@ class KubeflowJobRun:
         if status == "deleted":
             return self.finish(JobOutcome(ending.DELETED))
         # timeout (execution_timeout in the triggerer) or error (the trigger could not watch): the job must go.
-        self.delete_quietly()
+        deleted = self.delete_quietly()
         outcome = JobOutcome(ending.TIMED_OUT if status == "timeout" else ending.FAILED,
                              message=event.get("message") or status)
-        raise job_failure(f"{self.namespace}/{self.name}", outcome, self.elapsed(), "the job was deleted",
-                          default=event_error_class(event))
+        raise job_failure(f"{self.namespace}/{self.name}", outcome, self.elapsed(),
+                          "the job was deleted" if deleted else NOT_CLEANED_UP, default=event_error_class(event))
 
     def kill(self) -> None:
         """``on_kill``: stop waiting and delete the job object (the Kubeflow operator's pods go with it)."""
@@ -321,11 +322,14 @@ class KubeflowJobRun:
         self.hook.delete_kubeflow_job(self.namespace, self.resource, self.name)
         return True
 
-    def delete_quietly(self) -> None:
+    def delete_quietly(self) -> bool:
+        """Delete the job object, a failure logged rather than raised; returns whether it was done."""
         try:
             self.new_hook().delete_kubeflow_job(self.namespace, self.resource, self.name)
         except Exception as error:
             self.log.error("could not delete %s %s/%s: %s", self.resource.kind, self.namespace, self.name, error)
+            return False
+        return True
 
 
 class KubeflowBackend:

@@ -159,11 +159,15 @@ class KubernetesJobFinish:
             delete_secrets(self.hook, self.namespace, self.name)
         return policy != "none"
 
-    def clean_up_quietly(self, succeeded: bool = False, kill: bool = False) -> None:
+    def clean_up_quietly(self, succeeded: bool = False, kill: bool = False) -> bool:
+        """``clean_up``, its failure logged rather than raised (the task fails with what came before it); returns
+        whether it was done."""
         try:
             self.clean_up(succeeded, kill=kill)
         except Exception as error:
             self.log.error("could not clean up job %s/%s: %s", self.namespace, self.name, error)
+            return False
+        return True
 
     def cleanup_note(self, succeeded: bool) -> str:
         return CLEANUP_NOTES[self.policy(succeeded)]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_distributed.backends.job_run import (
     LIVE_JOB_XCOM_KEY,
+    NOT_CLEANED_UP,
     deferral_deadline,
     event_error_class,
     job_namespace,
@@ -197,13 +198,13 @@ class KubernetesJobRun(KubernetesJobFinish):
         """``execute_complete``: the trigger's verdict -> output, logs, clean-up and XCom, as in the synchronous
         wait."""
         status = event.get("status")
-        try:
-            tracker = self.hook.job_tracker(self.namespace, self.name, self.slots)
-        except BaseException:
-            self.clean_up_quietly()
-            raise
         elapsed = max(0.0, time.time() - float(event.get("started_at") or time.time()))
         if status in ("succeeded", "failed"):
+            try:
+                tracker = self.hook.job_tracker(self.namespace, self.name, self.slots)
+            except BaseException:
+                self.clean_up_quietly()
+                raise
             verdict = JobVerdict.from_dict(event.get("verdict") or {"state": status})
             pods = tracker.last_pods()
             outcome = verdict.outcome(tracker.statuses(), pods=pods)
@@ -221,12 +222,14 @@ class KubernetesJobRun(KubernetesJobFinish):
             return self.finish(replace(outcome, logs={self.master.name: tail}), elapsed)
         # timeout (execution_timeout reached in the triggerer) or error (the trigger could not watch): clean up,
         # fail. A timeout ends the job as the synchronous wait's does, as a kill: the whole job is deleted, not kept.
+        # The trigger's error is the one to fail with, as the synchronous wait's is: nothing is read first, and a
+        # clean-up that fails is logged (after a refused watch every request may be refused: the task's rights were
+        # taken away).
         timed_out = status == "timeout"
-        self.clean_up(succeeded=False, kill=timed_out)
+        cleaned = self.clean_up_quietly(kill=timed_out)
+        note = ("the job was deleted" if timed_out else self.cleanup_note(False)) if cleaned else NOT_CLEANED_UP
         outcome = JobOutcome(ending.TIMED_OUT if timed_out else ending.FAILED, message=event.get("message") or status)
-        raise job_failure(f"{self.namespace}/{self.name}", outcome, elapsed,
-                          "the job was deleted" if timed_out else self.cleanup_note(False),
-                          default=event_error_class(event))
+        raise job_failure(f"{self.namespace}/{self.name}", outcome, elapsed, note, default=event_error_class(event))
 
     def kill(self) -> None:
         """``on_kill``: stop waiting and delete the job (its Service; the pods go by cascade)."""

@@ -373,6 +373,9 @@ def run_watch(watch: ResumableWatch, calls: WatchCalls, policy: WatchPolicy, *,
                 delay = loop.failed(error)
             else:
                 delay = loop.listed(body)
+                # Not kept while the next watch is open (minutes): a LIST is every object whole, and a triggerer
+                # has a watch per namespace.
+                del body
         elif request == loop.CHECK:
             assert calls.check is not None
             try:
@@ -436,6 +439,7 @@ async def arun_watch(watch: ResumableWatch, calls: AsyncWatchCalls, policy: Watc
                 delay = loop.failed(error)
             else:
                 delay = loop.listed(body)
+                del body  # as in run_watch
         elif request == loop.CHECK:
             assert calls.check is not None
             try:

@@ -1,7 +1,7 @@
 """DAGs of the tests on the real control plane (``tests/kube_control_plane``) that the emulator's DAG files lack: a
 job that outlives its task's ``execution_timeout``, a hung and a slow master, a job waiting for capacity, a replica
-evicted mid-training under retries, sync and deferrable, and a deferred job whose master's lines the trigger relays
-every half second. The namespace is the DAG id's."""
+evicted mid-training under retries, sync and deferrable, a deferred job whose master's lines the trigger relays
+every half second, and a PyTorchJob whose task loses its rights mid-wait. The namespace is the DAG id's."""
 
 from __future__ import annotations
 
@@ -67,4 +67,13 @@ for dag_id, deferrable in (("kubeflow_hung", False), ("kubeflow_hung_deferrable"
             task_id="train", framework="pytorch", environment={"pytorch": {"n_workers": 1}},
             command=["python", "/opt/jobs/train.py"], image="registry.example.com/trainer:1.0", backend="kubeflow",
             namespace=dag_id.replace("_", "-"), deferrable=deferrable, progress_timeout=timedelta(seconds=6),
+            execution_timeout=timedelta(seconds=60))
+
+# A PyTorchJob whose task loses its RoleBindings mid-wait: a watch a second, so the refused one comes at once.
+for dag_id, deferrable in (("kubeflow_forbidden", False), ("kubeflow_forbidden_deferrable", True)):
+    with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "kubeflow"]):
+        DistributedTrainingOperator(
+            task_id="train", framework="pytorch", environment={"pytorch": {"n_workers": 1}},
+            command=["python", "/opt/jobs/train.py"], image="registry.example.com/trainer:1.0", backend="kubeflow",
+            namespace=dag_id.replace("_", "-"), deferrable=deferrable, watch_timings={"server_timeout": 1},
             execution_timeout=timedelta(seconds=60))

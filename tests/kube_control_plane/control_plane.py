@@ -277,7 +277,10 @@ class ControlPlane:
             self.check_alive()
             if not self.ca_file.is_file():
                 return False
-            context = ssl.create_default_context(cafile=str(self.ca_file))
+            try:
+                context = ssl.create_default_context(cafile=str(self.ca_file))
+            except ssl.SSLError:  # the server is still writing its certificate
+                return False
             request = urllib.request.Request(f"{self.url}/readyz",
                                              headers={"Authorization": f"Bearer {self.tokens[ADMIN]}"})
             try:

@@ -3,7 +3,9 @@ trigger's wait (the deferrable path) rides out a watch cut mid-stream, error ans
 refused connections, resuming from its resourceVersion; a server that stays unreachable past ``reconnect_budget``
 ends a DAG's wait (sync or deferred) saying why, and the job's pods are deleted once the server is back. Refused
 here is refused: the proxy closes its port (``ECONNREFUSED``), where the emulator resets the connections it takes.
-The task talks as the service account bound to exactly the Role of docs/rbac.yaml."""
+A task whose RoleBinding is removed while it waits is answered 403 by the real server itself at its next watch:
+the wait ends at once as a permission problem. The task talks as the service account bound to exactly the Role of
+docs/rbac.yaml."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 
 from tests.helpers import output_so_far, run_dag_at, wait_until
 from tests.kube_control_plane.control_plane import NOTHING, ControlPlane
+from tests.kube_control_plane.custom_jobs import RealKubeflowController
 from tests.kube_control_plane.fault_proxy import FaultProxy
 from tests.kube_control_plane.kubelet import KubeletNode
 from tests.kubernetes_helpers import DOCUMENT, Kubelet, comes_to, first_event, make_job, new_hook, trigger_for
@@ -105,3 +108,82 @@ def test_a_server_that_stays_unreachable_ends_the_wait_after_the_reconnect_budge
     # clean_pod_policy "running": the pods are deleted (the Service stays for a look).
     comes_to(lambda: control_plane.left(namespace)["pods"], [], timeout=60)
     assert control_plane.refused(user) == []
+
+
+def remove_rolebindings(control_plane: ControlPlane, namespace: str) -> None:
+    """Take every right of the task in ``namespace`` away: its RoleBindings deleted (the Roles stay)."""
+    path = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"
+    for binding in control_plane.request("GET", path)["items"]:
+        control_plane.request("DELETE", f"{path}/{binding['metadata']['name']}")
+
+
+def task_error(output: str) -> str:
+    """The exception the task failed with (the last raised in its traceback), as ``Class: message``."""
+    traceback = output.rsplit("Task failed with exception", 1)[1]
+    return [line for line in traceback.splitlines() if line.startswith("airflow_distributed.exceptions.")][-1]
+
+
+def refused_as_a_permission_problem(error: str, verb_and_resource: str) -> None:
+    """The task failed with the provider's refused-request error for its watch (not for a later request the lost
+    rights refused too), naming the verb and resource in the server's own words, saying it is a permission problem
+    that is not retried, and not saying that what its clean-up could not delete was deleted."""
+    assert error.startswith("airflow_distributed.exceptions.ClusterRefusedError: "), error
+    assert f"cannot {verb_and_resource}" in error, error
+    assert "refused the credentials or their permissions; not retried" in error, error
+    assert "was deleted" not in error and "were deleted" not in error, error
+
+
+def one_watch_refused(control_plane: ControlPlane, user: str) -> None:
+    """Not retried: one watch refused. The task's clean-up comes after its wait ended: once its refused delete is in
+    the audit log, a retried watch would be there too."""
+    wait_until(lambda: any(line.startswith("delete ") for line in control_plane.refused(user)), timeout=30,
+               interval=0.2)
+    assert len([line for line in control_plane.refused(user) if "watch=" in line]) == 1, control_plane.refused(user)
+
+
+@pytest.mark.parametrize("dag_namespace", ["quiet_forbidden", "quiet_forbidden_deferrable"], indirect=True)
+def test_a_rolebinding_removed_mid_wait_ends_the_wait_at_once_as_a_permission_problem(
+        control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str], capfd):
+    namespace, user = dag_namespace
+
+    def script(k: Kubelet) -> None:
+        k.run_all()
+        wait_until(lambda: requests_of(control_plane, user, "watch") >= 1, timeout=60, interval=0.05)
+        # The task loses its rights while its watch is open: the real server answers its next watch 403
+        # (QUIET_TIMINGS: a watch ends every second). Every other request of the task is refused too from now on.
+        remove_rolebindings(control_plane, namespace)
+
+    kubelet = Kubelet(node, namespace).play(script)
+    _, states = run_dag_at(namespace.replace("-", "_"))
+    kubelet.check(timeout=60)
+
+    assert states == {"train": "failed"}
+    out = capfd.readouterr().out
+    refused_as_a_permission_problem(task_error(out),
+                                    f'watch resource "pods" in API group "" in the namespace "{namespace}"')
+    # The clean-up is refused too, and says so: the job is left for someone with the rights to delete it.
+    assert f"could not clean up job {namespace}/" in out
+    one_watch_refused(control_plane, user)
+
+
+@pytest.mark.parametrize("dag_namespace", ["kubeflow_forbidden", "kubeflow_forbidden_deferrable"], indirect=True)
+def test_a_pytorchjob_whose_rolebindings_are_removed_mid_wait_fails_at_once_saying_it_was_not_deleted(
+        control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str], capfd):
+    namespace, user = dag_namespace
+    controller = RealKubeflowController(control_plane, node, namespace, "pytorchjobs")
+
+    def script(c: RealKubeflowController) -> None:
+        c.start()  # the pods running and the task (or its trigger) watching the PyTorchJob
+        remove_rolebindings(control_plane, namespace)
+
+    controller.play(script)
+    _, states = run_dag_at(namespace.replace("-", "_"))
+    controller.check()
+
+    assert states == {"train": "failed"}
+    out = capfd.readouterr().out
+    refused_as_a_permission_problem(
+        task_error(out), f'watch resource "pytorchjobs" in API group "kubeflow.org" in the namespace "{namespace}"')
+    assert f"could not delete PyTorchJob {namespace}/" in out
+    assert controller.jobs() != []  # left for someone with the rights to delete it
+    one_watch_refused(control_plane, user)

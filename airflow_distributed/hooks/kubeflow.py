@@ -320,7 +320,8 @@ class KubeflowJobHook(KubeApiHook):
         timings = WatchTimings.of(watch_timings, server_timeout=watch_timeout)
         watch = ObjectWatch(name)
         pending = PendingPods(timings.pending_pods_interval, image_pull_grace, self._clock, self.kind.suspended_of,
-                              queue_timeout=queue_timeout)
+                              queue_timeout=queue_timeout,
+                              on_queue=lambda note: self.job_log.info("job %s/%s: %s", namespace, name, note))
         what = f"watching {resource.kind} {namespace}/{name}"
         outcome: list[JobOutcome] = []
         last: list[JobStatus] = []

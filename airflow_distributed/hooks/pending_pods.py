@@ -16,6 +16,11 @@ Kueue holds, or pods not created yet because the gang scheduler has not admitted
 seconds from the start of the wait gets a ``queue`` verdict (``QUEUE_TIMED_OUT``); the watches are cut so that it
 comes on time.
 
+While the job waits for capacity, ``on_queue`` is handed a note on why and since when (``replica_table``'s form,
+once per change, not at every LIST): the time is the cluster's own record, so that a deferral or a triggerer restart
+tells the same one: the pod's ``PodScheduled=False`` condition's, the job's ``Suspended`` condition's, the
+PodGroup's ``Unschedulable`` condition's; else when this waiter first saw the wait.
+
 The waiter's watch loop asks ``due_for(object)`` (which hands the object's suspension to ``on_job``) between
 watches and after each event (a resume makes a LIST due at once), makes the LIST, hands its items to ``on_pods``,
 and cuts its watches to ``watch_seconds`` so that the next LIST is not late (a suspended job's watches are not cut).
@@ -24,11 +29,13 @@ and cuts its watches to ``watch_seconds`` so that the next LIST is not late (a s
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from airflow_distributed.jobstate.outcome import QUEUED
 from airflow_distributed.jobstate.pod_state import image_failure, pod_queued, pod_started
+from airflow_distributed.jobstate.replica_table import queue_note_of, wait_note
 from airflow_distributed.jobstate.verdicts import FAILURE, JobVerdict
 from airflow_distributed.status import FAILED
 
@@ -42,6 +49,9 @@ JOB_HUNG = "JobHung"
 #: The trigger's own verdicts, which the job's status does not show.
 OWN_VERDICTS = (IMAGE_PULL_FAILED, QUEUE_TIMED_OUT, JOB_HUNG)
 
+#: Why a suspended job waits.
+SUSPENDED = "the job is suspended (waiting to be admitted, e.g. by Kueue)"
+
 
 class PendingPods:
     """When to LIST a job's pods, and what a LIST says: a pull-failure verdict, or whether replicas still start.
@@ -51,13 +61,20 @@ class PendingPods:
     :param clock: the caller's clock in seconds (the first LIST is due at once).
     :param suspended_of: whether a job object of the kind says it is suspended (``kubeflow_status.job_suspended``).
     :param queue_timeout: seconds the job may wait for capacity, from now (``None``: no limit).
+    :param on_queue: handed the note on why the job waits for capacity and since when, each time it changes.
+    :param wall_clock: seconds since the epoch, for a wait whose start the cluster does not record.
     """
 
     def __init__(self, interval: float, image_pull_grace: float, clock: Callable[[], float],
                  suspended_of: Callable[[Mapping[str, Any]], bool] = lambda obj: False,
-                 queue_timeout: float | None = None) -> None:
+                 queue_timeout: float | None = None, on_queue: Callable[[str], None] | None = None,
+                 wall_clock: Callable[[], float] = time.time) -> None:
         self.interval, self.image_pull_grace, self.clock = interval, image_pull_grace, clock
         self.suspended_of = suspended_of
+        self.on_queue, self.wall_clock = on_queue, wall_clock
+        #: the note last handed to ``on_queue``, and when this waiter first saw the wait of that kind
+        self.note: str | None = None
+        self._first_seen: tuple[str, str] | None = None
         self.queue_timeout = queue_timeout
         self.queue_deadline = None if queue_timeout is None else clock() + queue_timeout
         #: why the job waits for capacity, as last seen: (replica or ``None`` for the whole job, reason, message)
@@ -71,18 +88,38 @@ class PendingPods:
         #: LISTs made, for logs and tests.
         self.lists = 0
 
-    def on_job(self, suspended: bool) -> None:
-        """Whether the job is suspended, as its object last said. A resume makes a LIST due at once: the replicas
-        start again, and the pulls are to be watched again."""
+    def on_job(self, suspended: bool, since: str | None = None) -> None:
+        """Whether the job is suspended, as its object last said (``since``: its ``Suspended`` condition's time). A
+        resume makes a LIST due at once: the replicas start again, and the pulls are to be watched again."""
         if suspended == self.suspended:
             return
         self.suspended = suspended
-        self.queued = (None, "Suspended", "the job is suspended (waiting to be admitted, e.g. by Kueue)") \
-            if suspended else None
+        self.queued = (None, "Suspended", SUSPENDED) if suspended else None
         if suspended:
             self.pull_failures.clear()  # the pods are gone; a pull failing before does not count after
+            self._tell(wait_note("the job waits to be admitted (suspended)", self._since("Suspended", since),
+                                 "Suspended", SUSPENDED))
         else:
             self.pending, self.next_at = True, self.clock()
+            self._tell(None)
+
+    def _since(self, kind: str, recorded: str | None) -> str:
+        """The cluster's record of when a wait began, else when this waiter first saw a wait of this kind."""
+        if recorded:
+            return recorded
+        if self._first_seen is None or self._first_seen[0] != kind:
+            self._first_seen = (kind, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.wall_clock())))
+        return self._first_seen[1]
+
+    def _tell(self, note: str | None) -> None:
+        """Hands a changed note to ``on_queue`` (none when the wait ends: the replica table tells what follows)."""
+        if note == self.note:
+            return
+        self.note = note
+        if note is None:
+            self._first_seen = None
+        elif self.on_queue is not None:
+            self.on_queue(note)
 
     @property
     def verdict(self) -> JobVerdict | None:
@@ -107,7 +144,7 @@ class PendingPods:
         """Whether a LIST is due, the job object being ``obj`` as last seen (``None``: not seen yet, no LIST)."""
         if obj is None:
             return False
-        self.on_job(self.suspended_of(obj))
+        self.on_job(self.suspended_of(obj), condition_since(obj, "Suspended"))
         return self.due()
 
     def watch_seconds(self, longest: int) -> int:
@@ -137,10 +174,23 @@ class PendingPods:
             waiting = pod_group_waiting(pod_group) if pods_missing(pods, expected) else None
             if self.queued is None and waiting is not None:
                 self.queued = (None, *waiting)
+            self._tell(self._queue_note(named, expected, pod_group if waiting is not None else None))
         # A failing pull is looked at again when its grace ends, not one interval later.
         ends = [since + self.image_pull_grace for since in self.pull_failures.values()]
         self.next_at = min([now + self.interval, *ends])
         return self.verdict
+
+    def _queue_note(self, named: Sequence[tuple[str, Mapping[str, Any]]], expected: int | None,
+                    pod_group: Mapping[str, Any] | None) -> str | None:
+        """Why the job waits and since when, as ``on_pods`` found it (``queued``), or ``None`` when it does not."""
+        if self.queued is None:
+            return None
+        if self.queued[0] is not None:  # a pod waits: the kubernetes backend's own note on its replicas
+            missing: list[tuple[str, Mapping[str, Any] | None]] = [("", None)] * max(0, (expected or 0) - len(named))
+            return queue_note_of([*named, *missing])
+        _, reason, message = self.queued
+        return wait_note("the job waits for its PodGroup to be admitted",
+                         self._since("PodGroup", condition_since(pod_group or {}, "Unschedulable")), reason, message)
 
     def status(self) -> tuple[str, str, str]:
         """The verdict as a Kubeflow ``JobStatus``'s (state, reason, message)."""
@@ -173,6 +223,14 @@ def pod_group_waiting(group: Mapping[str, Any] | None) -> tuple[str, str] | None
     return "PodGroupPending", f"PodGroup {name} is not admitted yet (phase {status.get('phase') or 'Pending'})"
 
 
+def condition_since(obj: Mapping[str, Any], kind: str) -> str | None:
+    """When the object's condition ``kind`` turned ``True`` (its ``lastTransitionTime``), if it is and says so."""
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("type") == kind and condition.get("status") == "True":
+            return str(condition.get("lastTransitionTime") or "") or None
+    return None
+
+
 def queue_reason(pod: Mapping[str, Any]) -> tuple[str, str | None]:
     """Why a queued pod waits: the scheduler's (or Kueue's gate's) reason and message."""
     from airflow_distributed.jobstate.pod_state import waiting_reason
@@ -181,5 +239,6 @@ def queue_reason(pod: Mapping[str, Any]) -> tuple[str, str | None]:
     return reason or "Unschedulable", message
 
 
-__all__ = ["IMAGE_PULL_FAILED", "JOB_HUNG", "OWN_VERDICTS", "QUEUE_TIMED_OUT", "PendingPods", "pod_group_waiting",
+__all__ = ["IMAGE_PULL_FAILED", "JOB_HUNG", "OWN_VERDICTS", "QUEUE_TIMED_OUT", "PendingPods", "condition_since",
+           "pod_group_waiting",
            "pods_missing", "queue_reason"]

@@ -55,8 +55,13 @@ def queue_note_of(pods: Sequence[tuple[str, Mapping[str, Any] | None]]) -> str |
     since = condition.get("lastTransitionTime") or (pod.get("metadata") or {}).get("creationTimestamp") or "?"
     reason, message = waiting_reason(pod)
     others = f" (and {len(queued) - 1} more)" if len(queued) > 1 else ""
-    return (f"{len(queued)} of {len(pods)} replicas wait to be scheduled since {since}: "
-            f"{first}{others}: {reason or 'Pending'}" + (f": {message}" if message else ""))
+    return wait_note(f"{len(queued)} of {len(pods)} replicas wait to be scheduled", since,
+                     f"{first}{others}: {reason or 'Pending'}", message)
+
+
+def wait_note(what: str, since: str, reason: str, message: str | None) -> str:
+    """The one form of a note on a wait for capacity: what waits, since when, and the reason and message given."""
+    return f"{what} since {since}: {reason}" + (f": {message}" if message else "")
 
 
 class TableReporter:

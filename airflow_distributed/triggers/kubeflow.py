@@ -138,7 +138,8 @@ class KubeflowJobTrigger(JobWaitTrigger):
         # The queue limit counts from the start of the task's wait, not of this trigger (a triggerer restart).
         queue = None if self.queue_timeout is None else max(0.0, self.queue_timeout - (time.time() - self.started_at))
         pending = PendingPods(timings.pending_pods_interval, self.image_pull_grace, time.monotonic,
-                              self.kind.suspended_of, queue_timeout=queue)
+                              self.kind.suspended_of, queue_timeout=queue,
+                              on_queue=lambda note: self.log.info("%s: %s", self.what, note))
 
         hang: TriggerHangWatchdog | None = None
 

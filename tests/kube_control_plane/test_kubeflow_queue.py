@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 
 from kubernetes import client
 
 from airflow_distributed.hooks.kubeflow import KubeflowJobHook
 from airflow_distributed.hooks.pending_pods import QUEUE_TIMED_OUT
+from airflow_distributed.hooks.watch_loop import WatchTimings
 from airflow_distributed.jobstate.outcome import describe
 from airflow_distributed.manifests.kubeflow_kinds import KINDS, kubeflow_resource
 from airflow_distributed.manifests.kubeflow_status import pod_group_of
@@ -57,8 +59,18 @@ def test_a_job_kueue_keeps_suspended_past_queue_timeout_fails_as_not_scheduled_i
     hook.delete_kubeflow_job(namespace, resource, name)
 
 
+def _notes(capfd, start: str) -> list[str]:
+    """The task log's notes on why the job waits for capacity (``pending_pods``'s ``on_queue``), as logged."""
+    out = capfd.readouterr().out
+    return [line[line.index(start):] for line in out.splitlines() if start in line and " wait" in line]
+
+
+#: An RFC 3339 time, as the cluster records a condition's transition.
+SINCE = r"since \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ: "
+
+
 def test_a_job_kueue_keeps_suspended_past_queue_timeout_fails_in_the_triggerer(
-        control_plane: ControlPlane, node: KubeletNode, namespace: str, monkeypatch):
+        control_plane: ControlPlane, node: KubeletNode, namespace: str, monkeypatch, capfd):
     config, hook, resource, name = _setup(control_plane, namespace, suspend=True)
     monkeypatch.setenv("AIRFLOW_CONN_QUEUED_CLUSTER", json.dumps({"conn_type": "kubernetes",
                                                                   "extra": {"kube_config_path": config}}))
@@ -72,11 +84,16 @@ def test_a_job_kueue_keeps_suspended_past_queue_timeout_fails_in_the_triggerer(
     event = asyncio.run(first())
     assert (event["status"], event["reason"]) == ("failed", QUEUE_TIMED_OUT), event
     assert event["verdict"]["cause"] == "queue" and event["verdict"]["reason"] == "Suspended"
+    # The triggerer's log (the task log's) told why the job waited and since when, once, not at every look.
+    notes = _notes(capfd, f"pytorchjobs {namespace}/{name}: ")
+    assert len(notes) == 1, notes
+    assert re.search(r"the job waits to be admitted \(suspended\) " + SINCE + "Suspended: the job is suspended",
+                     notes[0]), notes
     hook.delete_kubeflow_job(namespace, resource, name)
 
 
 def test_a_job_whose_pod_the_real_scheduler_cannot_place_fails_past_queue_timeout_naming_its_reason(
-        control_plane: ControlPlane, node: KubeletNode, namespace: str):
+        control_plane: ControlPlane, node: KubeletNode, namespace: str, capfd):
     _, hook, resource, name = _setup(control_plane, namespace, suspend=False, gpus=64)  # the node has 8
     controller = KubeflowController(node, namespace, resource.plural)  # type: ignore[arg-type]
     controller.job = controller.get(name)
@@ -85,9 +102,20 @@ def test_a_job_whose_pod_the_real_scheduler_cannot_place_fails_past_queue_timeou
     wait_until(lambda: any(c["type"] == "PodScheduled" and c["status"] == "False" for c in
                            (node.get("pods", namespace, pod) or {}).get("status", {}).get("conditions") or []),
                timeout=30, interval=0.05)
-    outcome = hook.wait_for_kubeflow_job(namespace, resource, name, queue_timeout=3)
+    scheduled = next(c for c in node.get("pods", namespace, pod)["status"]["conditions"]
+                     if c["type"] == "PodScheduled")
+    outcome = hook.wait_for_kubeflow_job(namespace, resource, name, queue_timeout=3,
+                                         watch_timings=WatchTimings(pending_pods_interval=0.5))
     assert (outcome.ending, outcome.replica, outcome.reason) == ("queue", pod, "Unschedulable")
     assert "Insufficient nvidia.com/gpu" in (outcome.message or "")
+    # The task log told why the job waited, as the scheduler said, and since the scheduler's own time: once,
+    # though the pods were listed several times.
+    notes = _notes(capfd, f"job {namespace}/{name}: ")
+    assert len(notes) == 1, notes
+    since, message = scheduled["lastTransitionTime"], scheduled["message"]
+    assert notes[0].startswith(f"job {namespace}/{name}: 1 of 1 replicas wait to be scheduled since {since}: "
+                               f"{pod}: Unschedulable: {message}"), notes
+    assert "Insufficient nvidia.com/gpu" in notes[0]
     hook.delete_kubeflow_job(namespace, resource, name)
 
 

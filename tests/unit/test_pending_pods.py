@@ -244,6 +244,42 @@ def test_a_podgroup_not_admitted_queues_a_job_whose_pods_are_missing_and_only_th
         assert other.queued is None, phase
 
 
+def test_the_queue_note_tells_why_and_since_the_clusters_own_time_once_per_change() -> None:
+    clock, notes = Clock(), []  # type: ignore[var-annotated]
+    # Kueue's suspension: the job's Suspended condition's time, told once however often the job is looked at.
+    pending = PendingPods(10, 0, clock, job_suspended, on_queue=notes.append, wall_clock=lambda: 0.0)
+    suspended = {"spec": {"runPolicy": {"suspend": True}}, "status": {"conditions": [
+        {"type": "Suspended", "status": "True", "lastTransitionTime": "2026-11-25T15:00:00Z"}]}}
+    for _ in range(3):
+        pending.due_for(suspended)
+    assert notes == ["the job waits to be admitted (suspended) since 2026-11-25T15:00:00Z: Suspended: "
+                     "the job is suspended (waiting to be admitted, e.g. by Kueue)"]
+    # Resumed, then a pod the scheduler cannot place: its PodScheduled condition's time, once over two LISTs.
+    pending.due_for({"spec": {}})
+    unschedulable = _unschedulable("job-worker-0")
+    unschedulable["status"]["conditions"][0]["lastTransitionTime"] = "2026-11-25T15:05:00Z"
+    pending.on_pods([unschedulable], expected=2)
+    pending.on_pods([unschedulable], expected=2)
+    assert notes[1:] == ["1 of 2 replicas wait to be scheduled since 2026-11-25T15:05:00Z: job-worker-0: "
+                         "Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu."]
+    # A PodGroup not admitted: its condition's time; without one, when first seen (the wall clock), kept.
+    group = _pod_group("Pending", "3/3 tasks in gang unschedulable")
+    group["status"]["conditions"][0]["lastTransitionTime"] = "2026-11-25T15:10:00Z"
+    pending.on_pods([], expected=3, pod_group=group)
+    assert notes[2:] == ["the job waits for its PodGroup to be admitted since 2026-11-25T15:10:00Z: "
+                         "NotEnoughResources: PodGroup job is not admitted: 3/3 tasks in gang unschedulable"]
+    told: list[str] = []
+    bare = PendingPods(10, 0, clock, job_suspended, on_queue=told.append, wall_clock=lambda: 60.0)
+    bare.on_pods([], expected=3, pod_group={"metadata": {"name": "job"}})
+    bare.wall_clock = lambda: 120.0
+    bare.on_pods([], expected=3, pod_group={"metadata": {"name": "job"}})
+    assert told == ["the job waits for its PodGroup to be admitted since 1970-01-01T00:01:00Z: PodGroupPending: "
+                    "PodGroup job is not admitted yet (phase Pending)"]
+    # Scheduled: no note (the replica table tells what follows); a new wait is told again.
+    pending.on_pods([pod("job-worker-0", running=True)] * 3, expected=3)
+    assert pending.note is None and len(notes) == 3
+
+
 def test_the_podgroup_of_a_kubeflow_job_is_volcanos_or_scheduler_plugins_by_its_pods_scheduler() -> None:
     def job(scheduler: str | None, gang: bool = True) -> dict:
         template = {"spec": {"schedulerName": scheduler}} if scheduler else {"spec": {}}

@@ -363,9 +363,11 @@ def unavailable_record(location: JobLocation, framework: str | None, why: Unavai
 
 def read_kubeflow_pods(location: JobLocation, extras: Mapping[str, Any], timeout: float
                        ) -> tuple[str, Any, dict[str, list[str]], dict[str, Any] | None]:
-    """A Kubeflow job's or a TrainJob's namespace, ``(object, replica rows)``, the master's last log lines and its
-    newest live record, read as ``read_pods`` reads a Kubernetes job's (one object read, one pod list, one log)."""
+    """A Kubeflow job's or a TrainJob's namespace, ``(object, replica rows, usage so far, why it waits for
+    capacity)``, the master's last log lines and its newest live record, read as ``read_pods`` reads a Kubernetes
+    job's (one object read, one pod list, one log)."""
     from airflow_distributed.hooks.api_retry import KubernetesJobError, is_connection_error
+    from airflow_distributed.jobstate.replica_table import queue_note_of
 
     try:
         from airflow_distributed.backends.kubeflow import KubeflowJobRun
@@ -377,11 +379,13 @@ def read_kubeflow_pods(location: JobLocation, extras: Mapping[str, Any], timeout
         resource = Run.resource_of(location.framework or "pytorch")
         obj = hook.get_kubeflow_job(namespace, resource, location.job_name)
         if obj is None:
-            return namespace, (None, (), None), {}, None
+            return namespace, (None, (), None, None), {}, None
         pods = hook.kubeflow_pods(namespace, obj)
         container = hook.main_container(obj)
         rows = hook.replica_statuses(pods, container)
-        usage = usage_so_far([(str((pod.get("metadata") or {}).get("name", "")), pod) for pod in pods], time.time())
+        named = [(str((pod.get("metadata") or {}).get("name", "")), pod) for pod in pods]
+        usage = usage_so_far(named, time.time())
+        queued = queue_note_of(sorted(named, key=lambda pair: pair[0]))
         logs: dict[str, list[str]] = {}
         report: dict[str, Any] | None = None
         master = next((row for row in rows if row.role in ("master", "chief", "launcher")), rows[0] if rows else None)
@@ -396,7 +400,7 @@ def read_kubeflow_pods(location: JobLocation, extras: Mapping[str, Any], timeout
         if is_connection_error(error):
             raise unreachable(timeout) from None
         raise Unavailable("unavailable", "The connection's Kubernetes configuration could not be loaded.") from None
-    return namespace, (obj, rows, usage), logs, report
+    return namespace, (obj, rows, usage, queued), logs, report
 
 
 def kubeflow_live_record(location: JobLocation, namespace: str, framework: str | None, found: Any,
@@ -404,14 +408,19 @@ def kubeflow_live_record(location: JobLocation, namespace: str, framework: str |
     """A running Kubeflow job or TrainJob in the shape of the ``job`` XCom (pure): its replicas from its pods, the
     master's newest live record; a TrainJob without one shows its ``status.trainerStatus`` (behind the
     ``TrainJobStatus`` feature gate), which it shows besides in any case."""
+    from airflow_distributed.hooks.pending_pods import SUSPENDED, condition_since
+    from airflow_distributed.jobstate.replica_table import wait_note
     from airflow_distributed.manifests.kubeflow_status import job_suspended
     from airflow_distributed.manifests.trainjob_status import trainjob_suspended
 
-    obj, rows, usage = found
+    obj, rows, usage, queued = found
+    if obj is not None and (job_suspended(obj) or trainjob_suspended(obj)):
+        # As the task log says it (``PendingPods``), with the job's own Suspended time when it records one.
+        queued = wait_note("the job waits to be admitted (suspended)", condition_since(obj, "Suspended") or "?",
+                           "Suspended", SUSPENDED)
     document = sanitise_document(report or {})
     record: dict[str, Any] = {
-        **({"note": "Waiting for capacity: the job is suspended (waiting to be admitted, e.g. by Kueue)"}
-           if obj is not None and (job_suspended(obj) or trainjob_suspended(obj)) else {}),
+        **({"note": f"Waiting for capacity: {queued}"} if queued else {}),
         "job_name": location.job_name, "framework": framework, "backend": location.backend, "namespace": namespace,
         "state": "running", "metrics": document["metrics"], "model_path": None, "history": document["history"],
         **({"progress": document["progress"]} if document.get("progress") else {}),

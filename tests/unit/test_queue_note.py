@@ -52,3 +52,20 @@ def test_the_live_job_view_shows_the_try_s_usage_so_far() -> None:
                         now=now)["usage"]
     assert (usage["wall_seconds"], usage["cpu_seconds"], usage["memory_gib_seconds"]) == (50.0, 80.0, 40.0)
     assert usage["replicas"]["j-worker-0"]["runs"] == 0
+
+
+def test_the_live_view_of_a_kubeflow_job_says_why_it_waits_as_its_task_log_does() -> None:
+    from airflow_distributed.plugins.live_kubernetes import JobLocation, kubeflow_live_record
+
+    location = JobLocation("j", "ml", None, None, backend="kubeflow", framework="pytorch")
+    queued = queue_note_of([("j-worker-0", pod("j-worker-0", "worker", 0, queued=True))])
+    record = kubeflow_live_record(location, "ml", "pytorch", ({"status": {}}, (), None, queued), {}, None)
+    assert record["note"] == (f"Waiting for capacity: 1 of 1 replicas wait to be scheduled since {SINCE}: "
+                              f"j-worker-0: Unschedulable: {MESSAGE}")
+    # Suspended (Kueue): since the job's own Suspended condition.
+    suspended = {"spec": {"runPolicy": {"suspend": True}}, "status": {"conditions": [
+        {"type": "Suspended", "status": "True", "lastTransitionTime": SINCE}]}}
+    record = kubeflow_live_record(location, "ml", "pytorch", (suspended, (), None, None), {}, None)
+    assert record["note"].startswith(f"Waiting for capacity: the job waits to be admitted (suspended) since {SINCE}: "
+                                     "Suspended: the job is suspended")
+    assert "note" not in kubeflow_live_record(location, "ml", "pytorch", ({"status": {}}, (), None, None), {}, None)

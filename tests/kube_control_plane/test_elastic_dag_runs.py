@@ -53,13 +53,15 @@ def test_a_killed_worker_pod_is_created_again_and_bound_and_the_job_succeeds_wit
         first_uid = kubelet.seen[worker]["metadata"]["uid"]
         kubelet.log(worker, "step 40", "Killed")
         kubelet.fail(worker, 137)
-        # Deleted (grace 0; the test kubelet ends the deletion) and created again under its name: a new uid.
-        pod = wait_until(lambda: (p := node.get("pods", namespace, worker)) is not None
-                         and p["metadata"]["uid"] != first_uid and p, timeout=30)
-        recreated.update(node.run_pod(namespace, worker))  # once the real scheduler has bound it here
-        kubelet.log(kubelet.master, "master line 3", "resuming from the checkpoint of step 40")
-        assert pod["metadata"]["uid"] == recreated["metadata"]["uid"]
-        kubelet.master_exits(0, document=DOCUMENT)
+        try:
+            # Deleted (grace 0; the test kubelet ends the deletion) and created again under its name: a new uid.
+            pod = wait_until(lambda: (p := node.get("pods", namespace, worker)) is not None
+                             and p["metadata"]["uid"] != first_uid and p, timeout=30)
+            recreated.update(node.run_pod(namespace, worker))  # once the real scheduler has bound it here
+            kubelet.log(kubelet.master, "master line 3", "resuming from the checkpoint of step 40")
+            assert pod["metadata"]["uid"] == recreated["metadata"]["uid"]
+        finally:  # the job ends whatever was seen, so that a task that went wrong fails the asserts, not hangs
+            kubelet.master_exits(0, document=DOCUMENT)
 
     kubelet = Kubelet(node, namespace).play(script)
     run, states = run_dag_at(dag_id)

@@ -1,8 +1,8 @@
-"""Fault tolerance on the Kubernetes backend (API emulator, the test playing the kubelet).
+"""Retries on the Kubernetes backend (API emulator, the test playing the kubelet): the pods of a retried job find
+the checkpoints the failed try saved, pruned to the newest ones.
 
-Elastic PyTorch: the task is the controller, so a worker pod that is lost (its agent killed, exit 137) is recreated
-under the same name, hence the same address behind the headless Service, within ``max_restarts``; without restarts
-left the task fails naming it. Retries: the pods of a retried job find the checkpoints the failed try saved."""
+Elastic jobs (a lost worker created again, the restart budget, carrying on with ``min_workers``) run as DAG runs
+against the real control plane: ``tests/kube_control_plane/test_elastic_dag_runs.py``."""
 
 from __future__ import annotations
 
@@ -13,9 +13,8 @@ import textwrap
 import pytest
 
 from tests.dags.kubernetes_dags import namespace_of
-from tests.helpers import output_so_far, run_dag_at, wait_until, xcom
+from tests.helpers import run_dag_at, wait_until, xcom
 from tests.kubernetes_helpers import (
-    DOCUMENT,
     NOTHING,
     Kubelet,
     as_the_pod,
@@ -24,118 +23,6 @@ from tests.kubernetes_helpers import (
 )
 
 pytestmark = [pytest.mark.usefixtures("airflow_db", "kubernetes_connection")]
-
-
-@pytest.mark.parametrize("dag_id", ["k8s_elastic", "k8s_elastic_deferrable"])
-def test_a_killed_worker_pod_is_recreated_once_and_the_job_succeeds(emulator, dag_id, capfd):
-    namespace = namespace_of(dag_id)
-    emulator.create_namespace(namespace)
-    recreated: dict[str, dict] = {}
-
-    def script(kubelet: Kubelet) -> None:
-        kubelet.run_all()
-        wait_until(lambda: any(r.is_watch for r in task_requests(emulator, namespace)), timeout=60)
-        worker = kubelet.pod("worker-0")
-        first_uid = kubelet.seen[worker]["metadata"]["uid"]
-        kubelet.log(kubelet.master, "master line 1", "master line 2")
-        if not dag_id.endswith("deferrable"):
-            # The synchronous wait follows the master's log: its lines are in the task log before the worker is lost.
-            # Read without taking the capture (readouterr from this thread would lose what the task writes meanwhile).
-            wait_until(lambda: "] master line 2" in output_so_far(), timeout=30)
-        kubelet.log(worker, "step 40", "Killed")
-        kubelet.fail(worker, 137)
-        # The task deletes the pod and creates it again under the same name: a new uid, Pending until run.
-        pod = wait_until(lambda: (p := emulator.get("pods", namespace, worker)) is not None
-                         and p["metadata"]["uid"] != first_uid and p, timeout=30)
-        recreated.update(pod)
-        emulator.run_pod(namespace, worker)
-        kubelet.log(kubelet.master, "master line 3", "resuming from the checkpoint of step 40 (try 1)")
-        wait_until(lambda: (emulator.get("pods", namespace, worker) or {}).get("status", {}).get("phase")
-                   == "Running", timeout=10)
-        kubelet.master_exits(0, document=DOCUMENT)
-
-    kubelet = Kubelet(emulator, namespace).play(script)
-    run, states = run_dag_at(dag_id)
-    kubelet.check(30)
-
-    assert states == {"train": "success"}
-    job = xcom(run, "train", "job_name")
-    worker = f"{job}-worker-0"
-    # Same name and spec (so the same <pod>.<job> address and subdomain), a new pod that counts its restart.
-    assert recreated["metadata"]["name"] == worker and recreated["spec"]["subdomain"] == job
-    assert recreated["metadata"]["annotations"]["airflow-distributed/restarts"] == "1"
-    assert recreated["spec"]["hostname"] == kubelet.seen[worker]["spec"]["hostname"]
-    assert recreated["spec"]["containers"][0]["command"] == kubelet.seen[worker]["spec"]["containers"][0]["command"]
-    requests = task_requests(emulator, namespace)
-    assert [r.method for r in requests if r.path.endswith("/pods")].count("POST") == 4
-    assert [r.method for r in requests if r.path.endswith(f"/pods/{worker}")].count("DELETE") == 1
-    record = xcom(run, "train", "job")
-    assert {r["name"]: r["restarts"] for r in record["replicas"]} == {
-        f"{job}-master-0": 0, worker: 1, f"{job}-worker-1": 0}
-    assert record["restarts"] == 1
-    # What the lost pod ran counts with what its replacement ran, also across the deferrals.
-    assert {name: row["runs"] for name, row in record["usage"]["replicas"].items()} == {
-        f"{job}-master-0": 1, worker: 2, f"{job}-worker-1": 1}
-    out = capfd.readouterr().out
-    assert f"replica {worker} was killed (exit code 137): restarting it (1 of max_restarts=1)" in out
-    # Waiting again after the pod was recreated does not show the master's lines again.
-    for line in ("master line 1", "master line 2", "master line 3"):
-        assert out.count(f"] {line}") == 1, (line, out.count(f"] {line}"))
-    if dag_id == "k8s_elastic_deferrable":
-        assert out.count("waiting in the triggerer") == 2
-    settled(emulator, namespace, NOTHING)
-
-
-def test_without_restarts_left_the_lost_worker_fails_the_task_naming_it(emulator, capfd):
-    namespace = namespace_of("k8s_elastic_no_restarts")
-    emulator.create_namespace(namespace)
-
-    def script(kubelet: Kubelet) -> None:
-        kubelet.run_all()
-        wait_until(lambda: any(r.is_watch for r in task_requests(emulator, namespace)), timeout=60)
-        kubelet.fail(kubelet.pod("worker-0"), 137)
-
-    kubelet = Kubelet(emulator, namespace).play(script)
-    run, states = run_dag_at("k8s_elastic_no_restarts")
-    kubelet.check()
-
-    assert states == {"train": "failed"}
-    worker = kubelet.pod("worker-0")
-    out = capfd.readouterr().out
-    assert ("failed after" in out and f"replica {worker} was killed (exit code 137) after 0 restarts of "
-            f"max_restarts=0: 2 replicas left, below min_workers=3") in out
-    record = xcom(run, "train", "job")
-    assert record["restarts"] == 0
-    assert [r.method for r in task_requests(emulator, namespace) if r.path.endswith("/pods")].count("POST") == 3
-
-
-@pytest.mark.parametrize("dag_id", ["k8s_elastic_carry_on", "k8s_elastic_carry_on_deferrable"])
-def test_a_worker_left_out_shows_in_the_final_replicas_in_both_modes(emulator, dag_id):
-    # A deferral must not forget the replica the job carried on without: the final table and XCom name it.
-    namespace = namespace_of(dag_id)
-    emulator.create_namespace(namespace)
-
-    def script(kubelet: Kubelet) -> None:
-        kubelet.run_all()
-        wait_until(lambda: any(r.is_watch for r in task_requests(emulator, namespace)), timeout=60)
-        kubelet.fail(kubelet.pod("worker-0"), 137)
-        # The task carries on without it: it watches again (sync), or the trigger fired and the task deferred again.
-        wait_until(lambda: sum(r.is_watch for r in task_requests(emulator, namespace)) >= 2, timeout=30)
-        kubelet.master_exits(0, document=DOCUMENT)
-
-    kubelet = Kubelet(emulator, namespace).play(script)
-    run, states = run_dag_at(dag_id)
-    kubelet.check(30)
-
-    assert states == {"train": "success"}
-    job = xcom(run, "train", "job_name")
-    replicas = {row["name"]: row for row in xcom(run, "train", "replicas")}
-    assert sorted(replicas) == [f"{job}-master-0", f"{job}-worker-0", f"{job}-worker-1"]
-    assert replicas[f"{job}-worker-0"]["state"] == "failed"
-    assert replicas[f"{job}-worker-0"]["exit_code"] == 137
-    assert replicas[f"{job}-master-0"]["state"] == "succeeded"
-    record = xcom(run, "train", "job")
-    assert f"{job}-worker-0" in {row["name"] for row in record["replicas"]}
 
 
 def test_a_retried_job_resumes_from_the_checkpoint_of_the_failed_try(emulator, airflow_home, capfd):

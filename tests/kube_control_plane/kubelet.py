@@ -455,7 +455,10 @@ class KubeletNode:
         return "", 127
 
     def _sidecar_ended(self, namespace: str, pod: str, container: str) -> None:
-        found = self.bound(namespace, pod)
+        try:
+            found = self.bound(namespace, pod)
+        except KeyError:
+            return  # the job was deleted meanwhile (its task went on at once): a pod gone has nothing to report
         states = {c["name"]: c["state"] for c in (found.get("status") or {}).get("containerStatuses") or []}
         now = now_rfc3339()
         started = (states.get(container) or {}).get("running", {}).get("startedAt", now)
@@ -468,6 +471,11 @@ class KubeletNode:
             phase = "Running"
         try:
             self.set_pod_phase(namespace, pod, phase, container_states=states)
+        except KeyError:
+            return  # deleted between the read and the write, as above
+        except client.ApiException as error:
+            if error.status != 404:
+                self.errors.append(f"ending the sidecar of {namespace}/{pod}: {error!r}")
         except Exception as error:
             self.errors.append(f"ending the sidecar of {namespace}/{pod}: {error!r}")
 

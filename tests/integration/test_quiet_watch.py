@@ -63,7 +63,8 @@ def quiet_for(emu: KubeEmulator, count, periods: int = QUIET_PERIODS) -> int:
 # ---------------------------------------------------------------------------------------------- the operator
 
 
-@pytest.mark.parametrize("dag_id", ["quiet_k8s", "quiet_k8s_deferrable"])
+# The deferred cases (the same watch rules, in the triggerer) run with the slow tests, to keep the default run short.
+@pytest.mark.parametrize("dag_id", ["quiet_k8s", pytest.param("quiet_k8s_deferrable", marks=pytest.mark.slow)])
 def test_a_kubernetes_job_quiet_for_ten_watch_periods_succeeds(emulator, dag_id):
     namespace = namespace_of(dag_id)
     emulator.create_namespace(namespace)
@@ -99,7 +100,8 @@ def _kubeflow_quiet_then_succeed(emulator: KubeEmulator, seen: list[int]):
     return script
 
 
-@pytest.mark.parametrize("dag_id", ["quiet_kubeflow", "quiet_kubeflow_deferrable"])
+@pytest.mark.parametrize("dag_id", ["quiet_kubeflow",
+                                    pytest.param("quiet_kubeflow_deferrable", marks=pytest.mark.slow)])
 def test_a_kubeflow_job_quiet_for_ten_watch_periods_succeeds(emulator, dag_id):
     namespace = namespace_of(dag_id)
     emulator.create_namespace(namespace)
@@ -117,7 +119,8 @@ def test_a_kubeflow_job_quiet_for_ten_watch_periods_succeeds(emulator, dag_id):
         "pytorchjobs", namespace, group=GROUP), timeout=10, interval=0.05)
 
 
-@pytest.mark.parametrize("dag_id", ["quiet_trainjob", "quiet_trainjob_deferrable"])
+@pytest.mark.parametrize("dag_id", ["quiet_trainjob",
+                                    pytest.param("quiet_trainjob_deferrable", marks=pytest.mark.slow)])
 def test_a_trainjob_quiet_for_ten_watch_periods_succeeds(emulator, dag_id):
     namespace = namespace_of(dag_id)
     emulator.create_namespace(namespace)

@@ -254,6 +254,7 @@ def _gone_with_nothing_left(cluster: RayCluster, job: str) -> None:
     assert_nothing_left(cluster)
 
 
+@pytest.mark.slow  # about 25 s: with the slow tests, to keep the default run short
 def test_a_sigkilled_task_renews_no_more_and_its_driver_stops_the_abandoned_job(ray_cluster):
     # liveness_grace is 6 s in this DAG (kept above a loaded machine's stalls): while the task waits, its renewals
     # keep the job running past it.
@@ -332,6 +333,7 @@ def test_execution_timeout_stops_the_ray_job(ray_cluster, capfd):
     assert_nothing_left(ray_cluster)
 
 
+@pytest.mark.slow  # about 25 s: with the slow tests, to keep the default run short
 def test_a_retry_reattaches_to_the_running_ray_job_of_its_earlier_try(ray_cluster, capfd):
     # The earlier try's task process dies (SIGKILL: no handler runs); its Ray Job goes on in the cluster.
     with _in_a_task_process("ray_reattach") as proc:

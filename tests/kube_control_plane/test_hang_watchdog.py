@@ -61,7 +61,9 @@ def test_a_master_that_stops_printing_fails_as_hung_with_the_replicas_stacks_and
     assert control_plane.refused(user) == []
 
 
-@pytest.mark.parametrize("dag_namespace", ["k8s_slow_reporting", "k8s_slow_reporting_deferrable"], indirect=True)
+# The synchronous case (the same clock, kept in the task) runs with the slow tests.
+@pytest.mark.parametrize("dag_namespace", [pytest.param("k8s_slow_reporting", marks=pytest.mark.slow),
+                                           "k8s_slow_reporting_deferrable"], indirect=True)
 def test_a_slow_master_that_prints_within_each_progress_timeout_is_left_to_succeed(
         control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str]):
     namespace, user = dag_namespace

@@ -7,5 +7,7 @@
 - ``page``, ``charts``: the server-rendered HTML and its SVG line charts (pure)
 - ``urls``: the paths of the view, shared with the operator links (pure, no Airflow import)
 
-This package's ``__init__`` imports nothing: the operator links import ``urls`` on every DAG parse.
+This package's ``__init__`` imports nothing: the operator links import ``urls`` on every DAG parse. Loading the
+plugin imports ``plugin`` and ``urls`` only; ``plugin.JobViewApp`` imports ``app`` (and with it the other
+modules) when the API server serves the view's first request.
 """

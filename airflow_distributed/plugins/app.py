@@ -21,6 +21,7 @@ from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
 from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
+from airflow.models.dag import DagModel
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -63,8 +64,6 @@ def parse_map_index(value: str | None) -> int:
 
 def may_read_logs(user: BaseUser, dag_id: str, session: Any) -> bool:
     """Whether the auth manager lets ``user`` read the DAG's task logs (the record carries their last lines)."""
-    from airflow.models.dag import DagModel
-
     details = DagDetails(id=dag_id, team_name=DagModel.get_team_name(dag_id, session=session))
     return get_auth_manager().is_authorized_dag(
         method="GET", access_entity=DagAccessEntity.TASK_LOGS, details=details, user=user

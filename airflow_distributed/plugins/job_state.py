@@ -5,6 +5,9 @@ A source answers for one task instance with a record in the shape of the operato
 of that job. The view asks its sources in order and shows the first answer: a finished job's record stays the
 final word; while there is none, a cluster job's pods and live record (``live_kubernetes``: the ``kubernetes``,
 ``kubeflow`` and ``trainjob`` backends) or a running job's published record (``job_live``: local) answer.
+
+Imported with ``app``, on the view's first request (``plugin.JobViewApp``), so Airflow's ORM models are imported
+at the top.
 """
 
 from __future__ import annotations
@@ -12,6 +15,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+from airflow.models.taskinstance import TaskInstance
+from airflow.models.xcom import XComModel
+from sqlalchemy import select
 
 from airflow_distributed.plugins.job_source import JobStateSource
 from airflow_distributed.plugins.live_kubernetes import LiveKubernetesJobState
@@ -36,8 +43,6 @@ class RecordedJobState:
         self.key, self.name = key, name
 
     def read(self, ref: TaskInstanceRef, session: Session) -> dict[str, Any] | None:
-        from airflow.models.xcom import XComModel
-
         query = XComModel.get_many(
             run_id=ref.run_id, key=self.key, dag_ids=ref.dag_id, task_ids=ref.task_id,
             map_indexes=ref.map_index, limit=1,
@@ -76,9 +81,6 @@ def read_job(
 
 def task_instance_state(ref: TaskInstanceRef, session: Session) -> str | None:
     """The task instance's state (``"running"``, ``"failed"``...); ``"none"`` when unset; None when there is none."""
-    from airflow.models.taskinstance import TaskInstance
-    from sqlalchemy import select
-
     row = session.execute(
         select(TaskInstance.state).where(
             TaskInstance.dag_id == ref.dag_id,

@@ -9,6 +9,9 @@ user wrote decides where it looks:
   the namespace from there too, or from the task instance's rendered fields when the DAG templates it;
 - the connection is resolved with the DAG's team (``[core] multi_team``), as the task's own worker resolves it;
 - the reads are time-boxed (``timeout``): a cluster that does not answer gives the state ``unreachable``.
+
+Only the API server imports this module, when the view serves its first request (``plugin.JobViewApp`` builds the
+app then): so the Kubernetes client, the hooks and Airflow's ORM models are imported here at the top.
 """
 
 from __future__ import annotations
@@ -22,11 +25,33 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from airflow.configuration import conf
+from airflow.exceptions import AirflowNotFoundException
+from airflow.models.connection import Connection
+from airflow.models.dag import DagModel
+from airflow.models.dag_version import DagVersion
+from airflow.models.renderedtifields import RenderedTaskInstanceFields as Rendered
+from airflow.models.taskinstance import TaskInstance
+from airflow.models.xcom import XComModel
+from kubernetes import client
+from sqlalchemy import select
+
 from airflow_distributed.backends.base import has_template
 from airflow_distributed.backends.job_run import LIVE_JOB_XCOM_KEY, TAIL_LINES
+from airflow_distributed.hooks.api_retry import KubernetesJobError, RetryPolicy, is_connection_error
+from airflow_distributed.hooks.kubeflow import KubeflowJobHook
+from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
+from airflow_distributed.hooks.pending_pods import SUSPENDED, condition_since
+from airflow_distributed.hooks.trainjob import TRAINJOB, TrainJobHook
+from airflow_distributed.jobstate.pod_state import replica_status
+from airflow_distributed.jobstate.replica_table import queue_note_of, wait_note
 from airflow_distributed.jobstate.usage import usage_so_far
+from airflow_distributed.jobstate.verdicts import ReplicaSlot
 from airflow_distributed.live_report import latest_record, without_records
+from airflow_distributed.manifests.kubeflow_kinds import kubeflow_resource
+from airflow_distributed.manifests.kubeflow_status import job_suspended
 from airflow_distributed.manifests.pod_names import INDEX_LABEL, MASTER_LABEL, ROLE_LABEL
+from airflow_distributed.manifests.trainjob_status import trainer_progress, trainjob_suspended
 from airflow_distributed.naming import job_name
 from airflow_distributed.outputs import DOCUMENT_LIMIT, sanitise_document
 from airflow_distributed.strict_json import StrictJson
@@ -76,8 +101,6 @@ def unreachable(timeout: float) -> Unavailable:
 
 
 def configured_timeout() -> float:
-    from airflow.configuration import conf
-
     return conf.getfloat("distributed", "live_view_timeout", fallback=DEFAULT_TIMEOUT)
 
 
@@ -127,8 +150,6 @@ class LiveKubernetesJobState:
 
 
 def _xcom(ref: TaskInstanceRef, session: Session) -> Any:
-    from airflow.models.xcom import XComModel
-
     query = XComModel.get_many(run_id=ref.run_id, key=LIVE_JOB_XCOM_KEY, dag_ids=ref.dag_id, task_ids=ref.task_id,
                                map_indexes=ref.map_index, limit=1)
     row: Any = session.scalars(query).first()
@@ -145,9 +166,6 @@ def _xcom(ref: TaskInstanceRef, session: Session) -> Any:
 
 def job_location(ref: TaskInstanceRef, session: Session) -> JobLocation | None:
     """Where the task instance's job runs, from the task in its DAG version (None: not a Kubernetes job)."""
-    from airflow.configuration import conf
-    from airflow.models.dag import DagModel
-
     fields = task_fields(ref, session)
     if fields is None or fields.get("backend") not in CLUSTER_BACKENDS or "kubernetes_conn_id" in fields["_expanded"]:
         return None
@@ -174,10 +192,6 @@ def task_fields(ref: TaskInstanceRef, session: Session) -> dict[str, Any] | None
     ``_expanded`` names the arguments a mapped task expands (their values are known per task instance only).
     A DAG serialized before the operator kept ``backend`` has none: such a task is not read live.
     """
-    from airflow.models.dag_version import DagVersion
-    from airflow.models.taskinstance import TaskInstance
-    from sqlalchemy import select
-
     version_id = session.scalar(select(TaskInstance.dag_version_id).where(
         TaskInstance.dag_id == ref.dag_id, TaskInstance.run_id == ref.run_id, TaskInstance.task_id == ref.task_id,
         TaskInstance.map_index == ref.map_index,
@@ -203,9 +217,6 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 
 def rendered_field(ref: TaskInstanceRef, session: Session, field: str) -> Any:
     """A template field as the task instance rendered it (Airflow's rendered task instance fields)."""
-    from airflow.models.renderedtifields import RenderedTaskInstanceFields as Rendered
-    from sqlalchemy import select
-
     fields = session.scalar(select(Rendered.rendered_fields).where(
         Rendered.dag_id == ref.dag_id, Rendered.run_id == ref.run_id, Rendered.task_id == ref.task_id,
         Rendered.map_index == ref.map_index,
@@ -216,9 +227,6 @@ def rendered_field(ref: TaskInstanceRef, session: Session, field: str) -> Any:
 def connection_extras(location: JobLocation) -> dict[str, Any]:
     """The connection's extras, resolved as the DAG's team resolves it; ``{}`` for the client's own configuration
     (no connection, or ``kubernetes_default`` not defined, as in the cncf provider)."""
-    from airflow.exceptions import AirflowNotFoundException
-    from airflow.models.connection import Connection
-
     if location.conn_id is None:
         return {}
     try:
@@ -240,8 +248,6 @@ def read_pods(location: JobLocation, extras: Mapping[str, Any], timeout: float
     The master's log is read once: its last ``RECORD_TAIL_LINES`` lines, of which the API server sends the first
     ``RECORD_TAIL_BYTES`` at most. ``tracking`` prints a record every few seconds while the master reports, so the
     window holds one unless the master printed more than that in between; then the view shows the pods only."""
-    from airflow_distributed.hooks.api_retry import KubernetesJobError, is_connection_error
-
     try:
         hook = _connection_hook(extras, location.conn_id, timeout)
         namespace = location.namespace or hook.default_namespace()
@@ -267,8 +273,6 @@ def read_pods(location: JobLocation, extras: Mapping[str, Any], timeout: float
 def _master_tail(hook: Any, namespace: str, pod: str, container: str | None = None) -> tuple[list[str], Any]:
     """The master's last lines without its live records, and its newest live record: one bounded read (an
     unreadable log gives neither)."""
-    from airflow_distributed.hooks.api_retry import KubernetesJobError
-
     where = {"container": container} if container is not None else {}
     try:
         lines = hook.read_log_tail(namespace, pod, RECORD_TAIL_LINES, limit_bytes=RECORD_TAIL_BYTES, **where)
@@ -280,11 +284,6 @@ def _master_tail(hook: Any, namespace: str, pod: str, container: str | None = No
 def _connection_hook(extras: Mapping[str, Any], conn_id: str | None, timeout: float, base: Any = None) -> Any:
     """A ``DistributedTrainingHook`` (or ``base``, a Kubeflow kind's hook) on already resolved extras, one try per
     call (the view reloads itself), each request bounded by ``timeout``."""
-    from kubernetes import client
-
-    from airflow_distributed.hooks.api_retry import RetryPolicy
-    from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
-
     class ResolvedConnectionHook(base or DistributedTrainingHook):  # type: ignore[misc]
         @cached_property
         def conn_extras(self) -> dict[str, Any]:
@@ -322,10 +321,6 @@ def live_record(name: str, namespace: str, framework: str | None, pods: list[dic
     """A job record in the shape of the ``job`` XCom, from the pods' current states and the master's newest live
     record (progress, metrics, history so far), sanitised as every report is, and the try's usage so far (pure but
     for the clock: ``now`` defaults to the current time)."""
-    from airflow_distributed.jobstate.pod_state import replica_status
-    from airflow_distributed.jobstate.replica_table import queue_note_of
-    from airflow_distributed.jobstate.verdicts import ReplicaSlot
-
     rows = []
     for pod in pods:
         meta = pod.get("metadata") or {}
@@ -366,17 +361,11 @@ def read_kubeflow_pods(location: JobLocation, extras: Mapping[str, Any], timeout
     """A Kubeflow job's or a TrainJob's namespace, ``(object, replica rows, usage so far, why it waits for
     capacity)``, the master's last log lines and its newest live record, read as ``read_pods`` reads a Kubernetes
     job's (one object read, one pod list, one log)."""
-    from airflow_distributed.hooks.api_retry import KubernetesJobError, is_connection_error
-    from airflow_distributed.jobstate.replica_table import queue_note_of
-
     try:
-        from airflow_distributed.backends.kubeflow import KubeflowJobRun
-        from airflow_distributed.backends.trainjob import TrainJobRun
-
-        Run: type[KubeflowJobRun] = TrainJobRun if location.backend == "trainjob" else KubeflowJobRun
-        hook = _connection_hook(extras, location.conn_id, timeout, Run.hook_class())
+        trainjob = location.backend == "trainjob"
+        hook = _connection_hook(extras, location.conn_id, timeout, TrainJobHook if trainjob else KubeflowJobHook)
         namespace = location.namespace or hook.default_namespace()
-        resource = Run.resource_of(location.framework or "pytorch")
+        resource = TRAINJOB if trainjob else kubeflow_resource(location.framework or "pytorch")
         obj = hook.get_kubeflow_job(namespace, resource, location.job_name)
         if obj is None:
             return namespace, (None, (), None, None), {}, None
@@ -408,11 +397,6 @@ def kubeflow_live_record(location: JobLocation, namespace: str, framework: str |
     """A running Kubeflow job or TrainJob in the shape of the ``job`` XCom (pure): its replicas from its pods, the
     master's newest live record; a TrainJob without one shows its ``status.trainerStatus`` (behind the
     ``TrainJobStatus`` feature gate), which it shows besides in any case."""
-    from airflow_distributed.hooks.pending_pods import SUSPENDED, condition_since
-    from airflow_distributed.jobstate.replica_table import wait_note
-    from airflow_distributed.manifests.kubeflow_status import job_suspended
-    from airflow_distributed.manifests.trainjob_status import trainjob_suspended
-
     obj, rows, usage, queued = found
     if obj is not None and (job_suspended(obj) or trainjob_suspended(obj)):
         # As the task log says it (``PendingPods``), with the job's own Suspended time when it records one.
@@ -433,8 +417,6 @@ def kubeflow_live_record(location: JobLocation, namespace: str, framework: str |
         **({"usage": usage} if usage is not None else {}),
     }
     if location.backend == "trainjob" and obj is not None:
-        from airflow_distributed.manifests.trainjob_status import trainer_progress
-
         progress = trainer_progress(obj)
         if progress is not None:
             trainer = sanitise_document({"metrics": dict(progress.metrics),

@@ -17,8 +17,11 @@ from airflow_distributed.plugins.urls import EXTERNAL_VIEW_HREF, URL_PREFIX, VIE
 class JobViewApp:
     """The ASGI app Airflow mounts; the FastAPI app behind it is built on its first request.
 
-    Schedulers, DAG processors and workers load plugins too, but only the API server serves them: building
-    the app lazily spares the others importing the API server's security and database modules.
+    Schedulers, DAG processors and workers load plugins too (and ``import airflow`` itself does, with
+    ``[core] lazy_load_plugins`` off), but only the API server serves them. This is the plugin's one lazy
+    boundary: ``app`` and what it imports (``job_state``, ``live_kubernetes``: the API server's security
+    modules, Airflow's ORM models, the Kubernetes client and the hooks) load on the first request, so loading
+    the plugin imports only this module and ``urls``.
     """
 
     def __init__(self) -> None:
@@ -26,7 +29,8 @@ class JobViewApp:
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if self._app is None:
-            # Two first requests at once may both build it; the apps are equal and one is kept.
+            # Two first requests at once may both build it; the apps are equal and one is kept. Imported here,
+            # not at the top: see the class docstring.
             from airflow_distributed.plugins.app import create_app
 
             self._app = create_app()

@@ -31,6 +31,8 @@ import yaml
 from kubernetes import client
 from kubernetes import config as kube_config
 
+from tests.kubernetes_helpers import comes_to
+
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = ROOT / "scripts" / "build-kube-control-plane.sh"
 BIN_ENV = "KUBE_CONTROL_PLANE_BIN"
@@ -455,6 +457,12 @@ class ControlPlane:
                 event = json.loads(line)
                 if username is None or (event.get("user") or {}).get("username") == username:
                     yield event
+
+    def assert_clean(self, namespace: str, username: str, timeout: float = 60) -> None:
+        """What a job leaves: nothing in ``namespace`` within ``timeout`` (the garbage collector and the kubelet
+        finish deletions on their own schedule), and no request of ``username`` refused by RBAC."""
+        comes_to(lambda: self.left(namespace), NOTHING, timeout=timeout)
+        assert self.refused(username) == []
 
     def refused(self, username: str) -> list[str]:
         """``verb URI -> code`` of the requests of ``username`` the server refused (401/403)."""

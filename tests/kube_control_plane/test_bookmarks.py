@@ -12,9 +12,9 @@ from urllib.parse import parse_qs, urlsplit
 
 from airflow_distributed.hooks.watch_loop import WatchTimings
 from tests.helpers import wait_until
-from tests.kube_control_plane.control_plane import NOTHING, ControlPlane
+from tests.kube_control_plane.control_plane import ControlPlane
 from tests.kube_control_plane.kubelet import KubeletNode
-from tests.kubernetes_helpers import DOCUMENT, Kubelet, comes_to, make_job, new_hook
+from tests.kubernetes_helpers import DOCUMENT, Kubelet, make_job, new_hook
 
 
 def watch_versions(plane: ControlPlane, user: str, namespace: str) -> list[int]:
@@ -69,5 +69,4 @@ def test_a_quiet_watch_gets_real_bookmarks_and_resumes_from_their_newer_version(
     assert watch_versions(control_plane, task_user, namespace)[-1] > versions["settled"]
     kubelet.check(timeout=90)
     hook.delete_job(namespace, name)
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(task_user) == []
+    control_plane.assert_clean(namespace, task_user)

@@ -122,8 +122,7 @@ def test_a_replica_whose_image_cannot_be_pulled_fails_the_task_and_the_job_is_de
     # The Kubeflow operator would have kept the pods waiting for the image: the task deleted the job, the garbage
     # collector its pods.
     assert pytorchjobs_left(control_plane, namespace) == []
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(user) == []
+    control_plane.assert_clean(namespace, user)
 
 
 @pytest.mark.parametrize("dag_namespace", ["kubeflow_suspended", "kubeflow_suspended_deferrable"], indirect=True)

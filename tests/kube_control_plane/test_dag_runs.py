@@ -12,9 +12,9 @@ import pytest
 
 from airflow_distributed.live_report import PREFIX, record_line
 from tests.helpers import run_dag_at, wait_until, xcom
-from tests.kube_control_plane.control_plane import NOTHING, ControlPlane
+from tests.kube_control_plane.control_plane import ControlPlane
 from tests.kube_control_plane.kubelet import KubeletNode
-from tests.kubernetes_helpers import DOCUMENT, Kubelet, comes_to, train_and_succeed
+from tests.kubernetes_helpers import DOCUMENT, Kubelet, train_and_succeed
 
 pytestmark = [pytest.mark.usefixtures("airflow_db")]
 
@@ -47,8 +47,7 @@ def test_a_dag_run_succeeds_with_the_masters_lines_in_the_task_log_and_leaves_no
     else:
         assert "waiting in the triggerer" in out
     # The Service deleted, the garbage collector deletes the rest; the test kubelet ends the pods' deletion.
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(user) == []
+    control_plane.assert_clean(namespace, user)
 
 
 @pytest.mark.parametrize("dag_namespace", ["k8s_deferred_logs"], indirect=True)
@@ -93,8 +92,7 @@ def test_a_deferred_jobs_master_lines_and_progress_reach_the_task_log_while_it_r
     assert PREFIX not in out  # the live records are for the job view, not the log
     # The last lines, for the view and the job record, are whole all the same.
     assert xcom(run, "train", "job")["logs"][f"{job}-master-0"][-2:] == ["saving a checkpoint", "done"]
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(user) == []
+    control_plane.assert_clean(namespace, user)
 
 
 @pytest.mark.parametrize("dag_namespace", ["sensor_after_operator"], indirect=True)
@@ -121,8 +119,7 @@ def test_a_sensor_pokes_the_job_an_operator_started_until_it_succeeds_and_leaves
     # Waiting is not owning: the job is left as it is, until deleted; then the garbage collector takes the rest.
     assert control_plane.left(namespace)["services"] == [job]
     control_plane.request("DELETE", f"/api/v1/namespaces/{namespace}/services/{job}")
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(user) == []
+    control_plane.assert_clean(namespace, user)
 
 
 @pytest.mark.parametrize("dag_namespace", ["k8s_timed_out", "k8s_timed_out_deferrable"], indirect=True)
@@ -140,8 +137,7 @@ def test_a_job_that_outlives_the_tasks_execution_timeout_is_deleted_and_nothing_
     # In the triggerer too, the timeout deletes the whole job, as the synchronous wait's does (the finished pods,
     # Service and files were kept there before, as clean_pod_policy "running" keeps a failed job's).
     # The Service deleted, the real garbage collector deletes the pods and files it owns: nothing is left.
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(user) == []
+    control_plane.assert_clean(namespace, user)
 
 
 @pytest.mark.parametrize("dag_namespace", ["k8s_long_running"], indirect=True)
@@ -166,5 +162,4 @@ def test_sigterm_to_the_task_deletes_the_job_and_nothing_is_left(
 
     assert states == {"train": "failed"}
     assert "was stopped after" in capfd.readouterr().out
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(user) == []
+    control_plane.assert_clean(namespace, user)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import output_so_far, run_dag_at, wait_until, xcom
-from tests.kube_control_plane.control_plane import NOTHING, ControlPlane
+from tests.kube_control_plane.control_plane import ControlPlane
 from tests.kube_control_plane.kubelet import KubeletNode
-from tests.kubernetes_helpers import DOCUMENT, Kubelet, comes_to
+from tests.kubernetes_helpers import DOCUMENT, Kubelet
 
 pytestmark = [pytest.mark.usefixtures("airflow_db")]
 
@@ -92,8 +92,7 @@ def test_a_killed_worker_pod_is_created_again_and_bound_and_the_job_succeeds_wit
         assert out.count(f"] {line}") == 1, (line, out.count(f"] {line}"))
     if dag_id == "k8s_elastic_deferrable":
         assert out.count("waiting in the triggerer") == 2
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(user) == []
+    control_plane.assert_clean(namespace, user)
 
 
 @pytest.mark.parametrize("dag_namespace", ["k8s_elastic_no_restarts"], indirect=True)
@@ -116,8 +115,7 @@ def test_without_restarts_left_the_lost_worker_fails_the_task_naming_it(
     job = worker.removesuffix("-worker-0")
     assert control_plane.left(namespace)["services"] == [job]
     control_plane.request("DELETE", f"/api/v1/namespaces/{namespace}/services/{job}")
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(user) == []
+    control_plane.assert_clean(namespace, user)
 
 
 @pytest.mark.parametrize("dag_namespace", ["k8s_elastic_carry_on", "k8s_elastic_carry_on_deferrable"],
@@ -145,5 +143,4 @@ def test_a_worker_left_out_shows_in_the_final_replicas_in_both_modes(
     assert replicas[f"{job}-master-0"]["state"] == "succeeded"
     assert f"{job}-worker-0" in {row["name"] for row in xcom(run, "train", "job")["replicas"]}
     assert pod_requests(control_plane, user, "create") == 3  # left out, not created again
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(user) == []
+    control_plane.assert_clean(namespace, user)

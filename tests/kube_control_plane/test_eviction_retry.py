@@ -16,9 +16,9 @@ import pytest
 
 from tests.helpers import run_dag_at, wait_until, xcom
 from tests.integration.test_failure_classes import tries
-from tests.kube_control_plane.control_plane import NOTHING, ControlPlane
+from tests.kube_control_plane.control_plane import ControlPlane
 from tests.kube_control_plane.kubelet import KubeletNode
-from tests.kubernetes_helpers import JOB_LABEL, Player, as_the_pod, comes_to
+from tests.kubernetes_helpers import JOB_LABEL, Player, as_the_pod
 
 pytestmark = [pytest.mark.usefixtures("airflow_db")]
 
@@ -121,5 +121,4 @@ def test_a_replica_evicted_mid_training_is_retried_at_once_and_resumes_from_the_
     assert xcom(run, "train", "metrics") == {"resumed_from_step": 30, "try": 2}
     assert sorted(name for name in os.listdir(folder) if name.startswith("checkpoint-")) == [
         f"checkpoint-{step:012d}.pkl" for step in (10, 20, 30)]
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(user) == []
+    control_plane.assert_clean(namespace, user)

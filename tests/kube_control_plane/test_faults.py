@@ -9,10 +9,10 @@ from collections.abc import Iterator
 import pytest
 
 from tests.helpers import wait_until
-from tests.kube_control_plane.control_plane import NOTHING, ControlPlane
+from tests.kube_control_plane.control_plane import ControlPlane
 from tests.kube_control_plane.fault_proxy import FaultProxy
 from tests.kube_control_plane.kubelet import KubeletNode
-from tests.kubernetes_helpers import DOCUMENT, Kubelet, comes_to, make_job, new_hook
+from tests.kubernetes_helpers import DOCUMENT, Kubelet, make_job, new_hook
 
 
 @pytest.fixture
@@ -39,8 +39,7 @@ def test_faults_on_submit_are_retried_and_the_real_server_creates_each_pod_once(
     assert sorted(control_plane.left(namespace)["pods"]) == sorted(slot.name for slot in slots)
 
     hook.delete_job(namespace, name)
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(task_user) == []
+    control_plane.assert_clean(namespace, task_user)
 
 
 def test_a_watch_cut_mid_stream_is_resumed_from_its_resource_version_without_a_new_list(
@@ -65,8 +64,7 @@ def test_a_watch_cut_mid_stream_is_resumed_from_its_resource_version_without_a_n
     assert requests_of(control_plane, task_user, "list") == lists + 1
 
     hook.delete_job(namespace, name)
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(task_user) == []
+    control_plane.assert_clean(namespace, task_user)
 
 
 def test_a_create_whose_answer_was_lost_is_retried_meets_409_and_counts_as_done(
@@ -85,5 +83,4 @@ def test_a_create_whose_answer_was_lost_is_retried_meets_409_and_counts_as_done(
     assert control_plane.left(namespace)["pods"] == [slots[0].name]
 
     hook.delete_job(namespace, name)
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(task_user) == []
+    control_plane.assert_clean(namespace, task_user)

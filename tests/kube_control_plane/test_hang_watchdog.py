@@ -57,8 +57,7 @@ def test_a_master_that_stops_printing_fails_as_hung_with_the_replicas_stacks_and
     execs = [command for ns, _, container, command in node.execs if ns == namespace and container == "base"]
     assert len(execs) == 3
     # Deleted whole, as a kill: a hung job's pods hold their accelerators.
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(user) == []
+    control_plane.assert_clean(namespace, user)
 
 
 # The synchronous case (the same clock, kept in the task) runs with the slow tests.
@@ -82,8 +81,7 @@ def test_a_slow_master_that_prints_within_each_progress_timeout_is_left_to_succe
 
     assert states == {"train": "success"}
     assert not [command for ns, *_, command in node.execs if ns == namespace and "kill -USR1" in " ".join(command)]
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(user) == []
+    control_plane.assert_clean(namespace, user)
 
 
 def _quiet_after_one_step(controller, names: dict, master: str, container: str, node: KubeletNode) -> None:

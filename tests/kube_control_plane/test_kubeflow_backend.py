@@ -104,8 +104,7 @@ def test_a_kubeflow_wait_across_a_watch_cut_mid_stream_resumes_without_a_new_lis
         assert outcome.ending == "succeeded"
         assert jobs_requests("list") == 1  # resumed from its resourceVersion, not listed again
         hook.delete_kubeflow_job(namespace, resource, name)
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(task_user) == []
+    control_plane.assert_clean(namespace, task_user)
 
 
 @pytest.mark.usefixtures("airflow_db")

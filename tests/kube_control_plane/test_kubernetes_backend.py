@@ -14,7 +14,7 @@ import threading
 from airflow_distributed.hooks.watch_loop import WatchTimings
 from airflow_distributed.manifests.kubernetes import job_secret_names, ssh_secret_name
 from tests.helpers import wait_until
-from tests.kube_control_plane.control_plane import NOTHING, ControlPlane
+from tests.kube_control_plane.control_plane import ControlPlane
 from tests.kube_control_plane.kubelet import XCOM_FILE, KubeletNode
 from tests.kubernetes_helpers import DOCUMENT, Kubelet, comes_to, make_job, new_hook, train_and_succeed
 
@@ -42,8 +42,7 @@ def test_a_job_succeeds_with_the_masters_lines_followed_and_leaves_nothing(
 
     hook.delete_job(namespace, name)
     # The real garbage collector deletes what the Service owns; the kubelet finishes the pods' deletion.
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(task_user) == []
+    control_plane.assert_clean(namespace, task_user)
 
 
 def test_a_worker_exit_fails_the_job_with_its_code_and_log(
@@ -65,8 +64,7 @@ def test_a_worker_exit_fails_the_job_with_its_code_and_log(
 
     hook.delete_unfinished_pods(namespace, name)
     hook.delete_job(namespace, name)
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(task_user) == []
+    control_plane.assert_clean(namespace, task_user)
 
 
 def test_an_oom_kill_is_read_from_the_real_pod_status(
@@ -85,8 +83,7 @@ def test_an_oom_kill_is_read_from_the_real_pod_status(
     assert (outcome.ending, outcome.replica, outcome.exit_code, outcome.reason) == (
         "exit", slots[2].name, 137, "OOMKilled")
     hook.delete_job(namespace, name)
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(task_user) == []
+    control_plane.assert_clean(namespace, task_user)
 
 
 def test_the_masters_whole_output_is_read_from_its_xcom_sidecar_over_exec(
@@ -116,8 +113,7 @@ def test_the_masters_whole_output_is_read_from_its_xcom_sidecar_over_exec(
     assert execs == {("get", "exec")}  # a websocket exec is a GET; 1.30 and later authorize it as "create"
 
     hook.delete_job(namespace, name)
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(task_user) == []
+    control_plane.assert_clean(namespace, task_user)
 
 
 def test_a_replica_the_real_scheduler_cannot_place_fails_the_job_with_the_schedulers_message(
@@ -141,8 +137,7 @@ def test_a_replica_the_real_scheduler_cannot_place_fails_the_job_with_the_schedu
     assert any("FailedScheduling" in event for event in hook.pod_events(namespace, slots[2].name))
 
     hook.delete_job(namespace, name)
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(task_user) == []
+    control_plane.assert_clean(namespace, task_user)
 
 
 PULL_ERROR = 'rpc error: code = NotFound desc = failed to pull image "registry.example.com/trainer:1.0": not found'
@@ -165,8 +160,7 @@ def test_a_failed_image_pull_fails_the_job_naming_the_image(
         "image", slots[2].name, "ErrImagePull", PULL_ERROR, "registry.example.com/trainer:1.0")
 
     hook.delete_job(namespace, name)
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(task_user) == []
+    control_plane.assert_clean(namespace, task_user)
 
 
 def test_a_quiet_job_outlives_many_watches_ended_by_the_real_server_with_a_single_list(
@@ -220,8 +214,7 @@ def test_a_lost_replica_is_created_again_under_its_name_and_bound_by_the_real_sc
     node.run_pod(namespace, slots[1].name)
 
     hook.delete_job(namespace, name)
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(task_user) == []
+    control_plane.assert_clean(namespace, task_user)
 
 
 def test_a_horovod_job_with_its_ssh_key_secret_succeeds_and_its_secrets_are_deleted(
@@ -240,5 +233,4 @@ def test_a_horovod_job_with_its_ssh_key_secret_succeeds_and_its_secrets_are_dele
     hook.delete_secrets(namespace, job_secret_names(name))
     assert control_plane.left(namespace)["secrets"] == []
     hook.delete_job(namespace, name)
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(task_user) == []
+    control_plane.assert_clean(namespace, task_user)

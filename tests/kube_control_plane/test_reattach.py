@@ -17,9 +17,9 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.helpers import run_dag_at, wait_until, xcom
-from tests.kube_control_plane.control_plane import NOTHING, ControlPlane
+from tests.kube_control_plane.control_plane import ControlPlane
 from tests.kube_control_plane.kubelet import KubeletNode
-from tests.kubernetes_helpers import DOCUMENT, Kubelet, comes_to
+from tests.kubernetes_helpers import DOCUMENT, Kubelet
 
 pytestmark = [pytest.mark.usefixtures("airflow_db")]
 
@@ -101,8 +101,7 @@ def test_a_task_killed_while_its_job_runs_is_run_again_and_waits_on_the_same_pod
     # The same pods, found by their labels: the server saw no create from the second try.
     assert creates(control_plane, user) == first
     assert xcom(run, "train")["job_name"] == kubelet.names()["master-0"].rsplit("-", 2)[0]
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(user) == []
+    control_plane.assert_clean(namespace, user)
 
 
 @pytest.mark.parametrize("found", ["running", "succeeded"])
@@ -150,5 +149,4 @@ def test_a_retry_finds_the_job_of_its_earlier_try_through_the_task_state_store(
     assert store.get(STATE_KEY) == submitted
     expected = "Reconnecting to existing job" if found == "running" else "already completed successfully"
     assert expected in capfd.readouterr().out  # ResumableJobMixin's own decision, from the stored identity
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(task_user) == []
+    control_plane.assert_clean(namespace, task_user)

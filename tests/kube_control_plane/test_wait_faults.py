@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.helpers import output_so_far, run_dag_at, wait_until
-from tests.kube_control_plane.control_plane import NOTHING, ControlPlane
+from tests.kube_control_plane.control_plane import ControlPlane
 from tests.kube_control_plane.custom_jobs import RealKubeflowController
 from tests.kube_control_plane.fault_proxy import FaultProxy
 from tests.kube_control_plane.kubelet import KubeletNode
@@ -73,8 +73,7 @@ def test_the_triggers_wait_rides_out_a_cut_watch_error_answers_and_refused_conne
     # The audit log is written as requests progress, not at once: the resumed watch's entry may come a moment later.
     wait_until(lambda: requests_of(control_plane, task_user, "watch") > seen["watches"], timeout=30, interval=0.2)
     new_hook(task_kubeconfig).delete_job(namespace, name)
-    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
-    assert control_plane.refused(task_user) == []
+    control_plane.assert_clean(namespace, task_user)
 
 
 @pytest.mark.parametrize("dag_namespace", ["quiet_unreachable", "quiet_unreachable_deferrable"], indirect=True)

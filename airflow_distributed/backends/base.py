@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 from airflow_distributed.exceptions import DistributedJobError
+from airflow_distributed.manifests.trainjob_checks import RUNTIME_KINDS
 from airflow_distributed.spec import TrainingSpec
 
 if TYPE_CHECKING:
@@ -43,8 +44,6 @@ def trainjob_only(settings: BackendSettings, spec: TrainingSpec | None, backend:
     """The settings only ``backend="trainjob"`` reads, refused on ``backend`` when the DAG is parsed (and again once
     rendered): ignoring them would run another job than the one asked for (no runtime, one process per replica).
     ``n_proc_per_node`` is read from the parsed spec, whatever form ``environment`` was given in."""
-    from airflow_distributed.manifests.trainjob import RUNTIME_KINDS  # light: its typed models load when a job runs
-
     where = "is read by backend='trainjob' only"
     problems: list[Problem] = []
     if settings.argument("runtime") is not None:
@@ -92,6 +91,14 @@ class TrainJobSettings(KubernetesSettings):
 
     runtime: str | None
     runtime_kind: Literal["ClusterTrainingRuntime", "TrainingRuntime"]
+
+
+def trainjob_options(settings: BackendSettings[Any]) -> TrainJobSettings:
+    """The options of ``backend="trainjob"`` (the training runtime's besides the Kubernetes-side ones)."""
+    options = settings.options
+    if not isinstance(options, TrainJobSettings):
+        raise TypeError(f"backend='trainjob' receives TrainJobSettings, not {type(options).__name__}")
+    return options
 
 
 @dataclass(frozen=True)
@@ -215,4 +222,4 @@ class Backend(Protocol):
 
 __all__ = ["OPTION_NAMES", "Backend", "BackendSettings", "DistributedJobError", "ForKubernetes", "ForProcesses",
            "ForRay", "KubernetesSettings", "Problem", "ProcessSettings", "RaySettings", "TaskCalls", "TrainJobSettings",
-           "has_template", "log_ignored", "trainjob_only"]
+           "has_template", "log_ignored", "trainjob_only", "trainjob_options"]

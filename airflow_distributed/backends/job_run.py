@@ -1,21 +1,25 @@
 """Steps a task's job takes the same way on the Kubernetes-side backends (``kubernetes``, ``kubeflow``, ``trainjob``):
-the arguments they all check, the namespace, the manifest options and the replicas' variables they all build, the
-deferral's deadline and the watch timings.
+the arguments they all check, the namespace, the replicas' variables, the deferral's deadline and the names of the
+XComs and constants they share.
 
-Kept apart from the backends so that none imports another for them; like the backends, it imports the
-Kubernetes clients only when a job runs.
+Kept apart from the backends so that none imports another for them. Light to import: the backends' checks run
+when a DAG is parsed, and the ray backend and the job view read its deadline and names; what needs the Kubernetes
+manifests or the hooks (the manifest options, the watch timings) is ``job_options``, which the run-time modules
+import.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_distributed.backends.base import BackendSettings, DistributedJobError, ForKubernetes, Problem, has_template
+from airflow_distributed.contract import ENV_STACKS_DIR, ENV_STACKS_SIGNAL
 from airflow_distributed.exceptions import error_class_named
+from airflow_distributed.jobstate.hang_watch import STACKS_DIR, STACKS_SIGNAL
+from airflow_distributed.manifests.gang_scheduling import GANG_SCHEDULERS
 from airflow_distributed.naming import DNS_LABEL_RULE, is_dns_label
 from airflow_distributed.spec import SpecValidationError
 
@@ -23,16 +27,12 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_distributed.hooks.kube_api import KubeApiHook
-    from airflow_distributed.hooks.watch_loop import WatchTimings
-    from airflow_distributed.manifests.kubernetes import JobManifestOptions
 
 CLEAN_POD_POLICIES = ("all", "running", "none")
 #: XCom of a cluster job while it runs: where the job view finds it live.
 LIVE_JOB_XCOM_KEY = "kubernetes_job"
 #: How many of a failed replica's last lines the error and the ``job`` XCom quote.
 TAIL_LINES = 30
-#: Past the task's execution_timeout, how long a pod may still run if nothing deletes it (a worker that died).
-DEADLINE_MARGIN_SECONDS = 120
 
 
 def check_kubernetes_arguments(settings: ForKubernetes) -> list[Problem]:
@@ -42,33 +42,9 @@ def check_kubernetes_arguments(settings: ForKubernetes) -> list[Problem]:
     if policy is not None and policy not in CLEAN_POD_POLICIES:
         problems.append(("clean_pod_policy", f"{policy!r} is not supported; allowed: {', '.join(CLEAN_POD_POLICIES)}"))
     gang = settings.options.gang_scheduling
-    if gang is not None:
-        from airflow_distributed.manifests.gang_scheduling import GANG_SCHEDULERS
-
-        if gang not in GANG_SCHEDULERS:
-            problems.append(("gang_scheduling", f"{gang!r} is not supported; allowed: {', '.join(GANG_SCHEDULERS)}"))
+    if gang is not None and gang not in GANG_SCHEDULERS:
+        problems.append(("gang_scheduling", f"{gang!r} is not supported; allowed: {', '.join(GANG_SCHEDULERS)}"))
     return problems
-
-
-def manifest_options(settings: ForKubernetes, context: Context, namespace: str) -> JobManifestOptions:
-    """What the manifests of every Kubernetes-side backend take from the operator's arguments and the task."""
-    from airflow_distributed.manifests.kubernetes import JobManifestOptions, TaskInstanceRef
-
-    deadline = None
-    if settings.execution_timeout is not None:
-        # A backstop for a worker that dies without a retry: the pods stop on their own after the task's time.
-        deadline = math.ceil(settings.execution_timeout.total_seconds()) + DEADLINE_MARGIN_SECONDS
-    return JobManifestOptions(
-        namespace=namespace,
-        image=settings.options.image or "",  # require_image has refused a job without one
-        gpu_resource_key=settings.options.gpu_resource_key,
-        task_instance=TaskInstanceRef.of(context["ti"]),
-        model_volume=settings.options.model_volume,
-        scheduler_name=settings.options.scheduler_name,
-        gang_scheduling=settings.options.gang_scheduling,
-        queue_name=settings.options.queue_name,
-        active_deadline_seconds=deadline,
-    )
 
 
 def stacks_env(settings: ForKubernetes) -> Mapping[str, str] | None:
@@ -76,9 +52,6 @@ def stacks_env(settings: ForKubernetes) -> Mapping[str, str] | None:
     and notes its pid for the hang watchdog's exec."""
     if settings.progress_timeout is None:
         return settings.env
-    from airflow_distributed.contract import ENV_STACKS_DIR, ENV_STACKS_SIGNAL
-    from airflow_distributed.jobstate.hang_watch import STACKS_DIR, STACKS_SIGNAL
-
     return {**(settings.env or {}), ENV_STACKS_SIGNAL: STACKS_SIGNAL, ENV_STACKS_DIR: STACKS_DIR}
 
 
@@ -144,13 +117,6 @@ def deferral_deadline(settings: BackendSettings[Any], context: Context) -> tuple
     return deadline, timedelta(seconds=max(0.0, deadline - time.time()) + 60)
 
 
-def watch_timings(settings: ForKubernetes) -> WatchTimings:
-    """The operator's ``watch_timings`` (checked at parse time) with the defaults filled in."""
-    from airflow_distributed.hooks.watch_loop import WatchTimings
-
-    return WatchTimings.of(settings.options.watch_timings)
-
-
 __all__ = ["CLEAN_POD_POLICIES", "LIVE_JOB_XCOM_KEY", "NOT_CLEANED_UP", "TAIL_LINES", "check_kubernetes_arguments",
            "deferral_deadline", "event_error_class", "ignored_in_cluster", "job_error", "job_namespace",
-           "manifest_options", "namespace_problems", "require_image", "stacks_env", "watch_timings"]
+           "namespace_problems", "require_image", "stacks_env"]

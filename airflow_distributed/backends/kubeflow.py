@@ -7,8 +7,10 @@ task reads its verdict from the object's ``status.conditions`` through one watch
 
 ``KubeflowBackend`` (the ``Backend`` of ``backend="kubeflow"``) checks the arguments when the DAG is parsed
 (``check_kubeflow_arguments``: also what the spec asks that one pod template per role cannot express) and drives one
-``KubeflowJobRun`` per try: ``run`` (``execute``), ``resume`` (``execute_complete``: ``KubeflowJobRun.complete``) and
-``kill`` (``on_kill``: ``KubeflowJobRun.kill``).
+``KubeflowJobRun`` (``kubeflow_run``) per try: ``run`` (``execute``), ``resume`` (``execute_complete``:
+``KubeflowJobRun.complete``) and ``kill`` (``on_kill``: ``KubeflowJobRun.kill``). Importing this module is cheap (the
+operator checks its arguments with it when a DAG is parsed): ``run_class`` imports the run, and with it the hook, the
+trigger and the Kubernetes clients, when a job runs.
 
 Clean-up. The Kubeflow operator applies ``runPolicy.cleanPodPolicy`` itself when the job ends: ``Running`` (pods
 still running are deleted, finished ones kept) unless ``clean_pod_policy="none"``. Its ``All`` is never asked
@@ -23,44 +25,20 @@ is reattached (running or succeeded) or replaced (failed).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_distributed.backends.base import KubernetesSettings, log_ignored, trainjob_only
-from airflow_distributed.backends.job_end import end_job, read_document
-from airflow_distributed.backends.job_run import (
-    LIVE_JOB_XCOM_KEY,
-    NOT_CLEANED_UP,
-    TAIL_LINES,
-    check_kubernetes_arguments,
-    deferral_deadline,
-    event_error_class,
-    ignored_in_cluster,
-    job_namespace,
-    manifest_options,
-    require_image,
-    stacks_env,
-    watch_timings,
-)
-from airflow_distributed.backends.job_usage import usage_over_tries
-from airflow_distributed.jobstate import outcome as ending
-from airflow_distributed.jobstate.failures import job_failure
-from airflow_distributed.jobstate.outcome import JobOutcome
-from airflow_distributed.jobstate.usage import pod_run
-from airflow_distributed.jobstate.verdicts import JobVerdict
-from airflow_distributed.live_report import without_records
-from airflow_distributed.plan import build_plan
+from airflow_distributed.backends.job_run import LIVE_JOB_XCOM_KEY, check_kubernetes_arguments, ignored_in_cluster
+from airflow_distributed.manifests.kubeflow_checks import kubeflow_problems
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_distributed.backends.base import ForKubernetes, TaskCalls
-    from airflow_distributed.hooks.kubeflow import KubeflowHandle, KubeflowJobHook
-    from airflow_distributed.manifests.kubeflow_kinds import KubeflowResource
+    from airflow_distributed.backends.kubeflow_run import KubeflowJobRun
     from airflow_distributed.spec import TrainingSpec
-    from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
+
 
 def check_kubeflow_arguments(settings: ForKubernetes, spec: TrainingSpec | None) -> list[tuple[str, str]]:
     """Problems with the operator's arguments for ``backend="kubeflow"``, as ``(path, message)``.
@@ -71,265 +49,7 @@ def check_kubeflow_arguments(settings: ForKubernetes, spec: TrainingSpec | None)
     problems = check_kubernetes_arguments(settings)
     if spec is None:
         return problems
-    from airflow_distributed.manifests.kubeflow_checks import kubeflow_problems
-
     return problems + kubeflow_problems(spec)
-
-
-# ---------------------------------------------------------------------------------------------- one job
-
-
-class KubeflowJobRun:
-    """One Kubeflow job of one task instance: its object, its hook, and the steps of its life."""
-
-    backend = "kubeflow"
-    #: What runs the submitted object in the cluster (for the log).
-    controller = "the Kubeflow Training Operator"
-    #: ``fieldValidation`` of the create (``None``: the server's default, ``Warn``).
-    field_validation: str | None = None
-
-    def __init__(self, task: TaskCalls, settings: ForKubernetes, context: Context, hook: KubeflowJobHook,
-                 namespace: str, name: str, framework: str, started_at: float | None = None) -> None:
-        self.task, self.settings, self.context, self.hook = task, settings, context, hook
-        self.namespace, self.name, self.framework = namespace, name, framework
-        self.resource: KubeflowResource = self.resource_of(framework)
-        self.log = task.log
-        self.body: dict[str, Any] | None = None
-        self.stopped = False
-        self.started_at = started_at if started_at is not None else time.time()
-
-    @staticmethod
-    def resource_of(framework: str) -> KubeflowResource:
-        from airflow_distributed.manifests.kubeflow_kinds import kubeflow_resource
-
-        return kubeflow_resource(framework)
-
-    def elapsed(self) -> float:
-        return max(0.0, time.time() - self.started_at)
-
-    @staticmethod
-    def hook_class() -> type[KubeflowJobHook]:
-        from airflow_distributed.hooks.kubeflow import KubeflowJobHook
-
-        return KubeflowJobHook
-
-    def new_hook(self) -> KubeflowJobHook:
-        return self.hook_class()(kubernetes_conn_id=self.settings.options.kubernetes_conn_id, logger=self.log)
-
-    @classmethod
-    def start(cls, task: TaskCalls, settings: ForKubernetes, context: Context, spec: TrainingSpec, job_name: str,
-              command: Sequence[str]) -> KubeflowJobRun:
-        from airflow_distributed.manifests.kubeflow import KubeflowAddressing, KubeflowJobOptions, build_kubeflow_job
-        from airflow_distributed.manifests.kubernetes import layout_for_kubernetes
-
-        require_image(settings, "kubeflow")
-        hook = cls.hook_class()(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
-        namespace = job_namespace(settings, hook, context["ti"].task_id)  # before anything is created
-        layout = layout_for_kubernetes(settings.model_dir, job_name=job_name, checkpoint_dir=settings.checkpoint_dir)
-        program = task.replica_program(list(command), layout)
-        plan = build_plan(spec, job_name, KubeflowAddressing(namespace, spec.framework), layout, program.command,
-                          backend="kubeflow", env=stacks_env(settings), try_number=context["ti"].try_number,
-                          files=program.files, secret_files=program.secret_files)
-        # "All" would let the Kubeflow operator delete the master's pod (and its output) before it is read.
-        pod_policy: Literal["none", "running"] = "none" if settings.options.clean_pod_policy == "none" else "running"
-        options = KubeflowJobOptions(manifest_options(settings, context, namespace), clean_pod_policy=pod_policy)
-        run = cls(task, settings, context, hook, namespace, job_name, spec.framework)
-        run.body = build_kubeflow_job(plan, options)  # a setting one pod template cannot hold fails here
-        return run
-
-    @classmethod
-    def resume(cls, task: TaskCalls, settings: ForKubernetes, context: Context,
-               event: dict[str, Any]) -> KubeflowJobRun:
-        hook = cls.hook_class()(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
-        state = event.get("resume_state")
-        # The framework rides along in the event (see ``defer``); a trigger deferred by a release that did not hand
-        # it back leaves it to the spec.
-        framework = state["framework"] if state is not None else task.spec().framework
-        return cls(task, settings, context, hook, event["namespace"], event["job_name"], framework,
-                   started_at=event.get("started_at"))
-
-    # ------------------------------------------------------------------ submit, wait
-
-    def submit(self) -> KubeflowHandle:
-        handle = self.hook.submit_kubeflow_job(self.namespace, self.resource, self.body or {},
-                                               field_validation=self.field_validation)
-        if handle.reattached is None:
-            self.log.info("job %s/%s: %s submitted to %s", self.namespace, self.name, self.resource.kind,
-                          self.controller)
-        return handle
-
-    def wait(self) -> dict[str, Any]:
-        from airflow_distributed.hooks.pod_logs import task_log_lines
-
-        try:
-            outcome = self.hook.wait_for_kubeflow_job(
-                self.namespace, self.resource, self.name, stopped=lambda: self.stopped,
-                watch_timings=watch_timings(self.settings), image_pull_grace=self.settings.options.image_pull_grace,
-                queue_timeout=self.settings.options.queue_timeout, progress_timeout=self.settings.progress_timeout,
-                on_change=lambda status: self.log.info("%s %s/%s is %s%s", self.resource.kind, self.namespace,
-                                                       self.name, status.state,
-                                                       f": {status.message}" if status.message else ""),
-                on_object=self.observed,
-                emit=task_log_lines(self.log),  # the master's lines, as they come
-            )
-        except BaseException:
-            # The wait itself failed (API gone, execution_timeout): nobody would watch the job any more.
-            self.delete_quietly()
-            raise
-        return self.finish(outcome)
-
-    def observed(self, obj: dict[str, Any]) -> None:
-        """The object, whenever its status changed during the synchronous wait (a kind may publish it)."""
-
-    @staticmethod
-    def trigger_class() -> type[KubeflowJobTrigger]:
-        from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
-
-        return KubeflowJobTrigger
-
-    def defer(self) -> None:
-        deadline, timeout = deferral_deadline(self.settings, self.context)
-        trigger = self.trigger_class()(job_name=self.name, namespace=self.namespace, group=self.resource.group,
-                                     version=self.resource.version, plural=self.resource.plural,
-                                     kubernetes_conn_id=self.settings.options.kubernetes_conn_id,
-                                     execution_deadline=deadline, delete_on_kill=True, started_at=self.started_at,
-                                     watch_timings=watch_timings(self.settings).as_dict(),
-                                     image_pull_grace=self.settings.options.image_pull_grace,
-                                     logging_interval=self.settings.options.logging_interval,
-                                     queue_timeout=self.settings.options.queue_timeout,
-                                     progress_timeout=self.settings.progress_timeout,
-                                     resume_state={"framework": self.framework})
-        self.log.info("job %s/%s: waiting in the triggerer", self.namespace, self.name)
-        self.task.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
-
-    def complete(self, event: dict[str, Any]) -> dict[str, Any]:
-        """``execute_complete``: the trigger's event -> output, clean-up and XCom, as in the synchronous wait."""
-        from airflow_distributed.hooks.kubeflow import status_outcome
-        from airflow_distributed.hooks.pending_pods import OWN_VERDICTS
-
-        status = event.get("status")
-        if status == "failed" and event.get("reason") in OWN_VERDICTS:
-            # The trigger's own verdict: the job's status does not show it, so it is not read back.
-            verdict = JobVerdict.from_dict(event.get("verdict") or {"state": "failed", "cause": ending.IMAGE})
-            obj = self.hook.get_kubeflow_job(self.namespace, self.resource, self.name)
-            return self.finish(verdict.outcome(job_object=obj))
-        if status in ("succeeded", "failed"):
-            obj = self.hook.get_kubeflow_job(self.namespace, self.resource, self.name)
-            return self.finish(status_outcome(self.hook.kind.status_of(obj), obj) if obj is not None
-                               else JobOutcome(ending.DELETED))
-        if status == "deleted":
-            return self.finish(JobOutcome(ending.DELETED))
-        # timeout (execution_timeout in the triggerer) or error (the trigger could not watch): the job must go.
-        deleted = self.delete_quietly()
-        outcome = JobOutcome(ending.TIMED_OUT if status == "timeout" else ending.FAILED,
-                             message=event.get("message") or status)
-        raise job_failure(f"{self.namespace}/{self.name}", outcome, self.elapsed(),
-                          "the job was deleted" if deleted else NOT_CLEANED_UP, default=event_error_class(event))
-
-    def kill(self) -> None:
-        """``on_kill``: stop waiting and delete the job object (the Kubeflow operator's pods go with it)."""
-        self.stopped = True
-        self.log.info("task killed: deleting %s %s/%s", self.resource.kind, self.namespace, self.name)
-        try:
-            # A hook of its own: the waiting one may be in the middle of a request on this very thread.
-            self.new_hook().delete_kubeflow_job(self.namespace, self.resource, self.name)
-        except Exception as error:
-            self.log.error("could not delete %s %s/%s: %s; delete it by hand", self.resource.kind, self.namespace,
-                           self.name, error)
-
-    # ------------------------------------------------------------------ finish
-
-    def finish(self, outcome: JobOutcome) -> dict[str, Any]:
-        """Output, clean-up, XCom; raises ``DistributedJobError`` unless the job succeeded."""
-        from airflow_distributed.hooks.kubeflow import failed_replica
-
-        elapsed = self.elapsed()
-        job = f"{self.namespace}/{self.name}"
-        if outcome.ending == ending.STOPPED:
-            self.delete_quietly()
-            raise job_failure(job, outcome, elapsed, "the job was deleted")
-        succeeded = outcome.succeeded
-        obj = dict(outcome.job_object) if outcome.job_object is not None else None
-        try:
-            pods = self.hook.kubeflow_pods(self.namespace, obj) if obj is not None else []
-            container = self.hook.main_container(obj) if obj is not None else ""
-            document = self._document(obj)
-            found = failed_replica(pods, container) if outcome.ending == ending.FAILED else None
-            if found is not None:  # the controller's words, and the replica whose end they are about
-                outcome = found.outcome(judgement=outcome.judgement, job_object=obj)
-            logs = self.hung_logs(pods, container) if outcome.ending == ending.HUNG else self._tails(
-                pods, container, outcome)
-        except BaseException:
-            self.delete_quietly()
-            raise
-        statuses = self.hook.replica_statuses(pods, container)
-        deleted = self.clean_up(succeeded, exists=obj is not None, unfinished=outcome.ending in (
-            ending.IMAGE, ending.QUEUED, ending.HUNG))
-        if not succeeded:
-            outcome = replace(outcome, replicas=statuses, tail=tuple(logs.get(outcome.replica or "", ())), logs=logs)
-        now = time.time()
-        runs = [pod_run(pod["metadata"]["name"], pod, now) for pod in pods]
-        return end_job(self.context, self.log, name=self.name, framework=self.framework, backend=self.backend,
-                       outcome=outcome, document=document, replicas=statuses, logs=logs, elapsed=elapsed,
-                       namespace=self.namespace, usage=usage_over_tries(self.context, runs, elapsed, self.log),
-                       cleanup="the job was deleted" if deleted else "the job is kept for a look until the next try",
-                       queue_timeout=self.settings.options.queue_timeout)
-
-    def _document(self, obj: dict[str, Any] | None) -> dict[str, Any]:
-        return read_document(self.hook.kubeflow_output(self.namespace, obj) if obj is not None else None, self.log)
-
-    def _tails(self, pods: list[dict[str, Any]], container: str, outcome: JobOutcome) -> dict[str, list[str]]:
-        """The last lines of the replica that failed the job, best effort: a log that cannot be read decides
-        nothing."""
-        from airflow_distributed.hooks.api_retry import KubernetesJobError
-
-        logs: dict[str, list[str]] = {}
-        if outcome.ending not in (ending.EXITED, ending.POD_FAILED):
-            return logs
-        for pod in pods:
-            name = pod["metadata"]["name"]
-            if name == outcome.replica:
-                try:
-                    logs[name] = without_records(self.hook.read_log_tail(self.namespace, name, TAIL_LINES, container))
-                except KubernetesJobError as error:
-                    self.log.warning("could not read the last lines of %s: %s", name, error)
-        return logs
-
-    def hung_logs(self, pods: list[dict[str, Any]], container: str) -> dict[str, list[str]]:
-        """The last lines of a hung job's replicas (the first ``HUNG_REPLICAS``), after asking each to print its
-        Python stacks over pods/exec (the processes that imported ``tracking`` print them), as on the kubernetes
-        backend. A replica that could not be asked is said so in the task log, and its lines quoted all the same."""
-        from airflow_distributed.hooks.api_retry import KubernetesJobError
-        from airflow_distributed.jobstate.hang_watch import HUNG_REPLICAS
-        from airflow_distributed.jobstate.outcome import HUNG_TAIL_LINES
-
-        names = [row.name for row in self.hook.replica_statuses(pods, container)][:HUNG_REPLICAS]
-        self.hook.dump_stacks(self.namespace, names, container)
-        logs: dict[str, list[str]] = {}
-        for name in names:
-            try:
-                logs[name] = self.hook.read_log_tail(self.namespace, name, HUNG_TAIL_LINES, container)
-            except KubernetesJobError as error:
-                self.log.warning("could not read the last lines of %s: %s", name, error)
-        return logs
-
-    def clean_up(self, succeeded: bool, exists: bool = True, unfinished: bool = False) -> bool:
-        """Delete the job object when ``clean_pod_policy`` (default: ``all`` after success) says so, or when the
-        job failed by this task's verdict while the Kubeflow operator still runs it (``unfinished``)."""
-        policy = self.settings.options.clean_pod_policy or ("all" if succeeded else "running")
-        if (policy != "all" and not unfinished) or not exists:
-            return False
-        self.hook.delete_kubeflow_job(self.namespace, self.resource, self.name)
-        return True
-
-    def delete_quietly(self) -> bool:
-        """Delete the job object, a failure logged rather than raised; returns whether it was done."""
-        try:
-            self.new_hook().delete_kubeflow_job(self.namespace, self.resource, self.name)
-        except Exception as error:
-            self.log.error("could not delete %s %s/%s: %s", self.resource.kind, self.namespace, self.name, error)
-            return False
-        return True
 
 
 class KubeflowBackend:
@@ -337,12 +57,18 @@ class KubeflowBackend:
 
     name: ClassVar[str] = "kubeflow"
     options_class: ClassVar[type] = KubernetesSettings
-    #: the run of this kind of job; a backend of the same shape (``trainjob``) names its own
-    run_class: ClassVar[type[KubeflowJobRun]] = KubeflowJobRun
 
     def __init__(self) -> None:
         #: the job being waited for, for ``kill``
         self.current: KubeflowJobRun | None = None
+
+    @staticmethod
+    def run_class() -> type[KubeflowJobRun]:
+        """The run of this kind of job (a backend of the same shape, ``trainjob``, names its own): the backend's one
+        lazy import, so that a DAG parse loads no Kubernetes client."""
+        from airflow_distributed.backends.kubeflow_run import KubeflowJobRun
+
+        return KubeflowJobRun
 
     def check(self, settings: ForKubernetes, spec: TrainingSpec | None) -> list[tuple[str, str]]:
         return check_kubeflow_arguments(settings, spec) + trainjob_only(settings, spec, self.name)
@@ -354,7 +80,7 @@ class KubeflowBackend:
         :returns: the ``return_value`` XCom, each key of it an XCom too; ``job`` is pushed here (also on failure).
         :raises DistributedJobError: the job failed, was deleted, or the task was killed.
         """
-        run_class = self.run_class
+        run_class = self.run_class()
         log_ignored(task.log, run_class.backend, ignored_in_cluster(settings, run_class.backend))
         run = self.current = run_class.start(task, settings, context, spec, job_name, command)
         handle = run.submit()
@@ -373,7 +99,7 @@ class KubeflowBackend:
 
     def resume(self, task: TaskCalls, settings: ForKubernetes, context: Context,
                event: dict[str, Any]) -> dict[str, Any]:
-        run = self.current = self.run_class.resume(task, settings, context, event)
+        run = self.current = self.run_class().resume(task, settings, context, event)
         return run.complete(event)
 
     def kill(self) -> None:
@@ -381,4 +107,11 @@ class KubeflowBackend:
             self.current.kill()
 
 
-__all__ = ["KubeflowBackend", "KubeflowJobRun", "check_kubeflow_arguments"]
+def __getattr__(name: str) -> Any:
+    # The sensor and the job view still import the run from here: it loads (with the Kubernetes clients) when asked.
+    if name == "KubeflowJobRun":
+        return KubeflowBackend.run_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["KubeflowBackend", "check_kubeflow_arguments"]

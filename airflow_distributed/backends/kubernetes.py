@@ -9,8 +9,8 @@ it here or in the triggerer, ``resume`` (``execute_complete``) finishes it from 
 Reattach: on Airflow 3.3+ the job's identity is also kept in the task's ``task_state_store`` (``resumable``); on
 older versions every try submits, and the submission itself finds the job by name and labels.
 
-Importing this module is cheap (the operator checks its arguments with it when a DAG is parsed): the Kubernetes
-clients are imported when a job runs.
+Importing this module is cheap (the operator checks its arguments with it when a DAG is parsed): ``run_class``
+imports the run (``kubernetes_run``, and with it the hook, the trigger and the Kubernetes clients) when a job runs.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_distributed.backends.base import KubernetesSettings, log_ignored, trainjob_only
 from airflow_distributed.backends.job_run import check_kubernetes_arguments, ignored_in_cluster
-from airflow_distributed.backends.kubernetes_run import KubernetesJobRun
 from airflow_distributed.backends.resumable import ResumableKubernetesJob
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_distributed.backends.base import ForKubernetes, Problem, TaskCalls
+    from airflow_distributed.backends.kubernetes_run import KubernetesJobRun
     from airflow_distributed.spec import TrainingSpec
 
 
@@ -40,6 +40,13 @@ class KubernetesBackend:
         #: the job being waited for, for ``kill``
         self.current: KubernetesJobRun | None = None
 
+    @staticmethod
+    def run_class() -> type[KubernetesJobRun]:
+        """The run of a job: the backend's one lazy import, so that a DAG parse loads no Kubernetes client."""
+        from airflow_distributed.backends.kubernetes_run import KubernetesJobRun
+
+        return KubernetesJobRun
+
     def check(self, settings: ForKubernetes, spec: TrainingSpec | None) -> list[Problem]:
         return check_kubernetes_arguments(settings) + trainjob_only(settings, spec, self.name)
 
@@ -52,7 +59,7 @@ class KubernetesBackend:
         :raises KubernetesJobError: the API refused something for good.
         """
         log_ignored(task.log, self.name, ignored_in_cluster(settings, self.name))
-        run = self.current = KubernetesJobRun.start(task, settings, context, spec, job_name, command)
+        run = self.current = self.run_class().start(task, settings, context, spec, job_name, command)
         if not settings.wait_for_completion:
             handle = run.submit()
             run.log.info("job %s/%s submitted; not waiting for it (wait_for_completion=False)", handle.namespace,
@@ -62,7 +69,7 @@ class KubernetesBackend:
 
     def resume(self, task: TaskCalls, settings: ForKubernetes, context: Context,
                event: dict[str, Any]) -> dict[str, Any]:
-        run = self.current = KubernetesJobRun.resume(task, settings, context, event)
+        run = self.current = self.run_class().resume(task, settings, context, event)
         return run.complete(event)
 
     def kill(self) -> None:

@@ -21,11 +21,14 @@ from airflow_distributed.backends.job_end import end_job, read_document
 from airflow_distributed.backends.job_run import TAIL_LINES
 from airflow_distributed.backends.job_usage import usage_over_tries
 from airflow_distributed.backends.kubernetes_elastic import ElasticRestarts
+from airflow_distributed.exceptions import KubernetesJobError
 from airflow_distributed.jobstate import outcome as ending
-from airflow_distributed.jobstate.outcome import JobOutcome
+from airflow_distributed.jobstate.hang_watch import HUNG_REPLICAS
+from airflow_distributed.jobstate.outcome import HUNG_TAIL_LINES, JobOutcome
 from airflow_distributed.jobstate.pod_state import log_available
 from airflow_distributed.jobstate.usage import pod_run
 from airflow_distributed.live_report import without_records
+from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER, job_secret_names
 from airflow_distributed.outputs import parse_output_document
 from airflow_distributed.status import PENDING, RUNNING, STOPPED, ReplicaStatus
 
@@ -66,9 +69,6 @@ class KubernetesJobFinish:
              lines: int = TAIL_LINES, timestamps: bool = False) -> list[str]:
         """A replica's last lines (with ``timestamps``: as read, timestamped, live records included); best effort: a
         log that cannot be read decides nothing."""
-        from airflow_distributed.hooks.api_retry import KubernetesJobError
-        from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER
-
         if pods.get(replica) is None:
             return []
         try:
@@ -104,10 +104,6 @@ class KubernetesJobFinish:
         """The last lines of a hung job's replicas (the first ``HUNG_REPLICAS``), after asking each to print its
         Python stacks (pods/exec; the processes that imported ``tracking`` print them). A replica that could not
         be asked is said so in the task log, and its last lines are quoted all the same."""
-        from airflow_distributed.jobstate.hang_watch import HUNG_REPLICAS
-        from airflow_distributed.jobstate.outcome import HUNG_TAIL_LINES
-        from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER
-
         pods = outcome.pods
         names = [slot.name for slot in self.elastic.watched(self.slots) if pods.get(slot.name)][:HUNG_REPLICAS]
         self.hook.dump_stacks(self.namespace, names, MAIN_CONTAINER)
@@ -176,8 +172,6 @@ class KubernetesJobFinish:
 def delete_secrets(hook: DistributedTrainingHook, namespace: str, name: str) -> None:
     """Delete the Secrets of job ``name`` (its SSH key pair, its secret files) by name: the cascade from the Service
     does it only when the Service goes, which a clean-up policy that keeps pods does not do."""
-    from airflow_distributed.manifests.kubernetes import job_secret_names
-
     hook.delete_secrets(namespace, job_secret_names(name))
 
 

@@ -4,8 +4,9 @@ Reattach: job names are fixed per task instance, so a retry, or a worker restart
 instance, finds the job an earlier attempt created instead of creating a second one (``hook.ensure_job``).
 
 Its end (output, last lines, clean-up, the ``job`` XCom) is ``kubernetes_finish``'s; an elastic job's restarts are
-decided by ``kubernetes_elastic`` and made here, where the job's objects are. The Kubernetes clients are imported
-when a job runs.
+decided by ``kubernetes_elastic`` and made here, where the job's objects are. Run-time: it imports the hook, the
+trigger and the manifests (so the Kubernetes clients) at its top; the backend (``kubernetes``) imports it when a job
+runs.
 """
 
 from __future__ import annotations
@@ -15,20 +16,21 @@ from collections.abc import Sequence
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
+from airflow_distributed.backends.job_options import manifest_options, watch_timings
 from airflow_distributed.backends.job_run import (
     LIVE_JOB_XCOM_KEY,
     NOT_CLEANED_UP,
     deferral_deadline,
     event_error_class,
     job_namespace,
-    manifest_options,
     require_image,
     stacks_env,
-    watch_timings,
 )
 from airflow_distributed.backends.kubernetes_elastic import ElasticRestarts
 from airflow_distributed.backends.kubernetes_finish import KubernetesJobFinish, delete_secrets
 from airflow_distributed.elastic import elastic_plan
+from airflow_distributed.hooks.kubernetes import DistributedTrainingHook, JobHandle
+from airflow_distributed.hooks.pod_logs import task_log_lines
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.failures import job_failure
 from airflow_distributed.jobstate.log_cursor import LogCursor, strip_timestamps
@@ -37,15 +39,17 @@ from airflow_distributed.jobstate.pod_state import log_available
 from airflow_distributed.jobstate.replica_table import replica_table
 from airflow_distributed.jobstate.verdicts import JobVerdict, ReplicaSlot, replica_slots, slots_from_json, slots_to_json
 from airflow_distributed.live_report import without_records
+from airflow_distributed.manifests.horovod_ssh import generate_ssh_key_pair
+from airflow_distributed.manifests.kubernetes import build_job_objects, layout_for_kubernetes, with_owner
 from airflow_distributed.manifests.pod_names import RESTARTS_ANNOTATION
 from airflow_distributed.plan import KubernetesAddressing, build_plan
+from airflow_distributed.triggers.kubernetes import DistributedJobTrigger
 from airflow_distributed.triggers.log_relay import new_lines_after
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_distributed.backends.base import ForKubernetes, TaskCalls
-    from airflow_distributed.hooks.kubernetes import DistributedTrainingHook, JobHandle
     from airflow_distributed.manifests.kubernetes import JobObjects
     from airflow_distributed.plan import ClusterPlan
     from airflow_distributed.spec import TrainingSpec
@@ -70,15 +74,11 @@ class KubernetesJobRun(KubernetesJobFinish):
         self.log_cursor: dict[str, Any] | None = None
 
     def new_hook(self) -> DistributedTrainingHook:
-        from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
-
         return DistributedTrainingHook(kubernetes_conn_id=self.settings.options.kubernetes_conn_id, logger=self.log)
 
     @classmethod
     def start(cls, task: TaskCalls, settings: ForKubernetes, context: Context, spec: TrainingSpec, job_name: str,
               command: Sequence[str]) -> KubernetesJobRun:
-        from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
-
         require_image(settings, "kubernetes")
         hook = DistributedTrainingHook(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
         namespace = job_namespace(settings, hook, context["ti"].task_id)  # before anything is created
@@ -90,9 +90,6 @@ class KubernetesJobRun(KubernetesJobFinish):
     def build_objects(self, spec: TrainingSpec, command: Sequence[str]) -> ClusterPlan:
         """The job's objects, built once, from the plan of this task instance's job (its name and namespace),
         which is returned."""
-        from airflow_distributed.manifests.horovod_ssh import generate_ssh_key_pair
-        from airflow_distributed.manifests.kubernetes import build_job_objects, layout_for_kubernetes
-
         settings = self.settings
         layout = layout_for_kubernetes(settings.model_dir, job_name=self.name, checkpoint_dir=settings.checkpoint_dir)
         program = self.task.replica_program(list(command), layout)
@@ -111,8 +108,6 @@ class KubernetesJobRun(KubernetesJobFinish):
                event: dict[str, Any]) -> KubernetesJobRun:
         """The run of a job after a deferral, from the trigger's event: its replicas, framework and elastic budget
         ride along in it, so the spec is not parsed again (see ``_defer``)."""
-        from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
-
         hook = DistributedTrainingHook(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
         state = event.get("resume_state")
         if state is None:  # a trigger deferred by a release that did not hand them back: the spec has them
@@ -167,8 +162,6 @@ class KubernetesJobRun(KubernetesJobFinish):
         })
         if self.settings.deferrable and self.handle.reattached != "succeeded":  # type: ignore[union-attr]
             self._defer()
-        from airflow_distributed.hooks.pod_logs import task_log_lines
-
         # Each followed log's place, across the waits of an elastic job: no line twice after a pod is recreated.
         log_cursors: dict[str, tuple[str, LogCursor]] = {}
         try:
@@ -256,8 +249,6 @@ class KubernetesJobRun(KubernetesJobFinish):
     def _restart_after_deferral(self, outcome: JobOutcome) -> None:
         """After a deferral: an elastic job's lost replica is recreated as in the synchronous wait, and the task
         defers again; a decision to fail is left on ``elastic`` for the failure message."""
-        from airflow_distributed.hooks.kubernetes import JobHandle
-
         if self.elastic.plan is None:
             return
         service = self.hook.get_service(self.namespace, self.name)
@@ -269,8 +260,6 @@ class KubernetesJobRun(KubernetesJobFinish):
 
     def _recreate(self, slot: ReplicaSlot, restarts: int) -> None:
         """Replica ``slot``'s pod again, under the same name (so the same address), its restarts counted."""
-        from airflow_distributed.manifests.kubernetes import with_owner
-
         assert self.handle is not None
         # A copy of the pod and its metadata: the job's objects stay as they were built.
         pod = with_owner(self._pod_manifest(slot.name), self.name, self.handle.uid)
@@ -290,8 +279,6 @@ class KubernetesJobRun(KubernetesJobFinish):
     # ------------------------------------------------------------------ deferral, the task log
 
     def _defer(self) -> None:
-        from airflow_distributed.triggers.kubernetes import DistributedJobTrigger
-
         deadline, timeout = deferral_deadline(self.settings, self.context)
         trigger = DistributedJobTrigger(
             job_name=self.name,

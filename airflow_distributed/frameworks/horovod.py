@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 HOSTFILE = "hostfile"
 SSH_PORT = 22
+#: Where every replica of a job on Kubernetes has the job's key pair and ssh's config (``manifests.horovod_ssh``);
+#: the Kubeflow MPIJob is told the same place (``sshAuthMountPath``).
+SSH_DIR = "/root/.ssh"
 #: Where Kubeflow Trainer's MPI plugin mounts the hostfile on the launcher (``constants.MPIHostfileDir``/``Name``).
 TRAINER_HOSTFILE = "/etc/mpi/hostfile"
 

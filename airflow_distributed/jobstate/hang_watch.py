@@ -18,6 +18,7 @@ from airflow_distributed.jobstate.outcome import HUNG
 from airflow_distributed.jobstate.progress_watch import ProgressWatch
 from airflow_distributed.jobstate.verdicts import FAILURE, JobVerdict
 from airflow_distributed.live_report import latest_record
+from airflow_distributed.status import RUNNING
 
 #: The longest wait between two looks at the master's log (a look costs one bounded pods/log request).
 LOOK_INTERVAL = 15.0
@@ -124,8 +125,6 @@ def hung_verdict(hang: MasterLogWatch, master: str | None, still_running: Callab
 
 def all_running(states: Iterable[str]) -> bool:
     """Whether every replica runs (``status.RUNNING``), the only time the watchdog's clock runs."""
-    from airflow_distributed.status import RUNNING
-
     found = list(states)
     return bool(found) and all(state == RUNNING for state in found)
 

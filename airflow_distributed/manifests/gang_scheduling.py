@@ -17,11 +17,13 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Literal
-
-from kubernetes import client
+from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_distributed.spec.quantities import MIB, parse_quantity
+
+if TYPE_CHECKING:
+    # Named in annotations only: the backends' parse-time checks import this module without the client.
+    from kubernetes import client
 
 GangScheduler = Literal["volcano", "scheduler-plugins"]
 GANG_SCHEDULERS: tuple[str, ...] = ("volcano", "scheduler-plugins")

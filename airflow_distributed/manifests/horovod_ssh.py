@@ -19,10 +19,9 @@ from dataclasses import dataclass
 
 from kubernetes import client
 
-from airflow_distributed.frameworks.horovod import SSH_PORT
+from airflow_distributed.frameworks.horovod import SSH_DIR, SSH_PORT
 from airflow_distributed.manifests.kubernetes_resources import model
 
-SSH_DIR = "/root/.ssh"
 PRIVATE_KEY = "id_ed25519"  # one of ssh's default identity files, so no -i is needed
 PUBLIC_KEY = "id_ed25519.pub"
 AUTHORIZED_KEYS = "authorized_keys"
@@ -62,6 +61,7 @@ class SshKeyPair:
 
 def generate_ssh_key_pair(comment: str = "airflow-distributed") -> SshKeyPair:
     """A fresh ed25519 key pair for one job (not pure: random)."""
+    # Only a Horovod job's run needs cryptography: the hooks and the triggerer import this module's manifests too.
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 

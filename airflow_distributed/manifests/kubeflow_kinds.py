@@ -31,7 +31,7 @@ from types import MappingProxyType
 from typing import Any
 
 from airflow_distributed.frameworks import get_framework
-from airflow_distributed.manifests import horovod_ssh
+from airflow_distributed.frameworks.horovod import SSH_DIR
 from airflow_distributed.manifests.kubeflow_status import (
     GROUP,
     REPLICA_SPECS_KEY,
@@ -129,7 +129,7 @@ KINDS: dict[str, KubeflowKind] = {
         # mpi-operator sets OMPI_MCA_orte_default_hostfile (and its other MPI variables) itself.
         container="mpi", port_name=None, operator_env=frozenset({"OMPI_MCA_orte_default_hostfile"}),
         # The launcher runs ranks too (Polyaxon's rank 0), so it is a host of the hostfile.
-        fixed_spec=MappingProxyType({"runLauncherAsWorker": True, "sshAuthMountPath": horovod_ssh.SSH_DIR}),
+        fixed_spec=MappingProxyType({"runLauncherAsWorker": True, "sshAuthMountPath": SSH_DIR}),
         mpi=True,
     ),
     "xgboost": _kind(

@@ -17,6 +17,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
+from airflow_distributed.manifests.gang_scheduling import (
+    COSCHEDULING_API_VERSION,
+    VOLCANO_API_VERSION,
+    VOLCANO_SCHEDULER,
+)
 from airflow_distributed.status import FAILED, PENDING, RUNNING, SUCCEEDED
 
 GROUP = "kubeflow.org"
@@ -151,12 +156,6 @@ def pod_group_of(obj: Mapping[str, Any] | None) -> PodGroupRef | None:
     after the job: Volcano's when the pods are scheduled by ``volcano`` (as the backend's ``gang_scheduling=
     "volcano"`` asks), else scheduler-plugins'. With Volcano, the operator creates no pod until the group is
     admitted (``Inqueue``): until then only the group tells that the job waits for capacity."""
-    from airflow_distributed.manifests.gang_scheduling import (
-        COSCHEDULING_API_VERSION,
-        VOLCANO_API_VERSION,
-        VOLCANO_SCHEDULER,
-    )
-
     if not obj or not isinstance(((obj.get("spec") or {}).get("runPolicy") or {}).get("schedulingPolicy"), Mapping):
         return None
     specs = (obj.get("spec") or {}).get(REPLICA_SPECS_KEY.get(str(obj.get("kind")), "")) or {}

@@ -1,6 +1,9 @@
 """``ClusterPlan`` -> one Kubeflow Trainer v2 ``TrainJob`` (``trainer.kubeflow.org/v1alpha1``), built with the
 typed models of ``kubeflow-trainer-api`` (pure).
 
+Run-time: it imports the typed models (the ``trainjob`` extra) and the Kubernetes manifests at its top, and the
+backend imports it when a job runs; what a DAG parse checks (the spec, the runtime) is ``trainjob_checks``.
+
 A TrainJob names a training runtime (``runtimeRef``: a ``ClusterTrainingRuntime`` by default, or a namespaced
 ``TrainingRuntime``) and says what differs from it; the Trainer controller runs it as a JobSet whose replicated job
 ``node`` is one indexed Job of ``numNodes`` pods, all from one pod template. The spec maps onto it as:
@@ -18,7 +21,8 @@ pytorch -> ``torch-distributed``, jax -> ``jax-distributed`` (its runtime sets `
 on port 29500, ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID``), xgboost -> ``xgboost-distributed`` (its runtime sets
 ``DMLC_TRACKER_URI``/``DMLC_TRACKER_PORT``, node 0 on port 29500, an unpadded ``DMLC_TASK_ID`` and a
 ``DMLC_NUM_WORKER`` of nodes x GPUs per node; the prologue puts the project's contract on top, see ``node_program``).
-TensorFlow and MXNet have no Trainer v2 runtime and are refused (``trainjob_problems``), as is Paddle (not mapped).
+TensorFlow and MXNet have no Trainer v2 runtime and are refused (``trainjob_checks.trainjob_problems``), as is
+Paddle (not mapped).
 
 Horovod runs on the cluster's MPI runtime, named with ``runtime=`` (Trainer 2.3 ships no plain MPI runtime: its
 built-in ``mlPolicy.mpi`` runtimes, ``deepspeed-distributed`` and ``mlx-distributed``, are for those frameworks'
@@ -47,25 +51,36 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
+
+from kubeflow_trainer_api import models as tm
 
 from airflow_distributed.contract import ENV_INDEX, ENV_ROLE
-from airflow_distributed.frameworks import all_frameworks
+from airflow_distributed.frameworks.horovod import slots
+from airflow_distributed.frameworks.xgboost import task_id
+from airflow_distributed.manifests.container_scripts import relay_output_command
+from airflow_distributed.manifests.gang_scheduling import KUEUE_QUEUE_LABEL
+from airflow_distributed.manifests.kubernetes import (
+    JOB_LABEL,
+    MODEL_VOLUME,
+    JobManifestOptions,
+    check_plan_layout,
+    model_volume,
+    to_dict,
+)
+from airflow_distributed.manifests.kubernetes_resources import (
+    affinity,
+    image_pull_secrets,
+    resource_requirements,
+    split_security_context,
+    tolerations,
+)
 from airflow_distributed.manifests.pod_names import task_annotations, task_labels
+from airflow_distributed.manifests.trainjob_checks import MPI_FRAMEWORKS, RUNTIME_KINDS, RuntimeKind, default_runtime
 from airflow_distributed.manifests.trainjob_status import GROUP, KIND, NODE, VERSION
-from airflow_distributed.plan import ClusterPlan, indexed_settings, master_settings
-from airflow_distributed.spec.models import SECTION_OF, PodSettings, TrainingSpec
+from airflow_distributed.plan import ClusterPlan
+from airflow_distributed.spec.models import PodSettings
 
-if TYPE_CHECKING:
-    from airflow_distributed.manifests.kubernetes import JobManifestOptions
-
-RuntimeKind = Literal["ClusterTrainingRuntime", "TrainingRuntime"]
-RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
-#: framework -> the built-in runtime its TrainJobs reference when ``runtime`` is not given (``trainer_runtime``).
-DEFAULT_RUNTIMES: dict[str, str] = {fw.name: fw.trainer_runtime for fw in all_frameworks() if fw.trainer_runtime}
-#: Frameworks that run on an MPI runtime (``mlPolicy.mpi``), which Trainer does not ship for them: ``runtime`` is
-#: required.
-MPI_FRAMEWORKS = frozenset(fw.name for fw in all_frameworks() if fw.trainer_mpi)
 #: The replicated job of an MPI runtime whose pod runs ``trainer.command`` (Trainer's ``constants.Launcher``).
 LAUNCHER = "launcher"
 #: The ``manager`` of this project's runtime patch (the key other managers, e.g. Kueue, keep theirs apart by).
@@ -82,9 +97,6 @@ RUNTIME_ENV = frozenset({"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "P
 # Set per node by node_program, from the completion index.
 NODE_ENV = frozenset({ENV_ROLE, ENV_INDEX, "RANK", "WORLD_SIZE", "MASTER_ADDR",
                       "MASTER_PORT", "DMLC_TASK_ID", "DMLC_NUM_WORKER"})
-
-_NO_RUNTIME = {fw.name: fw.no_trainer_runtime for fw in all_frameworks() if fw.no_trainer_runtime}
-
 
 @dataclass(frozen=True)
 class TrainJobAddressing:
@@ -121,77 +133,6 @@ class TrainJobOptions:
             raise ValueError(f"runtime_kind {self.runtime_kind!r} is not supported; allowed: {allowed}")
 
 
-def default_runtime(framework: str) -> str | None:
-    return DEFAULT_RUNTIMES.get(framework)
-
-
-def trainjob_problems(spec: TrainingSpec, runtime: str | None = None) -> list[tuple[str, str]]:
-    """``(path, message)`` for every part of a valid spec that a TrainJob cannot express (when the DAG is parsed).
-
-    :param runtime: the operator's ``runtime``; without one the framework must have a default runtime.
-    """
-    framework = spec.framework
-    if framework in _NO_RUNTIME:
-        return [("backend", f"backend='trainjob' cannot run framework '{framework}': {_NO_RUNTIME[framework]}; "
-                 "use backend='kubernetes' (one pod per replica) or backend='kubeflow' (a TFJob/MXJob of the "
-                 "Training Operator v1)")]
-    if framework in MPI_FRAMEWORKS and not runtime:
-        return [("runtime", f"backend='trainjob' runs framework '{framework}' on the cluster's MPI runtime, which "
-                 "Kubeflow Trainer 2.3 does not ship: give runtime= the name of a ClusterTrainingRuntime (or "
-                 "TrainingRuntime) with mlPolicy.mpi (OpenMPI, runLauncherAsNode: true) whose image runs sshd and has "
-                 "Horovod (docs/trainjob.md)")]
-    if framework not in DEFAULT_RUNTIMES and framework not in MPI_FRAMEWORKS:
-        return [("backend", f"backend='trainjob' takes framework {', '.join([*DEFAULT_RUNTIMES, *MPI_FRAMEWORKS])} "
-                 f"(runtime {', '.join(DEFAULT_RUNTIMES.values())}, or the cluster's MPI runtime); '{framework}' "
-                 "is not mapped onto a Trainer v2 runtime yet: use backend='kubernetes' or backend='kubeflow'")]
-    section = f"environment.{SECTION_OF[framework]}"
-    master = master_settings(spec)
-    cluster = spec.cluster
-    problems: list[tuple[str, str]] = []
-    one_template = ("but a TrainJob runs every node from one pod template; give every node the master's settings "
-                    "(environment.*), or use backend='kubernetes'")
-    if getattr(cluster, "elastic", None) is not None:
-        # Trainer v2 has no elastic mode: its torch runtime runs a fixed numNodes, and the controller restarts nothing.
-        problems.append((f"{section}.elastic", "is not supported with backend='trainjob' (Kubeflow Trainer v2 has no "
-                         "elastic mode); use backend='kubernetes' or 'local', where the task restarts lost replicas"))
-    default = cluster.default_worker
-    if default is not None and cluster.n_workers and default != master:
-        problems.append((f"{section}.default_worker", f"has its own {', '.join(_differing(default, master))}, "
-                         + one_template))
-    for position, entry in enumerate(cluster.worker):
-        settings = indexed_settings(entry)
-        if settings != master:
-            problems.append((f"{section}.worker[{position}]", f"index {entry.index} has settings of its own ("
-                             f"{', '.join(_differing(settings, master)) or 'an override'}), " + one_template))
-    for key in ("config_map_refs", "secret_refs"):
-        if getattr(master, key):
-            problems.append((f"environment.{key}", "a TrainJob (Trainer 2.3) has no envFrom for the training "
-                             "container; pass the values with env= or env_vars, or use backend='kubernetes'"))
-    if master.security_context and _container_security_keys(master.security_context):
-        keys = ", ".join(_container_security_keys(master.security_context))
-        problems.append(("environment.security_context", f"{keys} apply to a container, and a TrainJob patches "
-                         "only the pod's security context; use backend='kubernetes'"))
-    n_proc = getattr(cluster, "n_proc_per_node", None)
-    if n_proc is not None and n_proc < 1:
-        problems.append((f"{section}.n_proc_per_node", f"{n_proc} is not allowed: a number of processes >= 1"))
-    return problems
-
-
-def _differing(a: PodSettings, b: PodSettings) -> list[str]:
-    return sorted(key for key in PodSettings.model_fields if getattr(a, key) != getattr(b, key))
-
-
-# Fields of a container's securityContext that a pod's has not (Kubernetes 1.29+), in both spellings the spec takes.
-_CONTAINER_ONLY_SECURITY = frozenset({
-    "allowPrivilegeEscalation", "allow_privilege_escalation", "capabilities", "privileged", "procMount",
-    "proc_mount", "readOnlyRootFilesystem", "read_only_root_filesystem",
-})
-
-
-def _container_security_keys(context: Mapping[str, Any]) -> list[str]:
-    return sorted(key for key in context if key in _CONTAINER_ONLY_SECURITY)
-
-
 # -------------------------------------------------------------------------------------------------------- build
 
 
@@ -202,11 +143,6 @@ def build_trainjob(plan: ClusterPlan, options: TrainJobOptions) -> dict[str, Any
     :raises ValueError: a plan not built for this backend, or one the typed models refuse.
     :raises ManifestError: a pod setting that is not valid Kubernetes, naming the field.
     """
-    from kubeflow_trainer_api import models as tm
-
-    from airflow_distributed.manifests.gang_scheduling import KUEUE_QUEUE_LABEL
-    from airflow_distributed.manifests.kubernetes import JOB_LABEL, check_plan_layout
-
     check_plan_layout(plan, "trainjob", "TrainJobAddressing")
     if plan.files or plan.secret_files:
         names = ", ".join(sorted([*plan.files, *plan.secret_files]))
@@ -250,8 +186,6 @@ def build_trainjob(plan: ClusterPlan, options: TrainJobOptions) -> dict[str, Any
 def _proc_per_node(plan: ClusterPlan, options: TrainJobOptions) -> int | None:
     if plan.framework in MPI_FRAMEWORKS:
         # The hostfile's slots, which horovodrun's -np counts on: the slots every other backend gives a replica.
-        from airflow_distributed.frameworks.horovod import slots
-
         return slots(plan.master)
     return options.n_proc_per_node
 
@@ -264,8 +198,6 @@ def replicated_jobs(framework: str) -> tuple[str, ...]:
 def node_program(plan: ClusterPlan, pods: JobManifestOptions) -> list[str]:
     """The ``node`` container's argv: a POSIX shell prologue that sets what differs between nodes, then the
     command, under the output relay (which copies the document only where node 0 wrote one)."""
-    from airflow_distributed.manifests.container_scripts import relay_output_command
-
     command = list(plan.master.command or ())
     if pods.relay_output:
         command = relay_output_command(pods.image_python, command, plan.layout.output_path)
@@ -302,8 +234,6 @@ def _xgboost_prologue(plan: ClusterPlan) -> str:
     so both are replaced: the index zero-padded to the width of the largest rank, and the number of nodes.
     The tracker's default address holds the namespace: it is quoted into a variable of its own.
     """
-    from airflow_distributed.frameworks.xgboost import task_id
-
     world = shlex.quote(str(len(plan.replicas)))
     task_format = shlex.quote(f"%0{len(task_id(len(plan.replicas) - 1, len(plan.replicas)))}d")
     return (
@@ -325,27 +255,12 @@ def _trainer_env(plan: ClusterPlan) -> list[dict[str, Any]]:
 
 
 def _resources(settings: PodSettings, pods: JobManifestOptions) -> Any:
-    from kubeflow_trainer_api import models as tm
-
-    from airflow_distributed.manifests.kubernetes import to_dict
-    from airflow_distributed.manifests.kubernetes_resources import resource_requirements
-
     found = resource_requirements(settings.resources, pods.resource_keys())
     return tm.IoK8sApiCoreV1ResourceRequirements.from_dict(to_dict(found)) if found is not None else None
 
 
 def _runtime_patch(plan: ClusterPlan, options: TrainJobOptions, own_labels: Mapping[str, str]) -> Any:
     """Everything of the pod the ``trainer`` section has no field for, as a patch of the ``node`` pod template."""
-    from kubeflow_trainer_api import models as tm
-
-    from airflow_distributed.manifests.kubernetes import MODEL_VOLUME, model_volume, to_dict
-    from airflow_distributed.manifests.kubernetes_resources import (
-        affinity,
-        image_pull_secrets,
-        split_security_context,
-        tolerations,
-    )
-
     pods = options.pods
     settings = plan.master.settings
     where = f"nodes of {plan.job_name}"
@@ -394,17 +309,12 @@ def _runtime_patch(plan: ClusterPlan, options: TrainJobOptions, own_labels: Mapp
 
 
 __all__ = [
-    "DEFAULT_RUNTIMES",
     "LAUNCHER",
-    "MPI_FRAMEWORKS",
     "NODE_PORT",
     "PATCH_MANAGER",
-    "RUNTIME_KINDS",
     "TrainJobAddressing",
     "TrainJobOptions",
     "build_trainjob",
-    "default_runtime",
     "node_program",
     "replicated_jobs",
-    "trainjob_problems",
 ]

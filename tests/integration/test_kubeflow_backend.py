@@ -192,7 +192,7 @@ def test_a_run_of_another_kind_starts_with_its_own_hook():
     keeps ``start`` still talks to the cluster through its own hook."""
     from types import SimpleNamespace
 
-    from airflow_distributed.backends.kubeflow import KubeflowJobRun
+    from airflow_distributed.backends.kubeflow_run import KubeflowJobRun
     from airflow_distributed.hooks.kubeflow import KubeflowJobHook
     from airflow_distributed.operators import DistributedTrainingOperator
     from airflow_distributed.spec import load_spec

@@ -29,8 +29,8 @@ from airflow_distributed.manifests.trainjob import (
     TrainJobOptions,
     build_trainjob,
     node_program,
-    trainjob_problems,
 )
+from airflow_distributed.manifests.trainjob_checks import trainjob_problems
 from airflow_distributed.manifests.trainjob_status import (
     node_selector,
     trainer_progress,

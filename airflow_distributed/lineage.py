@@ -1,7 +1,7 @@
 """OpenLineage facets of a distributed training job: the job's shape as a run facet, the model as output dataset.
 
-Imported only by the operator's ``get_openlineage_facets_on_*`` methods, which the OpenLineage provider calls when
-it is installed and enabled; nothing here is loaded otherwise.
+Imported only by the operator's ``get_openlineage_facets_on_*`` methods (``_lineage``), which the OpenLineage
+provider calls when it is installed and enabled; nothing here is loaded otherwise.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from urllib.parse import quote
 
 import attrs
 from airflow.sdk import BaseOperatorLink
+from airflow.sdk.configuration import conf
 
 from airflow_distributed.naming import job_name
 from airflow_distributed.plugins.urls import ui_tab_path
@@ -41,8 +42,6 @@ def _map_index(ti_key: Any) -> int:
 
 def _base_url() -> str:
     # The same setting and default Airflow uses for a task instance's own log_url.
-    from airflow.sdk.configuration import conf
-
     return conf.get("api", "base_url", fallback="http://localhost:8080/").rstrip("/")
 
 

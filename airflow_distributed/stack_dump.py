@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
+import sys
 
 from airflow_distributed.contract import ENV_STACKS_DIR, ENV_STACKS_SIGNAL
 
@@ -13,10 +16,6 @@ def register_stack_dump() -> None:
     name = os.environ.get(ENV_STACKS_SIGNAL)
     if not name:
         return
-    import faulthandler
-    import signal
-    import sys
-
     number = getattr(signal, name, None)
     if not isinstance(number, int) or not name.startswith("SIG"):
         return

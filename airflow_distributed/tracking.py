@@ -33,6 +33,7 @@ import atexit
 import json
 import math
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -267,8 +268,6 @@ def _print_now(document: dict[str, Any]) -> None:
     _records["printed"] = time.monotonic()
     line = record_line(document)
     if line is not None:
-        import sys
-
         try:
             # one write, so that a line the training prints from another thread cannot split it
             sys.stdout.write(line + "\n")

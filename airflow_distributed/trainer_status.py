@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
+from datetime import datetime, timezone
 from typing import Any
 
 # Kubeflow Trainer v2 (``TrainJobStatus`` feature gate) gives a TrainJob's trainer containers an HTTPS endpoint
@@ -27,10 +29,10 @@ def report_to_trainer(now: float, percent: int, eta: float | None, last: bool, m
     if not url or (not last and now - _trainer.get("sent", -math.inf) < TRAINER_REPORT_INTERVAL):
         return
     _trainer["sent"] = now
+    # Not at the top: every replica imports this module (through ``tracking``), and these two would about double
+    # the cost of that import for the few jobs that have a Trainer endpoint to report to.
     import ssl
-    import sys
     import urllib.request
-    from datetime import datetime, timezone
 
     scalars = [{"name": str(name)[:64], "value": str(value)[:64]}
                for name, value in metrics.items()

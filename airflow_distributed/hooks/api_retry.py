@@ -3,6 +3,9 @@
 Shared by the sync hooks and the async triggers. Nothing here talks to the network: the retry loops (tenacity's
 ``Retrying``/``AsyncRetrying`` driven by a ``RetryPolicy``) take the call, the sleep and the logger as arguments, so
 a test of a retry path does not wait.
+
+Light to import (``watch_loop``, which DAG parsing imports, imports it): ``is_connection_error`` imports the
+clients' exceptions (``urllib3``, ``aiohttp``) when it is first asked.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ def api_status(error: BaseException) -> int | None:
 
 def is_connection_error(error: BaseException) -> bool:
     """A request that never got an answer: refused, reset, timed out (urllib3 or aiohttp)."""
-    import urllib3.exceptions
+    import urllib3.exceptions  # not at the top: DAG parsing imports this module (through ``watch_loop``)
 
     if isinstance(error, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError, asyncio.TimeoutError)):
         return True

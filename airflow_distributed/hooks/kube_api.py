@@ -19,6 +19,7 @@ from typing import Any
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 from kubernetes import client
 from kubernetes.client import rest
+from kubernetes.stream import stream
 
 from airflow_distributed.hooks.api_retry import (
     KubernetesJobError,
@@ -222,8 +223,6 @@ class KubeApiHook(KubernetesHook):
 
         :raises Exception: the exec failed (refused, the container gone): the caller decides what that means.
         """
-        from kubernetes.stream import stream
-
         return str(stream(self.core_v1_client.connect_get_namespaced_pod_exec, pod, namespace, container=container,
                           command=command, stdout=True, stderr=True, stdin=False, tty=False,
                           _request_timeout=timeout))

@@ -22,6 +22,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
+from airflow.providers.cncf.kubernetes.utils.pod_manager import EMPTY_XCOM_RESULT, PodManager
 from kubernetes import client
 
 from airflow_distributed.hooks.api_retry import KubernetesJobError, short_error
@@ -371,8 +372,6 @@ class DistributedTrainingHook(KubeApiHook):
         """
         name = pod["metadata"]["name"]
         if container_state(pod, SIDECAR_CONTAINER)[0] == "running":
-            from airflow.providers.cncf.kubernetes.utils.pod_manager import EMPTY_XCOM_RESULT, PodManager
-
             try:
                 text = PodManager(self.core_v1_client).extract_xcom(self._model(pod, "V1Pod"))
                 if text and text.strip() != EMPTY_XCOM_RESULT:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import psutil
 
+from airflow_distributed.checkpoints import CHECKPOINT_FILE, written_checkpoints, written_list_path
 from airflow_distributed.elastic import CONTINUE, RESTART, ElasticPlan, after_replica_ended, agent_restarted
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.outcome import JobOutcome
@@ -397,8 +398,6 @@ class LocalProcessHook:
         (``tracking.written_checkpoints``): its checkpoint files (and the temporary files of a write cut short),
         then the folders it created, if empty, and the list. Nothing else in the directory is touched, so a shared
         directory keeps every other job's files. Returns how many checkpoint files were removed."""
-        from airflow_distributed.checkpoints import CHECKPOINT_FILE, written_checkpoints, written_list_path
-
         files, folders = written_checkpoints(directory, job)
         removed = 0
         for name in files:

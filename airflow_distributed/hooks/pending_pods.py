@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from airflow_distributed.jobstate.outcome import QUEUED
-from airflow_distributed.jobstate.pod_state import image_failure, pod_queued, pod_started
+from airflow_distributed.jobstate.pod_state import image_failure, pod_queued, pod_started, waiting_reason
 from airflow_distributed.jobstate.replica_table import queue_note_of, wait_note
 from airflow_distributed.jobstate.verdicts import FAILURE, JobVerdict
 from airflow_distributed.status import FAILED
@@ -233,8 +233,6 @@ def condition_since(obj: Mapping[str, Any], kind: str) -> str | None:
 
 def queue_reason(pod: Mapping[str, Any]) -> tuple[str, str | None]:
     """Why a queued pod waits: the scheduler's (or Kueue's gate's) reason and message."""
-    from airflow_distributed.jobstate.pod_state import waiting_reason
-
     reason, message = waiting_reason(pod)
     return reason or "Unschedulable", message
 

@@ -19,6 +19,9 @@ from typing import Any
 import requests
 from airflow.sdk import BaseHook
 
+import airflow_distributed
+from airflow_distributed.manifests.ray import liveness_key
+
 #: Ray's job states; the last three are final.
 PENDING, RUNNING, STOPPED, SUCCEEDED, FAILED = "PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"
 FINAL_STATES = frozenset({STOPPED, SUCCEEDED, FAILED})
@@ -92,9 +95,9 @@ class RayJobHook(BaseHook):
                metadata: Mapping[str, str] | None = None, ship_package: bool = True) -> str:
         """Submit the job under submission id ``name``; with ``ship_package``, this package goes with it (Ray
         uploads it once per content)."""
-        from ray.job_submission import JobSubmissionClient  # the Ray client, only where a job is submitted
-
-        import airflow_distributed
+        # Ray is the ``ray`` extra, and only submitting needs it: the triggerer and the connection form use this
+        # hook where it may be missing.
+        from ray.job_submission import JobSubmissionClient
 
         address, headers, verify = self._settings
         env = dict(runtime_env)
@@ -143,8 +146,6 @@ class RayJobHook(BaseHook):
         that writes, the one this task already uses to submit (same address, headers and TLS), and one small
         request per renewal. The value is this host's clock, only to differ from the last one: the driver measures
         time with its own clock."""
-        from airflow_distributed.manifests.ray import liveness_key
-
         protocol, _, package = liveness_key(name).partition("://")
         response = self._request("PUT", f"/api/packages/{protocol}/{package}", data=f"{time.time():.6f}")
         _raise_for(response, f"renewing the liveness of Ray job {name}")

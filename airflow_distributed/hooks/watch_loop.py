@@ -14,10 +14,14 @@ Quiet hours are normal: a watch that ends without an event (server timeout, clie
 closed or reset mid-stream) is resumed and is never an API failure. Only real errors end a wait: 401/403 at
 once, 429/5xx after the retry policy's attempts, another 4xx at once, and a connection that cannot be opened
 again within ``reconnect_budget``.
+
+Light to import: the operator and the sensors check ``watch_timings`` with ``WatchTimings`` when a DAG is parsed.
+The clients' modules (``kubernetes``, ``urllib3``, ``aiohttp``) are imported by the functions that read them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 import time
@@ -145,7 +149,7 @@ class Step:
 
 def is_read_timeout(error: BaseException) -> bool:
     """The server sent nothing for the client's whole read timeout (urllib3 or aiohttp)."""
-    import urllib3.exceptions
+    import urllib3.exceptions  # not at the top: DAG parsing imports this module (``WatchTimings``)
 
     if isinstance(error, urllib3.exceptions.ReadTimeoutError):
         return True
@@ -362,7 +366,7 @@ def run_watch(watch: ResumableWatch, calls: WatchCalls, policy: WatchPolicy, *,
 
     :raises KubernetesJobError: a real error (see ``WatchPolicy``).
     """
-    from kubernetes.watch.watch import iter_resp_lines
+    from kubernetes.watch.watch import iter_resp_lines  # not at the top: DAG parsing imports this module
 
     loop = _Loop(watch, calls, policy, log)
     while (request := loop.next_request()) is not None:
@@ -427,8 +431,6 @@ class AsyncWatchCalls:
 async def arun_watch(watch: ResumableWatch, calls: AsyncWatchCalls, policy: WatchPolicy, *,
                      sleep: Callable[[float], Awaitable[Any]] | None = None, log: TaskLog) -> None:
     """The async twin of ``run_watch`` (``kubernetes_asyncio``)."""
-    import asyncio
-
     sleep = sleep or asyncio.sleep
     loop = _Loop(watch, calls, policy, log)
     while (request := loop.next_request()) is not None:

@@ -7,8 +7,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow.providers.common.compat.sdk import conf
-from airflow.sdk import BaseOperator
+from airflow.sdk import Asset, AssetAlias, BaseOperator
 
+from airflow_distributed.assets import alias_name, event_extra, model_uri, names_the_run, template_problems
 from airflow_distributed.backends.base import Backend as JobBackend
 from airflow_distributed.backends.base import (
     BackendSettings,
@@ -17,8 +18,10 @@ from airflow_distributed.backends.base import (
     has_template,
 )
 from airflow_distributed.backends.registry import REGISTRY, backend_named
+from airflow_distributed.hooks.watch_loop import WatchTimings
 from airflow_distributed.links import JobLinks, operator_links
 from airflow_distributed.naming import job_name
+from airflow_distributed.plan import Layout, ReplicaProgram
 from airflow_distributed.spec import SpecValidationError, TrainingSpec, load_spec
 from airflow_distributed.spec.kubernetes_rules import env_name_problems
 from airflow_distributed.spec.limits import name_shown, shape_problems, shown, type_shown
@@ -26,8 +29,6 @@ from airflow_distributed.triggers.log_relay import DEFAULT_LOGGING_INTERVAL
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-
-    from airflow_distributed.plan import Layout, ReplicaProgram
 
 #: The ``backend=`` names, for type checkers; a test holds it equal to ``BACKENDS``.
 Backend = Literal["local", "kubernetes", "kubeflow", "trainjob", "ray"]
@@ -319,8 +320,6 @@ class DistributedTrainingOperator(BaseOperator):
         if self._backend is not None:
             problems.extend(self._backend.check(self._settings(), spec))
         if self.model_asset is not None:
-            from airflow_distributed.assets import template_problems
-
             asset_problems = template_problems(self.model_asset)
             problems.extend(("model_asset", problem) for problem in asset_problems)
             if not asset_problems:
@@ -374,8 +373,6 @@ class DistributedTrainingOperator(BaseOperator):
     def _replica_program(self, command: list[str], layout: Layout) -> ReplicaProgram:
         """What every replica runs and the files it needs besides the framework's, given where the job's files
         go; a subclass that ships code (``@task.distributed``) changes both."""
-        from airflow_distributed.plan import ReplicaProgram
-
         return ReplicaProgram(command)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
@@ -389,10 +386,6 @@ class DistributedTrainingOperator(BaseOperator):
 
     # ----------------------------------------------------------------- the model as an asset, lineage
     def _model_outlet(self) -> Any:
-        from airflow.sdk import Asset, AssetAlias
-
-        from airflow_distributed.assets import alias_name, model_uri, names_the_run
-
         assert self.model_asset is not None
         if names_the_run(self.model_asset):
             return AssetAlias(alias_name(self.dag_id, self.task_id))
@@ -402,10 +395,6 @@ class DistributedTrainingOperator(BaseOperator):
         """After a job that succeeded: its model's asset events carry the model path and metrics."""
         if result.get("state") != "succeeded":
             return result  # started without waiting (wait_for_completion=False): nothing is known yet
-        from airflow.sdk import Asset, AssetAlias
-
-        from airflow_distributed.assets import alias_name, event_extra, model_uri
-
         self._job_result = result
         extra = event_extra(result)
         events = context["outlet_events"]
@@ -421,15 +410,18 @@ class DistributedTrainingOperator(BaseOperator):
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage (when its provider is installed): the job's shape as a run facet, the model as output."""
-        from airflow_distributed.lineage import job_lineage
-
-        return job_lineage(self._spec_of_try(), self.backend, self._job_result, "succeeded", self._job_usage)
+        return self._lineage(self._job_result, "succeeded")
 
     def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
         """OpenLineage for a failed try: the job's shape, no output."""
+        return self._lineage(None, "failed")
+
+    def _lineage(self, result: dict[str, Any] | None, state: str) -> Any:
+        # The OpenLineage provider's modules are optional and heavy: loaded when the provider asks for facets, never
+        # when a DAG is parsed.
         from airflow_distributed.lineage import job_lineage
 
-        return job_lineage(self._spec_of_try(), self.backend, None, "failed", self._job_usage)
+        return job_lineage(self._spec_of_try(), self.backend, result, state, self._job_usage)
 
     def on_kill(self) -> None:
         if self._backend is not None:
@@ -465,8 +457,6 @@ def _watch_timings_problems(timings: Any) -> list[tuple[str, str]]:
                     for key, value in timings.items() if isinstance(value, int) and value.bit_length() > 64]
     if not_numbers:
         return not_numbers
-    from airflow_distributed.hooks.watch_loop import WatchTimings  # not the Kubernetes client at parse time
-
     try:
         WatchTimings.of(timings)
     except (ValueError, TypeError) as error:
@@ -482,7 +472,7 @@ def _seconds(value: Any) -> Any:
 
 def default_retry_policy() -> Any:
     """The provider's retry policy, or ``None`` on an Airflow without retry policies (< 3.3)."""
-    try:
+    try:  # imported here: the module cannot be imported on an Airflow without retry policies
         from airflow_distributed.retry_policy import DistributedRetryPolicy
     except ImportError:  # no airflow.sdk.RetryPolicy: the errors' classes are raised all the same
         return None

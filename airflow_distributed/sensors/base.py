@@ -15,6 +15,9 @@ On success the sensor pushes ``metrics`` and ``model_path`` (and returns the ope
 failure it raises ``AirflowFailException`` naming the replica and the reason: a job that failed is not retried,
 and ``soft_fail`` skips instead, as with Airflow's own sensors. ``timeout``, ``poke_interval``, ``mode`` and
 ``soft_fail`` are ``BaseSensorOperator``'s; ``deferrable=True`` waits in the triggerer.
+
+Importing this module is cheap (a DAG file does): the hooks and triggers a poke reads the job with (``job_reads``,
+the Kubernetes clients) are imported at a poke, in ``_reads``.
 """
 
 from __future__ import annotations
@@ -28,15 +31,16 @@ from airflow.providers.common.compat.sdk import conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout, AirflowSkipException
 
-from airflow_distributed.backends.kubeflow import KubeflowJobRun
-from airflow_distributed.backends.trainjob import TrainJobRun
 from airflow_distributed.contract import ENV_FRAMEWORK
 from airflow_distributed.frameworks import all_frameworks
+from airflow_distributed.hooks.watch_loop import WatchTimings
 from airflow_distributed.jobstate.job_watch import JobTracker
 from airflow_distributed.jobstate.log_cursor import parse_timestamp_ns
 from airflow_distributed.jobstate.pod_state import image_failure, pod_started
 from airflow_distributed.jobstate.replica_table import replica_table
 from airflow_distributed.jobstate.verdicts import JobVerdict, ReplicaSlot, slots_to_json
+from airflow_distributed.manifests.kubeflow_status import success_rule
+from airflow_distributed.manifests.pod_names import INDEX_LABEL, MAIN_CONTAINER, MASTER_LABEL, ROLE_LABEL
 from airflow_distributed.outputs import document_warning, job_result, parse_output_document
 from airflow_distributed.status import FAILED, SUCCEEDED
 
@@ -46,8 +50,7 @@ if TYPE_CHECKING:
     from airflow_distributed.hooks.kube_api import KubeApiHook
     from airflow_distributed.hooks.kubeflow import KubeflowJobHook
     from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
-    from airflow_distributed.jobstate.job_watch import JobTracker
-    from airflow_distributed.jobstate.verdicts import ReplicaSlot
+    from airflow_distributed.sensors.job_reads import JobReads
 
 #: Kubeflow kind -> framework, from the frameworks (``Framework.kubeflow_kind``).
 KIND_FRAMEWORK: dict[str, str] = {fw.kubeflow_kind: fw.name for fw in all_frameworks() if fw.kubeflow_kind}
@@ -144,26 +147,20 @@ class DistributedJobSensor(BaseSensorOperator):
 
     # ------------------------------------------------------------------ poke
 
-    def _run_class(self) -> type[KubeflowJobRun]:
-        """The backend's run of this kind of job (``kubeflow`` or ``trainjob``): the sensor finds and reads the job
-        with the same hook, resource and trigger as the operator that started it."""
-        return TrainJobRun if self.kind == TRAINJOB_KIND else KubeflowJobRun
+    def _reads(self) -> JobReads:
+        """What the sensor finds and reads the job with: the same hook, resource and trigger as the backend that
+        started it (``kubernetes``, ``kubeflow`` or ``trainjob``)."""
+        # The one lazy boundary of the sensor: the hooks and triggers load the Kubernetes clients, at a poke only.
+        from airflow_distributed.sensors.job_reads import JobReads
+
+        return JobReads(self.kind, self.kubernetes_conn_id, self.log)
 
     def hook(self) -> KubeflowJobHook:
-        return self._run_class().hook_class()(kubernetes_conn_id=self.kubernetes_conn_id, logger=self.log)
+        return self._reads().hook()
 
     def pods_hook(self) -> DistributedTrainingHook:
         """The hook of a job of the ``kubernetes`` backend (``kind=None``): its pods, read as the operator does."""
-        from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
-
-        return DistributedTrainingHook(kubernetes_conn_id=self.kubernetes_conn_id, logger=self.log)
-
-    def _resource(self) -> Any:
-        if self.kind == TRAINJOB_KIND:
-            return TrainJobRun.resource_of(self.framework or "")
-        from airflow_distributed.hooks.kubeflow import resource_of_kind
-
-        return resource_of_kind(str(self.kind))
+        return self._reads().pods_hook()
 
     def _namespace(self, hook: KubeApiHook) -> str:
         return self.namespace or hook.default_namespace()
@@ -206,11 +203,8 @@ class DistributedJobSensor(BaseSensorOperator):
         return tracker
 
     def _poke_kubeflow(self, hook: KubeflowJobHook, namespace: str, context: Context) -> bool | PokeReturnValue:
-        from airflow_distributed.hooks.kubeflow import failed_replica
-        from airflow_distributed.manifests.kubeflow_status import success_rule
-
         what = f"{self.kind} {namespace}/{self.job_name}"
-        obj = hook.get_kubeflow_job(namespace, self._resource(), self.job_name)
+        obj = hook.get_kubeflow_job(namespace, self._reads().resource(), self.job_name)
         if obj is None:
             self.log.info("%s does not exist (yet)", what)
             return False
@@ -221,7 +215,7 @@ class DistributedJobSensor(BaseSensorOperator):
             return False
         pods = hook.kubeflow_pods(namespace, obj)
         if status.state == FAILED:
-            replica = failed_replica(pods, hook.main_container(obj))
+            replica = self._reads().failed_replica(pods, hook.main_container(obj))
             detail = ": ".join(part for part in (status.reason, status.message) if part)
             raise AirflowFailException(f"{what} failed: {detail}" + (f"; {replica.describe()}" if replica else ""))
         trainjob = self.kind == TRAINJOB_KIND
@@ -284,8 +278,6 @@ class DistributedJobSensor(BaseSensorOperator):
 
     def _check_or_defer(self, context: Context, deadline: float) -> Any:
         """One poke; unless the job ended, defer until it changes (or, before it exists, for ``poke_interval``)."""
-        from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
-
         done = self.poke(context)
         if done:
             return done.xcom_value if isinstance(done, PokeReturnValue) else None
@@ -305,27 +297,24 @@ class DistributedJobSensor(BaseSensorOperator):
             trigger = None if tracker is None else self._pods_trigger(namespace, slots_to_json(tracker.slots))
         if trigger is None:
             # Nothing to watch yet: come back after poke_interval.
-            trigger = TimeDeltaTrigger(timedelta(seconds=min(self.poke_interval, left)))
+            trigger = self._reads().wait_trigger(min(self.poke_interval, left))
         self.log.info("job %s/%s: waiting in the triggerer", namespace, self.job_name)
         self.defer(trigger=trigger, method_name="execute_complete", kwargs={"deadline": deadline},
                    timeout=timedelta(seconds=left))
 
     def _pods_trigger(self, namespace: str, replicas: list[list[Any]]) -> Any:
-        from airflow_distributed.triggers.sensors import JobSensorTrigger
-
-        return JobSensorTrigger(job_name=self.job_name, namespace=namespace, replicas=replicas,
-                                startup_timeout=_NO_STARTUP_LIMIT, started_at=time.time(),
-                                image_pull_grace=self.image_pull_grace,
-                                kubernetes_conn_id=self.kubernetes_conn_id, watch_timings=self.watch_timings)
+        return self._reads().pods_trigger(job_name=self.job_name, namespace=namespace, replicas=replicas,
+                                          startup_timeout=_NO_STARTUP_LIMIT, started_at=time.time(),
+                                          image_pull_grace=self.image_pull_grace, watch_timings=self.watch_timings)
 
     def _kubeflow_trigger(self, hook: KubeflowJobHook, namespace: str) -> Any:
-        resource = self._resource()
+        reads = self._reads()
+        resource = reads.resource()
         if hook.get_kubeflow_job(namespace, resource, self.job_name) is None:
             return None
-        return self._run_class().trigger_class()(job_name=self.job_name, namespace=namespace, group=resource.group,
-                                  version=resource.version, plural=resource.plural,
-                                  kubernetes_conn_id=self.kubernetes_conn_id, watch_timings=self.watch_timings,
-                                  image_pull_grace=self.image_pull_grace)
+        return reads.kubeflow_trigger(job_name=self.job_name, namespace=namespace, group=resource.group,
+                                      version=resource.version, plural=resource.plural,
+                                      watch_timings=self.watch_timings, image_pull_grace=self.image_pull_grace)
 
     def execute_complete(self, context: Context, event: Any = None, deadline: float | None = None) -> Any:
         """The trigger fired: the job ended (read it once more, for its output or its failed replica), or it is
@@ -353,8 +342,6 @@ def _checked_timings(owner: str, timings: Mapping[str, Any] | None, watch_timeou
 
     :raises ValueError: a field or value ``WatchTimings`` refuses, named.
     """
-    from airflow_distributed.hooks.watch_loop import WatchTimings
-
     try:
         return WatchTimings.of(timings, server_timeout=watch_timeout).as_dict()
     except ValueError as error:
@@ -363,8 +350,6 @@ def _checked_timings(owner: str, timings: Mapping[str, Any] | None, watch_timeou
 
 def slots_of_pods(pods: Sequence[Mapping[str, Any]]) -> tuple[ReplicaSlot, ...]:
     """The replicas of a job of the ``kubernetes`` backend, from its pods' labels, the master first."""
-    from airflow_distributed.manifests.kubernetes import INDEX_LABEL, MASTER_LABEL, ROLE_LABEL
-
     slots = []
     for pod in pods:
         labels = (pod.get("metadata") or {}).get("labels") or {}
@@ -385,8 +370,6 @@ def pod_start_times(pods: Sequence[Mapping[str, Any]]) -> dict[str, float]:
 
 
 def _pod_env(pod: Mapping[str, Any], name: str) -> str | None:
-    from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER
-
     for container in (pod.get("spec") or {}).get("containers") or []:
         if container.get("name") == MAIN_CONTAINER:
             for var in container.get("env") or []:

@@ -21,6 +21,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubernetes_asyncio.client import Configuration
+
 
 @dataclass
 class _Shared:
@@ -62,8 +64,6 @@ async def shared_client(key: str, open_client: Callable[[], contextlib.AbstractA
 def client_configuration() -> Any:
     """A configuration for a shared client: no limit on its connections (aiohttp's default of 100 would keep the
     101st watch of a shared client waiting for a free one); the hook loads the kubeconfig into it."""
-    from kubernetes_asyncio.client import Configuration
-
     configuration = Configuration()
     configuration.connection_pool_maxsize = None  # type: ignore[assignment]  # documented: None is no limit
     return configuration

@@ -21,6 +21,9 @@ from typing import Any
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 from airflow.triggers.base import BaseTrigger, TriggerEvent
+from kubernetes_asyncio import client as async_client
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.client.rest import RESTResponse
 
 from airflow_distributed.exceptions import error_class_named
 from airflow_distributed.hooks.api_retry import KubernetesJobError, RetryPolicy, short_error
@@ -159,8 +162,6 @@ class JobWaitTrigger(BaseTrigger):
 
     async def _follow(self, watch: NamespaceWatch, timings: WatchTimings) -> None:
         """The shared watch of ``watch.kind`` in this trigger's namespace, through ``arun_watch``, until cancelled."""
-        from kubernetes_asyncio import client as async_client
-
         kind = watch.kind
         selector: dict[str, Any] = {"label_selector": kind.label_selector} if kind.label_selector else {}
         list_objects: Callable[..., Awaitable[Any]]
@@ -215,9 +216,6 @@ class JobWaitTrigger(BaseTrigger):
         response = await call
         if 200 <= response.status <= 299:
             return response
-        from kubernetes_asyncio.client.exceptions import ApiException
-        from kubernetes_asyncio.client.rest import RESTResponse
-
         data = await response.read()
         response.release()
         # The client's own annotation names aiohttp's response; it reads status, reason and data of this one.

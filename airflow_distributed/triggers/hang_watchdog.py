@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+from airflow_distributed.hooks.kube_api import LOG_ACCEPT
 from airflow_distributed.jobstate.hang_watch import MasterLogWatch, all_running, hung_verdict
 from airflow_distributed.jobstate.job_watch import JobTracker
 from airflow_distributed.jobstate.verdicts import JobVerdict
@@ -91,8 +92,6 @@ class TriggerHangWatchdog:
         return True
 
     async def _read(self, pod: str, container: str) -> list[str]:
-        from airflow_distributed.hooks.kube_api import LOG_ACCEPT
-
         async with self._api_client() as api:
             # The generated client has no sinceTime argument: the same endpoint through the client's call_api.
             response = await self._answer(api.call_api(

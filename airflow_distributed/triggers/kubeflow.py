@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
+from kubernetes_asyncio import client as async_client
 
 from airflow_distributed.hooks.api_retry import acall_with_retries
+from airflow_distributed.hooks.kubeflow import KubeflowJobHook
 from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
 from airflow_distributed.hooks.pending_pods import JOB_HUNG, PendingPods, pods_missing
 from airflow_distributed.jobstate.pod_state import log_available
@@ -33,9 +35,6 @@ from airflow_distributed.triggers.base import JobWaitTrigger
 from airflow_distributed.triggers.hang_watchdog import Sample, TriggerHangWatchdog
 from airflow_distributed.triggers.log_relay import READ_TIMEOUT, MasterLog
 from airflow_distributed.triggers.shared_watch import Delivery, WatchedKind
-
-if TYPE_CHECKING:
-    from airflow_distributed.hooks.kubeflow import KubeflowJobHook
 
 
 def _soonest(*waits: float | None) -> float | None:
@@ -82,12 +81,8 @@ class KubeflowJobTrigger(JobWaitTrigger):
     queue_timeout: float | None
     progress_timeout: float | None
 
-    @staticmethod
-    def hook_class() -> type[KubeflowJobHook]:
-        """How the kind's pods read (which is the master, which container), as the task's hook reads them."""
-        from airflow_distributed.hooks.kubeflow import KubeflowJobHook
-
-        return KubeflowJobHook
+    #: How the kind's pods read (which is the master, which container), as the task's hook reads them.
+    hook_class: ClassVar[type[KubeflowJobHook]] = KubeflowJobHook
 
     def __init__(
         self,
@@ -131,8 +126,6 @@ class KubeflowJobTrigger(JobWaitTrigger):
         return WatchedKind(self.group, self.version, self.plural, None, _name_of)
 
     async def _wait(self) -> dict[str, Any]:
-        from kubernetes_asyncio import client as async_client
-
         watch = self._watch = ObjectWatch(self.job_name)
         timings = self.timings
         # The queue limit counts from the start of the task's wait, not of this trigger (a triggerer restart).
@@ -200,7 +193,7 @@ class KubeflowJobTrigger(JobWaitTrigger):
             async def sample() -> Sample:
                 pods = await self._json(list_pods(self.namespace, label_selector=self.kind.pods_selector(self.job_name),
                                                   _preload_content=False))
-                return self.hook_class().hang_sample(watch.obj or {}, pods.get("items") or [])
+                return self.hook_class.hang_sample(watch.obj or {}, pods.get("items") or [])
 
             if self.progress_timeout is not None:
                 hang = TriggerHangWatchdog(self.progress_timeout, self.namespace, sample, self.api_client, self._answer,
@@ -239,12 +232,10 @@ class KubeflowJobTrigger(JobWaitTrigger):
 
     async def _master_log(self) -> MasterLog | None:
         """The newest started pod of the master (one LIST of its pods), once the job object is seen."""
-        from kubernetes_asyncio import client as async_client
-
         obj = self._watch.obj if self._watch is not None else None
         if obj is None:
             return None
-        kind = self.hook_class()  # which pods are the master's, and its container: as the task's hook finds them
+        kind = self.hook_class  # which pods are the master's, and its container: as the task's hook finds them
         container = kind.main_container(obj)
         async with self.api_client() as api:
             pods = (await self._json(async_client.CoreV1Api(api).list_namespaced_pod(
@@ -261,8 +252,6 @@ class KubeflowJobTrigger(JobWaitTrigger):
         """Airflow 3.3+: the user killed the deferred task; the operator's job must not keep running."""
         if self._fired or not self.delete_on_kill:
             return
-        from kubernetes_asyncio import client as async_client
-
         async with self.api_client() as api:
             custom = async_client.CustomObjectsApi(api)
 

@@ -21,7 +21,13 @@ from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
 
+from airflow import __version__
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
+from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+from airflow.utils.state import TaskInstanceState
+from asgiref.sync import sync_to_async
+from kubernetes_asyncio import client as async_client
+from packaging.version import Version
 
 from airflow_distributed.hooks.api_retry import acall_with_retries
 from airflow_distributed.jobstate.job_watch import JobTracker
@@ -46,9 +52,6 @@ JOB_PODS = WatchedKind("", "v1", "pods", JOB_LABEL, _job_of_pod, pod_essentials)
 
 
 def _airflow_version() -> tuple[int, int]:
-    from airflow import __version__
-    from packaging.version import Version
-
     release = Version(__version__).release
     return release[0], release[1] if len(release) > 1 else 0
 
@@ -213,8 +216,6 @@ class DistributedJobTrigger(JobWaitTrigger):
 
     async def delete_job(self) -> None:
         """Delete the job's Service; the garbage collector deletes the rest. Gone already is fine."""
-        from kubernetes_asyncio import client as async_client
-
         async with self.api_client() as api:
             core = async_client.CoreV1Api(api)
 
@@ -251,10 +252,6 @@ class DistributedJobTrigger(JobWaitTrigger):
             self.log.exception("could not clean up job %s/%s", self.namespace, self.job_name)
 
     async def _task_left_deferral(self) -> bool:
-        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
-        from airflow.utils.state import TaskInstanceState
-        from asgiref.sync import sync_to_async
-
         ti = self.task_instance
         if ti is None:
             return False

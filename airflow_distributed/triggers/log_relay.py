@@ -17,6 +17,9 @@ at most ``CONCURRENT_READS`` relays of an event loop read at once. A master prin
 a few pieces of memory, not its log. The lines are handled ``SLICE_LINES`` at a time, the loop given back between
 slices; a line longer than a piece is cut to it. A relay that fails is logged at debug level and tried again at the
 next interval: it decides nothing about the job.
+
+Light to import: the operator's ``logging_interval`` default (``DEFAULT_LOGGING_INTERVAL``) is read when a DAG is
+parsed, so the Kubernetes client (``hooks.kube_api``) is imported by ``api_read``, when a relay reads.
 """
 
 from __future__ import annotations
@@ -194,7 +197,7 @@ async def api_read(api: Any, namespace: str, master: MasterLog, query: Sequence[
                    answer: Callable[[Awaitable[Any]], Awaitable[Any]]) -> AsyncIterator[bytes]:
     """One read of ``pods/log`` through a ``kubernetes_asyncio`` client, its body in pieces of at most
     ``CHUNK_BYTES`` as they come (``answer`` raises a refusal as the client's ApiException)."""
-    from airflow_distributed.hooks.kube_api import LOG_ACCEPT
+    from airflow_distributed.hooks.kube_api import LOG_ACCEPT  # not at the top: DAG parsing imports this module
 
     # The generated client has no sinceTime argument: the same endpoint through the client's call_api.
     response = await answer(api.call_api(

@@ -14,7 +14,10 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import requests
 from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_distributed.hooks.ray import FINAL_STATES, RayJobHook, renew_liveness
 
 
 class RayJobTrigger(BaseTrigger):
@@ -57,8 +60,6 @@ class RayJobTrigger(BaseTrigger):
         """Airflow 3.3+: the user killed the deferred task; its Ray job must not keep running."""
         if self._fired:
             return
-        from airflow_distributed.hooks.ray import RayJobHook
-
         hook = RayJobHook(ray_conn_id=self.ray_conn_id)
         try:
             if await asyncio.to_thread(hook.stop, self.job_name):
@@ -69,10 +70,6 @@ class RayJobTrigger(BaseTrigger):
                                self.job_name)
 
     async def _wait(self) -> dict[str, Any]:
-        import requests
-
-        from airflow_distributed.hooks.ray import FINAL_STATES, RayJobHook, renew_liveness
-
         hook = RayJobHook(ray_conn_id=self.ray_conn_id)
         started = time.time()
         unreachable_since: float | None = None

@@ -8,14 +8,13 @@ waiting, without LISTs of its pods. It fires one event: ``succeeded``, ``failed`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import ClassVar
 
+from airflow_distributed.hooks.kubeflow import KubeflowJobHook
+from airflow_distributed.hooks.trainjob import TrainJobHook
 from airflow_distributed.manifests.kubeflow_status import JobKind
 from airflow_distributed.manifests.trainjob_status import TRAINJOB_KIND
 from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
-
-if TYPE_CHECKING:
-    from airflow_distributed.hooks.trainjob import TrainJobHook
 
 
 class TrainJobTrigger(KubeflowJobTrigger):
@@ -24,12 +23,7 @@ class TrainJobTrigger(KubeflowJobTrigger):
     (``trainer.kubeflow.org``, ``v1alpha1``, ``trainjobs``)."""
 
     kind: JobKind = TRAINJOB_KIND
-
-    @staticmethod
-    def hook_class() -> type[TrainJobHook]:
-        from airflow_distributed.hooks.trainjob import TrainJobHook
-
-        return TrainJobHook
+    hook_class: ClassVar[type[KubeflowJobHook]] = TrainJobHook
 
 
 __all__ = ["TrainJobTrigger"]

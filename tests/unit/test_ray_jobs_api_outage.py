@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from airflow_distributed.backends.base import DistributedJobError
-from airflow_distributed.backends.ray import wait_for_job
+from airflow_distributed.backends.ray_run import wait_for_job
 from airflow_distributed.hooks.ray import RayJobHook
 from airflow_distributed.triggers.ray import RayJobTrigger
 

@@ -152,14 +152,15 @@ def _build_kubernetes(operator: Any, context: Any, name: str) -> Any:
 
 
 def _build_kubeflow(operator: Any, context: Any, name: str) -> Any:
-    from airflow_distributed.backends.kubeflow import KubeflowJobRun
+    from airflow_distributed.backends.kubeflow_run import KubeflowJobRun
 
     settings, spec, command = _checked(operator)
     return KubeflowJobRun.start(operator._task_calls(), settings, context, spec, name, command).body
 
 
 def _build_trainjob(operator: Any, context: Any, name: str) -> Any:
-    from airflow_distributed.backends.trainjob import MODELS_PACKAGE, TrainJobRun
+    from airflow_distributed.backends.trainjob import MODELS_PACKAGE
+    from airflow_distributed.backends.trainjob_run import TrainJobRun
 
     if importlib.util.find_spec(MODELS_PACKAGE) is None:
         return _Skipped(f"the optional {MODELS_PACKAGE!r} is not installed: no TrainJob can be built")
@@ -504,7 +505,8 @@ def _machine_paths() -> list[tuple[str, str]]:
 def normalised(value: Any) -> Any:
     if isinstance(value, str):
         for path, shown in _machine_paths():
-            value = value.replace(path, shown)
+            # Whole path names only: the environment /x/.venv is not the start of /x/.venvs/mxnet.
+            value = re.sub(re.escape(path) + r"(?![\w.-])", lambda _: shown, value)
         return value
     if isinstance(value, list):
         return [normalised(item) for item in value]

@@ -107,11 +107,4 @@ class KubeflowBackend:
             self.current.kill()
 
 
-def __getattr__(name: str) -> Any:
-    # The sensor and the job view still import the run from here: it loads (with the Kubernetes clients) when asked.
-    if name == "KubeflowJobRun":
-        return KubeflowBackend.run_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = ["KubeflowBackend", "check_kubeflow_arguments"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from airflow_distributed.backends.job_end import end_job, read_document
 from airflow_distributed.backends.job_options import manifest_options, watch_timings
@@ -56,6 +56,9 @@ class KubeflowJobRun:
     controller = "the Kubeflow Training Operator"
     #: ``fieldValidation`` of the create (``None``: the server's default, ``Warn``).
     field_validation: str | None = None
+    #: The hook and the trigger of the kind: a run of another kind names its own.
+    hook_class: ClassVar[type[KubeflowJobHook]] = KubeflowJobHook
+    trigger_class: ClassVar[type[KubeflowJobTrigger]] = KubeflowJobTrigger
 
     def __init__(self, task: TaskCalls, settings: ForKubernetes, context: Context, hook: KubeflowJobHook,
                  namespace: str, name: str, framework: str, started_at: float | None = None) -> None:
@@ -74,18 +77,14 @@ class KubeflowJobRun:
     def elapsed(self) -> float:
         return max(0.0, time.time() - self.started_at)
 
-    @staticmethod
-    def hook_class() -> type[KubeflowJobHook]:
-        return KubeflowJobHook
-
     def new_hook(self) -> KubeflowJobHook:
-        return self.hook_class()(kubernetes_conn_id=self.settings.options.kubernetes_conn_id, logger=self.log)
+        return self.hook_class(kubernetes_conn_id=self.settings.options.kubernetes_conn_id, logger=self.log)
 
     @classmethod
     def start(cls, task: TaskCalls, settings: ForKubernetes, context: Context, spec: TrainingSpec, job_name: str,
               command: Sequence[str]) -> KubeflowJobRun:
         require_image(settings, "kubeflow")
-        hook = cls.hook_class()(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
+        hook = cls.hook_class(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
         namespace = job_namespace(settings, hook, context["ti"].task_id)  # before anything is created
         layout = layout_for_kubernetes(settings.model_dir, job_name=job_name, checkpoint_dir=settings.checkpoint_dir)
         program = task.replica_program(list(command), layout)
@@ -102,7 +101,7 @@ class KubeflowJobRun:
     @classmethod
     def resume(cls, task: TaskCalls, settings: ForKubernetes, context: Context,
                event: dict[str, Any]) -> KubeflowJobRun:
-        hook = cls.hook_class()(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
+        hook = cls.hook_class(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
         state = event.get("resume_state")
         # The framework rides along in the event (see ``defer``); a trigger deferred by a release that did not hand
         # it back leaves it to the spec.
@@ -141,13 +140,9 @@ class KubeflowJobRun:
     def observed(self, obj: dict[str, Any]) -> None:
         """The object, whenever its status changed during the synchronous wait (a kind may publish it)."""
 
-    @staticmethod
-    def trigger_class() -> type[KubeflowJobTrigger]:
-        return KubeflowJobTrigger
-
     def defer(self) -> None:
         deadline, timeout = deferral_deadline(self.settings, self.context)
-        trigger = self.trigger_class()(job_name=self.name, namespace=self.namespace, group=self.resource.group,
+        trigger = self.trigger_class(job_name=self.name, namespace=self.namespace, group=self.resource.group,
                                      version=self.resource.version, plural=self.resource.plural,
                                      kubernetes_conn_id=self.settings.options.kubernetes_conn_id,
                                      execution_deadline=deadline, delete_on_kill=True, started_at=self.started_at,

@@ -21,7 +21,7 @@ when a job runs.
 from __future__ import annotations
 
 import importlib.util
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from airflow_distributed.backends.base import TrainJobSettings, trainjob_options
 from airflow_distributed.backends.job_run import check_kubernetes_arguments
@@ -74,14 +74,6 @@ class TrainJobBackend(KubeflowBackend):
 
     def check(self, settings: ForKubernetes, spec: TrainingSpec | None) -> list[tuple[str, str]]:
         return check_trainjob_arguments(settings, spec)
-
-
-def __getattr__(name: str) -> Any:
-    # The sensor and the job view still import the run from here: it loads (with the typed models and the Kubernetes
-    # clients) when asked.
-    if name == "TrainJobRun":
-        return TrainJobBackend.run_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["MODELS_PACKAGE", "TrainJobBackend", "check_trainjob_arguments", "trainjob_options"]

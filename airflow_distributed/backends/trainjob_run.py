@@ -38,21 +38,19 @@ class TrainJobRun(KubeflowJobRun):
     # A field the installed CRD does not know is refused, not silently dropped.
     field_validation = "Strict"
     hook: TrainJobHook
+    hook_class = TrainJobHook
+    trigger_class = TrainJobTrigger
 
     @staticmethod
     def resource_of(framework: str) -> KubeflowResource:
         return TRAINJOB
-
-    @staticmethod
-    def hook_class() -> type[TrainJobHook]:
-        return TrainJobHook
 
     @classmethod
     def start(cls, task: TaskCalls, settings: ForKubernetes, context: Context, spec: TrainingSpec, job_name: str,
               command: Sequence[str]) -> TrainJobRun:
         # A templated spec was checked by check_trainjob_arguments once rendered, in execute, before this.
         require_image(settings, "trainjob")
-        hook = cls.hook_class()(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
+        hook = cls.hook_class(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
         namespace = job_namespace(settings, hook, context["ti"].task_id)  # before anything is created
         layout = layout_for_kubernetes(settings.model_dir, job_name=job_name, checkpoint_dir=settings.checkpoint_dir)
         program = task.replica_program(list(command), layout)
@@ -75,10 +73,6 @@ class TrainJobRun(KubeflowJobRun):
         except Exception as error:
             self.log.warning("could not publish the live state of TrainJob %s/%s: %s", self.namespace, self.name,
                              error)
-
-    @staticmethod
-    def trigger_class() -> type[TrainJobTrigger]:
-        return TrainJobTrigger
 
 
 def live_record(run: TrainJobRun, obj: dict[str, Any]) -> dict[str, Any]:

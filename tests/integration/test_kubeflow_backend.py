@@ -201,9 +201,7 @@ def test_a_run_of_another_kind_starts_with_its_own_hook():
         pass
 
     class OwnRun(KubeflowJobRun):
-        @staticmethod
-        def hook_class() -> type[KubeflowJobHook]:
-            return OwnHook
+        hook_class = OwnHook
 
     operator = DistributedTrainingOperator(task_id="train", framework="pytorch", command=["python", "train.py"],
                                            environment={"pytorch": {"n_workers": 1}}, image="trainer:1",

@@ -29,8 +29,9 @@ sys.path.insert(0, str(ROOT))
 
 from kubernetes import client  # noqa: E402
 
-from airflow_distributed.hooks.kubernetes import WATCH_TIMEOUT, DistributedTrainingHook  # noqa: E402
+from airflow_distributed.hooks.kubernetes import DistributedTrainingHook  # noqa: E402
 from airflow_distributed.jobstate.verdicts import slots_to_json  # noqa: E402
+from airflow_distributed.jobstate.watch_timings import WATCH_TIMEOUT  # noqa: E402
 from airflow_distributed.triggers.kubernetes import DistributedJobTrigger  # noqa: E402
 from bench.kubernetes_submit import _job  # noqa: E402
 from tests.k8s_emulator import KubeEmulator  # noqa: E402

@@ -43,9 +43,9 @@ sys.path.insert(0, str(ROOT))
 from kubernetes import client  # noqa: E402
 
 from airflow_distributed.hooks.kubernetes import DistributedTrainingHook  # noqa: E402
-from airflow_distributed.hooks.watch_loop import WatchTimings  # noqa: E402
 from airflow_distributed.jobstate.verdicts import slots_to_json  # noqa: E402
 from airflow_distributed.jobstate.watch_stream import ResumableWatch  # noqa: E402
+from airflow_distributed.jobstate.watch_timings import WatchTimings  # noqa: E402
 from airflow_distributed.triggers.kubernetes import DistributedJobTrigger  # noqa: E402
 from bench.kubernetes_submit import _job  # noqa: E402
 from tests.integration.test_kubernetes_rbac import role  # noqa: E402

@@ -506,7 +506,7 @@ def normalised(value: Any) -> Any:
     if isinstance(value, str):
         for path, shown in _machine_paths():
             # Whole path names only: the environment /x/.venv is not the start of /x/.venvs/mxnet.
-            value = re.sub(re.escape(path) + r"(?![\w.-])", lambda _: shown, value)
+            value = re.sub(re.escape(path) + r"(?![\w.-])", shown.replace("\\", r"\\"), value)
         return value
     if isinstance(value, list):
         return [normalised(item) for item in value]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from airflow_distributed.hooks.watch_loop import WatchTimings
+from airflow_distributed.jobstate.watch_timings import WatchTimings
 from airflow_distributed.manifests.kubernetes import JobManifestOptions
 from airflow_distributed.task_instance import TaskInstanceRef
 

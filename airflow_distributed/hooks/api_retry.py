@@ -2,10 +2,8 @@
 
 Shared by the sync hooks and the async triggers. Nothing here talks to the network: the retry loops (tenacity's
 ``Retrying``/``AsyncRetrying`` driven by a ``RetryPolicy``) take the call, the sleep and the logger as arguments, so
-a test of a retry path does not wait.
-
-Light to import (``watch_loop``, which DAG parsing imports, imports it): ``is_connection_error`` imports the
-clients' exceptions (``urllib3``, ``aiohttp``) when it is first asked.
+a test of a retry path does not wait. Only waits and calls to a cluster import it (it loads both clients'
+exception modules, ``urllib3`` and ``aiohttp``); DAG parsing does not.
 """
 
 from __future__ import annotations
@@ -17,6 +15,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import aiohttp
+import urllib3.exceptions
 from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from airflow_distributed.exceptions import KubernetesJobError, api_error_class
@@ -40,15 +40,8 @@ def api_status(error: BaseException) -> int | None:
 
 def is_connection_error(error: BaseException) -> bool:
     """A request that never got an answer: refused, reset, timed out (urllib3 or aiohttp)."""
-    import urllib3.exceptions  # not at the top: DAG parsing imports this module (through ``watch_loop``)
-
-    if isinstance(error, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError, asyncio.TimeoutError)):
-        return True
-    try:
-        import aiohttp
-    except ImportError:  # pragma: no cover - aiohttp comes with kubernetes_asyncio
-        return False
-    return isinstance(error, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError))
+    return isinstance(error, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError, asyncio.TimeoutError,
+                              aiohttp.ClientConnectionError, aiohttp.ClientPayloadError))
 
 
 def is_transient(error: BaseException) -> bool:

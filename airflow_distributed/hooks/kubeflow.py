@@ -23,12 +23,13 @@ from airflow_distributed.hooks.kube_api import EXISTS, MISSING, KubeApiHook
 from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
 from airflow_distributed.hooks.pending_pods import PendingPods, pods_missing
 from airflow_distributed.hooks.pod_logs import LOCATE_TIMEOUT, MasterFollower
-from airflow_distributed.hooks.watch_loop import WatchCalls, WatchPolicy, WatchTimings, run_watch
+from airflow_distributed.hooks.watch_loop import WatchCalls, WatchPolicy, run_watch
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.hang_watch import MasterLogWatch, all_running, hung_verdict
 from airflow_distributed.jobstate.outcome import JobOutcome
 from airflow_distributed.jobstate.pod_state import container_state, pod_disruption, termination_message
 from airflow_distributed.jobstate.verdicts import JobVerdict
+from airflow_distributed.jobstate.watch_timings import WatchTimings
 from airflow_distributed.manifests.kubeflow_kinds import KINDS, KubeflowKind, KubeflowResource
 from airflow_distributed.manifests.kubeflow_status import (
     KUBEFLOW_KIND,

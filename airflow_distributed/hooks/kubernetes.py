@@ -28,7 +28,7 @@ from kubernetes import client
 from airflow_distributed.hooks.api_retry import KubernetesJobError, short_error
 from airflow_distributed.hooks.kube_api import EXISTS, MISSING, KubeApiHook
 from airflow_distributed.hooks.pod_logs import LogFollowers
-from airflow_distributed.hooks.watch_loop import WATCH_TIMEOUT, WatchCalls, WatchPolicy, WatchTimings, run_watch
+from airflow_distributed.hooks.watch_loop import WatchCalls, WatchPolicy, run_watch
 from airflow_distributed.jobstate.hang_watch import MasterLogWatch, all_running, hung_verdict
 from airflow_distributed.jobstate.job_watch import JobTracker, JobWatch
 from airflow_distributed.jobstate.log_cursor import LogCursor
@@ -36,6 +36,7 @@ from airflow_distributed.jobstate.outcome import JobOutcome
 from airflow_distributed.jobstate.pod_state import container_state, termination_message
 from airflow_distributed.jobstate.replica_table import TABLE_INTERVAL, TABLE_ROWS, TableReporter
 from airflow_distributed.jobstate.verdicts import FAILURE, JobVerdict, ReplicaSlot
+from airflow_distributed.jobstate.watch_timings import WatchTimings
 from airflow_distributed.manifests.kubernetes import (
     JOB_LABEL,
     MAIN_CONTAINER,
@@ -426,4 +427,4 @@ class DistributedTrainingHook(KubeApiHook):
             self.job_log.error("could not delete job %s/%s after a failed creation: %s", namespace, name, error)
 
 
-__all__ = ["WATCH_TIMEOUT", "DistributedTrainingHook", "JobHandle", "JobStopped", "KubernetesJobError"]
+__all__ = ["DistributedTrainingHook", "JobHandle", "JobStopped", "KubernetesJobError"]

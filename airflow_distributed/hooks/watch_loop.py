@@ -15,8 +15,8 @@ closed or reset mid-stream) is resumed and is never an API failure. Only real er
 once, 429/5xx after the retry policy's attempts, another 4xx at once, and a connection that cannot be opened
 again within ``reconnect_budget``.
 
-Light to import: the operator and the sensors check ``watch_timings`` with ``WatchTimings`` when a DAG is parsed.
-The clients' modules (``kubernetes``, ``urllib3``, ``aiohttp``) are imported by the functions that read them.
+Only waits import this module (it loads both Kubernetes clients' modules); the operator and the sensors check
+``watch_timings`` at parse time with the pure ``jobstate.watch_timings.WatchTimings``.
 """
 
 from __future__ import annotations
@@ -26,8 +26,12 @@ import math
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any
+
+import aiohttp
+import urllib3.exceptions
+from kubernetes.watch.watch import iter_resp_lines
 
 from airflow_distributed.exceptions import ApiUnavailableError, ClusterRefusedError, api_error_class
 from airflow_distributed.hooks.api_retry import (
@@ -38,99 +42,11 @@ from airflow_distributed.hooks.api_retry import (
     short_error,
 )
 from airflow_distributed.jobstate.watch_stream import ResumableWatch, WatchError, WatchGone
+from airflow_distributed.jobstate.watch_timings import WatchTimings
 from airflow_distributed.logs import TaskLog
 
-#: Default ``timeoutSeconds`` of a watch request (kube-apiserver's own default is 30-60 minutes).
-WATCH_TIMEOUT = 300
 #: Refused for good: the credentials or their permissions (retrying does not change them).
 AUTH_STATUSES = frozenset({401, 403})
-
-
-@dataclass(frozen=True)
-class WatchTimings:
-    """How long watch requests last and how a wait rides out a broken connection.
-
-    :param server_timeout: ``timeoutSeconds`` of each watch request: the API server ends the watch after it
-        and it is resumed from its resourceVersion (an integer >= 1).
-    :param read_timeout_margin: the client's read timeout is ``server_timeout`` plus this, so that a quiet
-        watch is ended by the server; a read timeout (server silent for that long) resumes the watch too.
-    :param connect_timeout: seconds to open a connection.
-    :param reconnect_budget: how long the API server may stay unreachable (refused, reset, connect timeouts)
-        before the wait fails.
-    :param reconnect_delay: first wait before reconnecting after a dropped connection; doubled after each
-        drop in a row, up to ``max_reconnect_delay``.
-    :param max_reconnect_delay: the longest wait between two reconnects.
-    :param jitter: fraction of each reconnect wait that is random (1.0: anywhere from 0 to the full wait), so
-        that a server dropping every watch at once is not hit by all of them again at the same moment.
-    :param pending_pods_interval: seconds between two LISTs of a job's pods while some of its replicas have not
-        started, where the watched object does not tell why (a Kubeflow job's status never shows a failed image
-        pull); no such LIST is made once every replica has started.
-    """
-
-    server_timeout: int = WATCH_TIMEOUT
-    read_timeout_margin: float = 30.0
-    connect_timeout: float = 10.0
-    reconnect_budget: float = 300.0
-    reconnect_delay: float = 1.0
-    max_reconnect_delay: float = 30.0
-    jitter: float = 1.0
-    pending_pods_interval: float = 10.0
-
-    def __post_init__(self) -> None:
-        problems = self.problems()
-        if problems:
-            raise ValueError("; ".join(f"{name}: {message}" for name, message in problems))
-
-    def problems(self) -> list[tuple[str, str]]:
-        found = []
-        if not isinstance(self.server_timeout, int) or isinstance(self.server_timeout, bool) or \
-                self.server_timeout < 1:
-            found.append(("server_timeout", f"{self.server_timeout!r} must be an integer >= 1 (seconds)"))
-        for name in ("read_timeout_margin", "connect_timeout", "reconnect_delay", "max_reconnect_delay",
-                     "pending_pods_interval"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-                found.append((name, f"{value!r} must be a number of seconds > 0"))
-        if not isinstance(self.reconnect_budget, (int, float)) or not self.reconnect_budget >= 0:
-            found.append(("reconnect_budget", f"{self.reconnect_budget!r} must be a number of seconds >= 0"))
-        if not isinstance(self.jitter, (int, float)) or not 0 <= self.jitter <= 1:
-            found.append(("jitter", f"{self.jitter!r} must be between 0 and 1"))
-        return found
-
-    @classmethod
-    def of(cls, value: WatchTimings | Mapping[str, Any] | None, **overrides: Any) -> WatchTimings:
-        """``value`` as timings: ``None`` -> the defaults, a mapping -> its fields (unknown keys refused).
-
-        :raises ValueError: a key that is not a field, or a value out of range; the message names it.
-        """
-        if isinstance(value, WatchTimings):
-            data = asdict(value)
-        elif value is None:
-            data = {}
-        elif isinstance(value, Mapping):
-            allowed = {f.name for f in fields(cls)}
-            unknown = sorted(set(value) - allowed)
-            if unknown:
-                raise ValueError(f"unknown key(s) {', '.join(map(repr, unknown))}; "
-                                 f"allowed: {', '.join(sorted(allowed))}")
-            data = dict(value)
-        else:
-            raise ValueError(f"{value!r} must be a WatchTimings, a dict of its fields, or None")
-        data.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**data)
-
-    def as_dict(self) -> dict[str, Any]:
-        """What a trigger's kwargs carry."""
-        return asdict(self)
-
-    def request_timeout(self, timeout_seconds: int) -> tuple[float, float]:
-        """``_request_timeout`` of a watch request ``timeoutSeconds=timeout_seconds``: (connect, read).
-
-        Both clients read a pair as connect and per-read timeouts (urllib3; aiohttp ``sock_read``), with no
-        total: a watch may last as long as the server keeps it.
-        """
-        return (self.connect_timeout, timeout_seconds + self.read_timeout_margin)
-
 
 # ------------------------------------------------------------------------------------------ the policy (pure)
 
@@ -149,15 +65,7 @@ class Step:
 
 def is_read_timeout(error: BaseException) -> bool:
     """The server sent nothing for the client's whole read timeout (urllib3 or aiohttp)."""
-    import urllib3.exceptions  # not at the top: DAG parsing imports this module (``WatchTimings``)
-
-    if isinstance(error, urllib3.exceptions.ReadTimeoutError):
-        return True
-    try:
-        import aiohttp
-    except ImportError:  # pragma: no cover - aiohttp comes with kubernetes_asyncio
-        return False
-    return isinstance(error, aiohttp.ServerTimeoutError)
+    return isinstance(error, (urllib3.exceptions.ReadTimeoutError, aiohttp.ServerTimeoutError))
 
 
 class WatchPolicy:
@@ -366,8 +274,6 @@ def run_watch(watch: ResumableWatch, calls: WatchCalls, policy: WatchPolicy, *,
 
     :raises KubernetesJobError: a real error (see ``WatchPolicy``).
     """
-    from kubernetes.watch.watch import iter_resp_lines  # not at the top: DAG parsing imports this module
-
     loop = _Loop(watch, calls, policy, log)
     while (request := loop.next_request()) is not None:
         if request == loop.LIST:
@@ -499,12 +405,10 @@ def seconds_until(deadline: float | None, now: float, longest: int) -> int:
 
 __all__ = [
     "AUTH_STATUSES",
-    "WATCH_TIMEOUT",
     "AsyncWatchCalls",
     "Step",
     "WatchCalls",
     "WatchPolicy",
-    "WatchTimings",
     "arun_watch",
     "is_read_timeout",
     "lines",

@@ -17,6 +17,8 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from kubernetes import client
 
 from airflow_distributed.frameworks.horovod import SSH_DIR, SSH_PORT
@@ -61,10 +63,6 @@ class SshKeyPair:
 
 def generate_ssh_key_pair(comment: str = "airflow-distributed") -> SshKeyPair:
     """A fresh ed25519 key pair for one job (not pure: random)."""
-    # Only a Horovod job's run needs cryptography: the hooks and the triggerer import this module's manifests too.
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
     key = Ed25519PrivateKey.generate()
     private = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()

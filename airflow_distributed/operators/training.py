@@ -18,14 +18,13 @@ from airflow_distributed.backends.base import (
     has_template,
 )
 from airflow_distributed.backends.registry import REGISTRY, backend_named
-from airflow_distributed.hooks.watch_loop import WatchTimings
+from airflow_distributed.jobstate.watch_timings import WatchTimings
 from airflow_distributed.links import JobLinks, operator_links
 from airflow_distributed.naming import job_name
 from airflow_distributed.plan import Layout, ReplicaProgram
 from airflow_distributed.spec import SpecValidationError, TrainingSpec, load_spec
 from airflow_distributed.spec.kubernetes_rules import env_name_problems
 from airflow_distributed.spec.limits import name_shown, shape_problems, shown, type_shown
-from airflow_distributed.triggers.log_relay import DEFAULT_LOGGING_INTERVAL
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -34,6 +33,8 @@ if TYPE_CHECKING:
 Backend = Literal["local", "kubernetes", "kubeflow", "trainjob", "ray"]
 #: The ``backend=`` names: the registry's (``backends.registry``), the only list of them.
 BACKENDS = tuple(REGISTRY)
+#: ``logging_interval``'s default: seconds between two relays of the master's new lines into a deferred task's log.
+DEFAULT_LOGGING_INTERVAL = 15.0
 #: Arguments kept in the serialized DAG besides the template fields: where the job runs, for the job view.
 SERIALIZED_JOB_FIELDS = frozenset({"backend", "kubernetes_conn_id", "framework"})
 

@@ -33,12 +33,12 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from airflow_distributed.contract import ENV_FRAMEWORK
 from airflow_distributed.frameworks import all_frameworks
-from airflow_distributed.hooks.watch_loop import WatchTimings
 from airflow_distributed.jobstate.job_watch import JobTracker
 from airflow_distributed.jobstate.log_cursor import parse_timestamp_ns
 from airflow_distributed.jobstate.pod_state import image_failure, pod_started
 from airflow_distributed.jobstate.replica_table import replica_table
 from airflow_distributed.jobstate.verdicts import JobVerdict, ReplicaSlot, slots_to_json
+from airflow_distributed.jobstate.watch_timings import WatchTimings
 from airflow_distributed.manifests.kubeflow_status import success_rule
 from airflow_distributed.manifests.pod_names import INDEX_LABEL, MAIN_CONTAINER, MASTER_LABEL, ROLE_LABEL
 from airflow_distributed.outputs import document_warning, job_result, parse_output_document

@@ -27,14 +27,8 @@ from kubernetes_asyncio.client.rest import RESTResponse
 
 from airflow_distributed.exceptions import error_class_named
 from airflow_distributed.hooks.api_retry import KubernetesJobError, RetryPolicy, short_error
-from airflow_distributed.hooks.watch_loop import (
-    WATCH_TIMEOUT,
-    AsyncWatchCalls,
-    WatchPolicy,
-    WatchTimings,
-    arun_watch,
-    lines,
-)
+from airflow_distributed.hooks.watch_loop import AsyncWatchCalls, WatchPolicy, arun_watch, lines
+from airflow_distributed.jobstate.watch_timings import WATCH_TIMEOUT, WatchTimings
 from airflow_distributed.triggers.api_clients import client_configuration, shared_client
 from airflow_distributed.triggers.log_relay import LogRelay, MasterLog, api_read
 from airflow_distributed.triggers.shared_watch import Delivery, JobFeed, NamespaceWatch, WatchedKind, subscribe

@@ -17,9 +17,6 @@ at most ``CONCURRENT_READS`` relays of an event loop read at once. A master prin
 a few pieces of memory, not its log. The lines are handled ``SLICE_LINES`` at a time, the loop given back between
 slices; a line longer than a piece is cut to it. A relay that fails is logged at debug level and tried again at the
 next interval: it decides nothing about the job.
-
-Light to import: the operator's ``logging_interval`` default (``DEFAULT_LOGGING_INTERVAL``) is read when a DAG is
-parsed, so the Kubernetes client (``hooks.kube_api``) is imported by ``api_read``, when a relay reads.
 """
 
 from __future__ import annotations
@@ -32,13 +29,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_distributed.hooks.kube_api import LOG_ACCEPT
 from airflow_distributed.jobstate.log_cursor import LogCursor
 from airflow_distributed.live_report import PREFIX, latest_record
 from airflow_distributed.outputs import sanitise_document
 from airflow_distributed.status import progress_text
 
-#: The operator's default ``logging_interval``: seconds between two relays of the master's new lines.
-DEFAULT_LOGGING_INTERVAL = 15.0
 #: The pieces a read of the master's log is handled in (and the ``limitBytes`` of the read of its last lines).
 CHUNK_BYTES = 64 * 1024
 #: ``limitBytes`` of a relay's read: at most this much of the master's log is relayed at one interval; past it, the
@@ -197,8 +193,6 @@ async def api_read(api: Any, namespace: str, master: MasterLog, query: Sequence[
                    answer: Callable[[Awaitable[Any]], Awaitable[Any]]) -> AsyncIterator[bytes]:
     """One read of ``pods/log`` through a ``kubernetes_asyncio`` client, its body in pieces of at most
     ``CHUNK_BYTES`` as they come (``answer`` raises a refusal as the client's ApiException)."""
-    from airflow_distributed.hooks.kube_api import LOG_ACCEPT  # not at the top: DAG parsing imports this module
-
     # The generated client has no sinceTime argument: the same endpoint through the client's call_api.
     response = await answer(api.call_api(
         "/api/v1/namespaces/{namespace}/pods/{name}/log", "GET",
@@ -224,7 +218,6 @@ def new_lines_after(state: dict[str, Any] | None, uid: str | None, lines: Sequen
 
 __all__ = [
     "CHUNK_BYTES",
-    "DEFAULT_LOGGING_INTERVAL",
     "RELAY_BYTES",
     "LogRelay",
     "MasterLog",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs, urlsplit
 
-from airflow_distributed.hooks.watch_loop import WatchTimings
+from airflow_distributed.jobstate.watch_timings import WatchTimings
 from tests.helpers import wait_until
 from tests.kube_control_plane.control_plane import ControlPlane
 from tests.kube_control_plane.kubelet import KubeletNode

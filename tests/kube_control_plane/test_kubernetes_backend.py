@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import threading
 
-from airflow_distributed.hooks.watch_loop import WatchTimings
+from airflow_distributed.jobstate.watch_timings import WatchTimings
 from airflow_distributed.manifests.kubernetes import job_secret_names, ssh_secret_name
 from tests.helpers import wait_until
 from tests.kube_control_plane.control_plane import ControlPlane

@@ -18,11 +18,11 @@ from airflow_distributed.hooks.watch_loop import (
     Step,
     WatchCalls,
     WatchPolicy,
-    WatchTimings,
     arun_watch,
     run_watch,
 )
 from airflow_distributed.jobstate.watch_stream import ResumableWatch, WatchError, WatchGone
+from airflow_distributed.jobstate.watch_timings import WatchTimings
 
 
 class Clock:

@@ -302,7 +302,7 @@ class KubeflowJobHook(KubeApiHook):
         image cannot be pulled (``pending_pods``: its pods are listed while some replica has not started).
 
         :param watch_timings: watch request timeouts, the reconnect budget and the pace of the pod LISTs
-            (``watch_loop.WatchTimings``).
+            (``jobstate.watch_timings.WatchTimings``).
         :param watch_timeout: ``timeoutSeconds`` of each watch request, over ``watch_timings.server_timeout``.
         :param on_change: called with the job's status whenever it changes.
         :param on_object: called with the object as seen whenever its status changes (after ``on_change``).

@@ -266,7 +266,7 @@ class DistributedTrainingHook(KubeApiHook):
         :param startup_timeout: seconds every replica gets to start, from now (with ``queue_timeout``: from when the
             last was scheduled).
         :param queue_timeout: seconds the replicas may wait to be scheduled, from now (``JobTracker``).
-        :param watch_timings: watch request timeouts and the reconnect budget (``watch_loop.WatchTimings``).
+        :param watch_timings: watch request timeouts and the reconnect budget (``jobstate.watch_timings.WatchTimings``).
         :param watch_timeout: ``timeoutSeconds`` of each watch request, over ``watch_timings.server_timeout``.
         :param on_change: called with the replicas' states when they change (paced for big jobs).
         :param stopped: true once the task is being killed: the wait ends with a ``stopped`` verdict.

@@ -4,9 +4,9 @@ A wait is a LIST, then watch requests resumed from the last resourceVersion or b
 listed again only after 410 Gone. What differs between waiters is small (how to list, how to open a watch,
 what a line means, when to stop); what they share is here:
 
-- ``WatchTimings``: the server-side ``timeoutSeconds`` of each watch, the client's connect and read timeouts
-  (the read timeout above ``timeoutSeconds``, so that a quiet watch is ended by the server, not the client),
-  how long a broken connection may take to come back, and the jitter of reconnects;
+- ``WatchTimings`` (pure, in ``jobstate.watch_timings``): the server-side ``timeoutSeconds`` of each watch, the
+  client's connect and read timeouts (the read timeout above ``timeoutSeconds``, so that a quiet watch is ended by
+  the server, not the client), how long a broken connection may take to come back, and the jitter of reconnects;
 - ``WatchPolicy`` (pure): what the end of a watch or the failure of a request means, and how long to wait;
 - ``run_watch`` / ``arun_watch``: the sync and async drivers.
 

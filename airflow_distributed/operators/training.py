@@ -157,7 +157,7 @@ class DistributedTrainingOperator(BaseOperator):
         the last step reported and quoting each replica's last lines. A job that is slow but reports is never
         stopped by it. Default: none.
     :param watch_timings: how the wait watches the job (Kubernetes and Kubeflow backends, synchronous and
-        deferred), a dict of ``hooks.watch_loop.WatchTimings`` fields: ``server_timeout`` (``timeoutSeconds`` of
+        deferred), a dict of ``jobstate.watch_timings.WatchTimings`` fields: ``server_timeout`` (``timeoutSeconds`` of
         each watch request, default 300), ``read_timeout_margin`` (client read timeout above it, 30),
         ``connect_timeout`` (10), ``reconnect_budget`` (how long the API server may stay unreachable, 300),
         ``reconnect_delay`` / ``max_reconnect_delay`` / ``jitter`` (spreading of reconnects). See

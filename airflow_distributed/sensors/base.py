@@ -76,7 +76,7 @@ class DistributedJobSensor(BaseSensorOperator):
     :param deferrable: wait in the triggerer; default: ``[operators] default_deferrable``.
     :param watch_timeout: server-side timeout of each watch request of the deferred wait, in seconds (over
         ``watch_timings``' ``server_timeout``).
-    :param watch_timings: how the deferred wait watches the job: a dict of ``hooks.watch_loop.WatchTimings``
+    :param watch_timings: how the deferred wait watches the job: a dict of ``jobstate.watch_timings.WatchTimings``
         fields (``server_timeout``, ``read_timeout_margin``, ``connect_timeout``, ``reconnect_budget``,
         ``reconnect_delay``, ``max_reconnect_delay``, ``jitter``); see ``docs/kubernetes.md``, "Timing".
     :param image_pull_grace: seconds a replica's image pull may keep failing (``ErrImagePull``,

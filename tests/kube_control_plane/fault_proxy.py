@@ -54,6 +54,8 @@ class FaultProxy:
     injected: list[tuple[str, str, int]] = field(default_factory=list)
     #: the code of every ERROR event the real server sent on a watch (410: the resourceVersion was compacted away)
     watch_errors: list[int] = field(default_factory=list)
+    #: watches the server has answered through the proxy so far (a watch counts in ``open_watches`` from then)
+    watches_opened: int = 0
     _watches: set[socket.socket] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
@@ -214,6 +216,7 @@ class FaultProxy:
         if watch:
             with self._lock:
                 self._watches.add(handler.connection)
+                self.watches_opened += 1
         try:
             while chunk := answer.read1(65536):
                 if watch and b'"ERROR"' in chunk:

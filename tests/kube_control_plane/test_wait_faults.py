@@ -51,14 +51,18 @@ def test_the_triggers_wait_rides_out_a_cut_watch_error_answers_and_refused_conne
         wait_until(lambda: proxy.open_watches() >= 1, timeout=60, interval=0.05)
         # The watch is cut; the next two watch requests are answered 500 and 429 (the server left alone).
         proxy.inject_faults("GET", rf"/namespaces/{namespace}/pods$", [500, 429])
+        opened = proxy.watches_opened
         assert proxy.drop_watches() == 1
-        wait_until(lambda: len(proxy.injected) == 2 and proxy.open_watches() >= 1, timeout=60, interval=0.05)
+        # The watch after the two faults, not the cut one still leaving the proxy's books: a watch the server has
+        # not answered yet would outlive the refusal below.
+        wait_until(lambda: len(proxy.injected) == 2 and proxy.watches_opened > opened, timeout=60, interval=0.05)
         # Then the server is down for a moment: connections refused, within the reconnect budget.
         proxy.refuse_connections()
         seen["watches"] = requests_of(control_plane, task_user, "watch")
         time.sleep(1.5)
+        opened = proxy.watches_opened
         proxy.accept_connections()
-        wait_until(lambda: proxy.open_watches() >= 1, timeout=60, interval=0.05)
+        wait_until(lambda: proxy.watches_opened > opened, timeout=60, interval=0.05)
         k.master_exits(0, document=DOCUMENT)
 
     kubelet = Kubelet(node, namespace).play(script)

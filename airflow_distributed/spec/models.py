@@ -24,7 +24,7 @@ from airflow_distributed.spec.limits import type_shown
 from airflow_distributed.spec.quantities import amount_in_base_units
 
 Framework = Literal["tensorflow", "mxnet", "pytorch", "horovod", "jax", "xgboost", "paddle"]
-FRAMEWORKS: tuple[str, ...] = ("tensorflow", "mxnet", "pytorch", "horovod", "jax", "xgboost", "paddle")
+FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 # The key of each framework's cluster subsection; Horovod's is Polyaxon's generic ``replicas``.
 SECTION_OF: dict[str, str] = {"tensorflow": "tensorflow", "mxnet": "mxnet", "pytorch": "pytorch", "horovod": "replicas",
                               "jax": "jax", "xgboost": "xgboost", "paddle": "paddle"}

@@ -38,7 +38,7 @@ from airflow_distributed.live_report import without_records
 from airflow_distributed.manifests.kubeflow import KubeflowAddressing, KubeflowJobOptions, build_kubeflow_job
 from airflow_distributed.manifests.kubeflow_kinds import KubeflowResource, kubeflow_resource
 from airflow_distributed.manifests.kubernetes import layout_for_kubernetes
-from airflow_distributed.plan import build_plan
+from airflow_distributed.plan import Addressing, ClusterPlan, build_plan
 from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
 
 if TYPE_CHECKING:
@@ -83,20 +83,31 @@ class KubeflowJobRun:
     @classmethod
     def start(cls, task: TaskCalls, settings: ForKubernetes, context: Context, spec: TrainingSpec, job_name: str,
               command: Sequence[str]) -> KubeflowJobRun:
-        require_image(settings, "kubeflow")
+        require_image(settings, cls.backend)
         hook = cls.hook_class(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
         namespace = job_namespace(settings, hook, context["ti"].task_id)  # before anything is created
         layout = layout_for_kubernetes(settings.model_dir, job_name=job_name, checkpoint_dir=settings.checkpoint_dir)
         program = task.replica_program(list(command), layout)
-        plan = build_plan(spec, job_name, KubeflowAddressing(namespace, spec.framework), layout, program.command,
-                          backend="kubeflow", env=stacks_env(settings), try_number=context["ti"].try_number,
+        plan = build_plan(spec, job_name, cls.addressing(namespace, spec.framework), layout, program.command,
+                          backend=cls.backend, env=stacks_env(settings), try_number=context["ti"].try_number,
                           files=program.files, secret_files=program.secret_files)
-        # "All" would let the Kubeflow operator delete the master's pod (and its output) before it is read.
-        pod_policy: Literal["none", "running"] = "none" if settings.options.clean_pod_policy == "none" else "running"
-        options = KubeflowJobOptions(manifest_options(settings, context, namespace), clean_pod_policy=pod_policy)
         run = cls(task, settings, context, hook, namespace, job_name, spec.framework)
-        run.body = build_kubeflow_job(plan, options)  # a setting one pod template cannot hold fails here
+        run.body = run.build(plan, spec)  # a setting the kind's pod templates cannot hold fails here
         return run
+
+    @staticmethod
+    def addressing(namespace: str, framework: str) -> Addressing:
+        """Where the kind's controller puts each replica (its Services' names)."""
+        return KubeflowAddressing(namespace, framework)
+
+    def build(self, plan: ClusterPlan, spec: TrainingSpec) -> dict[str, Any]:
+        """The object to submit (pure)."""
+        # "All" would let the Kubeflow operator delete the master's pod (and its output) before it is read.
+        pod_policy: Literal["none", "running"] = (
+            "none" if self.settings.options.clean_pod_policy == "none" else "running")
+        options = KubeflowJobOptions(manifest_options(self.settings, self.context, self.namespace),
+                                     clean_pod_policy=pod_policy)
+        return build_kubeflow_job(plan, options)
 
     @classmethod
     def resume(cls, task: TaskCalls, settings: ForKubernetes, context: Context,

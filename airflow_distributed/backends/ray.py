@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_distributed.backends.base import ForRay, Problem, RaySettings, TaskCalls, trainjob_only
 from airflow_distributed.backends.local import pod_settings
+from airflow_distributed.frameworks import get_framework
 from airflow_distributed.manifests.ray import ray_option_problems
 
 if TYPE_CHECKING:
@@ -92,9 +93,10 @@ def check_ray_arguments(settings: ForRay, spec: TrainingSpec | None) -> list[Pro
     problems: list[Problem] = [(name, why) for name, why in REFUSED_ARGUMENTS.items()
                                if settings.argument(name) is not None]
     problems += ray_option_problems(settings.options.ray_options)
-    if spec is not None and spec.framework == "horovod":
-        problems.append(("framework", "horovod is not run by backend='ray': its launcher reaches the workers over "
-                         "SSH; use horovod on backend='local' or 'kubernetes', or pytorch/tensorflow on ray"))
+    if spec is not None and get_framework(spec.framework).launches_over_ssh:
+        problems.append(("framework", f"{spec.framework} is not run by backend='ray': its launcher reaches the workers "
+                         f"over SSH; use {spec.framework} on backend='local' or 'kubernetes', or pytorch/tensorflow "
+                         "on ray"))
     pytorch = spec.environment.pytorch if spec is not None else None
     if pytorch is not None and pytorch.elastic is not None:
         problems.append(("environment.pytorch.elastic", "backend='ray' restarts no replica: remove it, or use "

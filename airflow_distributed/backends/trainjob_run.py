@@ -7,26 +7,21 @@ manifests at its top; the backend (``trainjob``) imports it when a job runs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_distributed.backends.base import trainjob_options
 from airflow_distributed.backends.job_options import manifest_options
-from airflow_distributed.backends.job_run import job_namespace, require_image, stacks_env
 from airflow_distributed.backends.kubeflow_run import KubeflowJobRun
 from airflow_distributed.backends.local_live import LIVE_XCOM_KEY
 from airflow_distributed.hooks.trainjob import TRAINJOB, TrainJobHook
-from airflow_distributed.manifests.kubernetes import layout_for_kubernetes
 from airflow_distributed.manifests.trainjob import TrainJobAddressing, TrainJobOptions, build_trainjob
 from airflow_distributed.manifests.trainjob_status import trainer_progress, trainjob_status
-from airflow_distributed.plan import build_plan
 from airflow_distributed.triggers.trainjob import TrainJobTrigger
 
 if TYPE_CHECKING:
-    from airflow.sdk import Context
 
-    from airflow_distributed.backends.base import ForKubernetes, TaskCalls
     from airflow_distributed.manifests.kubeflow_kinds import KubeflowResource
+    from airflow_distributed.plan import Addressing, ClusterPlan
     from airflow_distributed.spec import TrainingSpec
 
 
@@ -45,25 +40,17 @@ class TrainJobRun(KubeflowJobRun):
     def resource_of(framework: str) -> KubeflowResource:
         return TRAINJOB
 
-    @classmethod
-    def start(cls, task: TaskCalls, settings: ForKubernetes, context: Context, spec: TrainingSpec, job_name: str,
-              command: Sequence[str]) -> TrainJobRun:
+    @staticmethod
+    def addressing(namespace: str, framework: str) -> Addressing:
+        return TrainJobAddressing(namespace)
+
+    def build(self, plan: ClusterPlan, spec: TrainingSpec) -> dict[str, Any]:
         # A templated spec was checked by check_trainjob_arguments once rendered, in execute, before this.
-        require_image(settings, "trainjob")
-        hook = cls.hook_class(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
-        namespace = job_namespace(settings, hook, context["ti"].task_id)  # before anything is created
-        layout = layout_for_kubernetes(settings.model_dir, job_name=job_name, checkpoint_dir=settings.checkpoint_dir)
-        program = task.replica_program(list(command), layout)
-        plan = build_plan(spec, job_name, TrainJobAddressing(namespace), layout, program.command,
-                          backend="trainjob", env=stacks_env(settings), try_number=context["ti"].try_number,
-                          files=program.files, secret_files=program.secret_files)
-        own = trainjob_options(settings)
-        options = TrainJobOptions(manifest_options(settings, context, namespace), runtime=own.runtime,
+        own = trainjob_options(self.settings)
+        options = TrainJobOptions(manifest_options(self.settings, self.context, self.namespace), runtime=own.runtime,
                                   runtime_kind=own.runtime_kind,
                                   n_proc_per_node=getattr(spec.cluster, "n_proc_per_node", None))
-        run = cls(task, settings, context, hook, namespace, job_name, spec.framework)
-        run.body = build_trainjob(plan, options)
-        return run
+        return build_trainjob(plan, options)
 
     def observed(self, obj: dict[str, Any]) -> None:
         """Publish the running TrainJob for the job view (``job_live``): its state, and the progress and metrics

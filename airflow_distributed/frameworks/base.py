@@ -38,6 +38,9 @@ class Framework:
     trainer_mpi: ClassVar[bool] = False
     #: Why Kubeflow Trainer v2 cannot run the framework at all (``None``: it can, or nothing is known against it).
     no_trainer_runtime: ClassVar[str | None] = None
+    #: The master reaches the other replicas over SSH (an MPI launcher): a backend whose replicas run no sshd, such
+    #: as ``ray``, cannot run it.
+    launches_over_ssh: ClassVar[bool] = False
 
     @property
     def master_role(self) -> str:

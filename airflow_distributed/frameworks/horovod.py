@@ -38,6 +38,7 @@ class Horovod(Framework):
     roles = (Role("launcher", None), Role("worker", "worker"))
     default_port = 2222
     trainer_mpi = True
+    launches_over_ssh = True
 
     def replica_env(self, replica, plan, backend):
         # Not asked on a job a training operator runs (kept_env: none): mpi-operator and Trainer's MPI plugin set it.

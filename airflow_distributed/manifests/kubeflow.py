@@ -13,10 +13,10 @@ the plan has no ``DMLC_SERVER_ID``/``DMLC_WORKER_ID``); and the MPI hostfile (th
 pointed at the operator's ``/etc/mpi/hostfile``); XGBoost's ``MASTER_*``/``WORLD_SIZE``/``RANK``; Paddle's
 ``PYTHONUNBUFFERED``. What the framework keeps: ``LOCAL_RANK=0`` (the PyTorch operator does not set it), XGBoost's
 ``DMLC_*`` and Paddle's ``PADDLE_TRAINER_*``/``PADDLE_CURRENT_ENDPOINT``, which their operators do not set: they
-are the same in every pod except
-``DMLC_TASK_ID`` (derived by the Worker template from the operator's ``RANK`` when the container starts,
-``derive_task_id_command``) and ``PADDLE_TRAINER_ID``/``PADDLE_CURRENT_ENDPOINT`` (derived from the pod's replica
-index, ``derive_trainer_id_command``). Every ``AIRFLOW_DISTRIBUTED_*`` variable keeps its
+are the same in every pod except ``DMLC_TASK_ID`` (derived by the Worker template from the operator's ``RANK``
+when the container starts, ``kubeflow_kinds.derive_task_id_command``) and ``PADDLE_TRAINER_ID``/
+``PADDLE_CURRENT_ENDPOINT`` (derived from the pod's replica index, ``kubeflow_kinds.derive_trainer_id_command``).
+Every ``AIRFLOW_DISTRIBUTED_*`` variable keeps its
 meaning: ``JOB``, ``FRAMEWORK``, ``ROLE``, ``MODEL_DIR``, ``CLUSTER`` (the addresses of the operator's Services,
 from ``KubeflowAddressing``), ``OUTPUT`` on the master, and ``INDEX``, read from the pod's
 ``training.kubeflow.org/replica-index`` label by the downward API, as one template serves every index.
@@ -37,7 +37,6 @@ What the hook does with the body ``build_kubeflow_job`` returns:
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -47,7 +46,6 @@ from kubernetes import client
 from airflow_distributed.contract import ENV_INDEX
 from airflow_distributed.frameworks.horovod import HOSTFILE, SSH_PORT
 from airflow_distributed.frameworks.paddle import PSERVER
-from airflow_distributed.frameworks.xgboost import task_id
 from airflow_distributed.manifests import horovod_ssh
 from airflow_distributed.manifests.container_scripts import (
     TERMINATION_MESSAGE_PATH,
@@ -55,7 +53,7 @@ from airflow_distributed.manifests.container_scripts import (
     wait_for_peers_command,
 )
 from airflow_distributed.manifests.gang_scheduling import KUEUE_QUEUE_LABEL, VOLCANO_SCHEDULER
-from airflow_distributed.manifests.kubeflow_checks import PADDLE_PS_REFUSED, mpi_slots, role_conflicts, slots_conflict
+from airflow_distributed.manifests.kubeflow_checks import mpi_slots, role_conflicts, slots_conflict
 from airflow_distributed.manifests.kubeflow_kinds import KINDS, KubeflowKind, kubeflow_kind
 from airflow_distributed.manifests.kubeflow_status import (
     JOB_NAME_LABEL,
@@ -221,8 +219,8 @@ def _check_plan(plan: ClusterPlan, options: KubeflowJobOptions, kind: KubeflowKi
                 f"it in namespace {options.pods.namespace}; build the plan with "
                 f"KubeflowAddressing({options.pods.namespace!r}, {plan.framework!r})"
             )
-    if any(replica.role == PSERVER for replica in plan.replicas) and plan.framework == "paddle":
-        raise ManifestError(f"job {plan.job_name}: {PADDLE_PS_REFUSED}")
+    if kind.pservers_refused and any(replica.role == PSERVER for replica in plan.replicas):
+        raise ManifestError(f"job {plan.job_name}: {kind.pservers_refused}")
     # The only file a framework ships today is Horovod's hostfile, which mpi-operator writes itself.
     extra = sorted(name for name in [*plan.files, *plan.secret_files]
                    if not (kind.mpi and name == HOSTFILE))
@@ -344,9 +342,8 @@ def _main_container(
         command = list(first.command)
         if kind.mpi:
             command = _with_hostfile(command, MPI_HOSTFILE)
-        if len(replicas) > 1 and kind.rank_derived_env:
-            command = (derive_trainer_id_command(command) if plan.framework == "paddle"
-                       else derive_task_id_command(command, len(plan.replicas)))
+        if len(replicas) > 1 and kind.derive_rank_env is not None:
+            command = kind.derive_rank_env(command, len(plan.replicas))
         if relay:
             command = relay_output_command(pods.image_python, command, plan.layout.output_path)
     ports = None
@@ -379,31 +376,6 @@ def _main_container(
     return container
 
 
-def derive_task_id_command(argv: Sequence[str], world_size: int) -> list[str]:
-    """``argv`` run with ``DMLC_TASK_ID`` set from the operator's ``RANK``, padded as ``frameworks.xgboost.task_id``.
-
-    One template serves every Worker, so the one variable that differs between them is computed in the pod.
-    """
-    task_format = shlex.quote(f"%0{len(task_id(world_size - 1, world_size))}d")
-    script = f'DMLC_TASK_ID=$(printf {task_format} "$RANK") && export DMLC_TASK_ID && exec "$@"'
-    return ["sh", "-c", script, "sh", *argv]
-
-
-def derive_trainer_id_command(argv: Sequence[str]) -> list[str]:
-    """``argv`` run with Paddle's ``PADDLE_TRAINER_ID`` and ``PADDLE_CURRENT_ENDPOINT`` of a Worker pod.
-
-    One template serves every Worker, so these are computed in the pod from its replica index (the
-    ``AIRFLOW_DISTRIBUTED_INDEX`` the template reads from the operator's label): worker i is trainer i + 1, and its
-    endpoint is entry i + 2 (1-based) of ``PADDLE_TRAINER_ENDPOINTS``, as ``frameworks.paddle`` gives them.
-    """
-    script = (
-        'PADDLE_TRAINER_ID=$((AIRFLOW_DISTRIBUTED_INDEX + 1)) && '
-        'PADDLE_CURRENT_ENDPOINT=$(printf %s "$PADDLE_TRAINER_ENDPOINTS" | cut -d, -f$((PADDLE_TRAINER_ID + 1))) && '
-        'export PADDLE_TRAINER_ID PADDLE_CURRENT_ENDPOINT && exec "$@"'
-    )
-    return ["sh", "-c", script, "sh", *argv]
-
-
 def _with_hostfile(argv: Sequence[str], path: str) -> list[str]:
     """The launcher's ``horovodrun`` argv pointed at another hostfile (the operator's)."""
     argv = list(argv)
@@ -418,7 +390,7 @@ def _template_env(plan: ClusterPlan, kind: KubeflowKind, replicas: Sequence[Repl
     first = replicas[0]
     dropped = kind.operator_env | {ENV_INDEX}
     if len(replicas) > 1:
-        dropped |= kind.rank_derived_env  # set by the command, see derive_task_id_command
+        dropped |= kind.rank_derived_env  # set in the pod by the kind's derive_rank_env
     shared = {name: value for name, value in first.env.items() if name not in dropped}
     for replica in replicas[1:]:
         own = {name: value for name, value in replica.env.items() if name not in dropped}
@@ -450,6 +422,4 @@ __all__ = [
     "KubeflowJobOptions",
     "ManifestError",
     "build_kubeflow_job",
-    "derive_task_id_command",
-    "derive_trainer_id_command",
 ]

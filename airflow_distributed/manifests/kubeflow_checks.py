@@ -18,12 +18,6 @@ from airflow_distributed.manifests.kubeflow_kinds import KINDS, KubeflowKind, ku
 from airflow_distributed.plan import SpecReplica, expand_replicas, master_settings
 from airflow_distributed.spec.models import SECTION_OF, PodSettings, PSCluster, TrainingSpec
 
-PADDLE_PS_REFUSED = (
-    "a PaddleJob runs parameter servers as its Master replicas and succeeds when they exit, but Paddle's pservers "
-    "serve until stopped and trainer 0 decides the job; backend='kubeflow' takes Paddle's collective mode only "
-    "(n_ps: 0); use backend='kubernetes' for parameter-server mode"
-)
-
 
 def kubeflow_problems(spec: TrainingSpec) -> list[tuple[str, str]]:
     """``(path, message)`` for every part of a valid spec that its Kubeflow resource cannot express.
@@ -37,8 +31,8 @@ def kubeflow_problems(spec: TrainingSpec) -> list[tuple[str, str]]:
     cluster = spec.cluster
     section = f"environment.{SECTION_OF[spec.framework]}"
     problems: list[tuple[str, str]] = []
-    if spec.framework == "paddle" and isinstance(cluster, PSCluster) and cluster.n_ps:
-        problems.append((f"{section}.n_ps", PADDLE_PS_REFUSED))
+    if kind.pservers_refused and isinstance(cluster, PSCluster) and cluster.n_ps:
+        problems.append((f"{section}.n_ps", kind.pservers_refused))
     if getattr(cluster, "elastic", None) is not None:
         # The task wraps every replica in torchrun with its own rendezvous; a PyTorchJob's elasticPolicy does that
         # in the operator instead, with other names and restart rules.
@@ -116,4 +110,4 @@ def slots_conflict(launcher: PodSettings, worker: PodSettings | None) -> str | N
     )
 
 
-__all__ = ["PADDLE_PS_REFUSED", "kubeflow_problems", "mpi_slots", "role_conflicts", "slots_conflict"]
+__all__ = ["kubeflow_problems", "mpi_slots", "role_conflicts", "slots_conflict"]

@@ -25,13 +25,15 @@ the pods, their Services and the framework's variables. Resources, their replica
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import shlex
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from airflow_distributed.frameworks import get_framework
 from airflow_distributed.frameworks.horovod import SSH_DIR
+from airflow_distributed.frameworks.xgboost import task_id
 from airflow_distributed.manifests.kubeflow_status import (
     GROUP,
     REPLICA_SPECS_KEY,
@@ -57,8 +59,12 @@ class KubeflowKind:
     operator_env: frozenset[str]
     #: spec fields every resource of this kind has, beside the replica specs and the run policy
     fixed_spec: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-    #: variables that differ between the pods of one template and are derived from the operator's ``RANK`` at start
+    #: variables that differ between the pods of one template and are derived in each pod at start...
     rank_derived_env: frozenset[str] = frozenset()
+    #: ... by this command around the replica's (``(argv, world size) -> argv``)
+    derive_rank_env: Callable[[Sequence[str], int], list[str]] | None = None
+    #: why the kind cannot run the framework's parameter servers (``None``: it can, or the framework has none)
+    pservers_refused: str | None = None
     #: an MPI job (mpi-operator): one Service for the whole job, the hostfile written by the operator, every host
     #: given the same ``slotsPerWorker``
     mpi: bool = False
@@ -97,6 +103,31 @@ _MXNET_ENV = frozenset({
     "MX_CONFIG", "DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER",
     "DMLC_USE_KUBERNETES",
 })
+
+def derive_task_id_command(argv: Sequence[str], world_size: int) -> list[str]:
+    """``argv`` run with ``DMLC_TASK_ID`` set from the operator's ``RANK``, padded as ``frameworks.xgboost.task_id``.
+
+    One template serves every Worker, so the one variable that differs between them is computed in the pod.
+    """
+    task_format = shlex.quote(f"%0{len(task_id(world_size - 1, world_size))}d")
+    script = f'DMLC_TASK_ID=$(printf {task_format} "$RANK") && export DMLC_TASK_ID && exec "$@"'
+    return ["sh", "-c", script, "sh", *argv]
+
+
+def derive_trainer_id_command(argv: Sequence[str]) -> list[str]:
+    """``argv`` run with Paddle's ``PADDLE_TRAINER_ID`` and ``PADDLE_CURRENT_ENDPOINT`` of a Worker pod.
+
+    One template serves every Worker, so these are computed in the pod from its replica index (the
+    ``AIRFLOW_DISTRIBUTED_INDEX`` the template reads from the operator's label): worker i is trainer i + 1, and its
+    endpoint is entry i + 2 (1-based) of ``PADDLE_TRAINER_ENDPOINTS``, as ``frameworks.paddle`` gives them.
+    """
+    script = (
+        'PADDLE_TRAINER_ID=$((AIRFLOW_DISTRIBUTED_INDEX + 1)) && '
+        'PADDLE_CURRENT_ENDPOINT=$(printf %s "$PADDLE_TRAINER_ENDPOINTS" | cut -d, -f$((PADDLE_TRAINER_ID + 1))) && '
+        'export PADDLE_TRAINER_ID PADDLE_CURRENT_ENDPOINT && exec "$@"'
+    )
+    return ["sh", "-c", script, "sh", *argv]
+
 
 def _kind(framework: str, version: str, plural: str, *args: Any, **kwargs: Any) -> KubeflowKind:
     """The framework's entry, its kind named by the framework (``Framework.kubeflow_kind``)."""
@@ -137,13 +168,19 @@ KINDS: dict[str, KubeflowKind] = {
         MappingProxyType({"master": "Master", "worker": "Worker"}),
         container="xgboost", port_name="xgboostjob-port",
         operator_env=frozenset({"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"}),
-        rank_derived_env=frozenset({"DMLC_TASK_ID"}),
+        rank_derived_env=frozenset({"DMLC_TASK_ID"}), derive_rank_env=derive_task_id_command,
     ),
     "paddle": _kind(
         "paddle", "v1", "paddlejobs",
         MappingProxyType({"master": "Master", "worker": "Worker"}),
         container="paddle", port_name="master", operator_env=frozenset({"PYTHONUNBUFFERED"}),
         rank_derived_env=frozenset({"PADDLE_TRAINER_ID", "PADDLE_CURRENT_ENDPOINT"}),
+        derive_rank_env=lambda argv, world_size: derive_trainer_id_command(argv),
+        pservers_refused=(
+            "a PaddleJob runs parameter servers as its Master replicas and succeeds when they exit, but Paddle's "
+            "pservers serve until stopped and trainer 0 decides the job; backend='kubeflow' takes Paddle's "
+            "collective mode only (n_ps: 0); use backend='kubernetes' for parameter-server mode"
+        ),
     ),
 }
 

@@ -6,7 +6,7 @@ Structure only: unknown keys and wrong types are rejected here; rules that need 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -24,7 +24,7 @@ from airflow_distributed.spec.limits import type_shown
 from airflow_distributed.spec.quantities import amount_in_base_units
 
 Framework = Literal["tensorflow", "mxnet", "pytorch", "horovod", "jax", "xgboost", "paddle"]
-FRAMEWORKS: tuple[str, ...] = ("tensorflow", "mxnet", "pytorch", "horovod", "jax", "xgboost", "paddle")
+FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 # The key of each framework's cluster subsection; Horovod's is Polyaxon's generic ``replicas``.
 SECTION_OF: dict[str, str] = {"tensorflow": "tensorflow", "mxnet": "mxnet", "pytorch": "pytorch", "horovod": "replicas",
                               "jax": "jax", "xgboost": "xgboost", "paddle": "paddle"}
@@ -275,4 +275,11 @@ class TrainingSpec(_Section):
         section = getattr(self.environment, SECTION_OF[self.framework])
         if section is not None:
             return section
-        return PSCluster() if self.framework in ("tensorflow", "mxnet", "paddle") else WorkerCluster()
+        return PSCluster() if _has_parameter_servers(SECTION_OF[self.framework]) else WorkerCluster()
+
+
+def _has_parameter_servers(section: str) -> bool:
+    """The environment's ``section`` is a parameter-server cluster: its shape is the ``Environment`` field's type,
+    named nowhere else."""
+    return any(isinstance(shape, type) and issubclass(shape, PSCluster)
+               for shape in get_args(Environment.model_fields[section].annotation))

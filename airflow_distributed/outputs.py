@@ -20,9 +20,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_distributed.contract import empty_document
-from airflow_distributed.live_report import is_record
 from airflow_distributed.status import ReplicaStatus
-from airflow_distributed.strict_json import DROPPED, StrictJson, downsample, safe_text, strict_number
+from airflow_distributed.strict_json import DROPPED, StrictJson, downsample, strict_number
 
 #: A document longer than this (characters) is not parsed: a warning, no metrics.
 DOCUMENT_TEXT_LIMIT = 16 * 2**20
@@ -32,9 +31,6 @@ DOCUMENT_TEXT_LIMIT = 16 * 2**20
 DOCUMENT_LIMIT = 2**20
 #: Bounds that keep the ``job`` XCom small whatever the job logged (the document's history is cut to as many).
 HISTORY_POINTS = 200
-LOG_LINES = 30
-LOG_REPLICAS = 64
-LINE_CHARS = 500
 
 #: Keys of a parsed document besides the report: a line saying what sanitising changed or why the text could not be
 #: read, and that it could not be read at all.
@@ -196,22 +192,16 @@ def job_result(
 
 
 def job_record(
-    result: Mapping[str, Any], document: Mapping[str, Any], logs: Mapping[str, Sequence[str]], duration: float,
-    usage: Mapping[str, Any] | None = None,
+    result: Mapping[str, Any], document: Mapping[str, Any], duration: float, usage: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ``job`` XCom: the result plus what a job view shows (metric history, each replica's last lines) and, when
-    given, what the job cost (``jobstate.usage``)."""
+    """The ``job`` XCom: the result plus what a job view shows (metric history, progress) and, when given, what the
+    job cost (``jobstate.usage``). No replica's line: those are the task log's (``jobstate.last_lines``), which
+    Airflow lets fewer users read than XComs."""
     return {
         **result,
         "duration_seconds": round(duration, 3),
         "history": downsample(list(document.get("history") or []), HISTORY_POINTS),
         **({"progress": document["progress"]} if document.get("progress") else {}),
-        "logs": {
-            # a replica's output may hold a NUL, which PostgreSQL's JSON refuses
-            # the master's live records are for the running job's view, not its last words
-            name: [safe_text(line[:LINE_CHARS]) for line in lines if not is_record(line)][-LOG_LINES:]
-            for name, lines in list(logs.items())[:LOG_REPLICAS]
-        },
         **({"usage": dict(usage)} if usage is not None else {}),
     }
 

@@ -1,5 +1,6 @@
-"""How every backend ends a job, whatever ran it: the output document read, the final table, the result and the
-``job`` XCom, then the error of a job that failed or the lines of one that succeeded.
+"""How every backend ends a job, whatever ran it: the output document read, the final table, each replica's last
+lines (in the task log), the result and the ``job`` XCom, then the error of a job that failed or the lines of one
+that succeeded.
 
 Each backend gathers what it alone knows (its replicas' rows and last lines, what the job cost, what its clean-up
 did) and hands it to ``end_job``, so that the same ending leaves the same record and reads the same everywhere.
@@ -12,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_distributed.jobstate.failures import job_failure
+from airflow_distributed.jobstate.last_lines import last_lines_block
 from airflow_distributed.jobstate.replica_table import replica_table
 from airflow_distributed.outputs import document_warning, job_record, job_result, parse_output_document
 
@@ -36,7 +38,8 @@ def end_job(context: Context, log: Any, *, name: str, framework: str, backend: s
             elapsed: float, cleanup: str, namespace: str | None = None, usage: Mapping[str, Any] | None = None,
             startup_timeout: float | None = None, queue_timeout: float | None = None,
             document_at: str | None = None) -> dict[str, Any]:
-    """The end of a job that ran: the final table, the ``job`` XCom (also on failure), then the result.
+    """The end of a job that ran: the final table, each replica's last lines in the task log, the ``job`` XCom
+    (also on failure), then the result.
 
     :param replicas: the final rows of the table (none: no table).
     :param cleanup: what became of the replicas of a job that did not succeed, for its error.
@@ -51,7 +54,10 @@ def end_job(context: Context, log: Any, *, name: str, framework: str, backend: s
     result = job_result(job_name=name, framework=framework, backend=backend,
                         state="succeeded" if outcome.succeeded else "failed", document=document, replicas=replicas,
                         namespace=namespace)
-    context["ti"].xcom_push(key="job", value=job_record(result, document, logs, elapsed, usage))
+    if (block := last_lines_block(name, logs)) is not None:
+        # Once, at the end, in the task log: where Airflow's log permission guards a replica's output (no XCom).
+        log.info("%s", block)
+    context["ti"].xcom_push(key="job", value=job_record(result, document, elapsed, usage))
     if not outcome.succeeded:
         raise job_failure(job, outcome, elapsed, cleanup, startup_timeout=startup_timeout,
                           queue_timeout=queue_timeout)

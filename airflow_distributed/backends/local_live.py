@@ -10,7 +10,7 @@ most, and nothing while it is quiet.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from airflow_distributed.outputs import UNREADABLE, job_record, job_result, parse_output_document
@@ -25,16 +25,15 @@ class LiveJobReport:
     reports); reads, logs and publishes at most once per ``interval``.
 
     :param read_document: the master's output document as text, or ``None`` before it exists.
-    :param publish: stores the live record (``ti.xcom_push(key="job_live", ...)``).
-    :param logs: the replicas' last lines so far.
+    :param publish: stores the live record (``ti.xcom_push(key="job_live", ...)``); it holds no replica's line,
+        which the task log has (``jobstate.last_lines``).
     """
 
     def __init__(self, *, job_name: str, framework: str, read_document: Callable[[], str | None],
-                 publish: Callable[[dict[str, Any]], None], logs: Callable[[], Mapping[str, Sequence[str]]],
-                 log: Any, interval: float = 2.0, clock: Callable[[], float] = time.monotonic,
-                 backend: str = "local") -> None:
+                 publish: Callable[[dict[str, Any]], None], log: Any, interval: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic, backend: str = "local") -> None:
         self.job_name, self.framework, self.backend = job_name, framework, backend
-        self._read, self._publish, self._logs, self._log = read_document, publish, logs, log
+        self._read, self._publish, self._log = read_document, publish, log
         self.interval, self._clock = interval, clock
         self._started = clock()
         self._next = self._started
@@ -60,4 +59,4 @@ class LiveJobReport:
         if state == self._last_published:
             return
         self._last_published = state
-        self._publish(job_record(result, document, self._logs(), now - self._started))
+        self._publish(job_record(result, document, now - self._started))

@@ -100,8 +100,7 @@ class LocalJobRun:
             job.stop(settings.options.stop_grace_period)
         live = LiveJobReport(
             job_name=name, framework=spec.framework, read_document=lambda: _read_text(output_path),
-            publish=lambda record: context["ti"].xcom_push(key=LIVE_XCOM_KEY, value=record),
-            logs=lambda: {replica.spec.name: list(replica.tail) for replica in job.replicas}, log=log,
+            publish=lambda record: context["ti"].xcom_push(key=LIVE_XCOM_KEY, value=record), log=log,
         )
         hung = None if settings.progress_timeout is None else HangWatchdog(
             settings.progress_timeout, read_document=lambda: _read_text(output_path),

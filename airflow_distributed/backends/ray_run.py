@@ -152,17 +152,18 @@ class RayJobRun:
 
 def _live_report(context: Context, log: Any, name: str, framework: str) -> Callable[[str], None]:
     """What the wait does with the driver's log at each poll: the ``job_live`` XCom of the job view (replicas,
-    metrics, progress, last lines), from the driver's latest reports, paced as on the local backend."""
+    metrics, progress; no replica's line, which is the task log's), from the driver's latest reports, paced as on the
+    local backend."""
     seen: dict[str, Any] = {}
     live = LiveJobReport(job_name=name, framework=framework, read_document=lambda: seen.get("document"),
                          publish=lambda record: context["ti"].xcom_push(key=LIVE_XCOM_KEY, value=record),
-                         logs=lambda: seen.get("logs") or {}, log=log, backend="ray")
+                         log=log, backend="ray")
 
     def on_report(logs: str) -> None:
         report, replicas = last_report(logs, "live"), last_report(logs, "replicas")
         if report is None or replicas is None:
             return
-        seen.update(document=report.get("document"), logs=report.get("logs") or {})
+        seen.update(document=report.get("document"))
         live(_statuses(replicas["replicas"]))
 
     return on_report

@@ -71,7 +71,7 @@ def live_record(run: TrainJobRun, obj: dict[str, Any]) -> dict[str, Any]:
     record: dict[str, Any] = {
         "job_name": run.name, "framework": run.framework, "backend": "trainjob", "namespace": run.namespace,
         "state": status.state, "metrics": dict(progress.metrics) if progress else {}, "model_path": None,
-        "history": [], "replicas": [], "logs": {},
+        "history": [], "replicas": [],
     }
     if progress is not None:
         record["trainer_status"] = progress.as_dict()

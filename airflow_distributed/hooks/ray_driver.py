@@ -47,10 +47,8 @@ from airflow_distributed.plan import ClusterPlan, Layout, build_plan
 from airflow_distributed.spec.models import TrainingSpec
 from airflow_distributed.status import FAILED, RUNNING, STOPPED, SUCCEEDED, ReplicaStatus
 
-#: Seconds between two live reports (the master's document and the replicas' last lines), when something changed.
+#: Seconds between two live reports (the master's document), when it changed.
 LIVE_INTERVAL = 2.0
-#: Last lines of each replica in a live report.
-LIVE_TAIL_LINES = 10
 #: A stop of the Ray Job gives the driver 3 s (``RAY_JOB_STOP_WAIT_TIME_S``) before SIGKILL: the replicas get less.
 STOP_GRACE_ON_SIGTERM = 1.5
 
@@ -318,18 +316,17 @@ class Driver:
             print(report_line({"kind": "replicas", "replicas": rows}), flush=True)
             self._last = rows
 
-    def _report_live(self, polls: list[dict[str, Any]]) -> None:
-        """The master's document and the replicas' last lines, at most every ``LIVE_INTERVAL`` and on change."""
-        assert self.plan is not None
+    def _report_live(self) -> None:
+        """The master's document, at most every ``LIVE_INTERVAL`` and on change (the replicas' lines are the task
+        log's: the ending report carries them)."""
         now = time.monotonic()
         if now < self._live_at:
             return
         self._live_at = now + LIVE_INTERVAL
         document = ray.get(self.actors[0].read.remote(self.layout.output_path))
-        logs = {replica.name: poll["tail"][-LIVE_TAIL_LINES:] for replica, poll in zip(self.plan.replicas, polls)}
-        if (document, logs) != self._last_live:
-            self._last_live = (document, logs)
-            print(report_line({"kind": "live", "document": document, "logs": logs}), flush=True)
+        if document != self._last_live:
+            self._last_live = document
+            print(report_line({"kind": "live", "document": document}), flush=True)
 
     def _wait(self) -> dict[str, Any]:
         assert self.plan is not None
@@ -344,7 +341,7 @@ class Driver:
                 stopped = self._stop_all(job["stop_grace_period"], polls)
                 polls = ray.get([actor.poll.remote() for actor in self.actors])
                 return self._outcome(ending.EXITED, polls, stopped, deciding=first)
-            self._report_live(polls)
+            self._report_live()
             self._master_lines = polls[0]["lines"]
             why = self.hang() if self.hang is not None and all(poll["exit_code"] is None for poll in polls) else None
             if why is not None:

@@ -7,8 +7,9 @@ Mounted by Airflow under ``/distributed``:
 
 Both use Airflow's security dependencies, so the caller is whoever Airflow authenticates (a JWT in the
 ``Authorization: Bearer`` header, or the UI's ``_token`` cookie) and the auth manager decides: the caller
-must be allowed to read the DAG's XComs, and the replicas' log lines are left out unless it may also read
-the DAG's task logs. The HTML view sends a caller who is not logged in to Airflow's login page.
+must be allowed to read the DAG's XComs. The replicas' log lines are in no XCom: they are read from the task's log
+(``task_log``), or from the pods of a running cluster job, only for a caller who may also read the DAG's task logs.
+The HTML view sends a caller who is not logged in to Airflow's login page.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from airflow_distributed.plugins import page
 from airflow_distributed.plugins.job_source import JobStateSource
 from airflow_distributed.plugins.job_state import DEFAULT_SOURCES, read_job, task_instance_state
+from airflow_distributed.plugins.task_log import task_log_lines
 from airflow_distributed.plugins.urls import URL_PREFIX, job_api_path
 from airflow_distributed.task_instance import TaskInstanceRef
 
@@ -84,9 +86,16 @@ def create_app(sources: Sequence[JobStateSource] = DEFAULT_SOURCES) -> FastAPI:
         if found is None:
             return None
         record, source = found
+        # Lines only for a viewer who may read the task's logs: those a source read from a running cluster job's
+        # pods, else the task log's (an XCom has none: ``job_state.decode_record``).
+        pod_lines = record.pop("logs", None)
         if not may_read_logs(user, ref.dag_id, session):
-            record = {**record, "logs": None}
-        return record, source
+            logs = None
+        elif pod_lines is not None:
+            logs = pod_lines
+        else:
+            logs = task_log_lines(ref, record, session)
+        return {**record, "logs": logs}, source
 
     @app.get("/api/jobs/{dag_id}/{run_id}/{task_id}", dependencies=[read_xcoms])
     def job_record(

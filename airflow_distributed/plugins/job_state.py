@@ -1,10 +1,12 @@
 """Where the job view reads a job's state from: the recorded ``job`` XCom, then the live sources.
 
 A source answers for one task instance with a record in the shape of the operator's ``job`` XCom
-(``job_name``, ``state``, ``replicas``, ``metrics``, ``history``, ``logs``...) or ``None`` when it knows nothing
-of that job. The view asks its sources in order and shows the first answer: a finished job's record stays the
-final word; while there is none, a cluster job's pods and live record (``live_kubernetes``: the ``kubernetes``,
-``kubeflow`` and ``trainjob`` backends) or a running job's published record (``job_live``: local) answer.
+(``job_name``, ``state``, ``replicas``, ``metrics``, ``history``...) or ``None`` when it knows nothing of that job;
+the live cluster source adds ``logs``, the master's lines it read from the pod (the view shows them, or the task
+log's, only to a viewer who may read the task's logs). The view asks its sources in order and shows the first
+answer: a finished job's record stays the final word; while there is none, a cluster job's pods and live record
+(``live_kubernetes``: the ``kubernetes``, ``kubeflow`` and ``trainjob`` backends) or a running job's published
+record (``job_live``: local) answer.
 
 Imported with ``app``, on the view's first request (``plugin.JobViewApp``), so Airflow's ORM models are imported
 at the top.
@@ -65,7 +67,8 @@ def decode_record(value: Any) -> dict[str, Any] | None:
             return None
     if not isinstance(value, Mapping) or "replicas" not in value:
         return None
-    return dict(value)
+    # A record an older release wrote held the replicas' last lines; they are the task log's to show, not an XCom's.
+    return {key: item for key, item in value.items() if key != "logs"}
 
 
 def read_job(

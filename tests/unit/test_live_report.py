@@ -7,8 +7,9 @@ import json
 import pytest
 
 from airflow_distributed import contract, tracking
+from airflow_distributed.jobstate.last_lines import last_lines_block
 from airflow_distributed.live_report import PREFIX, RECORD_LIMIT, latest_record, record_line, without_records
-from airflow_distributed.outputs import job_record, sanitise_document
+from airflow_distributed.outputs import sanitise_document
 
 
 @pytest.fixture
@@ -71,6 +72,6 @@ def test_the_newest_whole_record_is_taken_and_sanitised_and_logs_leave_records_o
     document = sanitise_document(latest_record(lines))
     assert document["metrics"] == {"loss": None, "acc": None} and document["progress"] == {"percent": None}
     assert without_records(lines) == ["step 1", "step 2", "step 3"]
-    record = job_record({"replicas": []}, {"history": []}, {"master": lines}, 1.0)
-    assert record["logs"] == {"master": ["step 1", "step 2", "step 3"]}
+    assert last_lines_block("j", {"master": lines}).splitlines()[1:] == [
+        "  master:", "    step 1", "    step 2", "    step 3"]
     assert latest_record(["no record here"]) is None

@@ -61,9 +61,9 @@ def test_a_bad_document_becomes_strict_json_with_nulls_and_a_warning_naming_wher
     assert "progress.percent" in warning and "progress.eta_seconds" in warning and "more" in warning
     result = job_result(job_name="j", framework="pytorch", backend="local", state="succeeded", document=document,
                         replicas=[])
-    record = job_record(result, document, {"master-0": ["done \x00"]}, 1.0)
+    record = job_record(result, document, 1.0)
     assert strict(result) == result and strict(record) == record  # neither XCom push can fail
-    assert record["logs"] == {"master-0": ["done \ufffd"]}  # a NUL printed by a replica, which PostgreSQL refuses
+    assert "logs" not in record  # a replica's lines are the task log's, never an XCom's
     assert progress_text(record["progress"]) == "(5/10 steps)"  # nothing to say of a percent it got wrong
 
 
@@ -208,7 +208,7 @@ def test_any_document_comes_out_strict_and_within_the_limits(document):
         assert len(json.dumps(parsed.get(WARNINGS, []))) < 2000
         result = job_result(job_name="j", framework="pytorch", backend="local", state="succeeded",
                             document=parsed, replicas=[])
-        json.dumps(job_record(result, parsed, {}, 0.0), allow_nan=False)
+        json.dumps(job_record(result, parsed, 0.0), allow_nan=False)
         if "progress" in parsed:
             progress_text(parsed["progress"])
 
@@ -234,7 +234,7 @@ def test_the_live_record_of_a_running_job_is_strict_json_whatever_the_master_wro
     clock = [0.0]
     live = LiveJobReport(job_name="j", framework="pytorch", read_document=lambda: next(texts),
                          publish=lambda record: published.append(json.dumps(record, allow_nan=False)),
-                         logs=lambda: {"master-0": ["step 5"]}, log=_Log(), interval=1.0, clock=lambda: clock[0])
+                         log=_Log(), interval=1.0, clock=lambda: clock[0])
     replicas = [ReplicaStatus("master-0", "master", 0, RUNNING)]
     for _ in range(3):
         live(replicas)
@@ -245,6 +245,7 @@ def test_the_live_record_of_a_running_job_is_strict_json_whatever_the_master_wro
     record = json.loads(published[0])
     assert record["progress"] == {"step": 5, "total": 10, "percent": None, "eta_seconds": None}
     assert record["history"][0] == {"step": 1, "loss": None}
+    assert "logs" not in record  # a running job's lines are the task log's too
 
 
 class _Log:

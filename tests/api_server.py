@@ -15,17 +15,22 @@ from typing import Any
 
 import pytest
 
+from tests.auth_manager import NO_LOG_USERS
+
 BUNDLE = "dags-folder"
 
 
 @contextmanager
-def api_client(users: Mapping[str, str], owner: str, teams: tuple[str, ...], tmp: Path) -> Iterator[Any]:
+def api_client(users: Mapping[str, str], owner: str, teams: tuple[str, ...], tmp: Path,
+               no_log_users: tuple[str, ...] = ()) -> Iterator[Any]:
     """A ``TestClient`` of ``airflow.api_fastapi.app.create_app()`` (which mounts the plugin from its entry point).
 
     :param users: ``{user: role or "role:team"}``; each user's password is ``<user>-secret``.
     :param owner: the team the DAGs folder's bundle belongs to; ``teams`` are created, then removed.
+    :param no_log_users: users who may read what their role allows but no task log (``tests.auth_manager``).
     """
     from airflow.api_fastapi.app import create_app, purge_cached_app
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
     from airflow.models.dag import clear_team_name_cache
     from airflow.models.dagbundle import DagBundleModel
     from airflow.models.team import Team
@@ -40,6 +45,11 @@ def api_client(users: Mapping[str, str], owner: str, teams: tuple[str, ...], tmp
         env.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "False")
         env.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", ",".join(f"{u}:{r}" for u, r in users.items()))
         env.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE", str(passwords))
+        if no_log_users:
+            env.setenv("AIRFLOW__CORE__AUTH_MANAGER", "tests.auth_manager.XComsWithoutLogsAuthManager")
+            env.setenv(NO_LOG_USERS, ",".join(no_log_users))
+        # The DAGs folder's bundle has its row once a DAG of it was run or parsed; a test may ask before.
+        DagBundlesManager().sync_bundles_to_db()
         with create_session() as session:
             created = [Team(name=team) for team in teams]
             session.add_all(created)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import psutil
+
+from airflow_distributed.jobstate.last_lines import read_block
 
 if TYPE_CHECKING:
     import pendulum
@@ -73,18 +76,38 @@ def xcom(run, task_id: str, key: str = "return_value") -> Any:
         return None if row is None else XComModel.deserialize_value(row[0])
 
 
-def assert_master_and_two_workers_exchanged(run, framework: str, lines: Callable[[int], list[str]]) -> dict:
+def replica_lines(out: str, job: str) -> dict[str, list[str]]:
+    """Each replica's last lines as the task log's closing block of ``job`` holds them (``jobstate.last_lines``),
+    from a ``dag.test()`` run's output, where the task log is printed: Airflow's console renderer adds the logger's
+    name and the source location after an event's last line."""
+    start = out.rfind(f"last lines of each replica of {job} (")
+    assert start >= 0, f"no closing block of {job} in the task log"
+    heading, *rest = out[start:].split("\n")
+    block = [heading]
+    for line in rest:
+        if not line.startswith("  "):
+            break
+        block.append(line)
+    block[-1] = re.sub(r" \[[\w.]+\] loc=\S+$", "", block[-1])
+    found = read_block(job, "\n".join(block))
+    assert found is not None
+    return found
+
+
+def assert_master_and_two_workers_exchanged(run, framework: str, lines: Callable[[int], list[str]],
+                                            out: str) -> dict:
     """The checks every example of a master and two workers shares; returns the master's metrics.
 
     The job succeeded with replicas master-0, worker-0, worker-1 exiting 0 and none left running; each replica's
     last lines hold every line ``lines(rank)`` gives (rank: master 0, worker i -> i + 1), as printed by the script
-    from what its framework reported after joining the others.
+    from what its framework reported after joining the others; ``out`` is the run's output (the task log).
     """
     result = xcom(run, "train")
     assert result["framework"] == framework and result["state"] == "succeeded"
     replicas = [(r["role"], r["index"], r["exit_code"]) for r in result["replicas"]]
     assert replicas == [("master", 0, 0), ("worker", 0, 0), ("worker", 1, 0)]
-    logs = xcom(run, "train", "job")["logs"]
+    logs = replica_lines(out, result["job_name"])
+    assert "logs" not in xcom(run, "train", "job")  # the task log's, never an XCom's
     for rank, replica in enumerate(result["replicas"]):
         for expected in lines(rank):
             assert any(expected in line for line in logs[replica["name"]]), (expected, logs[replica["name"]])

@@ -1,10 +1,10 @@
 """DAG runs whose tasks run as an Airflow worker runs them: under the task SDK's supervisor, in a forked task
-process, with the task's log written to the file Airflow's log reader serves (``[logging] base_log_folder``).
+process, the task's log written to the file Airflow's log reader serves (``[logging] base_log_folder``).
 
 ``dag.test()`` runs each task inside the test's process and writes no task log file, so what a task logs cannot be
 read back through Airflow's log access there. Inside ``supervised_tasks()`` the same ``dag.test()`` loop runs each
-task through ``supervise_task`` instead, against the same in-process Execution API, and runs a deferred task's
-trigger in line as ``dag.test()`` does.
+task through ``supervise_task`` (what the Local and Celery executors' workers call) against the same in-process
+Execution API, and runs a deferred task's trigger in line, as ``dag.test()`` does, before the task resumes.
 """
 
 from __future__ import annotations
@@ -32,23 +32,17 @@ def supervised_tasks() -> Iterator[None]:
         dag_module._run_task = original
 
 
-def task_log_path(ti: Any) -> Path:
-    """The task log file of ``ti``'s current try, where the file task handler reads it."""
-    from airflow.configuration import conf
-    from airflow.utils.helpers import log_filename_template_renderer
-
-    return Path(conf.get("logging", "base_log_folder")) / log_filename_template_renderer()(ti=ti)
-
-
 def _run_supervised(*, ti: Any, task: Any, run_triggerer: bool = False) -> None:
     from uuid import UUID
 
     from airflow.configuration import conf
     from airflow.executors.workloads import BundleInfo
-    from airflow.models.trigger import Trigger
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.sdk._shared.module_loading import import_string
     from airflow.sdk.api.datamodels._generated import TaskInstance as TaskInstanceSDK
     from airflow.sdk.execution_time.supervisor import InProcessTestSupervisor, supervise_task
     from airflow.sdk.serde import serialize
+    from airflow.utils.helpers import log_filename_template_renderer
     from airflow.utils.session import create_session
     from airflow.utils.state import TaskInstanceState
     from sqlalchemy.orm import joinedload
@@ -57,9 +51,9 @@ def _run_supervised(*, ti: Any, task: Any, run_triggerer: bool = False) -> None:
     while True:
         ti.set_state(TaskInstanceState.QUEUED)
         with create_session() as session:
-            current = session.merge(ti)
-            session.refresh(current, ["dag_run"])
-            log_path = str(task_log_path(current).relative_to(conf.get("logging", "base_log_folder")))
+            row = session.query(TaskInstance).options(joinedload(TaskInstance.dag_run)).filter(
+                TaskInstance.id == ti.id).one()
+            log_path = log_filename_template_renderer()(ti=row)
         sdk_ti = TaskInstanceSDK(id=UUID(str(ti.id)), task_id=ti.task_id, dag_id=ti.dag_id, run_id=ti.run_id,
                                  try_number=ti.try_number, map_index=ti.map_index,
                                  dag_version_id=UUID(str(ti.dag_version_id)))
@@ -68,27 +62,23 @@ def _run_supervised(*, ti: Any, task: Any, run_triggerer: bool = False) -> None:
                            dag_rel_path=os.path.relpath(task.dag.fileloc, dags_folder), token="",
                            client=InProcessTestSupervisor._api_client(task.dag), log_path=log_path)
         finally:
-            # supervise_task makes the calling process (a worker's, here the test's) non-dumpable.
+            # supervise_task makes the calling process (a worker's; here the test's) non-dumpable.
             ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
         with create_session() as session:
-            from airflow.models.taskinstance import TaskInstance
-
             row = session.query(TaskInstance).options(joinedload(TaskInstance.trigger)).filter(
                 TaskInstance.id == ti.id).one()
-            state, trigger = row.state, row.trigger
-            classpath, kwargs = (trigger.classpath, trigger.kwargs) if trigger is not None else (None, None)
-            next_method = row.next_method
+            trigger = (row.trigger.classpath, row.trigger.kwargs) if row.trigger is not None else None
+            deferred, next_method = row.state == TaskInstanceState.DEFERRED, row.next_method
         ti.refresh_from_db()
-        if state != TaskInstanceState.DEFERRED or not run_triggerer or classpath is None:
+        if not (deferred and run_triggerer and trigger is not None):
             return
-        from airflow.sdk._shared.module_loading import import_string
-
+        classpath, kwargs = trigger
         event = InProcessTestSupervisor.run_trigger_in_process(trigger=import_string(classpath)(**kwargs), ti=sdk_ti)
         with create_session() as session:
-            row = session.merge(ti)
+            row = session.query(TaskInstance).filter(TaskInstance.id == ti.id).one()
             row.next_method = next_method
-            row.next_kwargs = {"event": serialize(event.payload)} if event else row.next_kwargs
-            row.state = TaskInstanceState.SCHEDULED
+            if event is not None:
+                row.next_kwargs = {"event": serialize(event.payload)}
             row.trigger_id = None
+            row.state = TaskInstanceState.SCHEDULED
         ti.refresh_from_db()
-        del Trigger

@@ -10,20 +10,21 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.helpers import assert_master_and_two_workers_exchanged, replica_processes, run_dag, xcom
+from tests.helpers import assert_master_and_two_workers_exchanged, replica_lines, replica_processes, run_dag, xcom
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 PADDLE_PYTHON = ROOT / ".venvs" / "paddle" / "bin" / "python"
 
 
 @pytest.mark.skipif(not PADDLE_PYTHON.exists(), reason="no PaddlePaddle environment: run `make paddle`")
-def test_paddle_example_all_reduces_across_trainers_and_reports_through_xcom():
+def test_paddle_example_all_reduces_across_trainers_and_reports_through_xcom(capfd):
     run, states = run_dag("example_paddle_collective", conf={"steps": 20})
 
     assert states == {"train": "success", "report": "success"}
     # Paddle's own view of each trainer after init_parallel_env: rank (master 0, worker i -> i + 1), world size.
     metrics = assert_master_and_two_workers_exchanged(run, "paddle", lambda rank: [
-        f"trainer {rank}/3: endpoint 127.0.0.1:", f"trainer {rank}: all-reduce sum of trainer ids + 1 is 6.0"])
+        f"trainer {rank}/3: endpoint 127.0.0.1:", f"trainer {rank}: all-reduce sum of trainer ids + 1 is 6.0"],
+        capfd.readouterr().out)
     assert (metrics["allreduce_sum"], metrics["allreduce_expected"]) == (6.0, 6.0)
     assert metrics["parameters_identical"] is True
     assert metrics["final_loss"] < metrics["initial_loss"]
@@ -36,7 +37,7 @@ PADDLE_PS_PYTHON = Path(os.environ.get("AIRFLOW_DISTRIBUTED_PADDLE_PS_PYTHON",
 
 
 @pytest.mark.skipif(not PADDLE_PS_PYTHON.exists(), reason="no Paddle 2.6 environment: run `make paddle-ps`")
-def test_paddle_ps_example_exchanges_gradients_through_the_pservers_and_stops_them():
+def test_paddle_ps_example_exchanges_gradients_through_the_pservers_and_stops_them(capfd):
     run, states = run_dag("example_paddle_ps", conf={"steps": 40})
 
     assert states == {"train": "success", "report": "success"}
@@ -49,7 +50,7 @@ def test_paddle_ps_example_exchanges_gradients_through_the_pservers_and_stops_th
     # master and worker 0 trainer 1. Pservers serve until trainer 0's stop_worker stops them or, if that has not
     # ended them yet when the master ends, the backend does: either way none is left running.
     assert {replicas[("pserver", i)]["state"] for i in range(2)} <= {"stopped", "succeeded"}
-    logs = xcom(run, "train", "job")["logs"]
+    logs = replica_lines(capfd.readouterr().out, result["job_name"])
     for index in range(2):
         name = replicas[("pserver", index)]["name"]
         assert any(f"pserver {index}/2: serving on 127.0.0.1:" in line for line in logs[name]), logs[name]

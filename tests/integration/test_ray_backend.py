@@ -29,6 +29,7 @@ from tests.conftest import ROOT
 from tests.hang_scripts import gloo_hang_failure
 from tests.helpers import (
     assert_master_and_two_workers_exchanged,
+    replica_lines,
     replica_processes,
     run_dag,
     run_dag_at,
@@ -89,7 +90,7 @@ def failure_line(out: str) -> str:
 
 
 @pytest.mark.parametrize("dag_id", ["ray_pytorch_ddp", "ray_pytorch_ddp_deferrable"])
-def test_pytorch_ddp_on_ray_trains_with_identical_parameters_on_every_rank(ray_cluster, dag_id):
+def test_pytorch_ddp_on_ray_trains_with_identical_parameters_on_every_rank(ray_cluster, dag_id, capfd):
     run, states = run_dag(dag_id)
 
     assert states == {"train": "success"}
@@ -100,7 +101,7 @@ def test_pytorch_ddp_on_ray_trains_with_identical_parameters_on_every_rank(ray_c
     assert len(set(assert_on_loopback(ray_cluster, result["job_name"]))) == 3
     metrics = xcom(run, "train", "metrics")
     assert metrics["world_size"] == 3 and metrics["final_loss"] < metrics["initial_loss"]
-    logs = xcom(run, "train", "job")["logs"]
+    logs = replica_lines(capfd.readouterr().out, result["job_name"])
     # The script fails unless the all-gathered parameter checksums are equal; each rank says it checked them.
     for rank, replica in enumerate(result["replicas"]):
         assert any(f"rank {rank}/3: process group ready (127.0.0.1:" in line for line in logs[replica["name"]])
@@ -154,14 +155,14 @@ COLLECTIVES = {
 # XGBoost in the default run; JAX and Paddle (the same path, other frameworks' variables) with the slow tests.
 @pytest.mark.parametrize("dag_id", [pytest.param(dag_id, marks=[pytest.mark.slow] if dag_id != "ray_xgboost" else [])
                                     for dag_id in sorted(COLLECTIVES)])
-def test_xgboost_jax_and_paddle_on_ray_sum_across_three_processes(ray_cluster, dag_id):
+def test_xgboost_jax_and_paddle_on_ray_sum_across_three_processes(ray_cluster, dag_id, capfd):
     missing, framework, lines, (total, agree) = COLLECTIVES[dag_id]
     if missing() is not None:
         pytest.skip(missing())
     run, states = run_dag(dag_id)
 
     assert states == {"train": "success"}
-    metrics = assert_master_and_two_workers_exchanged(run, framework, lines)
+    metrics = assert_master_and_two_workers_exchanged(run, framework, lines, capfd.readouterr().out)
     assert (metrics[total], metrics[agree]) == (6.0, True)
     assert_on_loopback(ray_cluster, xcom(run, "train", "job_name"))
     assert_nothing_left(ray_cluster)

@@ -14,6 +14,7 @@ import pytest
 
 from tests.api_server import api_client, as_user, token
 from tests.helpers import run_dag, xcom
+from tests.supervised_runs import supervised_tasks
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
@@ -24,7 +25,8 @@ USERS = {"admin": "admin", "alice": f"viewer:{TEAM}", "bob": f"viewer:{OTHER_TEA
 
 @pytest.fixture(scope="module")
 def trained():
-    run, states = run_dag(DAG_ID, conf={"steps": 20})
+    with supervised_tasks():  # the task log file, where the view reads the replicas' lines
+        run, states = run_dag(DAG_ID, conf={"steps": 20})
     assert states[TASK_ID] == "success"
     return run, xcom(run, TASK_ID, "job")
 
@@ -55,7 +57,8 @@ def test_json_record_has_the_replicas_and_metrics(client, trained):
     ]
     assert record["metrics"] == job["metrics"] and record["metrics"]["world_size"] == 3
     assert record["history"] == job["history"] and record["duration_seconds"] > 0
-    assert set(record["logs"]) == {r["name"] for r in record["replicas"]}
+    assert set(record["logs"]) == {r["name"] for r in record["replicas"]}  # from the task log
+    assert any("final loss" in line for line in record["logs"][f"{job['job_name']}-master-0"])
 
 
 def test_html_view_shows_replicas_metrics_history_and_logs(client, trained):

@@ -92,7 +92,7 @@ def test_a_replicas_lines_reach_only_a_viewer_who_may_read_the_task_log_during_t
 
     # After it: the XComs hold no line for anyone; the view shows the task log's closing block to the log reader.
     after = {user: _reads(client, run.run_id, headers[user]) for user in USERS}
-    for user, texts in after.items():
+    for texts in after.values():
         assert {"xcomEntries/job?deserialize=true", "xcomEntries/job_live?deserialize=true"} <= set(texts)
         assert [where for where, text in texts.items() if REPLICA_LINE in text and not where.startswith("view")] == []
     record = json.loads(after["logreader"]["view json"])

@@ -76,3 +76,24 @@ def token(client: Any, user: str) -> str:
 
 def as_user(client: Any, user: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token(client, user)}"}
+
+
+def task_reads(client: Any, dag_id: str, run_id: str, task_id: str, headers: dict[str, str]) -> dict[str, str]:
+    """What a caller reads of one task instance: every XCom entry through the REST API (as stored and
+    deserialized), and the job view's JSON and HTML (empty when refused), each as the text it received."""
+    from urllib.parse import quote
+
+    base = f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances/{task_id}/xcomEntries"
+    listing = client.get(base, headers=headers)
+    assert listing.status_code == 200, listing.text
+    texts = {"xcomEntries": listing.text}
+    for entry in listing.json()["xcom_entries"]:
+        for deserialize in ("false", "true"):
+            response = client.get(f"{base}/{entry['key']}", params={"deserialize": deserialize}, headers=headers)
+            assert response.status_code == 200, response.text
+            texts[f"xcomEntries/{entry['key']}?deserialize={deserialize}"] = response.text
+    ids = f"{dag_id}/{quote(run_id, safe='')}/{task_id}"
+    for name, path in (("view json", f"/distributed/api/jobs/{ids}"), ("view html", f"/distributed/jobs/{ids}")):
+        response = client.get(path, headers=headers)
+        texts[name] = response.text if response.status_code == 200 else ""
+    return texts

@@ -12,6 +12,7 @@ job succeeds whatever the view showed, so that the run ends and the player's ``c
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from airflow_distributed.live_report import PREFIX
-from tests.api_server import api_client, as_user
+from tests.api_server import api_client, as_user, task_reads
 from tests.conftest import ROOT
 from tests.helpers import wait_until
 from tests.kubernetes_helpers import DOCUMENT
@@ -125,10 +126,20 @@ def dags_folder_bundle() -> None:
 
 @contextmanager
 def view_client(tmp: Path) -> Iterator[Any]:
-    """The API server app, the DAGs folder's bundle owned by team ``ml``, and ``alice`` a viewer of that team."""
+    """The API server app, the DAGs folder's bundle owned by team ``ml``, ``alice`` a viewer of that team and
+    ``reader`` one who may read its XComs but not its task logs."""
     dags_folder_bundle()
-    with api_client({"alice": "viewer:ml"}, "ml", ("ml",), tmp) as client:
+    with api_client({"alice": "viewer:ml", "reader": "viewer:ml"}, "ml", ("ml",), tmp,
+                    no_log_users=("reader",)) as client:
         yield client
+
+
+def assert_no_line_without_log_permission(client: Any, dag_id: str, run_id: str, lines: list[str]) -> None:
+    """``reader`` finds none of the master's ``lines`` in any XCom or in the view, which says it may not read
+    them."""
+    texts = task_reads(client, dag_id, run_id, "train", as_user(client, "reader"))
+    assert [where for where, text in texts.items() if any(line in text for line in lines)] == [], lines
+    assert json.loads(texts["view json"])["logs"] is None and "No permission to read logs" in texts["view html"]
 
 
 def shown_at(client: Any, dag_id: str, percent: float) -> tuple[dict, str | None]:
@@ -148,7 +159,9 @@ def shown_at(client: Any, dag_id: str, percent: float) -> tuple[dict, str | None
         record = wait_until(shown, timeout=BEHIND, interval=0.5)
     except AssertionError:
         raise AssertionError(f"the view did not show {percent}% within {BEHIND:g} s: {last}") from None
-    return record, task_state(dag_id, run_id)
+    state = task_state(dag_id, run_id)
+    assert_no_line_without_log_permission(client, dag_id, run_id, [f"step {percent} done"])
+    return record, state
 
 
 def report_each(master: Master, client: Any, dag_id: str, percents: tuple[int, ...] = (10, 50, 90)) -> Seen:

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 import threading
-from urllib.parse import quote
 
 import pytest
 
-from tests.api_server import api_client, as_user
+from tests.api_server import api_client, as_user, task_reads
 from tests.helpers import run_dag, xcom
 from tests.supervised_runs import supervised_tasks
 
@@ -25,25 +24,6 @@ DAG_ID, TASK_ID, TEAM = "test_local_progress", "train", "ml"
 USERS = {"reader": f"viewer:{TEAM}", "logreader": f"viewer:{TEAM}"}
 #: What every replica of the job prints once joined (pytorch_ddp.py): a replica's line, never an XCom's.
 REPLICA_LINE = "process group ready"
-
-
-def _reads(client, run_id: str, headers: dict[str, str]) -> dict[str, str]:
-    """Every XCom entry of the task through the REST API (as stored and deserialized) and the view's JSON and HTML,
-    each as the text the caller received."""
-    base = f"/api/v2/dags/{DAG_ID}/dagRuns/{quote(run_id, safe='')}/taskInstances/{TASK_ID}/xcomEntries"
-    listing = client.get(base, headers=headers)
-    assert listing.status_code == 200, listing.text
-    texts = {"xcomEntries": listing.text}
-    for entry in listing.json()["xcom_entries"]:
-        for deserialize in ("false", "true"):
-            response = client.get(f"{base}/{entry['key']}", params={"deserialize": deserialize}, headers=headers)
-            assert response.status_code == 200, response.text
-            texts[f"xcomEntries/{entry['key']}?deserialize={deserialize}"] = response.text
-    ids = f"{DAG_ID}/{quote(run_id, safe='')}/{TASK_ID}"
-    for name, path in (("view json", f"/distributed/api/jobs/{ids}"), ("view html", f"/distributed/jobs/{ids}")):
-        response = client.get(path, headers=headers)
-        texts[name] = response.text if response.status_code == 200 else ""
-    return texts
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +47,7 @@ def test_a_replicas_lines_reach_only_a_viewer_who_may_read_the_task_log_during_t
                 runs = [run.run_id for run in session.query(DagRun).filter(DagRun.dag_id == DAG_ID)]
             for run_id in runs:
                 for user in USERS:
-                    during.append((user, _reads(client, run_id, headers[user])))
+                    during.append((user, task_reads(client, DAG_ID, run_id, TASK_ID, headers[user])))
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
@@ -91,7 +71,7 @@ def test_a_replicas_lines_reach_only_a_viewer_who_may_read_the_task_log_during_t
     assert all(json.loads(texts["view json"])["logs"] is None for user, texts in running if user == "reader")
 
     # After it: the XComs hold no line for anyone; the view shows the task log's closing block to the log reader.
-    after = {user: _reads(client, run.run_id, headers[user]) for user in USERS}
+    after = {user: task_reads(client, DAG_ID, run.run_id, TASK_ID, headers[user]) for user in USERS}
     for texts in after.values():
         assert {"xcomEntries/job?deserialize=true", "xcomEntries/job_live?deserialize=true"} <= set(texts)
         assert [where for where, text in texts.items() if REPLICA_LINE in text and not where.startswith("view")] == []

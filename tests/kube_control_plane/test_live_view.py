@@ -28,6 +28,7 @@ from tests.kubernetes_helpers import Kubelet, comes_to
 from tests.live_view import (
     Seen,
     assert_master_lines_once,
+    assert_no_line_without_log_permission,
     assert_reports_shown,
     assert_trainjob_shown,
     kubernetes_reports,
@@ -52,8 +53,10 @@ def run_reported(namespace: str, player: Any, reports: Callable[..., Callable], 
     dag_id = namespace.replace("-", "_")
     seen: Seen = {}
     player.play(reports(client, dag_id, str(tmp_path / "output.json"), seen))
-    _, states = run_dag_at(dag_id)
+    run, states = run_dag_at(dag_id)
     player.check()
+    # After the job as while it ran (``shown_at``): none of the master's lines for a viewer who may not read logs.
+    assert_no_line_without_log_permission(client, dag_id, run.run_id, [f"step {p} done" for p in (10, 50, 90)])
     return states, seen, "queued" if dag_id.endswith("deferrable") else "running"
 
 

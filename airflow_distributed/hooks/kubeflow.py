@@ -215,13 +215,6 @@ class KubeflowJobHook(KubeApiHook):
                               namespace, resource.plural, name, missing_ok=True, _preload_content=False)
         return None if response is MISSING else self._json(response)
 
-    def list_kubeflow_jobs(self, namespace: str, resource: KubeflowResource, name: str) -> dict[str, Any]:
-        """The raw list of the one object ``name`` (``items`` and ``metadata.resourceVersion``)."""
-        response = self._call(f"listing {resource.kind} {namespace}/{name}",
-                              self.custom_objects.list_namespaced_custom_object, resource.group, resource.version,
-                              namespace, resource.plural, field_selector=name_selector(name), _preload_content=False)
-        return self._json(response)
-
     def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         response = self._call(f"listing pods {selector} in {namespace}", self.core_v1_client.list_namespaced_pod,
                               namespace, label_selector=selector, _preload_content=False)

@@ -22,7 +22,6 @@ Only waits import this module (it loads both Kubernetes clients' modules); the o
 from __future__ import annotations
 
 import asyncio
-import math
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -396,13 +395,6 @@ async def lines(response: Any) -> AsyncIterator[bytes]:
         yield bytes(buffer)
 
 
-def seconds_until(deadline: float | None, now: float, longest: int) -> int:
-    """A watch's ``timeoutSeconds``, cut so that it ends by ``deadline`` (an integer >= 1)."""
-    if deadline is None:
-        return longest
-    return max(1, min(longest, math.ceil(deadline - now)))
-
-
 __all__ = [
     "AUTH_STATUSES",
     "AsyncWatchCalls",
@@ -413,5 +405,4 @@ __all__ = [
     "is_read_timeout",
     "lines",
     "run_watch",
-    "seconds_until",
 ]

@@ -67,12 +67,6 @@ class LogCursor:
         self.last_ns, self._emitted_at_last, self._to_skip = ns, 1, 0
         return text
 
-    def skip_second(self) -> None:
-        """Go on after the second of the last line seen: its lines that are left (more than one read holds) are
-        not shown, for a read from ``since_time()`` would bring back the same ones again."""
-        second = (self.last_ns or 0) // 10**9
-        self.last_ns, self._emitted_at_last, self._to_skip = (second + 1) * 10**9, 0, 0
-
     def as_dict(self) -> dict[str, int] | None:
         """Where the cursor is, JSON-safe (a trigger's event, the next trigger's argument); ``None`` before a line."""
         return None if self.last_ns is None else {"last_ns": self.last_ns, "emitted_at_last": self._emitted_at_last}

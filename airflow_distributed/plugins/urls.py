@@ -23,12 +23,6 @@ def _segment(value: str) -> str:
     return quote(str(value), safe="")
 
 
-def job_page_path(dag_id: str, run_id: str, task_id: str, map_index: int | None = -1) -> str:
-    """Path of the plugin's HTML job view for one task instance."""
-    path = f"{URL_PREFIX}/jobs/{_segment(dag_id)}/{_segment(run_id)}/{_segment(task_id)}"
-    return path if map_index is None or map_index < 0 else f"{path}?map_index={int(map_index)}"
-
-
 def job_api_path(dag_id: str, run_id: str, task_id: str, map_index: int | None = -1) -> str:
     """Path of the plugin's JSON job record for one task instance."""
     path = f"{URL_PREFIX}/api/jobs/{_segment(dag_id)}/{_segment(run_id)}/{_segment(task_id)}"

@@ -42,7 +42,8 @@ def test_a_timeout_must_be_positive(timeout) -> None:
 def test_what_of_the_document_counts() -> None:
     document = {"metrics": {"loss": 0.5}, "history": [{"step": 1}, {"step": 2, "loss": 0.5}],
                 "progress": {"step": 7, "total": 10}}
-    assert document_mark(document) == ({"step": 7, "total": 10}, {"loss": 0.5}, [{"step": 2, "loss": 0.5}])
+    assert document_mark(document) == ({"step": 7, "total": 10}, {"loss": 0.5}, [{"step": 2, "loss": 0.5}], None)
+    assert document_mark({**document, "reported_at": 1.5})[-1] == 1.5  # any report is a sign of life
     assert document_step(document) == 7
     assert document_step({"history": [{"step": 2}]}) == 2
     assert document_step({"metrics": {}, "history": []}) is None

@@ -66,3 +66,30 @@ def test_bad_progress_is_refused(master, step, total, error):
 ])
 def test_progress_text(progress, text):
     assert progress_text(progress) == text
+
+
+def test_a_progress_held_back_is_written_when_its_second_ends_without_another_call(master, monkeypatch):
+    # The master reports steps within a second of its last write, then blocks (in a collective): no call comes to
+    # write the last one, a timer thread does.
+    output, clock = master
+    timers: list = []
+
+    class Timer:
+        def __init__(self, wait, call) -> None:
+            timers.append((wait, call))
+
+        def start(self) -> None:
+            """Fired by the test, not by time."""
+
+    monkeypatch.setattr(tracking.threading, "Timer", Timer)
+    tracking.log_progress(1, 100)
+    for step in range(2, 5):
+        clock[0] += 0.2
+        tracking.log_progress(step, 100)
+    document = json.loads(output.read_text())
+    assert document["progress"]["step"] == 1
+    ((wait, write),) = timers
+    assert wait == pytest.approx(0.8)
+    write()
+    document = json.loads(output.read_text())
+    assert document["progress"]["step"] == 4 and document["reported_at"] > 0

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_distributed.contract import ENV_OUTPUT, ENV_STACKS_DIR, ENV_STACKS_SIGNAL
+from airflow_distributed.contract import ENV_OUTPUT, ENV_RECORD_INTERVAL, ENV_STACKS_DIR, ENV_STACKS_SIGNAL
 from airflow_distributed.live_report import PREFIX
 from tests.conftest import ROOT
 from tests.hang_scripts import BURST_THEN_BLOCK, last_report_named
@@ -167,12 +167,15 @@ class BurstingMasters:
     def __init__(self, node: KubeletNode, folder: Path) -> None:
         self.node, self.folder = node, folder
         self.processes: list[subprocess.Popen] = []
+        #: the live record interval each master was given in its pod (``progress_timeout / 4``)
+        self.record_intervals: list[str | None] = []
 
     def start(self, namespace: str, pod_name: str, container: str) -> None:
         pod = self.node.bound(namespace, pod_name)
         (spec,) = [c for c in pod["spec"]["containers"] if c["name"] == container]
         variables = {item["name"]: item["value"] for item in spec.get("env") or [] if "value" in item
                      and item["name"] not in (ENV_STACKS_DIR, ENV_STACKS_SIGNAL)}
+        self.record_intervals.append(variables.get(ENV_RECORD_INTERVAL))
         process = subprocess.Popen(
             [sys.executable, "-c", BURST_THEN_BLOCK], cwd=ROOT, stdout=subprocess.PIPE, text=True,
             env={**os.environ, **variables, ENV_OUTPUT: str(self.folder / f"{pod_name}.json"),
@@ -201,9 +204,10 @@ def masters(node: KubeletNode, tmp_path: Path) -> Iterator[BurstingMasters]:
         started.stop()
 
 
-def _named_by_the_last_report(out: str) -> None:
+def _named_by_the_last_report(out: str, masters: BurstingMasters) -> None:
     assert "JobHungError" in out and "AirflowTaskTimeout" not in out
     last_report_named(out[out.rindex("the job hung: "):], 6)
+    assert masters.record_intervals == ["1.5"]  # a quarter of progress_timeout: the held-back record is out in time
 
 
 @pytest.mark.parametrize("dag_namespace", ["k8s_hung", "k8s_hung_deferrable"], indirect=True)
@@ -223,7 +227,7 @@ def test_a_master_that_blocks_right_after_a_burst_of_reports_is_named_by_its_las
     kubelet.check()
 
     assert states == {"train": "failed"}
-    _named_by_the_last_report(capfd.readouterr().out)
+    _named_by_the_last_report(capfd.readouterr().out, masters)
     control_plane.assert_clean(namespace, user)
 
 
@@ -245,7 +249,7 @@ def test_a_pytorchjobs_master_that_blocks_right_after_a_burst_of_reports_is_name
     controller.check()
 
     assert states == {"train": "failed"}
-    _named_by_the_last_report(capfd.readouterr().out)
+    _named_by_the_last_report(capfd.readouterr().out, masters)
     comes_to(lambda: (controller.jobs(), control_plane.left(namespace)), ([], NOTHING), timeout=60)
 
 
@@ -267,5 +271,5 @@ def test_a_trainjobs_node_0_that_blocks_right_after_a_burst_of_reports_is_named_
     controller.check()
 
     assert states == {"train": "failed"}
-    _named_by_the_last_report(capfd.readouterr().out)
+    _named_by_the_last_report(capfd.readouterr().out, masters)
     comes_to(lambda: (controller.jobs(), control_plane.left(namespace)), ([], NOTHING), timeout=60)

@@ -30,7 +30,7 @@ class ProgressWatch:
         self.timeout = timeout
         self.changed_at = started_at
         self._mark: Any = None
-        #: the last step the master reported, and when it was first seen
+        #: the last step the master reported, and when it reported it (first seen, for a report without a time)
         self.last_step: Any = None
         self.last_step_at: float | None = None
 
@@ -38,6 +38,9 @@ class ProgressWatch:
                 ) -> None:
         """What the master has shown as of ``now``; a mark unlike the last one is progress.
 
+        :param mark: what the master has shown so far (lines, its report), compared with the last one.
+        :param step: the step it last reported (``None``: none yet).
+        :param now: the caller's clock now.
         :param at: when the master made the change (its report's time, on the caller's clock); ``None``: ``now``.
             Kept between the last change and ``now``: a clock apart from the caller's cannot move the clock back.
         :param step_at: when it reported ``step``, if not at ``at`` (a line printed after the report).

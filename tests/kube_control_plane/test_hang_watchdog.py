@@ -231,7 +231,9 @@ def test_a_master_that_blocks_right_after_a_burst_of_reports_is_named_by_its_las
     control_plane.assert_clean(namespace, user)
 
 
-@pytest.mark.parametrize("dag_namespace", ["kubeflow_hung", "kubeflow_hung_deferrable"], indirect=True)
+# The synchronous cases of the Kubeflow kinds (the clock kept in the task, as on kubernetes) run with the slow tests.
+@pytest.mark.parametrize("dag_namespace", [pytest.param("kubeflow_hung", marks=pytest.mark.slow),
+                                           "kubeflow_hung_deferrable"], indirect=True)
 def test_a_pytorchjobs_master_that_blocks_right_after_a_burst_of_reports_is_named_by_its_last_report(
         control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str], masters: BurstingMasters,
         capfd):
@@ -253,7 +255,8 @@ def test_a_pytorchjobs_master_that_blocks_right_after_a_burst_of_reports_is_name
     comes_to(lambda: (controller.jobs(), control_plane.left(namespace)), ([], NOTHING), timeout=60)
 
 
-@pytest.mark.parametrize("dag_namespace", ["trainjob_hung", "trainjob_hung_deferrable"], indirect=True)
+@pytest.mark.parametrize("dag_namespace", [pytest.param("trainjob_hung", marks=pytest.mark.slow),
+                                           "trainjob_hung_deferrable"], indirect=True)
 def test_a_trainjobs_node_0_that_blocks_right_after_a_burst_of_reports_is_named_by_its_last_report(
         control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str], masters: BurstingMasters,
         capfd):

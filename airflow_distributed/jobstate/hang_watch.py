@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 
+from airflow_distributed.contract import REPORTED_AT
 from airflow_distributed.jobstate.log_cursor import parse_timestamp_ns
 from airflow_distributed.jobstate.outcome import HUNG
 from airflow_distributed.jobstate.progress_watch import ProgressWatch, document_step, report_time
@@ -136,7 +137,7 @@ class MasterLogWatch:
                 self._step = document_step(record)
                 # its report's age when printed (both the master's node's clock), placed at its printing here
                 made = report_time(record, printed(at), at / 1e9)
-                report_id, report_at = (record["reported_at"], made) if made is not None else (at, printed(at))
+                report_id, report_at = (record[REPORTED_AT], made) if made is not None else (at, printed(at))
         if plain:
             plain_ns = max(plain)
             line_at = printed(plain_ns)

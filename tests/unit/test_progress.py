@@ -10,8 +10,27 @@ from airflow_distributed import contract, tracking
 from airflow_distributed.status import progress_text
 
 
+class _Timer:
+    """``threading.Timer`` as the tests see it: noted (``timers``), fired by the test, not by time."""
+
+    def __init__(self, noted: list, wait: float, call) -> None:
+        noted.append((wait, call))
+
+    def start(self) -> None:
+        pass
+
+
 @pytest.fixture
-def master(tmp_path, monkeypatch):
+def timers(monkeypatch) -> list:
+    """The timers ``tracking`` started, ``(wait, call)``; none is left to fire in another test."""
+    noted: list = []
+    monkeypatch.setattr(tracking.threading, "Timer", lambda wait, call: _Timer(noted, wait, call))
+    monkeypatch.setattr(tracking, "_records", {"printed": -float("inf"), "timer": None})
+    return noted
+
+
+@pytest.fixture
+def master(tmp_path, monkeypatch, timers):
     output = tmp_path / "output.json"
     monkeypatch.setenv(contract.ENV_OUTPUT, str(output))
     for variable in ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
@@ -68,20 +87,10 @@ def test_progress_text(progress, text):
     assert progress_text(progress) == text
 
 
-def test_a_progress_held_back_is_written_when_its_second_ends_without_another_call(master, monkeypatch):
+def test_a_progress_held_back_is_written_when_its_second_ends_without_another_call(master, timers):
     # The master reports steps within a second of its last write, then blocks (in a collective): no call comes to
     # write the last one, a timer thread does.
     output, clock = master
-    timers: list = []
-
-    class Timer:
-        def __init__(self, wait, call) -> None:
-            timers.append((wait, call))
-
-        def start(self) -> None:
-            """Fired by the test, not by time."""
-
-    monkeypatch.setattr(tracking.threading, "Timer", Timer)
     tracking.log_progress(1, 100)
     for step in range(2, 5):
         clock[0] += 0.2

@@ -34,9 +34,16 @@ ENV_STACKS_SIGNAL = "AIRFLOW_DISTRIBUTED_STACKS_SIGNAL"
 #: A folder where the process notes its pid once it prints its stacks on that signal: a backend that does not start
 #: the process itself signals those noted there (``kill`` through pods/exec; a Ray replica's actor).
 ENV_STACKS_DIR = "AIRFLOW_DISTRIBUTED_STACKS_DIR"
+#: Seconds between two live records the master prints at most (``live_report.record_interval``), set by a backend
+#: that watches the master's log for hangs, so that a record held back (the master's last report before it blocks)
+#: is printed well within ``progress_timeout``.
+ENV_RECORD_INTERVAL = "AIRFLOW_DISTRIBUTED_RECORD_INTERVAL"
 
 #: The output document's keys: what the master reported. ``progress`` and ``return_value`` are there once reported.
 METRICS, MODEL_PATH, HISTORY, PROGRESS, RETURN_VALUE = "metrics", "model_path", "history", "progress", "return_value"
+#: When the master made its newest report (seconds since the epoch, its clock), there once it reported: the hang
+#: watchdog times the master's silence from it, not from when it read the report.
+REPORTED_AT = "reported_at"
 
 
 def empty_document() -> dict[str, Any]:
@@ -52,6 +59,7 @@ __all__ = [
     "ENV_JOB",
     "ENV_MODEL_DIR",
     "ENV_OUTPUT",
+    "ENV_RECORD_INTERVAL",
     "ENV_ROLE",
     "ENV_STACKS_DIR",
     "ENV_STACKS_SIGNAL",
@@ -60,6 +68,7 @@ __all__ = [
     "METRICS",
     "MODEL_PATH",
     "PROGRESS",
+    "REPORTED_AT",
     "RETURN_VALUE",
     "empty_document",
 ]

@@ -2,8 +2,10 @@
 
 On Kubernetes the master's output document is read when the job ends; while it runs, the view reads the master's
 log tail (``plugins.live_kubernetes``, bounded and time-boxed) and takes the newest line that starts with
-``PREFIX``: compact strict JSON with the progress, the latest metrics and the history so far (evenly thinned), at
-most ``RECORD_LIMIT`` characters. The task log and the recorded tails leave these lines out (``is_record``).
+``PREFIX``: compact strict JSON with the progress, the latest metrics and the history so far (evenly thinned), and
+when the master made its newest report (``reported_at``), at most ``RECORD_LIMIT`` characters. The task log and the
+recorded tails leave these lines out (``is_record``). The hang watchdog of a cluster job reads them too: a record
+printed late (held back to the end of its interval) still says when its report was made.
 
 Standard library only (``strict_json`` is too): ``tracking`` prints the lines in training images that have no Airflow.
 """
@@ -14,6 +16,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from airflow_distributed.contract import REPORTED_AT
 from airflow_distributed.strict_json import downsample
 
 #: What starts a live record line; nothing a training script prints by chance.
@@ -22,6 +25,21 @@ PREFIX = "@airflow-distributed/live "
 RECORD_LIMIT = 16 * 1024
 #: Points of the history a record carries at most (the final record keeps 200).
 RECORD_HISTORY = 100
+#: Seconds between two records at most, when nothing asks for less: a master that logs every step prints one record
+#: per interval, the newest state, and one held back is printed when its interval ends.
+RECORD_INTERVAL = 5.0
+
+
+def record_interval(progress_timeout: float | None) -> float:
+    """The interval between two records of a job (``contract.ENV_RECORD_INTERVAL``): with ``progress_timeout``, at
+    most a quarter of it, so that a record held back when the master blocks right after a burst of reports is in
+    its log long before the watchdog's deadline (a look sees it within another quarter).
+
+    :param progress_timeout: the job's ``progress_timeout`` in seconds, or ``None``.
+    """
+    if progress_timeout is None:
+        return RECORD_INTERVAL
+    return min(RECORD_INTERVAL, progress_timeout / 4)
 
 
 def record_line(document: Mapping[str, Any]) -> str | None:
@@ -30,6 +48,8 @@ def record_line(document: Mapping[str, Any]) -> str | None:
     history = list(document.get("history") or [])
     record: dict[str, Any] = {"progress": document.get("progress"), "metrics": document.get("metrics") or {},
                               "history": downsample(history, RECORD_HISTORY)}
+    if document.get(REPORTED_AT) is not None:
+        record[REPORTED_AT] = document[REPORTED_AT]
     while True:
         line = PREFIX + json.dumps(record, allow_nan=False, separators=(",", ":"), default=str)
         if len(line) <= RECORD_LIMIT:
@@ -67,5 +87,5 @@ def without_records(lines: Iterable[str]) -> list[str]:
     return [line for line in lines if not is_record(line)]
 
 
-__all__ = ["PREFIX", "RECORD_HISTORY", "RECORD_LIMIT", "is_record", "latest_record", "record_line",
-           "without_records"]
+__all__ = ["PREFIX", "RECORD_HISTORY", "RECORD_INTERVAL", "RECORD_LIMIT", "is_record", "latest_record",
+           "record_interval", "record_line", "without_records"]

@@ -19,7 +19,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_distributed.contract import empty_document
+from airflow_distributed.contract import REPORTED_AT, empty_document
 from airflow_distributed.status import ReplicaStatus
 from airflow_distributed.strict_json import DROPPED, StrictJson, downsample, strict_number
 
@@ -77,6 +77,12 @@ def sanitise_document(doc: Mapping[str, Any]) -> dict[str, Any]:
         progress = _progress(doc["progress"], clean)
         if progress is not None:
             parsed["progress"] = progress
+    if doc.get(REPORTED_AT) is not None:  # tracking's stamp of its newest report, for the hang watchdog
+        reported_at = doc[REPORTED_AT]
+        if isinstance(reported_at, (int, float)) and not isinstance(reported_at, bool) and 0 <= reported_at < 2**53:
+            parsed[REPORTED_AT] = float(reported_at)
+        else:
+            clean.note(REPORTED_AT, f"a {_json_type(reported_at)} that is not a time, ignored")
     metrics = doc.get("metrics")
     if isinstance(metrics, Mapping):
         parsed["metrics"] = _kept(clean.clean(metrics, "metrics"), {})

@@ -19,6 +19,12 @@ when the replica is killed in the middle of a write. The master also prints the 
 history as one ``live_report`` line on stdout, at most every ``RECORD_INTERVAL`` seconds: the job view of a running
 cluster job reads it from the master's log (docs/ui.md, "The live record"); the task log leaves it out.
 
+Every report is stamped with its time (``reported_at``), and the newest one always gets out, even when the master
+blocks right after it (a rank stuck in a collective): what the pacing holds back (a progress within a second of the
+last write, a record within its interval) is written, and printed, by a timer thread when its interval ends, not by
+the next call, which may never come. The hang watchdog names that report and times the master's silence from it.
+The timer needs Python's GIL, which blocking collectives (gloo, NCCL, MPI, Horovod) release while they wait.
+
 Only the master replica is given ``AIRFLOW_DISTRIBUTED_OUTPUT``. Everywhere else the logging calls do nothing and
 return quietly, so the same script can run unchanged on every replica. Processes started by a launcher inside a
 replica (``horovodrun``, ``mpirun``, ``torchrun``) inherit that variable from their parent; of those, only the one
@@ -39,6 +45,7 @@ import threading
 import time
 from typing import Any
 
+from airflow_distributed import live_report
 from airflow_distributed.atomic_file import write_atomic
 from airflow_distributed.checkpoints import (
     URL,
@@ -48,6 +55,8 @@ from airflow_distributed.checkpoints import (
 )
 from airflow_distributed.contract import (
     ENV_MODEL_DIR,
+    ENV_RECORD_INTERVAL,
+    REPORTED_AT,
     empty_document,
 )
 from airflow_distributed.live_report import record_line
@@ -122,6 +131,7 @@ def log_metrics(step: int | None = None, **values: Any) -> None:
         document["metrics"].update(clean)
         if step is not None:
             document["history"].append({"step": clean_step, **clean})
+        _stamp(document)
         _write(path, document)
 
 
@@ -144,6 +154,7 @@ def _set_in_document(key: str, value: Any) -> None:
     with _lock:
         document = _document_for(output)
         document[key] = value
+        _stamp(document)
         _write(output, document)
 
 
@@ -152,8 +163,10 @@ def log_progress(step: int, total: int) -> None:
     of the time left.
 
     The estimate is the pace since this process's first call, so a resumed run (from a checkpoint) estimates from
-    its own steps. The document is rewritten at most once a second: call it every step if you like. On a replica
-    that is not the master it does nothing.
+    its own steps. The document is rewritten at most once a second: call it every step if you like. A call within
+    the second is held back and written when the second ends (by a timer thread, so that the last step reported
+    gets out even if the master blocks right after it), or with the next metric. On a replica that is not the master
+    it does nothing.
     """
     if isinstance(step, bool) or not isinstance(step, int) or isinstance(total, bool) or not isinstance(total, int):
         raise TypeError(f"step and total must be whole numbers, got {step!r} and {total!r}")
@@ -165,18 +178,27 @@ def log_progress(step: int, total: int) -> None:
     now = time.monotonic()
     with _lock:
         first = _progress.setdefault("first", (now, step))
-        if step < total and now - _progress.get("written", -math.inf) < 1.0:
-            return
-        _progress["written"] = now
         elapsed, done = now - first[0], step - first[1]
         eta = round(elapsed / done * (total - step), 1) if done > 0 else None
-        _set_in_document("progress", {"step": step, "total": total, "percent": round(100.0 * step / total, 1),
-                                      "eta_seconds": eta})
-        report_to_trainer(now, int(100 * step / total), eta, step == total,
-                          (_state.get("document") or {}).get("metrics", {}))
+        document = _document_for(output)
+        document["progress"] = {"step": step, "total": total, "percent": round(100.0 * step / total, 1),
+                                "eta_seconds": eta}
+        _stamp(document)
+        report_to_trainer(now, int(100 * step / total), eta, step == total, document.get("metrics", {}))
+        wait = _progress.get("written", -math.inf) + 1.0 - now
+        if step < total and wait > 0:
+            _progress["held"] = True
+            if _progress.get("timer") is None:
+                _progress["timer"] = _start_timer(wait, _write_held_back)
+            return
+        _progress["written"] = now
+        _write(output, document)
 
 
+#: The pace of ``log_progress``: its first call, the last write of the document, whether a progress is held back
+#: and the timer that writes it.
 _progress: dict[str, Any] = {}
+
 
 def record_return_value(value: Any) -> None:
     """Record a ``@task.distributed`` function's return value (``return_value`` in the output document).
@@ -228,31 +250,57 @@ def _continued_document(path: str) -> dict[str, Any] | None:
     return {**empty_document(), **document}
 
 
+def _stamp(document: dict[str, Any]) -> None:
+    """A report was made now: the watchdog times the master's silence from it, whenever it reads it."""
+    document[REPORTED_AT] = round(time.time(), 3)
+
+
 def _write(path: str, document: dict[str, Any]) -> None:
     write_atomic(path, (json.dumps(document, allow_nan=False, sort_keys=False) + "\n").encode("utf-8"))
+    _progress["held"] = False  # a progress held back is in this write
     _print_record(document)
 
 
+def _write_held_back() -> None:
+    """The end of the second of a held-back progress: the document written with it, unless a write since did."""
+    with _lock:
+        _progress["timer"] = None
+        if _progress.get("held") and _state["path"] is not None and _state["document"] is not None:
+            _progress["written"] = time.monotonic()
+            _write(_state["path"], _state["document"])
+
+
+def _record_interval() -> float:
+    """``RECORD_INTERVAL``: the backend's (``ENV_RECORD_INTERVAL``, shorter with ``progress_timeout``), else 5 s."""
+    try:
+        seconds = float(os.environ.get(ENV_RECORD_INTERVAL, ""))
+    except ValueError:
+        return live_report.RECORD_INTERVAL
+    return seconds if 0 <= seconds < math.inf else live_report.RECORD_INTERVAL
+
+
 #: At most one live record per interval (seconds); one held back is printed when the interval ends.
-RECORD_INTERVAL = 5.0
+RECORD_INTERVAL = _record_interval()
 _records: dict[str, Any] = {"printed": -math.inf, "timer": None}
 
 
 def _print_record(document: dict[str, Any]) -> None:
     """The live record of the document on stdout (the container's log), where the job view of a running cluster
-    job reads it; the task log leaves it out (``live_report``). Paced: a master that logs every step prints one
-    record per ``RECORD_INTERVAL``, the newest state, and never leaves one unprinted for longer."""
+    job and the hang watchdog read it; the task log leaves it out (``live_report``). Paced: a master that logs every
+    step prints one record per ``RECORD_INTERVAL``, the newest state, and never leaves one unprinted for longer."""
     wait = _records["printed"] + RECORD_INTERVAL - time.monotonic()
     if wait <= 0:
         _print_now(document)
     elif _records["timer"] is None:
-        timer = threading.Timer(wait, _print_held_back)
-        timer.daemon = True
-        _records["timer"] = timer
-        if not _records.get("at_exit"):  # a master that ends within the interval still prints its last state
-            _records["at_exit"] = True
-            atexit.register(_print_held_back)
-        timer.start()
+        _records["timer"] = _start_timer(wait, _print_held_back)
+
+
+def _start_timer(wait: float, call: Any) -> Any:
+    """A daemon thread that calls ``call`` in ``wait`` seconds, whatever the master's main thread is doing then."""
+    timer = threading.Timer(wait, call)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def _print_held_back() -> None:
@@ -262,6 +310,15 @@ def _print_held_back() -> None:
         _records["timer"] = None
         if _state.get("document") is not None:
             _print_now(_state["document"])
+
+
+def _flush_held_back() -> None:
+    """At exit: a master that ends within an interval still writes and prints its last state."""
+    _write_held_back()
+    _print_held_back()
+
+
+atexit.register(_flush_held_back)
 
 
 def _print_now(document: dict[str, Any]) -> None:

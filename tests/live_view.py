@@ -42,7 +42,8 @@ Seen = dict[int, tuple[dict, "str | None"]]
 
 #: A master that reports the percentages it is given on its standard input, one a line, as training would:
 #: its live records paced every ``LIVE_RECORD_INTERVAL`` seconds (``tracking.RECORD_INTERVAL``, compressed), and
-#: its progress calls a second apart at least, since ``log_progress`` drops a call within a second of the last.
+#: its progress calls a second apart at least, since ``log_progress`` holds back a call within a second of its last
+#: write (until the second ends).
 MASTER = """
 import os, sys, time
 from airflow_distributed import tracking

@@ -16,9 +16,10 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_distributed.backends.base import BackendSettings, DistributedJobError, ForKubernetes, Problem, has_template
-from airflow_distributed.contract import ENV_STACKS_DIR, ENV_STACKS_SIGNAL
+from airflow_distributed.contract import ENV_RECORD_INTERVAL, ENV_STACKS_DIR, ENV_STACKS_SIGNAL
 from airflow_distributed.exceptions import error_class_named
 from airflow_distributed.jobstate.hang_watch import STACKS_DIR, STACKS_SIGNAL
+from airflow_distributed.live_report import record_interval
 from airflow_distributed.manifests.gang_scheduling import GANG_SCHEDULERS
 from airflow_distributed.naming import DNS_LABEL_RULE, is_dns_label
 from airflow_distributed.spec import SpecValidationError
@@ -49,10 +50,12 @@ def check_kubernetes_arguments(settings: ForKubernetes) -> list[Problem]:
 
 def stacks_env(settings: ForKubernetes) -> Mapping[str, str] | None:
     """The replicas' variables: with ``progress_timeout``, those on which ``tracking`` prints its process's stacks
-    and notes its pid for the hang watchdog's exec."""
+    and notes its pid for the hang watchdog's exec, and paces its live records within reach of the watchdog's
+    deadline (the watchdog reads the master's report in its log)."""
     if settings.progress_timeout is None:
         return settings.env
-    return {**(settings.env or {}), ENV_STACKS_SIGNAL: STACKS_SIGNAL, ENV_STACKS_DIR: STACKS_DIR}
+    return {**(settings.env or {}), ENV_STACKS_SIGNAL: STACKS_SIGNAL, ENV_STACKS_DIR: STACKS_DIR,
+            ENV_RECORD_INTERVAL: f"{record_interval(settings.progress_timeout):g}"}
 
 
 #: The failure's note when the clean-up after a failed wait was itself refused or failed (its error is logged).

@@ -12,6 +12,7 @@ object's status never shows, fails the wait at once); none while the job is susp
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -451,7 +452,7 @@ class KubeflowJobHook(KubeApiHook):
             except KubernetesJobError as error:
                 self.job_log.warning("progress_timeout: could not read the master's log (%s); the watchdog's "
                                      "clock starts again", error)
-        hang.observe(lines, running, self._clock())
+        hang.observe(lines, running, self._clock(), time.time())  # the lines' stamps are wall-clock times
         return [master] if master is not None else []
 
     # ------------------------------------------------------------------ delete

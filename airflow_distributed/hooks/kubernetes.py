@@ -17,6 +17,7 @@ needs on top:
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -348,7 +349,7 @@ class DistributedTrainingHook(KubeApiHook):
             except KubernetesJobError as error:
                 self.job_log.warning("progress_timeout: could not read the master's log (%s); the watchdog's "
                                      "clock starts again", error)
-        hang.observe(lines, running, self._clock())
+        hang.observe(lines, running, self._clock(), time.time())  # the lines' stamps are wall-clock times
 
     # ------------------------------------------------------------------ logs, events, output
 

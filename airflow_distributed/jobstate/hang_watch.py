@@ -2,10 +2,13 @@
 
 Pure: the waiter (the task's watch, or the trigger in deferrable mode) asks ``due(now)``, reads the master's log
 with what ``query()`` says (a bounded read: ``sinceTime`` of the newest line seen, ``tailLines``,
-``limitBytes``, ``timestamps``), and hands the lines to ``observe``. A line stamped after the newest seen is progress
-(a live record its tracking calls print is a line too, and gives the step it reports); the clock runs only while
-every replica runs, so a job still starting or waiting for capacity is never hung. ``hung(now)`` says why the job
-is hung, or ``None``. A read that fails tells nothing: the clock starts again rather than stop a job it cannot see.
+``limitBytes``, ``timestamps``), and hands the lines to ``observe``. A line stamped after the newest seen is progress,
+timed from its stamp; a live record its tracking calls print is a report, timed from when the master made it (its
+``reported_at``: a record held back to the end of its interval is printed later), and gives the step it reports.
+The clock runs only while every replica runs, so a job still starting or waiting for capacity is never hung.
+``hung(now)`` says why the job is hung, or ``None``, judged at a look: one is due at the deadline, so that a record
+printed since the last look is seen before the verdict. A read that fails tells nothing: the clock starts again
+rather than stop a job it cannot see.
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 
+from airflow_distributed.contract import REPORTED_AT
 from airflow_distributed.jobstate.log_cursor import parse_timestamp_ns
 from airflow_distributed.jobstate.outcome import HUNG
-from airflow_distributed.jobstate.progress_watch import ProgressWatch
+from airflow_distributed.jobstate.progress_watch import ProgressWatch, document_step, report_time
 from airflow_distributed.jobstate.verdicts import FAILURE, JobVerdict
-from airflow_distributed.live_report import latest_record
+from airflow_distributed.live_report import is_record, latest_record
 from airflow_distributed.status import RUNNING
 
 #: The longest wait between two looks at the master's log (a look costs one bounded pods/log request).
@@ -50,25 +54,35 @@ class MasterLogWatch:
         self.progress = ProgressWatch(timeout, started_at)
         self.interval = interval if interval is not None else min(LOOK_INTERVAL, timeout / 4)
         self.next_look = started_at
+        #: when the last look was made (the verdict is judged as of it)
+        self.looked_at = started_at
         #: the newest line's timestamp seen (nanoseconds since the epoch)
         self.newest_ns: int | None = None
         self.running = False
         self.looks = 0
+        #: what the master showed: its newest line's stamp and its newest report's time (as the record says)
+        self._mark: tuple[int | None, float | None] = (None, None)
+        self._step: object = None
+        self.progress.observe(self._mark, None, started_at)
 
     @property
     def timeout(self) -> float:
         return self.progress.timeout
 
+    def _look_at(self) -> float:
+        """When the next look is due: at the interval, or at the deadline when that comes first and no look was
+        made at or after it (what the master printed since the last look decides, not that look)."""
+        hung_at = self.progress.changed_at + self.timeout
+        if self.running and self.looked_at < hung_at:
+            return min(self.next_look, hung_at)
+        return self.next_look
+
     def due(self, now: float) -> bool:
-        return now >= self.next_look
+        return now >= self._look_at()
 
     def seconds_to_look(self, now: float) -> float:
         """Until the next look, or sooner, when the job would be hung (so that the verdict is not a look late)."""
-        until = self.next_look
-        hung_at = self.progress.changed_at + self.timeout
-        if self.running and hung_at > now:  # once past it, the next look (a replica not running: not hung yet)
-            until = min(until, hung_at)
-        return max(0.0, until - now)
+        return max(0.0, self._look_at() - now)
 
     def query(self) -> list[tuple[str, str]]:
         """The query of the next look's pods/log request (the generated clients have no ``sinceTime``)."""
@@ -78,16 +92,23 @@ class MasterLogWatch:
                 "%Y-%m-%dT%H:%M:%SZ")))
         return query
 
-    def observe(self, lines: Iterable[str] | None, running: bool, now: float) -> None:
+    def observe(self, lines: Iterable[str] | None, running: bool, now: float, wall_now: float | None = None) -> None:
         """One look: the master's log lines (``timestamps=true``; ``None``: the read failed) and whether every
-        replica runs."""
+        replica runs.
+
+        :param now: the caller's clock now.
+        :param wall_now: seconds since the epoch now (the clock of the lines' stamps and the reports' times);
+            ``None``: the caller's clock is that clock.
+        """
+        looked_at, self.looked_at = self.looked_at, now
         self.looks += 1
         self.next_look = now + self.interval
         self.running = running
         if lines is None or not running:
-            self.progress.changed_at = now  # the clock runs only while the job runs and is seen
+            self.progress.restart(now)  # the clock runs only while the job runs and is seen
             return
-        newest, fresh = self.newest_ns, []
+        wall = now if wall_now is None else wall_now
+        fresh: list[tuple[int, str]] = []
         for line in lines:
             stamp, _, text = line.partition(" ")
             try:
@@ -95,20 +116,40 @@ class MasterLogWatch:
             except ValueError:  # a line cut by limitBytes, or not stamped: tells nothing
                 continue
             if self.newest_ns is None or at > self.newest_ns:
-                fresh.append(text)
-                newest = at if newest is None else max(newest, at)
-        record = latest_record(fresh)
-        progress = (record or {}).get("progress")
-        step = progress.get("step") if isinstance(progress, dict) else None
-        if step is None and record is not None:
-            history = record.get("history") or []
-            step = history[-1].get("step") if history and isinstance(history[-1], dict) else None
-        self.newest_ns = newest
-        self.progress.observe(newest, step, now)
+                fresh.append((at, text))
+        if not fresh:
+            self.progress.observe(self._mark, self._step, now)
+            return
+        self.newest_ns = max(at for at, _ in fresh)
+
+        def printed(stamp_ns: int) -> float:
+            """When a line was printed, on the caller's clock: not before the last look (it was not there then)."""
+            return min(now, max(looked_at, now - max(0.0, wall - stamp_ns / 1e9)))
+
+        plain_ns, line_at = self._mark[0], None
+        report_id, report_at = self._mark[1], None
+        plain = []
+        for at, text in reversed(fresh):
+            record = latest_record([text]) if is_record(text) else None
+            if record is None:  # a line (a record cut short too: printed then)
+                plain.append(at)
+            elif report_at is None:  # the newest record: the master's newest report seen
+                self._step = document_step(record)
+                # its report's age when printed (both the master's node's clock), placed at its printing here
+                made = report_time(record, printed(at), at / 1e9)
+                report_id, report_at = (record[REPORTED_AT], made) if made is not None else (at, printed(at))
+        if plain:
+            plain_ns = max(plain)
+            line_at = printed(plain_ns)
+        mark = (plain_ns, report_id)
+        changes = [when for when in (line_at, report_at) if when is not None]
+        self.progress.observe(mark, self._step, now, max(changes), report_at)
+        self._mark = mark
 
     def hung(self, now: float) -> str | None:
-        """Why the job is hung (its failure message's reason), or ``None``."""
-        if not self.running or not self.progress.hung(now):
+        """Why the job is hung (its failure message's reason), or ``None``: quiet for ``progress_timeout`` as of the
+        last look, so that nothing printed since goes unseen."""
+        if not self.running or not self.progress.hung(self.looked_at):
             return None
         return self.progress.describe(now)
 

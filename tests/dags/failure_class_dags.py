@@ -12,7 +12,7 @@ import pendulum
 from airflow.sdk import DAG
 
 from airflow_distributed.operators import DistributedTrainingOperator
-from tests.hang_scripts import GLOO_HANG, SLOW_BUT_REPORTING
+from tests.hang_scripts import BURST_THEN_HANG, GLOO_HANG, SLOW_BUT_REPORTING
 
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 IMAGE = "registry.example.com/trainer:1.0"
@@ -52,6 +52,10 @@ evicted_deferrable = _dag("failure_evicted_deferrable", namespace=namespace_of("
 # reporting.
 hung = _dag("failure_hung", environment={"pytorch": {"n_workers": 2}}, command=["python", "-c", GLOO_HANG],
             progress_timeout=timedelta(seconds=10), stop_grace_period=3.0, retries=1, retry_delay=LONG_DELAY)
+# Ten reports within one live record interval, then the all-reduce: the message names the last one.
+hung_after_burst = _dag("failure_hung_after_burst", environment={"pytorch": {"n_workers": 2}},
+                        command=["python", "-c", BURST_THEN_HANG], progress_timeout=timedelta(seconds=8),
+                        stop_grace_period=3.0, retries=0)
 slow = _dag("failure_slow_but_reporting", command=["python", "-c", SLOW_BUT_REPORTING], progress_timeout=3.0,
             retries=0)
 # The cluster refuses the wait's first request (403): fails at its first try; a retry would be refused too.

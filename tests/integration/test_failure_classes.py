@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tests.dags.failure_class_dags import IMAGE, namespace_of
-from tests.hang_scripts import gloo_hang_failure
+from tests.hang_scripts import gloo_hang_failure, last_report_named
 from tests.helpers import replica_processes, run_dag, run_dag_at, wait_until, xcom
 from tests.kubernetes_helpers import DOCUMENT, JOB_LABEL, NOTHING, Player, settled, task_requests
 
@@ -241,6 +241,16 @@ def test_a_job_whose_ranks_block_in_an_all_reduce_fails_as_hung_with_their_stack
     job = xcom(run, "train", "job")
     gloo_hang_failure(capfd.readouterr().out, job)
     assert replica_processes(job["job_name"]) == []
+
+
+def test_a_job_that_hangs_right_after_a_burst_of_reports_is_named_by_its_last_report(capfd):
+    # Steps 1 to 10 reported 0.2 s apart by every rank, then the all-reduce that never completes.
+    run, states = run_dag("failure_hung_after_burst")
+
+    assert states == {"train": "failed"}
+    out = capfd.readouterr().out
+    last_report_named(out[out.rindex("JobHungError: job "):].splitlines()[0], 8)
+    assert replica_processes(xcom(run, "train", "job")["job_name"]) == []
 
 
 def test_a_slow_job_that_reports_is_not_hung():

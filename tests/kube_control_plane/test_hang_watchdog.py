@@ -1,7 +1,9 @@
 """The hang watchdog (``progress_timeout``) of the kubernetes backend on the real control plane, sync and in the
 triggerer: a master that stops printing while every replica runs fails the task as hung, with each replica's
 stacks (asked for over the real API server's pods/exec, as the task's Role allows) and last lines, and nothing is
-left; a master that is slow but prints within each ``progress_timeout`` is left alone and succeeds.
+left; a master that is slow but prints within each ``progress_timeout`` is left alone and succeeds; a master that
+blocks right after a burst of reports (a real process running ``tracking``, its lines in the pod's log as it prints
+them) is named by its last report, and the silence is timed from it.
 
 The DAGs' ``execution_timeout`` is the slack: a watchdog that does not fire fails the task with a timeout instead.
 """
@@ -9,11 +11,20 @@ The DAGs' ``execution_timeout`` is the slack: a watchdog that does not fire fail
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from airflow_distributed.contract import ENV_OUTPUT, ENV_RECORD_INTERVAL, ENV_STACKS_DIR, ENV_STACKS_SIGNAL
 from airflow_distributed.live_report import PREFIX
+from tests.conftest import ROOT
+from tests.hang_scripts import BURST_THEN_BLOCK, last_report_named
 from tests.helpers import run_dag_at
 from tests.kube_control_plane.control_plane import NOTHING, ControlPlane
 from tests.kube_control_plane.custom_jobs import RealKubeflowController, RealTrainerController
@@ -142,3 +153,126 @@ def test_a_trainjobs_node_0_that_stops_printing_fails_as_hung_and_the_trainjob_i
                                          if ns == namespace and container == "node"], 3)
     comes_to(lambda: (controller.jobs(), control_plane.left(namespace)), ([], NOTHING), timeout=60)
     assert control_plane.refused(user) == []
+
+
+# ---------------------------------------------------------------------- a burst of reports, then the master blocks
+
+
+class BurstingMasters:
+    """Real master processes: ``BURST_THEN_BLOCK`` with the variables of the pod's main container, each line it
+    prints appended to that container's log as it comes (the test kubelet stamps it then). Its output document goes
+    to the test's folder (the test kubelet mounts no volume); the stack dump is the test kubelet's to play. Each
+    process is killed by its pid at the end of the test."""
+
+    def __init__(self, node: KubeletNode, folder: Path) -> None:
+        self.node, self.folder = node, folder
+        self.processes: list[subprocess.Popen] = []
+        #: the live record interval each master was given in its pod (``progress_timeout / 4``)
+        self.record_intervals: list[str | None] = []
+
+    def start(self, namespace: str, pod_name: str, container: str) -> None:
+        pod = self.node.bound(namespace, pod_name)
+        (spec,) = [c for c in pod["spec"]["containers"] if c["name"] == container]
+        variables = {item["name"]: item["value"] for item in spec.get("env") or [] if "value" in item
+                     and item["name"] not in (ENV_STACKS_DIR, ENV_STACKS_SIGNAL)}
+        self.record_intervals.append(variables.get(ENV_RECORD_INTERVAL))
+        process = subprocess.Popen(
+            [sys.executable, "-c", BURST_THEN_BLOCK], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+            env={**os.environ, **variables, ENV_OUTPUT: str(self.folder / f"{pod_name}.json"),
+                 "PYTHONPATH": str(ROOT)})
+        self.processes.append(process)
+
+        def pump() -> None:
+            assert process.stdout is not None
+            for line in process.stdout:
+                self.node.append_log(namespace, pod_name, line.rstrip("\n"), container=container)
+
+        threading.Thread(target=pump, name=f"master-{pod_name}", daemon=True).start()
+
+    def stop(self) -> None:
+        for process in self.processes:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture
+def masters(node: KubeletNode, tmp_path: Path) -> Iterator[BurstingMasters]:
+    started = BurstingMasters(node, tmp_path)
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def _named_by_the_last_report(out: str, masters: BurstingMasters) -> None:
+    assert "JobHungError" in out and "AirflowTaskTimeout" not in out
+    last_report_named(out[out.rindex("the job hung: "):], 6)
+    assert masters.record_intervals == ["1.5"]  # a quarter of progress_timeout: the held-back record is out in time
+
+
+@pytest.mark.parametrize("dag_namespace", ["k8s_hung", "k8s_hung_deferrable"], indirect=True)
+def test_a_master_that_blocks_right_after_a_burst_of_reports_is_named_by_its_last_report(
+        control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str], masters: BurstingMasters,
+        capfd):
+    namespace, user = dag_namespace
+
+    def script(k: Kubelet) -> None:
+        k.run_all()
+        for name in k.names().values():
+            node.stacks[(namespace, name)] = _stacks("all_reduce")
+        masters.start(namespace, k.master, "base")
+
+    kubelet = Kubelet(node, namespace).play(script)
+    run, states = run_dag_at(namespace.replace("-", "_"))
+    kubelet.check()
+
+    assert states == {"train": "failed"}
+    _named_by_the_last_report(capfd.readouterr().out, masters)
+    control_plane.assert_clean(namespace, user)
+
+
+# The synchronous cases of the Kubeflow kinds (the clock kept in the task, as on kubernetes) run with the slow tests.
+@pytest.mark.parametrize("dag_namespace", [pytest.param("kubeflow_hung", marks=pytest.mark.slow),
+                                           "kubeflow_hung_deferrable"], indirect=True)
+def test_a_pytorchjobs_master_that_blocks_right_after_a_burst_of_reports_is_named_by_its_last_report(
+        control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str], masters: BurstingMasters,
+        capfd):
+    namespace, user = dag_namespace
+    controller = RealKubeflowController(control_plane, node, namespace, "pytorchjobs")
+
+    def script(c: RealKubeflowController) -> None:
+        c.start()
+        for name in c.pods.values():
+            node.stacks[(namespace, name)] = _stacks("all_reduce")
+        masters.start(namespace, c.pods["master-0"], "pytorch")
+
+    controller.play(script)
+    run, states = run_dag_at(namespace.replace("-", "_"))
+    controller.check()
+
+    assert states == {"train": "failed"}
+    _named_by_the_last_report(capfd.readouterr().out, masters)
+    comes_to(lambda: (controller.jobs(), control_plane.left(namespace)), ([], NOTHING), timeout=60)
+
+
+@pytest.mark.parametrize("dag_namespace", [pytest.param("trainjob_hung", marks=pytest.mark.slow),
+                                           "trainjob_hung_deferrable"], indirect=True)
+def test_a_trainjobs_node_0_that_blocks_right_after_a_burst_of_reports_is_named_by_its_last_report(
+        control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str], masters: BurstingMasters,
+        capfd):
+    namespace, user = dag_namespace
+    controller = RealTrainerController(control_plane, node, namespace)
+
+    def script(c: RealTrainerController) -> None:
+        c.start()
+        for name in c.pods.values():
+            node.stacks[(namespace, name)] = _stacks("all_reduce")
+        masters.start(namespace, c.pods[0], "node")
+
+    controller.play(script)
+    run, states = run_dag_at(namespace.replace("-", "_"))
+    controller.check()
+
+    assert states == {"train": "failed"}
+    _named_by_the_last_report(capfd.readouterr().out, masters)
+    comes_to(lambda: (controller.jobs(), control_plane.left(namespace)), ([], NOTHING), timeout=60)

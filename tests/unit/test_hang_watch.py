@@ -26,7 +26,8 @@ def test_the_same_lines_again_are_no_progress_and_the_quiet_master_is_hung_namin
     watch.observe(lines, running=True, now=1)
     assert watch.query()[-1] == ("sinceTime", "2027-01-15T08:00:00Z")  # whole seconds: those lines come again
     watch.observe(lines, running=True, now=6)
-    assert watch.hung(10.9) is None
+    assert watch.hung(10.9) is None and watch.due(11)  # a look at the deadline, before any verdict
+    watch.observe(lines, running=True, now=11)
     why = watch.hung(11)
     assert why is not None and "its last step reported was 7, 10s ago" in why
 
@@ -44,6 +45,7 @@ def test_the_clock_runs_only_while_every_replica_runs_and_the_log_is_read() -> N
     assert watch.hung(55) is None
     watch.observe(None, running=True, now=55)  # the log could not be read: the clock starts again
     assert watch.hung(64.9) is None
+    watch.observe([], running=True, now=65)
     assert watch.hung(65) is not None
 
 
@@ -53,8 +55,36 @@ def test_looks_are_paced_and_bounded() -> None:
     watch.observe([], running=True, now=0)
     assert not watch.due(14.9) and watch.due(15) and watch.seconds_to_look(5) == 10
     watch.observe([], running=True, now=50)
-    assert watch.seconds_to_look(51) == 9  # the hung verdict is due before the next look: woken for it
+    assert watch.seconds_to_look(51) == 9  # the hung verdict is due before the next look: woken for a look then
+    watch.observe([], running=True, now=60)
     # Past it with no verdict (a replica stopped running since the look): the next look, not a busy wait.
-    assert watch.seconds_to_look(61) == 4
+    assert watch.seconds_to_look(61) == 14
     assert dict(watch.query()) == {"timestamps": "true", "tailLines": "50", "limitBytes": str(256 * 1024)}
     assert MasterLogWatch(8, started_at=0).interval == 2
+
+
+def test_a_record_held_back_to_the_end_of_its_interval_is_timed_from_its_report_and_names_its_step() -> None:
+    # The trigger's clock is the wall clock. The master reported steps 1 to 10 from T0 to T0 + 1.8, then blocked; the
+    # record of step 1 was printed at once, the one of step 10 held back to the end of the interval, T0 + 5.
+    watch = MasterLogWatch(10, started_at=T0 - 1)
+    first = stamped(T0, PREFIX + json.dumps({"progress": {"step": 1}, "metrics": {}, "history": [], "reported_at": T0}))
+    held = stamped(T0 + 5, PREFIX + json.dumps({"progress": {"step": 10}, "metrics": {"loss": 0.1}, "history": [],
+                                                "reported_at": T0 + 1.8}))
+    watch.observe([first], running=True, now=T0 + 2.5)
+    watch.observe([first, held], running=True, now=T0 + 5.5)
+    assert watch.due(T0 + 11.8) and not watch.due(T0 + 7.9)  # the deadline counts from the report, T0 + 1.8
+    watch.observe([held], running=True, now=T0 + 11.8)
+    assert watch.hung(T0 + 11.8) == (
+        "the job hung: the master reported no progress or metric and printed no line for 10s (progress_timeout 10s) "
+        "while every replica ran; its last step reported was 10, 10s ago")
+
+
+def test_a_line_printed_after_the_last_report_restarts_the_clock_and_the_step_keeps_its_reports_time() -> None:
+    watch = MasterLogWatch(10, started_at=T0 - 1)
+    record = stamped(T0 + 1, PREFIX + json.dumps({"progress": {"step": 3}, "metrics": {}, "history": [],
+                                                   "reported_at": T0 + 0.5}))
+    watch.observe([record, stamped(T0 + 2, "entering the all-reduce")], running=True, now=T0 + 3)
+    watch.observe([], running=True, now=T0 + 12)
+    assert watch.hung(T0 + 12) == (
+        "the job hung: the master reported no progress or metric and printed no line for 10s (progress_timeout 10s) "
+        "while every replica ran; its last step reported was 3, 12s ago")

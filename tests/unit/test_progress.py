@@ -10,8 +10,27 @@ from airflow_distributed import contract, tracking
 from airflow_distributed.status import progress_text
 
 
+class _Timer:
+    """``threading.Timer`` as the tests see it: noted (``timers``), fired by the test, not by time."""
+
+    def __init__(self, noted: list, wait: float, call) -> None:
+        noted.append((wait, call))
+
+    def start(self) -> None:
+        pass
+
+
 @pytest.fixture
-def master(tmp_path, monkeypatch):
+def timers(monkeypatch) -> list:
+    """The timers ``tracking`` started, ``(wait, call)``; none is left to fire in another test."""
+    noted: list = []
+    monkeypatch.setattr(tracking.threading, "Timer", lambda wait, call: _Timer(noted, wait, call))
+    monkeypatch.setattr(tracking, "_records", {"printed": -float("inf"), "timer": None})
+    return noted
+
+
+@pytest.fixture
+def master(tmp_path, monkeypatch, timers):
     output = tmp_path / "output.json"
     monkeypatch.setenv(contract.ENV_OUTPUT, str(output))
     for variable in ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
@@ -66,3 +85,20 @@ def test_bad_progress_is_refused(master, step, total, error):
 ])
 def test_progress_text(progress, text):
     assert progress_text(progress) == text
+
+
+def test_a_progress_held_back_is_written_when_its_second_ends_without_another_call(master, timers):
+    # The master reports steps within a second of its last write, then blocks (in a collective): no call comes to
+    # write the last one, a timer thread does.
+    output, clock = master
+    tracking.log_progress(1, 100)
+    for step in range(2, 5):
+        clock[0] += 0.2
+        tracking.log_progress(step, 100)
+    document = json.loads(output.read_text())
+    assert document["progress"]["step"] == 1
+    ((wait, write),) = timers
+    assert wait == pytest.approx(0.8)
+    write()
+    document = json.loads(output.read_text())
+    assert document["progress"]["step"] == 4 and document["reported_at"] > 0

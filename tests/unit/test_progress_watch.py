@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from airflow_distributed.jobstate.progress_watch import ProgressWatch, document_mark, document_step
+from airflow_distributed.jobstate.progress_watch import HangWatchdog, ProgressWatch, document_mark, document_step
 
 
 def test_quiet_for_the_timeout_is_hung_and_naming_the_last_step() -> None:
@@ -40,7 +42,36 @@ def test_a_timeout_must_be_positive(timeout) -> None:
 def test_what_of_the_document_counts() -> None:
     document = {"metrics": {"loss": 0.5}, "history": [{"step": 1}, {"step": 2, "loss": 0.5}],
                 "progress": {"step": 7, "total": 10}}
-    assert document_mark(document) == ({"step": 7, "total": 10}, {"loss": 0.5}, [{"step": 2, "loss": 0.5}])
+    assert document_mark(document) == ({"step": 7, "total": 10}, {"loss": 0.5}, [{"step": 2, "loss": 0.5}], None)
+    assert document_mark({**document, "reported_at": 1.5})[-1] == 1.5  # any report is a sign of life
     assert document_step(document) == 7
     assert document_step({"history": [{"step": 2}]}) == 2
     assert document_step({"metrics": {}, "history": []}) is None
+
+
+def test_the_watchdog_of_a_ray_jobs_driver_names_the_last_report_of_a_burst_and_times_the_silence_from_it(
+        tmp_path) -> None:
+    """The watchdog as the Ray driver builds it (the master's document read where it is written, its lines counted
+    without the live records), over a real master process that reports steps 1 to 10 within one live record interval
+    and then blocks."""
+    import subprocess
+    import sys
+    import time
+
+    from airflow_distributed.contract import ENV_OUTPUT
+    from tests.conftest import ROOT
+    from tests.hang_scripts import BURST_THEN_BLOCK, last_report_named
+
+    output = tmp_path / "output.json"
+    master = subprocess.Popen([sys.executable, "-c", BURST_THEN_BLOCK], cwd=ROOT, stdout=subprocess.DEVNULL,
+                              env={**os.environ, ENV_OUTPUT: str(output), "PYTHONPATH": str(ROOT)})
+    try:
+        hang = HangWatchdog(3, read_document=lambda: output.read_text() if output.exists() else None,
+                            master_lines=lambda: 0)
+        while (why := hang()) is None:
+            assert master.poll() is None
+            time.sleep(0.1)  # the driver's poll interval
+    finally:
+        master.kill()
+        master.wait()
+    last_report_named(why, 3)

@@ -20,6 +20,7 @@ from airflow_distributed.backends.job_options import manifest_options, watch_tim
 from airflow_distributed.backends.job_run import (
     LIVE_JOB_XCOM_KEY,
     NOT_CLEANED_UP,
+    TAIL_LINES,
     deferral_deadline,
     event_error_class,
     job_namespace,
@@ -163,7 +164,7 @@ class KubernetesJobRun(KubernetesJobFinish):
         if self.settings.deferrable and self.handle.reattached != "succeeded":  # type: ignore[union-attr]
             self._defer()
         # Each followed log's place, across the waits of an elastic job: no line twice after a pod is recreated.
-        log_cursors: dict[str, tuple[str, LogCursor]] = {}
+        log_cursors = self.log_cursors
         try:
             while True:
                 outcome = self.hook.wait_for_job(
@@ -211,6 +212,7 @@ class KubernetesJobRun(KubernetesJobFinish):
             for line in new_lines_after(event.get("log_cursor"), ((master or {}).get("metadata") or {}).get("uid"),
                                         stamped):
                 self.log.info("[%s] %s", self.master.name, line)
+            self._note_master_log(event.get("log_cursor"), master, stamped)
             tail = without_records(strip_timestamps(stamped))
             return self.finish(replace(outcome, logs={self.master.name: tail}), elapsed)
         # timeout (execution_timeout reached in the triggerer) or error (the trigger could not watch): clean up,
@@ -223,6 +225,19 @@ class KubernetesJobRun(KubernetesJobFinish):
         note = ("the job was deleted" if timed_out else self.cleanup_note(False)) if cleaned else NOT_CLEANED_UP
         outcome = JobOutcome(ending.TIMED_OUT if timed_out else ending.FAILED, message=event.get("message") or status)
         raise job_failure(f"{self.namespace}/{self.name}", outcome, elapsed, note, default=event_error_class(event))
+
+    def _note_master_log(self, relayed: dict[str, Any] | None, master: Any, stamped: Sequence[str]) -> None:
+        """Where the master's first line and first report were, for the startup phases: from the trigger's relay of
+        its log (the cursor rides in the event), else from its last lines when they are its whole log."""
+        uid = str(((master or {}).get("metadata") or {}).get("uid") or "")
+        if relayed and relayed.get("uid") == uid and relayed.get("first_ns") is not None:
+            cursor = LogCursor.from_dict(relayed)
+        else:
+            cursor = LogCursor()
+            if len(stamped) < TAIL_LINES:  # fewer lines than asked for: the whole log, its first line among them
+                for line in stamped:
+                    cursor.accept(line)
+        self.log_cursors[self.master.name] = (uid, cursor)
 
     def kill(self) -> None:
         """``on_kill``: stop waiting and delete the job (its Service; the pods go by cascade)."""

@@ -1,0 +1,174 @@
+"""A job's startup phases per replica and for the job (``jobstate.startup``), pure, from the pod JSON shapes the API
+serves (kube-apiserver v1.20 as the tests' control plane stores them) and from log timestamps."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_distributed.jobstate.log_cursor import LogCursor
+from airflow_distributed.jobstate.startup import (
+    PHASES,
+    POD_UNKNOWN,
+    PROCESS_UNKNOWN,
+    epoch,
+    job_startup,
+    pod_startup,
+    process_startup,
+    replica_lines,
+    startup_line,
+)
+from airflow_distributed.live_report import record_line
+
+T0 = epoch("2026-11-27T09:30:00Z")
+
+
+def _pod(created: str, *, scheduled: str | None = None, unschedulable: str | None = None,
+         container: dict | None = None, last_state: dict | None = None, name: str = "base") -> dict:
+    """A pod as the API serves it: whole-second times, conditions, the main container's status."""
+    conditions = []
+    if unschedulable is not None:
+        conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                           "lastProbeTime": None, "lastTransitionTime": unschedulable,
+                           "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."})
+    if scheduled is not None:
+        conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                           "lastTransitionTime": scheduled})
+        conditions.append({"type": "Initialized", "status": "True", "lastProbeTime": None,
+                           "lastTransitionTime": scheduled})
+    statuses = [] if container is None else [{
+        "name": name, "image": "trainer:1", "imageID": "", "ready": "running" in container, "restartCount": 0,
+        "started": "running" in container, "state": container, "lastState": last_state or {},
+    }]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u-1", "creationTimestamp": created},
+            "spec": {"containers": [{"name": name, "image": "trainer:1"}]},
+            "status": {"phase": "Running" if container and "running" in container else "Pending",
+                       "conditions": conditions, "containerStatuses": statuses, "qosClass": "BestEffort",
+                       **({"startTime": scheduled} if scheduled else {})}}
+
+
+POD_CASES = [
+    pytest.param(_pod("2026-11-27T09:30:00Z"),
+                 {"created": 0.0, "scheduled": None, "running": None}, id="created, not yet scheduled"),
+    pytest.param(_pod("2026-11-27T09:30:00Z", unschedulable="2026-11-27T09:30:00Z"),
+                 {"created": 0.0, "scheduled": None, "running": None}, id="left Unschedulable: not scheduled"),
+    pytest.param(_pod("2026-11-27T09:30:00Z", scheduled="2026-11-27T09:30:04Z",
+                      container={"waiting": {"reason": "ContainerCreating"}}),
+                 {"created": 0.0, "scheduled": 4.0, "running": None}, id="scheduled, image being pulled"),
+    pytest.param(_pod("2026-11-27T09:30:00Z", scheduled="2026-11-27T09:30:04Z",
+                      container={"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}),
+                 {"created": 0.0, "scheduled": 4.0, "running": None}, id="image pull backing off"),
+    pytest.param(_pod("2026-11-27T09:30:00Z", scheduled="2026-11-27T09:30:04Z",
+                      container={"running": {"startedAt": "2026-11-27T09:31:10Z"}}),
+                 {"created": 0.0, "scheduled": 4.0, "running": 70.0}, id="running"),
+    pytest.param(_pod("2026-11-27T09:30:00Z", scheduled="2026-11-27T09:30:01Z",
+                      container={"terminated": {"exitCode": 0, "reason": "Completed",
+                                                "startedAt": "2026-11-27T09:30:02Z",
+                                                "finishedAt": "2026-11-27T09:35:00Z"}}),
+                 {"created": 0.0, "scheduled": 1.0, "running": 2.0}, id="completed"),
+    pytest.param(_pod("2026-11-27T09:30:00Z", scheduled="2026-11-27T09:30:01Z",
+                      container={"running": {"startedAt": "2026-11-27T09:32:00Z"}},
+                      last_state={"terminated": {"exitCode": 137, "reason": "OOMKilled",
+                                                 "startedAt": "2026-11-27T09:30:03Z",
+                                                 "finishedAt": "2026-11-27T09:31:00Z"}}),
+                 {"created": 0.0, "scheduled": 1.0, "running": 3.0}, id="restarted in place: its first start"),
+    pytest.param(_pod("2026-11-27T09:30:00Z", scheduled="2026-11-27T09:30:01Z",
+                      container={"running": {"startedAt": "2026-11-27T09:30:02Z"}}, name="sidecar"),
+                 {"created": 0.0, "scheduled": 1.0, "running": None}, id="only another container started"),
+    pytest.param({"metadata": {"creationTimestamp": "2026-11-27T09:30:00.250000000Z"}, "status": {}},
+                 {"created": 0.25, "scheduled": None, "running": None}, id="fractional time, no status yet"),
+]
+
+
+@pytest.mark.parametrize(("pod", "expected"), POD_CASES)
+def test_a_pods_phases_are_its_own_timestamps_and_unknown_ones_stay_unknown(pod, expected):
+    startup = job_startup([pod_startup("r", pod)], created=T0, unknown=POD_UNKNOWN)
+    row = startup["replicas"]["r"]
+    assert {phase: row[phase] for phase in expected} == expected
+    # a pod's status never says when its image was pulled, nor plain pods when they were admitted
+    assert (row["admitted"], row["image_pulled"], row["rendezvous"]) == (None, None, None)
+    assert set(startup["unknown"]) == {"admitted", "image_pulled"}
+    json.dumps(startup, allow_nan=False)
+
+
+def _stamped(seconds: float, text: str) -> str:
+    whole, fraction = divmod(seconds, 1)
+    return f"2026-11-27T09:30:{int(whole):02d}.{int(round(fraction * 1e9)):09d}Z {text}"
+
+
+@pytest.mark.parametrize(("lines", "first_line", "first_progress"), [
+    pytest.param([], None, None, id="no line"),
+    pytest.param([_stamped(5.5, "loading data"), _stamped(7, "step 1")], 5.5, None, id="lines, no report"),
+    pytest.param([_stamped(5.5, "loading"), _stamped(6, record_line({"progress": None, "metrics": {"a": 1}})),
+                  _stamped(9.25, record_line({"progress": {"step": 1, "total": 10}}))], 5.5, 9.25,
+                 id="a record without progress is not the first progress"),
+    pytest.param([_stamped(3, record_line({"progress": {"step": 1, "total": 10}})), _stamped(4, "hello")],
+                 4.0, 3.0, id="a record before any line"),
+])
+def test_a_logs_first_line_and_first_progress_record_from_its_timestamps(lines, first_line, first_progress):
+    cursor = LogCursor()
+    for line in lines:
+        cursor.accept(line)
+    again = LogCursor.from_dict(json.loads(json.dumps(cursor.as_dict())))  # as a trigger's event carries it
+    for kept in (cursor, again):
+        got = [None if ns is None else round(ns / 1e9 - T0, 3) for ns in (kept.first_ns, kept.first_progress_ns)]
+        assert got == [first_line, first_progress]
+
+
+def test_the_job_is_its_slowest_replica_and_its_rendezvous_the_masters_first_progress():
+    pods = {
+        "m": _pod("2026-11-27T09:30:00Z", scheduled="2026-11-27T09:30:01Z",
+                  container={"running": {"startedAt": "2026-11-27T09:30:05Z"}}),
+        "w0": _pod("2026-11-27T09:30:00Z", scheduled="2026-11-27T09:30:02Z",
+                   container={"running": {"startedAt": "2026-11-27T09:30:09Z"}}),
+        "w1": _pod("2026-11-27T09:30:01Z", scheduled="2026-11-27T09:30:03Z",
+                   container={"running": {"startedAt": "2026-11-27T09:30:06Z"}}),
+    }
+    replicas = [pod_startup("m", pods["m"], first_line=T0 + 5.5, first_report=T0 + 12.0),
+                pod_startup("w0", pods["w0"]), pod_startup("w1", pods["w1"])]
+    startup = job_startup(replicas, master="m", unknown=POD_UNKNOWN)
+    assert startup["created_at"] == "2026-11-27T09:30:00Z"
+    assert startup["job"] == {"created": 1.0, "admitted": None, "scheduled": 3.0, "image_pulled": None,
+                              "running": 9.0, "rendezvous": 12.0}
+    assert startup["slowest"] == {"created": "w1", "scheduled": "w1", "running": "w0", "rendezvous": "m"}
+    assert startup["rendezvous_by"] == "progress"
+    assert startup["replicas"]["m"]["rendezvous_by"] == "progress"
+    assert startup["replicas"]["w0"] == {"created": 0.0, "admitted": None, "scheduled": 2.0, "image_pulled": None,
+                                         "running": 9.0, "rendezvous": None, "rendezvous_by": None}
+    assert startup_line("ns/job", startup) == (
+        "startup of ns/job: scheduled 3.0s, running 9.0s, rendezvous 12.0s (first progress, slowest m); "
+        "unknown: admitted, image_pulled")
+
+
+@pytest.mark.parametrize(("firsts", "master_report", "job_rendezvous", "by"), [
+    pytest.param({"m": 2.0, "w0": 3.0, "w1": 4.5}, None, 4.5, "line", id="every first line: the last of them"),
+    pytest.param({"m": 2.0, "w0": 3.0, "w1": None}, None, None, None, id="one replica printed nothing: unknown"),
+    pytest.param({"m": 2.0, "w0": None, "w1": None}, 6.0, 6.0, "progress", id="the master's first progress"),
+])
+def test_the_jobs_rendezvous_is_never_invented(firsts, master_report, job_rendezvous, by):
+    replicas = [process_startup(name, created=T0, started=T0 + 0.5, first_line=None if at is None else T0 + at,
+                                first_report=(T0 + master_report) if name == "m" and master_report else None)
+                for name, at in firsts.items()]
+    startup = job_startup(replicas, master="m", unknown=PROCESS_UNKNOWN, created=T0)
+    assert (startup["job"]["rendezvous"], startup["rendezvous_by"]) == (job_rendezvous, by)
+    assert startup["job"]["running"] == 0.5
+    assert [startup["job"][phase] for phase in ("admitted", "scheduled", "image_pulled")] == [None, None, None]
+    assert set(startup["unknown"]) == {"admitted", "scheduled", "image_pulled"}
+
+
+def test_phases_in_order_and_what_the_task_log_says_per_replica():
+    replicas = [process_startup("m", created=T0, started=T0 + 0.1, first_line=T0 + 1.0),
+                process_startup("w", created=T0, started=T0 + 0.2, first_line=T0 + 3.0)]
+    startup = job_startup(replicas, master="m", created=T0)
+    assert list(startup["job"]) == list(PHASES)
+    assert replica_lines(startup) == ["  m: running 0.1s, rendezvous 1.0s (first line)",
+                                      "  w: running 0.2s, rendezvous 3.0s (first line)"]
+
+
+def test_no_known_creation_no_section_and_odd_times_are_unknown():
+    assert job_startup([pod_startup("r", None)]) == {}
+    assert job_startup([]) == {}
+    assert [epoch(value) for value in (None, "", "yesterday", 5)] == [None, None, None, None]
+    assert startup_line("j", {}) is None

@@ -95,7 +95,7 @@ def test_a_pods_phases_are_its_own_timestamps_and_unknown_ones_stay_unknown(pod,
 
 def _stamped(seconds: float, text: str) -> str:
     whole, fraction = divmod(seconds, 1)
-    return f"2026-11-27T09:30:{int(whole):02d}.{int(round(fraction * 1e9)):09d}Z {text}"
+    return f"2026-11-27T09:30:{int(whole):02d}.{round(fraction * 1e9):09d}Z {text}"
 
 
 @pytest.mark.parametrize(("lines", "first_line", "first_progress"), [

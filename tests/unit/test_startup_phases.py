@@ -172,3 +172,34 @@ def test_no_known_creation_no_section_and_odd_times_are_unknown():
     assert job_startup([]) == {}
     assert [epoch(value) for value in (None, "", "yesterday", 5)] == [None, None, None, None]
     assert startup_line("j", {}) is None
+
+
+def _spans(page: str) -> list[tuple[str, str]]:
+    """``(class, title)`` of each waterfall bar in a page."""
+    import re
+
+    return re.findall(r'<rect class="span (\w+)"[^>]*><title>([^<]*)</title></rect>', page)
+
+
+def test_the_job_view_draws_a_waterfall_of_known_phases_only_and_says_which_are_unknown():
+    from airflow_distributed.plugins.page import job_page
+    from airflow_distributed.task_instance import TaskInstanceRef
+
+    pods = {"m<b>": _pod("2026-11-27T09:30:00Z", scheduled="2026-11-27T09:30:02Z",
+                         container={"running": {"startedAt": "2026-11-27T09:30:07Z"}}),
+            "w": _pod("2026-11-27T09:30:00Z")}
+    startup = job_startup([pod_startup("m<b>", pods["m<b>"], first_report=T0 + 10.0), pod_startup("w", pods["w"])],
+                          master="m<b>", unknown=POD_UNKNOWN)
+    record = {"job_name": "j", "state": "failed", "replicas": [], "startup": json.loads(json.dumps(startup))}
+    page = job_page(record, TaskInstanceRef(dag_id="d", run_id="r", task_id="t"), source="recorded",
+                    show_logs=False, json_href="/x")
+    assert "<script" not in page and "m<b>" not in page and "m&lt;b&gt;" in page
+    # the job row: w was never scheduled, so the job's phases after its creation are unknown: nothing drawn but
+    # its rendezvous (the master's first progress) from its creation; m: each span between two known phases
+    assert _spans(page) == [("rdzv", "to the rendezvous: 10 s"),
+                            ("wait", "waiting to be scheduled: 2 s"), ("start", "starting: 5 s"),
+                            ("rdzv", "to the rendezvous: 3 s")]
+    assert "image pulled: unknown (a pod&#39;s status has no image-pull time" in page
+    assert "the master&#39;s first progress report" in page
+    assert "Startup" not in job_page({**record, "startup": {}}, TaskInstanceRef(dag_id="d", run_id="r", task_id="t"),
+                                     source="recorded", show_logs=False, json_href="/x")

@@ -42,6 +42,8 @@ POD_UNKNOWN = {
     "image_pulled": "a pod's status has no image-pull time (only the kubelet's Pulled event has it): "
                     "the container's start includes the pull",
 }
+#: A custom job kind's (Kubeflow v1, TrainJob): admission is known where its ``Suspended`` condition says it.
+NEVER_SUSPENDED = "the job was never suspended: no queue held it back"
 PROCESS_UNKNOWN = {
     "admitted": "no queue on the local backend",
     "scheduled": "no scheduler on the local backend",
@@ -96,6 +98,23 @@ def _container_started_at(pod: Mapping[str, Any], container: str) -> float | Non
             moments = [moment for moment in (epoch(started), epoch(earlier)) if moment is not None]
             return min(moments, default=None)
     return None
+
+
+def admitted_at(obj: Mapping[str, Any] | None) -> float | None:
+    """When a queue let a custom job run: its ``Suspended`` condition's ``lastTransitionTime`` once the condition
+    is ``False`` (Kueue's admission, a resumed job); None while it is suspended or was never."""
+    for condition in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if not isinstance(condition, Mapping) or condition.get("type") != "Suspended":
+            continue
+        if condition.get("status") == "False":
+            return epoch(condition.get("lastTransitionTime"))
+    return None
+
+
+def custom_job_unknown(admitted: float | None) -> dict[str, str]:
+    """Why a phase is unknown on every replica of a custom job: the image pull as for any pod, the admission when
+    nothing admitted it."""
+    return {"image_pulled": POD_UNKNOWN["image_pulled"], **({"admitted": NEVER_SUSPENDED} if admitted is None else {})}
 
 
 def pod_startup(name: str, pod: Mapping[str, Any] | None, *, container: str = MAIN_CONTAINER,
@@ -236,6 +255,6 @@ def first_moments(cursors: Iterable[tuple[str, Any]]) -> dict[str, tuple[float |
     return out
 
 
-__all__ = ["BY_LINE", "BY_PROGRESS", "PHASES", "POD_UNKNOWN", "PROCESS_UNKNOWN", "STARTUP_REPLICAS",
-           "ReplicaStartup", "epoch", "first_moments", "job_startup", "pod_startup", "process_startup",
-           "replica_lines", "started", "startup_line"]
+__all__ = ["BY_LINE", "BY_PROGRESS", "NEVER_SUSPENDED", "PHASES", "POD_UNKNOWN", "PROCESS_UNKNOWN",
+           "STARTUP_REPLICAS", "ReplicaStartup", "admitted_at", "custom_job_unknown", "epoch", "first_moments",
+           "job_startup", "pod_startup", "process_startup", "replica_lines", "started", "startup_line"]

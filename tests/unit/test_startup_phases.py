@@ -203,3 +203,26 @@ def test_the_job_view_draws_a_waterfall_of_known_phases_only_and_says_which_are_
     assert "the master&#39;s first progress report" in page
     assert "Startup" not in job_page({**record, "startup": {}}, TaskInstanceRef(dag_id="d", run_id="r", task_id="t"),
                                      source="recorded", show_logs=False, json_href="/x")
+
+
+@pytest.mark.parametrize(("conditions", "admitted"), [
+    pytest.param([], None, id="never suspended"),
+    pytest.param([{"type": "Created", "status": "True", "lastTransitionTime": "2026-11-27T09:30:00Z"},
+                  {"type": "Suspended", "status": "True", "reason": "PyTorchJobSuspended",
+                   "lastTransitionTime": "2026-11-27T09:30:00Z"}], None, id="still suspended"),
+    pytest.param([{"type": "Created", "status": "True", "lastTransitionTime": "2026-11-27T09:30:00Z"},
+                  {"type": "Suspended", "status": "False", "reason": "PyTorchJobResumed",
+                   "lastTransitionTime": "2026-11-27T09:31:30Z"},
+                  {"type": "Running", "status": "True", "lastTransitionTime": "2026-11-27T09:31:40Z"}], 90.0,
+                 id="a PyTorchJob admitted"),
+    pytest.param([{"type": "Suspended", "status": "False", "reason": "Resumed", "message": "TrainJob is resumed",
+                   "lastTransitionTime": "2026-11-27T09:30:05Z", "observedGeneration": 1}], 5.0,
+                 id="a TrainJob resumed (metav1.Condition)"),
+])
+def test_a_custom_jobs_admission_is_its_suspended_condition_turning_false(conditions, admitted):
+    from airflow_distributed.jobstate.startup import NEVER_SUSPENDED, admitted_at, custom_job_unknown
+
+    at = admitted_at({"status": {"conditions": conditions}})
+    assert (None if at is None else at - T0) == admitted
+    assert ("admitted" in custom_job_unknown(at)) is (admitted is None)
+    assert custom_job_unknown(None)["admitted"] == NEVER_SUSPENDED

@@ -24,6 +24,7 @@ from airflow_distributed.backends.kubernetes_elastic import ElasticRestarts
 from airflow_distributed.exceptions import KubernetesJobError
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.hang_watch import HUNG_REPLICAS
+from airflow_distributed.jobstate.log_cursor import LogCursor
 from airflow_distributed.jobstate.outcome import HUNG_TAIL_LINES, JobOutcome
 from airflow_distributed.jobstate.pod_state import log_available
 from airflow_distributed.jobstate.startup import POD_UNKNOWN, first_moments, job_startup, pod_startup
@@ -63,7 +64,7 @@ class KubernetesJobFinish:
         self.elastic = ElasticRestarts()
         #: each followed replica's log place, ``{replica: (its pod's uid, LogCursor)}``: kept across the waits of a
         #: try (no line twice), and where its first line and first progress report were (the startup phases)
-        self.log_cursors: dict[str, tuple[str, Any]] = {}
+        self.log_cursors: dict[str, tuple[str, LogCursor]] = {}
 
     @property
     def master(self) -> ReplicaSlot:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from airflow_distributed.jobstate.log_cursor import LogCursor
 from airflow_distributed.manifests.pod_names import MAIN_CONTAINER
 
 #: The phases in the order a replica goes through them.
@@ -246,11 +247,11 @@ def _seconds(value: float) -> float:
     return round(value, 3)
 
 
-def first_moments(cursors: Iterable[tuple[str, Any]]) -> dict[str, tuple[float | None, float | None]]:
-    """``{replica: (first line, first report)}`` in epoch seconds from ``(replica, LogCursor)`` pairs."""
+def first_moments(cursors: Iterable[tuple[str, LogCursor]]) -> dict[str, tuple[float | None, float | None]]:
+    """``{replica: (first line, first progress record)}`` in epoch seconds from ``(replica, LogCursor)`` pairs."""
     out: dict[str, tuple[float | None, float | None]] = {}
     for name, cursor in cursors:
-        line, report = getattr(cursor, "first_ns", None), getattr(cursor, "first_progress_ns", None)
+        line, report = cursor.first_ns, cursor.first_progress_ns
         out[name] = (line / 1e9 if line is not None else None, report / 1e9 if report is not None else None)
     return out
 

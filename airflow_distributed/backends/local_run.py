@@ -160,7 +160,7 @@ class StartupNote:
         self.logged = False
 
     def __call__(self) -> None:
-        if self.logged:
+        if self.logged or self.job.master.first_progress_at is None:  # nothing to say yet: no work either
             return
         startup = local_startup(self.created, self.job)
         if started(startup) and startup.get("rendezvous_by") == BY_PROGRESS:

@@ -34,10 +34,11 @@ from airflow_distributed.hooks.kubernetes import DistributedTrainingHook, JobHan
 from airflow_distributed.hooks.pod_logs import task_log_lines
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.failures import job_failure
-from airflow_distributed.jobstate.log_cursor import LogCursor, strip_timestamps
+from airflow_distributed.jobstate.log_cursor import strip_timestamps
 from airflow_distributed.jobstate.outcome import JobOutcome
 from airflow_distributed.jobstate.pod_state import log_available
 from airflow_distributed.jobstate.replica_table import replica_table
+from airflow_distributed.jobstate.startup import master_log_cursor
 from airflow_distributed.jobstate.verdicts import JobVerdict, ReplicaSlot, replica_slots, slots_from_json, slots_to_json
 from airflow_distributed.live_report import without_records
 from airflow_distributed.manifests.horovod_ssh import generate_ssh_key_pair
@@ -227,17 +228,10 @@ class KubernetesJobRun(KubernetesJobFinish):
         raise job_failure(f"{self.namespace}/{self.name}", outcome, elapsed, note, default=event_error_class(event))
 
     def _note_master_log(self, relayed: dict[str, Any] | None, master: Any, stamped: Sequence[str]) -> None:
-        """Where the master's first line and first report were, for the startup phases: from the trigger's relay of
-        its log (the cursor rides in the event), else from its last lines when they are its whole log."""
+        """Where the master's first line and first progress record were, for the startup phases
+        (``master_log_cursor``: the trigger's relay, else its last lines when they are its whole log)."""
         uid = str(((master or {}).get("metadata") or {}).get("uid") or "")
-        if relayed and relayed.get("uid") == uid and relayed.get("first_ns") is not None:
-            cursor = LogCursor.from_dict(relayed)
-        else:
-            cursor = LogCursor()
-            if len(stamped) < TAIL_LINES:  # fewer lines than asked for: the whole log, its first line among them
-                for line in stamped:
-                    cursor.accept(line)
-        self.log_cursors[self.master.name] = (uid, cursor)
+        self.log_cursors[self.master.name] = (uid, master_log_cursor(relayed, uid, stamped, TAIL_LINES))
 
     def kill(self) -> None:
         """``on_kill``: stop waiting and delete the job (its Service; the pods go by cascade)."""

@@ -247,6 +247,25 @@ def _seconds(value: float) -> float:
     return round(value, 3)
 
 
+def master_log_cursor(relayed: Mapping[str, Any] | None, uid: str, stamped: Sequence[str], asked: int) -> LogCursor:
+    """Where a deferred job's master printed its first line and first progress record: the trigger's relay cursor
+    (``log_relay``'s event state) when it is this pod's and saw a line, else its last lines when they are its whole
+    log (fewer than were asked for), else nothing known.
+
+    :param relayed: the event's ``log_cursor`` (``LogCursor.as_dict`` with the pod's ``uid``), or None.
+    :param uid: the master pod's uid as the task reads it now.
+    :param stamped: the master's last lines with their timestamps (``timestamps=true``), as the task read them.
+    :param asked: how many lines the read asked for (``tailLines``).
+    """
+    if relayed and relayed.get("uid") == uid and isinstance(relayed.get("first_ns"), int):
+        return LogCursor.from_dict(relayed)
+    cursor = LogCursor()
+    if len(stamped) < asked:
+        for line in stamped:
+            cursor.accept(line)
+    return cursor
+
+
 def first_moments(cursors: Iterable[tuple[str, LogCursor]]) -> dict[str, tuple[float | None, float | None]]:
     """``{replica: (first line, first progress record)}`` in epoch seconds from ``(replica, LogCursor)`` pairs."""
     out: dict[str, tuple[float | None, float | None]] = {}
@@ -258,4 +277,5 @@ def first_moments(cursors: Iterable[tuple[str, LogCursor]]) -> dict[str, tuple[f
 
 __all__ = ["BY_LINE", "BY_PROGRESS", "NEVER_SUSPENDED", "PHASES", "POD_UNKNOWN", "PROCESS_UNKNOWN",
            "STARTUP_REPLICAS", "ReplicaStartup", "admitted_at", "custom_job_unknown", "epoch", "first_moments",
-           "job_startup", "pod_startup", "process_startup", "replica_lines", "started", "startup_line"]
+           "job_startup", "master_log_cursor", "pod_startup", "process_startup", "replica_lines", "started",
+           "startup_line"]

@@ -226,3 +226,25 @@ def test_a_custom_jobs_admission_is_its_suspended_condition_turning_false(condit
     assert (None if at is None else at - T0) == admitted
     assert ("admitted" in custom_job_unknown(at)) is (admitted is None)
     assert custom_job_unknown(None)["admitted"] == NEVER_SUSPENDED
+
+
+LINES = [_stamped(2.0, "loading"), _stamped(3.5, record_line({"progress": {"step": 1, "total": 9}})),
+         _stamped(4.0, "step 1")]
+
+
+@pytest.mark.parametrize(("relayed", "stamped", "asked", "expected"), [
+    pytest.param({"uid": "u-1", "last_ns": 1, "emitted_at_last": 1, "first_ns": int((T0 + 1.0) * 1e9),
+                  "first_progress_ns": int((T0 + 1.5) * 1e9)}, LINES, 30, (1.0, 1.5), id="the relay's"),
+    pytest.param({"uid": "u-0", "last_ns": 1, "emitted_at_last": 1, "first_ns": int((T0 + 1.0) * 1e9)}, LINES, 30,
+                 (2.0, 3.5), id="another pod's relay: the whole log read at the end"),
+    pytest.param({"uid": "u-1", "last_ns": 1, "emitted_at_last": 1}, LINES, 30, (2.0, 3.5),
+                 id="a relay of an earlier release, without firsts"),
+    pytest.param(None, LINES, 3, (None, None), id="as many lines as asked: maybe not the whole log, unknown"),
+    pytest.param(None, [], 30, (None, None), id="no line"),
+])
+def test_a_deferred_masters_first_line_is_the_relays_else_its_whole_log(relayed, stamped, asked, expected):
+    from airflow_distributed.jobstate.startup import master_log_cursor
+
+    cursor = master_log_cursor(relayed, "u-1", stamped, asked)
+    got = tuple(None if ns is None else round(ns / 1e9 - T0, 3) for ns in (cursor.first_ns, cursor.first_progress_ns))
+    assert got == expected

@@ -24,7 +24,8 @@ FACET = "airflowDistributed"
 @attr.define
 class DistributedTrainingRunFacet(RunFacet):
     """The shape of the job: framework, backend, its replicas per role with their resources, its outcome and what it
-    cost (``usage``, as in the ``job`` XCom; empty when the job never ran)."""
+    cost and how it started (``usage`` and ``startup``, as in the ``job`` XCom; empty when the job never ran or its
+    backend records none)."""
 
     framework: str
     backend: str
@@ -35,6 +36,7 @@ class DistributedTrainingRunFacet(RunFacet):
     jobName: str | None = None
     metrics: dict[str, Any] = attr.field(factory=dict)
     usage: dict[str, Any] = attr.field(factory=dict)
+    startup: dict[str, Any] = attr.field(factory=dict)
 
 
 def model_dataset(model_path: str) -> Dataset:
@@ -60,15 +62,15 @@ def role_summary(spec: TrainingSpec) -> list[dict[str, Any]]:
 
 
 def job_lineage(spec: TrainingSpec, backend: str, result: Mapping[str, Any] | None, state: str,
-                usage: Mapping[str, Any] | None = None) -> OperatorLineage:
-    """The lineage of one try: its run facet (with the job's ``usage``, when recorded), and the model as output once
-    a model path is known."""
+                usage: Mapping[str, Any] | None = None, startup: Mapping[str, Any] | None = None) -> OperatorLineage:
+    """The lineage of one try: its run facet (with the job's ``usage`` and ``startup``, when recorded), and the model
+    as output once a model path is known."""
     result = result or {}
     roles = role_summary(spec)
     facet = DistributedTrainingRunFacet(
         framework=spec.framework, backend=backend, state=state, replicaCount=sum(r["count"] for r in roles),
         roles=roles, jobName=result.get("job_name"), metrics=dict(result.get("metrics") or {}),
-        usage=dict(usage or {}),
+        usage=dict(usage or {}), startup=dict(startup or {}),
     )
     model_path = result.get("model_path")
     outputs = [model_dataset(model_path)] if isinstance(model_path, str) and model_path else []

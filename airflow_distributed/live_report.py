@@ -23,6 +23,8 @@ from airflow_distributed.strict_json import downsample
 PREFIX = "@airflow-distributed/live "
 #: A record line is at most this many characters: the history is thinned, then left out, then the metrics.
 RECORD_LIMIT = 16 * 1024
+#: How a record with progress begins (``record_line``'s first key, compact JSON).
+PROGRESS_RECORD = PREFIX + '{"progress":{'
 #: Points of the history a record carries at most (the final record keeps 200).
 RECORD_HISTORY = 100
 #: Seconds between two records at most, when nothing asks for less: a master that logs every step prints one record
@@ -67,6 +69,12 @@ def is_record(line: str) -> bool:
     return line.startswith(PREFIX)
 
 
+def reports_progress(line: str) -> bool:
+    """Whether a record line carries progress (``record_line`` writes ``progress`` first, compact): the first such
+    line is when the master took its first step (a startup phase, ``jobstate.startup``)."""
+    return line.startswith(PROGRESS_RECORD)
+
+
 def latest_record(lines: Iterable[str]) -> dict[str, Any] | None:
     """The newest readable record among ``lines`` (a log's tail), decoded but not sanitised: the caller passes it to
     ``outputs.sanitise_document``. A line cut short or not JSON is skipped."""
@@ -87,5 +95,5 @@ def without_records(lines: Iterable[str]) -> list[str]:
     return [line for line in lines if not is_record(line)]
 
 
-__all__ = ["PREFIX", "RECORD_HISTORY", "RECORD_INTERVAL", "RECORD_LIMIT", "is_record", "latest_record",
-           "record_interval", "record_line", "without_records"]
+__all__ = ["PREFIX", "PROGRESS_RECORD", "RECORD_HISTORY", "RECORD_INTERVAL", "RECORD_LIMIT", "is_record",
+           "latest_record", "record_interval", "record_line", "reports_progress", "without_records"]

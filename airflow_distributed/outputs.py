@@ -199,15 +199,17 @@ def job_result(
 
 def job_record(
     result: Mapping[str, Any], document: Mapping[str, Any], duration: float, usage: Mapping[str, Any] | None = None,
+    startup: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``job`` XCom: the result plus what a job view shows (metric history, progress) and, when given, what the
-    job cost (``jobstate.usage``). No replica's line: those are the task log's (``jobstate.last_lines``), which
-    Airflow lets fewer users read than XComs."""
+    job cost (``jobstate.usage``) and how it started (``jobstate.startup``). No replica's line: those are the task
+    log's (``jobstate.last_lines``), which Airflow lets fewer users read than XComs."""
     return {
         **result,
         "duration_seconds": round(duration, 3),
         "history": downsample(list(document.get("history") or []), HISTORY_POINTS),
         **({"progress": document["progress"]} if document.get("progress") else {}),
         **({"usage": dict(usage)} if usage is not None else {}),
+        **({"startup": dict(startup)} if startup else {}),
     }
 

@@ -15,6 +15,7 @@ import kubernetes_submit
 import kubernetes_wait
 import local_vs_torchrun
 import ray_vs_local
+import startup_phases
 import triggerer_logs
 import triggerer_scale
 
@@ -25,6 +26,7 @@ if __name__ == "__main__":
         "elastic_restart": elastic_restart.measure(),
         "local_vs_torchrun": local_vs_torchrun.measure(),
         "ray_vs_local": ray_vs_local.measure(),
+        "startup_phases": startup_phases.measure(),
         "kubernetes_submit": kubernetes_submit.measure(),
         "kubernetes_wait": kubernetes_wait.measure(),
         "triggerer_scale": triggerer_scale.measure(),

@@ -31,7 +31,16 @@ from airflow_distributed.hooks.pod_logs import task_log_lines
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.failures import job_failure
 from airflow_distributed.jobstate.hang_watch import HUNG_REPLICAS
+from airflow_distributed.jobstate.log_cursor import LogCursor
 from airflow_distributed.jobstate.outcome import HUNG_TAIL_LINES, JobOutcome
+from airflow_distributed.jobstate.startup import (
+    admitted_at,
+    custom_job_unknown,
+    epoch,
+    first_moments,
+    job_startup,
+    pod_startup,
+)
 from airflow_distributed.jobstate.usage import pod_run
 from airflow_distributed.jobstate.verdicts import JobVerdict
 from airflow_distributed.live_report import without_records
@@ -69,6 +78,9 @@ class KubeflowJobRun:
         self.body: dict[str, Any] | None = None
         self.stopped = False
         self.started_at = started_at if started_at is not None else time.time()
+        #: where the master's log was followed (sync) or relayed (deferred), by its pod's uid: its first line and
+        #: first progress record are startup phases
+        self.log_cursors: dict[str, LogCursor] = {}
 
     @staticmethod
     def resource_of(framework: str) -> KubeflowResource:
@@ -117,8 +129,12 @@ class KubeflowJobRun:
         # The framework rides along in the event (see ``defer``); a trigger deferred by a release that did not hand
         # it back leaves it to the spec.
         framework = state["framework"] if state is not None else task.spec().framework
-        return cls(task, settings, context, hook, event["namespace"], event["job_name"], framework,
-                   started_at=event.get("started_at"))
+        run = cls(task, settings, context, hook, event["namespace"], event["job_name"], framework,
+                  started_at=event.get("started_at"))
+        relayed = event.get("log_cursor")  # where the trigger relayed the master's log: its first line among it
+        if isinstance(relayed, dict) and relayed.get("uid"):
+            run.log_cursors[str(relayed["uid"])] = LogCursor.from_dict(relayed)
+        return run
 
     # ------------------------------------------------------------------ submit, wait
 
@@ -141,6 +157,7 @@ class KubeflowJobRun:
                                                        f": {status.message}" if status.message else ""),
                 on_object=self.observed,
                 emit=task_log_lines(self.log),  # the master's lines, as they come
+                log_cursors=self.log_cursors,
             )
         except BaseException:
             # The wait itself failed (API gone, execution_timeout): nobody would watch the job any more.
@@ -231,8 +248,27 @@ class KubeflowJobRun:
         return end_job(self.context, self.log, name=self.name, framework=self.framework, backend=self.backend,
                        outcome=outcome, document=document, replicas=statuses, logs=logs, elapsed=elapsed,
                        namespace=self.namespace, usage=usage_over_tries(self.context, runs, elapsed, self.log),
+                       startup=self.startup(obj, pods, container),
                        cleanup="the job was deleted" if deleted else "the job is kept for a look until the next try",
                        queue_timeout=self.settings.options.queue_timeout)
+
+    def startup(self, obj: dict[str, Any] | None, pods: list[dict[str, Any]], container: str) -> dict[str, Any]:
+        """The job's startup phases from the object and the pods its end lists anyway (no request of its own): from
+        the object's creation, its admission (its ``Suspended`` condition turned false), each pod's times, and the
+        master's first line and progress record where its log was followed or relayed."""
+        if obj is None:
+            return {}
+        admitted = admitted_at(obj)
+        master = self.hook.master_pod(obj, pods)
+        replicas = []
+        for pod in pods:
+            cursor = self.log_cursors.get(str(pod["metadata"].get("uid") or ""))
+            firsts = first_moments([("", cursor)])[""] if cursor is not None else (None, None)
+            replicas.append(pod_startup(pod["metadata"]["name"], pod, container=container, admitted=admitted,
+                                        first_line=firsts[0], first_report=firsts[1]))
+        return job_startup(replicas, master=None if master is None else master["metadata"]["name"],
+                           unknown=custom_job_unknown(admitted),
+                           created=epoch((obj.get("metadata") or {}).get("creationTimestamp")))
 
     def _document(self, obj: dict[str, Any] | None) -> dict[str, Any]:
         return read_document(self.hook.kubeflow_output(self.namespace, obj) if obj is not None else None, self.log)

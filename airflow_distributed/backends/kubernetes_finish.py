@@ -24,8 +24,10 @@ from airflow_distributed.backends.kubernetes_elastic import ElasticRestarts
 from airflow_distributed.exceptions import KubernetesJobError
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.hang_watch import HUNG_REPLICAS
+from airflow_distributed.jobstate.log_cursor import LogCursor
 from airflow_distributed.jobstate.outcome import HUNG_TAIL_LINES, JobOutcome
 from airflow_distributed.jobstate.pod_state import log_available
+from airflow_distributed.jobstate.startup import POD_UNKNOWN, first_moments, job_startup, pod_startup
 from airflow_distributed.jobstate.usage import pod_run
 from airflow_distributed.live_report import without_records
 from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER, job_secret_names
@@ -60,6 +62,9 @@ class KubernetesJobFinish:
         self.started = time.monotonic()
         #: an elastic job's budget and what it did with it (see ``kubernetes_elastic``)
         self.elastic = ElasticRestarts()
+        #: each followed replica's log place, ``{replica: (its pod's uid, LogCursor)}``: kept across the waits of a
+        #: try (no line twice), and where its first line and first progress report were (the startup phases)
+        self.log_cursors: dict[str, tuple[str, LogCursor]] = {}
 
     @property
     def master(self) -> ReplicaSlot:
@@ -96,7 +101,7 @@ class KubernetesJobFinish:
                        outcome=outcome if outcome.succeeded else self.elastic.failed(outcome), document=document,
                        replicas=after_cleanup(self.elastic.with_dropped(outcome.replicas, self.slots), stopped),
                        logs=outcome.logs, elapsed=elapsed, namespace=self.namespace,
-                       usage=self.usage(outcome.pods, elapsed),
+                       usage=self.usage(outcome.pods, elapsed), startup=self.startup(outcome.pods),
                        cleanup="the job was deleted" if killed or hung else self.cleanup_note(False),
                        startup_timeout=self.settings.startup_timeout, queue_timeout=self.settings.options.queue_timeout)
 
@@ -115,6 +120,18 @@ class KubernetesJobFinish:
         runs = [*self.elastic.earlier_runs,
                 *(pod_run(slot.name, pods.get(slot.name), now) for slot in self.elastic.watched(self.slots))]
         return usage_over_tries(self.context, runs, elapsed, self.log)
+
+    def startup(self, pods: Mapping[str, Any]) -> dict[str, Any]:
+        """The job's startup phases from the pods the wait read and the logs it followed (no request of its own):
+        a replica's first line and report count only if they are its current pod's (an elastic job's recreated pod
+        is followed from its start)."""
+        current = {name: cursor for name, (uid, cursor) in self.log_cursors.items()
+                   if uid and uid == str(((pods.get(name) or {}).get("metadata") or {}).get("uid") or "")}
+        firsts = first_moments(current.items())
+        replicas = [pod_startup(slot.name, pods.get(slot.name), first_line=firsts.get(slot.name, (None, None))[0],
+                                first_report=firsts.get(slot.name, (None, None))[1])
+                    for slot in self.elastic.watched(self.slots)]
+        return job_startup(replicas, master=self.master.name, unknown=POD_UNKNOWN)
 
     def _collect(self, outcome: JobOutcome, killed: bool) -> tuple[dict[str, Any], JobOutcome]:
         """The output document, and the outcome with the failed replica's last lines (or its pod's events) and the

@@ -20,6 +20,7 @@ from airflow_distributed.backends.job_options import manifest_options, watch_tim
 from airflow_distributed.backends.job_run import (
     LIVE_JOB_XCOM_KEY,
     NOT_CLEANED_UP,
+    TAIL_LINES,
     deferral_deadline,
     event_error_class,
     job_namespace,
@@ -33,10 +34,11 @@ from airflow_distributed.hooks.kubernetes import DistributedTrainingHook, JobHan
 from airflow_distributed.hooks.pod_logs import task_log_lines
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.failures import job_failure
-from airflow_distributed.jobstate.log_cursor import LogCursor, strip_timestamps
+from airflow_distributed.jobstate.log_cursor import strip_timestamps
 from airflow_distributed.jobstate.outcome import JobOutcome
 from airflow_distributed.jobstate.pod_state import log_available
 from airflow_distributed.jobstate.replica_table import replica_table
+from airflow_distributed.jobstate.startup import master_log_cursor
 from airflow_distributed.jobstate.verdicts import JobVerdict, ReplicaSlot, replica_slots, slots_from_json, slots_to_json
 from airflow_distributed.live_report import without_records
 from airflow_distributed.manifests.horovod_ssh import generate_ssh_key_pair
@@ -163,7 +165,7 @@ class KubernetesJobRun(KubernetesJobFinish):
         if self.settings.deferrable and self.handle.reattached != "succeeded":  # type: ignore[union-attr]
             self._defer()
         # Each followed log's place, across the waits of an elastic job: no line twice after a pod is recreated.
-        log_cursors: dict[str, tuple[str, LogCursor]] = {}
+        log_cursors = self.log_cursors
         try:
             while True:
                 outcome = self.hook.wait_for_job(
@@ -211,6 +213,7 @@ class KubernetesJobRun(KubernetesJobFinish):
             for line in new_lines_after(event.get("log_cursor"), ((master or {}).get("metadata") or {}).get("uid"),
                                         stamped):
                 self.log.info("[%s] %s", self.master.name, line)
+            self._note_master_log(event.get("log_cursor"), master, stamped)
             tail = without_records(strip_timestamps(stamped))
             return self.finish(replace(outcome, logs={self.master.name: tail}), elapsed)
         # timeout (execution_timeout reached in the triggerer) or error (the trigger could not watch): clean up,
@@ -223,6 +226,12 @@ class KubernetesJobRun(KubernetesJobFinish):
         note = ("the job was deleted" if timed_out else self.cleanup_note(False)) if cleaned else NOT_CLEANED_UP
         outcome = JobOutcome(ending.TIMED_OUT if timed_out else ending.FAILED, message=event.get("message") or status)
         raise job_failure(f"{self.namespace}/{self.name}", outcome, elapsed, note, default=event_error_class(event))
+
+    def _note_master_log(self, relayed: dict[str, Any] | None, master: Any, stamped: Sequence[str]) -> None:
+        """Where the master's first line and first progress record were, for the startup phases
+        (``master_log_cursor``: the trigger's relay, else its last lines when they are its whole log)."""
+        uid = str(((master or {}).get("metadata") or {}).get("uid") or "")
+        self.log_cursors[self.master.name] = (uid, master_log_cursor(relayed, uid, stamped, TAIL_LINES))
 
     def kill(self) -> None:
         """``on_kill``: stop waiting and delete the job (its Service; the pods go by cascade)."""

@@ -7,6 +7,7 @@ job.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -14,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_distributed.backends.base import ForProcesses, TaskCalls
-from airflow_distributed.backends.job_end import end_job, read_document
+from airflow_distributed.backends.job_end import end_job, log_startup, read_document
 from airflow_distributed.backends.job_usage import usage_over_tries
 from airflow_distributed.backends.local_live import LIVE_XCOM_KEY, LiveJobReport
 from airflow_distributed.contract import ENV_STACKS_SIGNAL
@@ -22,6 +23,7 @@ from airflow_distributed.hooks.local import STACKS_SIGNAL, LocalJob, LocalProces
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.outcome import JobOutcome
 from airflow_distributed.jobstate.progress_watch import HangWatchdog
+from airflow_distributed.jobstate.startup import BY_PROGRESS, PROCESS_UNKNOWN, job_startup, process_startup, started
 from airflow_distributed.jobstate.usage import ReplicaRun, plan_requests
 from airflow_distributed.manifests.local import process_specs, resolve_python
 from airflow_distributed.outputs import DOCUMENT_TEXT_LIMIT
@@ -94,6 +96,7 @@ class LocalJobRun:
         hook.write_files(layout.files_dir, {**plan.files, **plan.secret_files})
         log.info("job %s: %s with %d replicas on the local backend", name, spec.framework, len(specs))
         started = time.monotonic()
+        created = time.time()  # the job's creation: its startup phases count from here
         job = self.job = hook.start(specs, cwd=work_dir, elastic=plan.elastic)
         if self.killed():  # killed while they were starting: nothing may outlive the task
             log.info("task killed while its replicas started: stopping every replica")
@@ -102,6 +105,7 @@ class LocalJobRun:
             job_name=name, framework=spec.framework, read_document=lambda: _read_text(output_path),
             publish=lambda record: context["ti"].xcom_push(key=LIVE_XCOM_KEY, value=record), log=log,
         )
+        startup = StartupNote(name, created, job, log)
         hung = None if settings.progress_timeout is None else HangWatchdog(
             settings.progress_timeout, read_document=lambda: _read_text(output_path),
             master_lines=lambda: job.master.lines)
@@ -110,7 +114,7 @@ class LocalJobRun:
                 poll_interval=settings.options.poll_interval,
                 settle=settings.options.settle_period,
                 on_change=lambda rows: log.info("replicas of %s:\n%s", name, render_table(rows)),
-                on_poll=live,
+                on_poll=functools.partial(on_poll, live, startup),
                 hung=hung,
             )
         finally:
@@ -122,12 +126,46 @@ class LocalJobRun:
                          document=read_document(_read_text(output_path), log), replicas=outcome.replicas,
                          logs={replica.spec.name: list(replica.tail) for replica in job.replicas}, elapsed=elapsed,
                          usage=usage_over_tries(context, local_runs(plan, job.replicas), elapsed, log),
-                         cleanup=cleanup_note(outcome), document_at=output_path)
+                         cleanup=cleanup_note(outcome), document_at=output_path,
+                         startup=local_startup(created, job), startup_logged=startup.logged)
         if not settings.keep_checkpoints:
             removed = hook.remove_checkpoints(checkpoint_dir, name)
             if removed:
                 log.info("job %s succeeded: removed its %d checkpoint files (keep_checkpoints=False)", name, removed)
         return result
+
+
+def on_poll(live: LiveJobReport, startup: StartupNote, rows: Sequence[Any]) -> None:
+    """At every poll of a running job: its live record, and its startup once it trains."""
+    live(rows)
+    startup()
+
+
+def local_startup(created: float, job: LocalJob) -> dict[str, Any]:
+    """The startup phases of a local job from its processes (``jobstate.startup``).
+
+    :param created: when the task set out to start the replicas (epoch seconds).
+    """
+    replicas = [process_startup(r.spec.name, created=created, started=r.runs()[0][0], first_line=r.first_line_at,
+                                first_report=r.first_progress_at) for r in job.replicas]
+    return job_startup(replicas, master=job.master.spec.name, unknown=PROCESS_UNKNOWN, created=created)
+
+
+class StartupNote:
+    """Says the job's startup in the task log once, at the first poll after the master's first progress record (the
+    job trains); a job whose master reports no progress has it said at its end (``end_job``)."""
+
+    def __init__(self, name: str, created: float, job: LocalJob, log: Any) -> None:
+        self.name, self.created, self.job, self.log = name, created, job, log
+        self.logged = False
+
+    def __call__(self) -> None:
+        if self.logged or self.job.master.first_progress_at is None:  # nothing to say yet: no work either
+            return
+        startup = local_startup(self.created, self.job)
+        if started(startup) and startup.get("rendezvous_by") == BY_PROGRESS:
+            log_startup(self.log, self.name, startup)
+            self.logged = True
 
 
 def local_runs(plan: Any, replicas: Sequence[Any]) -> list[ReplicaRun]:
@@ -167,4 +205,4 @@ def _read_text(path: str) -> str | None:
         return None
 
 
-__all__ = ["LocalJobRun", "cleanup_note", "local_dirs", "local_runs"]
+__all__ = ["LocalJobRun", "StartupNote", "cleanup_note", "local_dirs", "local_runs", "local_startup"]

@@ -27,6 +27,7 @@ from airflow_distributed.hooks.pod_logs import LOCATE_TIMEOUT, MasterFollower
 from airflow_distributed.hooks.watch_loop import WatchCalls, WatchPolicy, run_watch
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.hang_watch import MasterLogWatch, all_running, hung_verdict
+from airflow_distributed.jobstate.log_cursor import LogCursor
 from airflow_distributed.jobstate.outcome import JobOutcome
 from airflow_distributed.jobstate.pod_state import container_state, pod_disruption, termination_message
 from airflow_distributed.jobstate.verdicts import JobVerdict
@@ -291,6 +292,7 @@ class KubeflowJobHook(KubeApiHook):
         queue_timeout: float | None = None,
         progress_timeout: float | None = None,
         emit: Callable[[str, str], None] | None = None,
+        log_cursors: dict[str, LogCursor] | None = None,
     ) -> JobOutcome:
         """Until the job succeeds or fails (its conditions), is deleted, or ``stopped()`` turns true; or a replica's
         image cannot be pulled (``pending_pods``: its pods are listed while some replica has not started).
@@ -310,6 +312,8 @@ class KubeflowJobHook(KubeApiHook):
             its pod as ``master_pod`` finds it among the pods listed while replicas start, or by a LIST of the
             master's pods every ``pending_pods_interval`` while there is none to follow, never while suspended;
             followed from a thread of its own; a look or read that fails decides nothing).
+        :param log_cursors: where each followed master pod's log is, by uid, kept by the caller (its first line and
+            first progress record: the startup phases).
         """
         stopped = stopped or (lambda: False)
         timings = WatchTimings.of(watch_timings, server_timeout=watch_timeout)
@@ -325,7 +329,7 @@ class KubeflowJobHook(KubeApiHook):
         # The master's lines: found among the pods listed here anyway, or by paced looks of its own.
         follower = None if emit is None else MasterFollower(
             self, namespace, lambda pods: self.followed_master(watch.obj or {}, pods), emit,
-            interval=timings.pending_pods_interval, clock=self._clock, log=self.job_log)
+            interval=timings.pending_pods_interval, clock=self._clock, log=self.job_log, cursors=log_cursors)
 
         def done() -> bool:
             if stopped():

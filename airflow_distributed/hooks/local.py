@@ -22,7 +22,7 @@ from airflow_distributed.checkpoints import CHECKPOINT_FILE, written_checkpoints
 from airflow_distributed.elastic import CONTINUE, RESTART, ElasticPlan, after_replica_ended, agent_restarted
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.outcome import JobOutcome
-from airflow_distributed.live_report import is_record
+from airflow_distributed.live_report import is_record, reports_progress
 from airflow_distributed.logs import TaskLog
 from airflow_distributed.manifests.local import ProcessSpec
 from airflow_distributed.status import FAILED, RUNNING, STOPPED, SUCCEEDED, ReplicaStatus
@@ -75,6 +75,10 @@ class LocalReplicaProcess:
         self.earlier_runs = tuple(earlier_runs)
         self.started_at = time.time()
         self.ended_at: float | None = None
+        #: when it printed its first line and its first progress record (epoch seconds; the startup phases): a
+        #: replica started again keeps those of its first run
+        self.first_line_at: float | None = None
+        self.first_progress_at: float | None = None
         self.process = subprocess.Popen(
             list(spec.argv),
             env=dict(spec.env),
@@ -98,7 +102,11 @@ class LocalReplicaProcess:
         for raw in iter(self.process.stdout.readline, b""):
             line = raw.decode("utf-8", "replace").rstrip("\n")
             if is_record(line):  # the job view's live record: the local backend reads the document itself
+                if self.first_progress_at is None and reports_progress(line):
+                    self.first_progress_at = time.time()
                 continue
+            if self.first_line_at is None:
+                self.first_line_at = time.time()
             self.tail.append(line)
             self.lines += 1
             if self._count_restarts is not None and self._count_restarts(line):
@@ -150,8 +158,10 @@ class LocalReplicaProcess:
         _signal((), self.known_family, signal.SIGKILL)
         psutil.wait_procs(self.known_family, timeout=5.0)
         self.join_output(2.0)
-        return LocalReplicaProcess(self.spec, self.cwd, self._emit, restarts=self.restarts + 1,
-                                   count_restarts=self._count_restarts, earlier_runs=self.runs())
+        again = LocalReplicaProcess(self.spec, self.cwd, self._emit, restarts=self.restarts + 1,
+                                    count_restarts=self._count_restarts, earlier_runs=self.runs())
+        again.first_line_at, again.first_progress_at = self.first_line_at, self.first_progress_at
+        return again
 
     def runs(self) -> tuple[tuple[float, float], ...]:
         """(start, end) wall-clock times of every run of this replica, this one to now while it runs."""

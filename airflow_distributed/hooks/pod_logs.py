@@ -250,12 +250,15 @@ class MasterFollower:
         clock: Callable[[], float],
         log: TaskLog | None = None,
         read_timeout: float = FOLLOW_READ_TIMEOUT,
+        cursors: dict[str, LogCursor] | None = None,
     ) -> None:
+        """:param cursors: each master pod's cursor by uid, kept by the caller (its first line and first progress
+            record are startup phases, ``jobstate.startup``)."""
         self.hook, self.namespace, self.interval, self.read_timeout = hook, namespace, interval, read_timeout
         self._pick, self._emit, self._clock = pick, emit, clock
         self._log = log or logging.getLogger(__name__)
         #: each master pod's cursor, by uid
-        self.cursors: dict[str, LogCursor] = {}
+        self.cursors: dict[str, LogCursor] = cursors if cursors is not None else {}
         #: (uid, restart count) of the containers followed (a look finding one again leaves it)
         self._followed: set[tuple[str, int]] = set()
         self.current: PodLogFollower | None = None

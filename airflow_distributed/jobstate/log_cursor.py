@@ -7,6 +7,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from airflow_distributed.live_report import is_record, reports_progress
+
 
 def parse_timestamp_ns(text: str) -> int:
     """RFC 3339 with up to nanoseconds (as ``timestamps=true`` log lines carry) -> nanoseconds since the epoch."""
@@ -40,6 +42,9 @@ class LogCursor:
 
     def __init__(self) -> None:
         self.last_ns: int | None = None
+        #: when the log's first line and first progress record were printed (the job's startup phases)
+        self.first_ns: int | None = None
+        self.first_progress_ns: int | None = None
         self._emitted_at_last = 0
         self._to_skip = 0
 
@@ -63,13 +68,25 @@ class LogCursor:
                 self._to_skip -= 1
                 return None
             self._emitted_at_last += 1
+            self._note_first(ns, text)
             return text
         self.last_ns, self._emitted_at_last, self._to_skip = ns, 1, 0
+        self._note_first(ns, text)
         return text
+
+    def _note_first(self, ns: int, text: str) -> None:
+        if is_record(text):
+            if self.first_progress_ns is None and reports_progress(text):
+                self.first_progress_ns = ns
+        elif self.first_ns is None:
+            self.first_ns = ns
 
     def as_dict(self) -> dict[str, int] | None:
         """Where the cursor is, JSON-safe (a trigger's event, the next trigger's argument); ``None`` before a line."""
-        return None if self.last_ns is None else {"last_ns": self.last_ns, "emitted_at_last": self._emitted_at_last}
+        if self.last_ns is None:
+            return None
+        firsts = {key: value for key in ("first_ns", "first_progress_ns") if (value := getattr(self, key)) is not None}
+        return {"last_ns": self.last_ns, "emitted_at_last": self._emitted_at_last, **firsts}
 
     @classmethod
     def from_dict(cls, state: Mapping[str, Any] | None) -> LogCursor:
@@ -78,6 +95,9 @@ class LogCursor:
             cursor.last_ns = state["last_ns"]
             cursor._emitted_at_last = int(state.get("emitted_at_last") or 0)
             cursor._to_skip = cursor._emitted_at_last
+            for key in ("first_ns", "first_progress_ns"):
+                if isinstance(state.get(key), int):
+                    setattr(cursor, key, state[key])
         return cursor
 
 

@@ -262,8 +262,9 @@ class DistributedTrainingOperator(BaseOperator):
         self._backend: JobBackend | None = backend_named(backend)
         self.model_asset = model_asset
         self._job_result: dict[str, Any] | None = None
-        #: what this try's job cost (the ``usage`` of its ``job`` record), for the lineage facet
-        self._job_usage: dict[str, Any] | None = None
+        #: what this try's job cost and how it started (the ``usage`` and ``startup`` of its ``job`` record), for the
+        #: lineage facet
+        self._job_sections: dict[str, dict[str, Any]] = {}
         #: the spec validated when the DAG was parsed, and what it was parsed from; ``None`` while it is a template
         #: (then it is validated once rendered, before anything starts)
         self.spec: TrainingSpec | None = None
@@ -368,7 +369,7 @@ class DistributedTrainingOperator(BaseOperator):
         try:
             result = self._chosen_backend().run(self._task_calls(), settings, context, spec, name, command)
         finally:
-            self._job_usage = _recorded_usage(ti)
+            self._job_sections = _recorded_sections(ti)
         return self._succeeded(context, result)
 
     def _replica_program(self, command: list[str], layout: Layout) -> ReplicaProgram:
@@ -382,7 +383,7 @@ class DistributedTrainingOperator(BaseOperator):
         try:
             result = self._chosen_backend().resume(self._task_calls(), self._settings(), context, event)
         finally:
-            self._job_usage = _recorded_usage(context["ti"])
+            self._job_sections = _recorded_sections(context["ti"])
         return self._succeeded(context, result)
 
     # ----------------------------------------------------------------- the model as an asset, lineage
@@ -422,7 +423,8 @@ class DistributedTrainingOperator(BaseOperator):
         # when a DAG is parsed.
         from airflow_distributed.lineage import job_lineage
 
-        return job_lineage(self._spec_of_try(), self.backend, result, state, self._job_usage)
+        return job_lineage(self._spec_of_try(), self.backend, result, state, self._job_sections.get("usage"),
+                           self._job_sections.get("startup"))
 
     def on_kill(self) -> None:
         if self._backend is not None:
@@ -480,16 +482,17 @@ def default_retry_policy() -> Any:
     return DistributedRetryPolicy()
 
 
-def _recorded_usage(task_instance: Any) -> dict[str, Any] | None:
-    """The ``usage`` of the ``job`` record this try pushed, for the lineage facet; None when there is none (the job
-    never ran, or did not wait) or it cannot be read: lineage never fails the task."""
+def _recorded_sections(task_instance: Any) -> dict[str, dict[str, Any]]:
+    """The ``usage`` and ``startup`` of the ``job`` record this try pushed, for the lineage facet; none when there is
+    no record (the job never ran, or did not wait) or it cannot be read: lineage never fails the task."""
     try:
         record = task_instance.xcom_pull(task_ids=task_instance.task_id, key="job",
                                          map_indexes=getattr(task_instance, "map_index", -1))
     except Exception:
-        return None
-    usage = record.get("usage") if isinstance(record, dict) else None
-    return usage if isinstance(usage, dict) else None
+        return {}
+    if not isinstance(record, dict):
+        return {}
+    return {key: record[key] for key in ("usage", "startup") if isinstance(record.get(key), dict)}
 
 
 __all__ = ["BACKENDS", "Backend", "DistributedJobError", "DistributedTrainingOperator", "default_retry_policy"]

@@ -90,3 +90,52 @@ def line_chart(title: str, points: Sequence[tuple[float, float]]) -> str:
         f'<circle class="last" cx="{last_x:.1f}" cy="{last_y:.1f}" r="3"/>'
         "</svg>"
     )
+
+
+#: The waterfall's spans: (its class, its label, the phases that may open it, the phase that closes it). A span opens
+#: at the latest known phase before its end, so an unknown phase merges two spans and is never drawn as a moment.
+WATERFALL_SPANS = (
+    ("wait", "waiting to be admitted", ("created",), "admitted"),
+    ("wait", "waiting to be scheduled", ("admitted", "created"), "scheduled"),
+    ("pull", "pulling the image", ("scheduled", "admitted", "created"), "image_pulled"),
+    ("start", "starting", ("image_pulled", "scheduled", "admitted", "created"), "running"),
+    ("rdzv", "to the rendezvous", ("running", "image_pulled", "scheduled", "admitted", "created"), "rendezvous"),
+)
+WATERFALL_ROWS = 16
+ROW_H, LABEL_W, TOTAL_W = 18, 150, 60
+
+
+def waterfall(rows: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+    """An ``<svg>`` of startup phases: one row per ``(label, {phase: seconds from the job's creation | None})``, a bar
+    per span between two known phases (a phase not known is not drawn), the seconds to the last known one at the
+    right; each span's ``<title>`` names it and its seconds."""
+    rows = list(rows)[:WATERFALL_ROWS]
+    ends = [value for _, phases in rows for value in (finite(phases.get(key)) for key in phases) if value is not None]
+    span_max = max([*ends, 0.0]) or 1.0
+    plot_w = WIDTH + 140 - LABEL_W - TOTAL_W
+    height = ROW_H * len(rows) + BOTTOM
+    parts = [
+        f'<svg class="chart waterfall" viewBox="0 0 {LABEL_W + plot_w + TOTAL_W} {height}" '
+        f'width="{LABEL_W + plot_w + TOTAL_W}" height="{height}" role="img" '
+        f'aria-label="startup phases of {len(rows)} rows over {format_number(round(span_max, 1))} s">'
+    ]
+    for position, (label, phases) in enumerate(rows):
+        y = position * ROW_H
+        parts.append(f'<text class="tick" x="{LABEL_W - 6}" y="{y + 13}" text-anchor="end">{escape(label)}</text>')
+        for kind, name, starts, end in WATERFALL_SPANS:
+            stop = finite(phases.get(end))
+            begin = next((value for key in starts if (value := finite(phases.get(key))) is not None), None)
+            if stop is None or begin is None:
+                continue
+            x = LABEL_W + max(0.0, begin) / span_max * plot_w
+            width = max(1.0, (stop - begin) / span_max * plot_w)
+            parts.append(f'<rect class="span {kind}" x="{x:.1f}" y="{y + 3}" width="{width:.1f}" height="{ROW_H - 6}">'
+                         f"<title>{escape(name)}: {format_number(round(stop - begin, 3))} s</title></rect>")
+        last = max((value for key in phases if (value := finite(phases.get(key))) is not None), default=None)
+        text = "unknown" if finite(phases.get("rendezvous")) is None else f"{format_number(round(last or 0, 1))} s"
+        parts.append(f'<text class="tick" x="{LABEL_W + plot_w + 4}" y="{y + 13}">{text}</text>')
+    axis_y = ROW_H * len(rows) + 14
+    parts.append(f'<text class="tick" x="{LABEL_W}" y="{axis_y}">0 s</text>')
+    parts.append(f'<text class="tick" x="{LABEL_W + plot_w}" y="{axis_y}" text-anchor="end">'
+                 f"{format_number(round(span_max, 1))} s</text></svg>")
+    return "".join(parts)

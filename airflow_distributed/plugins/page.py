@@ -19,7 +19,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
-from airflow_distributed.plugins.charts import finite, format_integer, format_number, line_chart, series
+from airflow_distributed.plugins.charts import finite, format_integer, format_number, line_chart, series, waterfall
 from airflow_distributed.status import progress_text
 from airflow_distributed.task_instance import TaskInstanceRef
 
@@ -121,6 +121,25 @@ def _logs(logs: Mapping[str, Sequence[str]] | None) -> list[tuple[str, str]] | N
     ]
 
 
+def _startup(startup: Any) -> dict[str, Any] | None:
+    """The waterfall of a record's ``startup`` (``jobstate.startup``): the job (its slowest replica) then each
+    replica, with the phases no replica of the backend reports and why; None without one."""
+    if not isinstance(startup, Mapping) or not isinstance(startup.get("job"), Mapping):
+        return None
+    replicas, unknown = startup.get("replicas"), startup.get("unknown")
+    rows = [("job (slowest)", startup["job"]),
+            *((_text(name), row) for name, row in (replicas if isinstance(replicas, Mapping) else {}).items()
+              if isinstance(row, Mapping))]
+    unknown = unknown if isinstance(unknown, Mapping) else {}
+    by = {"progress": "the master's first progress report", "line": "the last replica's first line"}
+    return {
+        # waterfall escapes the labels itself and writes only numbers otherwise: its SVG is markup
+        "svg": Markup(waterfall(rows)),
+        "rendezvous_by": by.get(str(startup.get("rendezvous_by")), "unknown"),
+        "unknown": [(_text(phase).replace("_", " "), _text(why)) for phase, why in unknown.items()],
+    }
+
+
 def _usage(usage: Any) -> str:
     """``cost: 2.5 CPU-h, 4 GiB-h, 1 GPU-h over 2 tries`` from a record's ``usage``; empty without one."""
     if not isinstance(usage, Mapping):
@@ -168,6 +187,7 @@ def job_page(
         metrics=[(_text(key), format_value(value)) for key, value in metrics.items()],
         model_path=_text(record.get("model_path")),
         charts=_charts(record.get("history") or []),
+        startup=_startup(record.get("startup")),
         logs=_logs(logs if show_logs else None),
         json_href=json_href,
     )

@@ -121,5 +121,9 @@ def test_openlineage_gets_the_jobs_shape_and_the_model_as_output(tmp_path):
     usage = facet["usage"]
     assert usage["tries"] == 1 and len(usage["replicas"]) == 2
     assert 0 < max(r["running_seconds"] for r in usage["replicas"].values()) <= usage["wall_seconds"]
+    # how it started, as the job record has it: both replicas' processes, no queue, scheduler or image locally
+    startup = facet["startup"]
+    assert len(startup["replicas"]) == 2 and set(startup["unknown"]) == {"admitted", "scheduled", "image_pulled"}
+    assert 0.0 <= startup["job"]["running"] <= usage["wall_seconds"]
     (output,) = complete[-1]["outputs"]
     assert output["namespace"] == "file" and output["name"].endswith("/model.pt")

@@ -7,7 +7,7 @@ Clean-up (``clean_pod_policy``): ``all`` deletes the job (its Service; the rest 
 deletes the pods still pending or running and keeps the finished ones (their logs) until the next try,
 ``none`` deletes nothing. Default: ``all`` after success, ``running`` after failure. A killed task deletes its
 job whatever the policy. Whatever the policy, the job's Secrets (its SSH private key, its function's arguments) are
-deleted when it ends: pods may be kept to look at, secrets are not.
+deleted when it ends: pods may be kept to look at, secrets are not; only those it has (``JobObjects.secret_names``).
 """
 
 from __future__ import annotations
@@ -60,6 +60,9 @@ class KubernetesJobFinish:
         self.started = time.monotonic()
         #: an elastic job's budget and what it did with it (see ``kubernetes_elastic``)
         self.elastic = ElasticRestarts()
+        #: the job's Secrets, deleted by name when it ends (``JobObjects.secret_names``); ``None`` when not known
+        #: (resumed from a trigger of a release that did not carry them): every name a job may have
+        self.secrets: tuple[str, ...] | None = None
 
     @property
     def master(self) -> ReplicaSlot:
@@ -152,7 +155,7 @@ class KubernetesJobFinish:
             elif policy == "running":
                 self.hook.delete_unfinished_pods(self.namespace, self.name)
         finally:
-            delete_secrets(self.hook, self.namespace, self.name)
+            delete_secrets(self.hook, self.namespace, self.name, self.secrets)
         return policy != "none"
 
     def clean_up_quietly(self, succeeded: bool = False, kill: bool = False) -> bool:
@@ -169,10 +172,16 @@ class KubernetesJobFinish:
         return CLEANUP_NOTES[self.policy(succeeded)]
 
 
-def delete_secrets(hook: DistributedTrainingHook, namespace: str, name: str) -> None:
+def delete_secrets(hook: DistributedTrainingHook, namespace: str, name: str, secrets: Sequence[str] | None) -> None:
     """Delete the Secrets of job ``name`` (its SSH key pair, its secret files) by name: the cascade from the Service
-    does it only when the Service goes, which a clean-up policy that keeps pods does not do."""
-    hook.delete_secrets(namespace, job_secret_names(name))
+    does it only when the Service goes, which a clean-up policy that keeps pods does not do.
+
+    :param secrets: the Secrets the job has (``JobObjects.secret_names``): no request for one it never had;
+        ``None``: not known, every name a job may have.
+    """
+    names = job_secret_names(name) if secrets is None else secrets
+    if names:
+        hook.delete_secrets(namespace, names)
 
 
 def after_cleanup(rows: Sequence[ReplicaStatus], deleted: bool) -> tuple[ReplicaStatus, ...]:

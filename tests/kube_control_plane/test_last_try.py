@@ -2,7 +2,7 @@
 triggerer: a script that fails every try. After try 1 its finished pods are kept (its running ones deleted), and try 2
 finds them; after try 2, the last, nothing of the job is left: no Service, ConfigMap, Secret or pod waits for a
 try that never comes. And the audit log of the job's life shows no request the task could have known was useless:
-no DELETE answered 404 for a Secret the job never had.
+no DELETE answered 404 for a Secret the job never had, no second LIST of pods just listed.
 """
 
 from __future__ import annotations
@@ -93,3 +93,10 @@ def test_after_the_last_try_nothing_of_the_job_is_left_and_no_request_was_useles
                       if (e.get("responseStatus") or {}).get("code") == 404
                       and (e.get("objectRef") or {}).get("resource") == "secrets"})
     assert useless == []
+    # Try 2 looks at try 1's job: the reconnect's look (its Service, a LIST), then the reattach's (its Service, a
+    # LIST whose pods it judges as read, with no second LIST), then deletes it to start again.
+    calls = [(e["verb"], (e.get("objectRef") or {}).get("resource"), (e.get("responseStatus") or {}).get("code"))
+             for e in answered]
+    first_look = calls.index(("get", "services", 200))
+    deleted = calls.index(("delete", "services", 200), first_look)
+    assert [call for call in calls[first_look:deleted] if call[1] == "pods"] == [("list", "pods", 200)] * 2

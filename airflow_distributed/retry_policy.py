@@ -6,7 +6,7 @@ replaces it. Airflow evaluates it in the worker on the error the task raised (``
 =====================================================  ==========================================================
 the task raised                                        the policy
 =====================================================  ==========================================================
-``ReplicaLostError`` (evicted, preempted, node lost)   retry at once (no ``retry_delay``): resume from a checkpoint
+``ReplicaLostError`` (deleted, evicted, node lost...)  retry at once (no ``retry_delay``): resume from a checkpoint
 ``JobHungError``                                       retry at once
 ``ImagePullError``                                     fail now: a retry pulls the same image
 ``ClusterRefusedError`` (401, 403, an invalid object)  fail now: a retry is refused the same way
@@ -33,8 +33,8 @@ if TYPE_CHECKING:
 
 #: (error class, what the policy does, why), first match wins.
 RULES: tuple[tuple[type[BaseException], RetryAction, str], ...] = (
-    (ReplicaLostError, RetryAction.RETRY, "the cluster took a replica away (evicted, preempted or its node lost); "
-     "retrying at once, from the last checkpoint"),
+    (ReplicaLostError, RetryAction.RETRY, "the cluster took a replica away (deleted, evicted, preempted or its node "
+     "lost); retrying at once, from the last checkpoint"),
     (JobHungError, RetryAction.RETRY, "the job hung; retrying at once, from the last checkpoint"),
     (ImagePullError, RetryAction.FAIL, "the image cannot be pulled; not retried: a retry pulls the same image"),
     (ClusterRefusedError, RetryAction.FAIL, "the cluster refused the request; not retried: a retry is refused the "

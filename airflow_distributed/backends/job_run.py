@@ -120,6 +120,33 @@ def deferral_deadline(settings: BackendSettings[Any], context: Context) -> tuple
     return deadline, timedelta(seconds=max(0.0, deadline - time.time()) + 60)
 
 
+def last_try(context: Context) -> bool:
+    """Whether this is the task instance's last try: it has no retry left (``try_number`` past ``max_tries``), so
+    no later try will look at what this one leaves behind. Without ``max_tries`` (an Airflow that does not give
+    it), the task's ``retries`` stand in: the first try is try 1."""
+    ti = context["ti"]
+    try_number = getattr(ti, "try_number", None)
+    if not isinstance(try_number, int):
+        return False  # not known: keep what a retry may want
+    max_tries = getattr(ti, "max_tries", None)
+    if not isinstance(max_tries, int):
+        retries = getattr(getattr(ti, "task", None), "retries", None)
+        if not isinstance(retries, int):
+            return False
+        max_tries = retries
+    return try_number > max_tries
+
+
+def clean_pod_policy(settings: ForKubernetes, succeeded: bool, context: Context) -> str:
+    """What the end of a job deletes (``clean_pod_policy``): the user's choice when they made one; else ``all``
+    after success or after the last try (nothing would ever delete what it kept), and ``running`` after a failed
+    try that a retry follows (it finds the finished pods, their logs)."""
+    chosen = settings.options.clean_pod_policy
+    if chosen is not None:
+        return chosen
+    return "all" if succeeded or last_try(context) else "running"
+
+
 __all__ = ["CLEAN_POD_POLICIES", "LIVE_JOB_XCOM_KEY", "NOT_CLEANED_UP", "TAIL_LINES", "check_kubernetes_arguments",
-           "deferral_deadline", "event_error_class", "ignored_in_cluster", "job_error", "job_namespace",
-           "namespace_problems", "require_image", "stacks_env"]
+           "clean_pod_policy", "deferral_deadline", "event_error_class", "ignored_in_cluster", "job_error",
+           "job_namespace", "last_try", "namespace_problems", "require_image", "stacks_env"]

@@ -17,9 +17,11 @@ from airflow_distributed.backends.job_options import manifest_options, watch_tim
 from airflow_distributed.backends.job_run import (
     NOT_CLEANED_UP,
     TAIL_LINES,
+    clean_pod_policy,
     deferral_deadline,
     event_error_class,
     job_namespace,
+    last_try,
     require_image,
     stacks_env,
 )
@@ -249,7 +251,7 @@ class KubeflowJobRun:
                        outcome=outcome, document=document, replicas=statuses, logs=logs, elapsed=elapsed,
                        namespace=self.namespace, usage=usage_over_tries(self.context, runs, elapsed, self.log),
                        startup=self.startup(obj, pods, container),
-                       cleanup="the job was deleted" if deleted else "the job is kept for a look until the next try",
+                       cleanup="the job was deleted" if deleted else self._kept_note(),
                        queue_timeout=self.settings.options.queue_timeout)
 
     def startup(self, obj: dict[str, Any] | None, pods: list[dict[str, Any]], container: str) -> dict[str, Any]:
@@ -305,11 +307,18 @@ class KubeflowJobRun:
     def clean_up(self, succeeded: bool, exists: bool = True, unfinished: bool = False) -> bool:
         """Delete the job object when ``clean_pod_policy`` (default: ``all`` after success) says so, or when the
         job failed by this task's verdict while the Kubeflow operator still runs it (``unfinished``)."""
-        policy = self.settings.options.clean_pod_policy or ("all" if succeeded else "running")
+        policy = clean_pod_policy(self.settings, succeeded, self.context)
         if (policy != "all" and not unfinished) or not exists:
             return False
         self.hook.delete_kubeflow_job(self.namespace, self.resource, self.name)
         return True
+
+    def _kept_note(self) -> str:
+        """Why a failed job's object is still there: for the next try to look at, or as the user asked."""
+        if last_try(self.context):
+            return (f"the job is kept, as clean_pod_policy={self.settings.options.clean_pod_policy!r} asks: delete "
+                    "it when done with it")
+        return "the job is kept for a look until the next try"
 
     def delete_quietly(self) -> bool:
         """Delete the job object, a failure logged rather than raised; returns whether it was done."""

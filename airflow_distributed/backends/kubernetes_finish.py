@@ -4,10 +4,12 @@
 state); ``KubernetesJobRun`` (``kubernetes_run``) adds how it starts and is waited for.
 
 Clean-up (``clean_pod_policy``): ``all`` deletes the job (its Service; the rest goes by cascade), ``running``
-deletes the pods still pending or running and keeps the finished ones (their logs) until the next try,
-``none`` deletes nothing. Default: ``all`` after success, ``running`` after failure. A killed task deletes its
-job whatever the policy. Whatever the policy, the job's Secrets (its SSH private key, its function's arguments) are
-deleted when it ends: pods may be kept to look at, secrets are not.
+deletes the pods still pending or running and keeps the finished ones (their logs) for the next try,
+``none`` deletes nothing. Default: ``all`` after success or after the last try (no retry will look at them, and
+nothing else would ever delete them), ``running`` after a failed try that a retry follows
+(``job_run.clean_pod_policy``). A killed task deletes its job whatever the policy. Whatever the policy, the job's
+Secrets (its SSH private key, its function's arguments) are deleted when it ends: pods may be kept to look at,
+secrets are not; only those it has (``JobObjects.secret_names``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_distributed.backends.job_end import end_job, read_document
-from airflow_distributed.backends.job_run import TAIL_LINES
+from airflow_distributed.backends.job_run import TAIL_LINES, clean_pod_policy, last_try
 from airflow_distributed.backends.job_usage import usage_over_tries
 from airflow_distributed.backends.kubernetes_elastic import ElasticRestarts
 from airflow_distributed.exceptions import KubernetesJobError
@@ -46,6 +48,9 @@ CLEANUP_NOTES = {
     "running": "its pods still running were deleted; the finished ones are kept until the next try",
     "none": "its pods were left as they are (clean_pod_policy='none')",
 }
+#: The note of a ``running`` the user chose, after the last try: no try comes to delete the finished pods.
+KEPT_AFTER_LAST_TRY = ("its pods still running were deleted; the finished ones and the job's Service are kept, as "
+                       "clean_pod_policy='running' asks: delete the Service when done with them")
 
 
 class KubernetesJobFinish:
@@ -65,6 +70,9 @@ class KubernetesJobFinish:
         #: each followed replica's log place, ``{replica: (its pod's uid, LogCursor)}``: kept across the waits of a
         #: try (no line twice), and where its first line and first progress report were (the startup phases)
         self.log_cursors: dict[str, tuple[str, LogCursor]] = {}
+        #: the job's Secrets, deleted by name when it ends (``JobObjects.secret_names``); ``None`` when not known
+        #: (resumed from a trigger of a release that did not carry them): every name a job may have
+        self.secrets: tuple[str, ...] | None = None
 
     @property
     def master(self) -> ReplicaSlot:
@@ -157,7 +165,7 @@ class KubernetesJobFinish:
     # ------------------------------------------------------------------ clean-up
 
     def policy(self, succeeded: bool) -> str:
-        return self.settings.options.clean_pod_policy or ("all" if succeeded else "running")
+        return clean_pod_policy(self.settings, succeeded, self.context)
 
     def clean_up(self, succeeded: bool, kill: bool = False) -> bool:
         """Apply the clean-up policy (a kill deletes everything), then delete the job's Secrets whatever the policy;
@@ -169,7 +177,7 @@ class KubernetesJobFinish:
             elif policy == "running":
                 self.hook.delete_unfinished_pods(self.namespace, self.name)
         finally:
-            delete_secrets(self.hook, self.namespace, self.name)
+            delete_secrets(self.hook, self.namespace, self.name, self.secrets)
         return policy != "none"
 
     def clean_up_quietly(self, succeeded: bool = False, kill: bool = False) -> bool:
@@ -183,13 +191,22 @@ class KubernetesJobFinish:
         return True
 
     def cleanup_note(self, succeeded: bool) -> str:
-        return CLEANUP_NOTES[self.policy(succeeded)]
+        policy = self.policy(succeeded)
+        if policy == "running" and not succeeded and last_try(self.context):
+            return KEPT_AFTER_LAST_TRY
+        return CLEANUP_NOTES[policy]
 
 
-def delete_secrets(hook: DistributedTrainingHook, namespace: str, name: str) -> None:
+def delete_secrets(hook: DistributedTrainingHook, namespace: str, name: str, secrets: Sequence[str] | None) -> None:
     """Delete the Secrets of job ``name`` (its SSH key pair, its secret files) by name: the cascade from the Service
-    does it only when the Service goes, which a clean-up policy that keeps pods does not do."""
-    hook.delete_secrets(namespace, job_secret_names(name))
+    does it only when the Service goes, which a clean-up policy that keeps pods does not do.
+
+    :param secrets: the Secrets the job has (``JobObjects.secret_names``): no request for one it never had;
+        ``None``: not known, every name a job may have.
+    """
+    names = job_secret_names(name) if secrets is None else secrets
+    if names:
+        hook.delete_secrets(namespace, names)
 
 
 def after_cleanup(rows: Sequence[ReplicaStatus], deleted: bool) -> tuple[ReplicaStatus, ...]:

@@ -103,6 +103,7 @@ class KubernetesJobRun(KubernetesJobFinish):
         ssh_key = generate_ssh_key_pair(f"airflow-distributed-{self.name}") if any(
             replica.command is None for replica in plan.replicas) else None
         self.objects = build_job_objects(plan, options, ssh_key=ssh_key)
+        self.secrets = self.objects.secret_names()
         return plan
 
     @classmethod
@@ -125,6 +126,8 @@ class KubernetesJobRun(KubernetesJobFinish):
         run = cls(task, settings, context, event["namespace"], event["job_name"], slots, state["framework"], hook)
         run.elastic = elastic
         run.log_cursor = event.get("log_cursor")
+        if state.get("secrets") is not None:
+            run.secrets = tuple(state["secrets"])
         return run
 
     # ------------------------------------------------------------------ submit, state, wait
@@ -241,7 +244,7 @@ class KubernetesJobRun(KubernetesJobFinish):
             # A hook of its own: the waiting one may be in the middle of a request on this very thread.
             hook = self.new_hook()
             hook.delete_job(self.namespace, self.name)
-            delete_secrets(hook, self.namespace, self.name)
+            delete_secrets(hook, self.namespace, self.name, self.secrets)
         except Exception as error:
             self.log.error("could not delete job %s/%s: %s; delete its Service by hand", self.namespace, self.name,
                            error)
@@ -303,7 +306,8 @@ class KubernetesJobRun(KubernetesJobFinish):
             watch_timings=watch_timings(self.settings).as_dict(),
             logging_interval=self.settings.options.logging_interval,
             log_cursor=self.log_cursor,
-            resume_state={"framework": self.framework, **self.elastic.state()},
+            resume_state={"framework": self.framework, **self.elastic.state(),
+                          "secrets": list(self.secrets) if self.secrets is not None else None},
         )
         self.log.info("job %s/%s: waiting in the triggerer", self.namespace, self.name)
         self.task.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)

@@ -144,13 +144,40 @@ async def acall_with_retries(
     return await AsyncRetrying(sleep=sleep, **policy.retrying(what, log))(call)
 
 
+def handshake_refusal(error: BaseException) -> BaseException | None:
+    """The API server's refusal of a websocket request (an exec: ``websocket.WebSocketBadStatusException``, with
+    ``status_code``, ``status_message`` and ``resp_body``) behind ``error``, if that is what failed.
+
+    The ``kubernetes`` client turns it into an ``ApiException`` of status 0 without a body, and its ``ApiClient``
+    then fails decoding that missing body (``AttributeError: 'NoneType' object has no attribute 'decode'``): the
+    refusal is left only in the exceptions' context, where this finds it.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(getattr(current, "status_code", None), int) and hasattr(current, "resp_body"):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def short_error(error: BaseException) -> str:
-    """``404 NotFound: pods "x" not found`` from an ApiException's Status body; else the exception, one line."""
+    """``404 NotFound: pods "x" not found`` from an ApiException's Status body, or from the refusal of a websocket
+    request (an exec, ``handshake_refusal``); else the exception, one line."""
+    refusal = handshake_refusal(error)
+    if refusal is not None:
+        status_code: int = refusal.status_code  # type: ignore[attr-defined]
+        return _status_text(status_code, getattr(refusal, "status_message", None), getattr(refusal, "resp_body", None))
     status = api_status(error)
     if status is None:
         text = str(error).strip().splitlines()
         return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
-    body = getattr(error, "body", None)
+    return _status_text(status, getattr(error, "reason", None), getattr(error, "body", None))
+
+
+def _status_text(status: int, reason: str | None, body: Any) -> str:
+    """``<status> <reason>: <message>``, the reason and message from the answer's Status body when it has one."""
     if isinstance(body, (bytes, bytearray)):
         body = body.decode("utf-8", "replace")
     try:
@@ -159,7 +186,7 @@ def short_error(error: BaseException) -> str:
         document = {}
     if not isinstance(document, dict):
         document = {}
-    reason = document.get("reason") or getattr(error, "reason", None) or ""
+    reason = document.get("reason") or reason or ""
     message = document.get("message") or (body.strip()[:200] if isinstance(body, str) else "")
     return " ".join(part for part in (str(status), str(reason), ":" if message else "", message) if part).replace(
         " :", ":"

@@ -26,10 +26,11 @@ from airflow_distributed.hooks.pending_pods import PendingPods, pods_missing
 from airflow_distributed.hooks.pod_logs import LOCATE_TIMEOUT, MasterFollower
 from airflow_distributed.hooks.watch_loop import WatchCalls, WatchPolicy, run_watch
 from airflow_distributed.jobstate import outcome as ending
+from airflow_distributed.jobstate.disruption import pod_disruption
 from airflow_distributed.jobstate.hang_watch import MasterLogWatch, all_running, hung_verdict
 from airflow_distributed.jobstate.log_cursor import LogCursor
 from airflow_distributed.jobstate.outcome import JobOutcome
-from airflow_distributed.jobstate.pod_state import container_state, pod_disruption, termination_message
+from airflow_distributed.jobstate.pod_state import ReplicaExit, container_state, deciding_exit, termination_message
 from airflow_distributed.jobstate.verdicts import JobVerdict
 from airflow_distributed.jobstate.watch_timings import WatchTimings
 from airflow_distributed.manifests.kubeflow_kinds import KINDS, KubeflowKind, KubeflowResource
@@ -103,18 +104,20 @@ def replica_statuses_of_pods(
 
 def failed_replica(pods: Sequence[Mapping[str, Any]], container: str) -> JobVerdict | None:
     """The replica whose failure ended the job (its ``describe()``: ``replica <pod> exited with code 3
-    (OOMKilled)``); the first to fail, since its peers fail moments later when they lose it."""
+    (OOMKilled)``), by the rule of every backend (``pod_state.deciding_exit``): one the cluster took away
+    (``disruption.pod_disruption``), else the first to fail, since its peers fail moments later when they lose it."""
     exits = []
     for pod in pods:
         state, fields = container_state(pod, container)
         if state == "terminated" and fields.get("exitCode") not in (None, 0):
-            exits.append((str(fields.get("finishedAt") or ""), pod["metadata"]["name"], fields))
-    if exits:
-        _, name, fields = min(exits, key=lambda item: item[0])
-        by_name = {pod["metadata"]["name"]: pod for pod in pods}
-        return JobVerdict(FAILED, name, ending.EXITED, fields.get("exitCode"), fields.get("reason"),
-                          fields.get("message"), disruption=pod_disruption(by_name.get(name)))
-    for pod in pods:
+            exits.append(ReplicaExit(pod["metadata"]["name"], container, fields, pod_disruption(pod)))
+    found = deciding_exit(exits)
+    if found is not None:
+        fields = found.state
+        return JobVerdict(FAILED, found.replica, ending.EXITED, fields.get("exitCode"), fields.get("reason"),
+                          fields.get("message"), disruption=found.disruption)
+    # A pod taken away first, as above; ``sorted`` keeps the pods' order otherwise.
+    for pod in sorted(pods, key=lambda pod: pod_disruption(pod) is None):
         status = pod.get("status") or {}
         if status.get("phase") == "Failed":
             return JobVerdict(FAILED, pod["metadata"]["name"], ending.POD_FAILED, None, status.get("reason"),

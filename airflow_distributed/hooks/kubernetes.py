@@ -86,10 +86,14 @@ class DistributedTrainingHook(KubeApiHook):
         return self._json(response)
 
     def job_tracker(self, namespace: str, name: str, slots: Sequence[ReplicaSlot],
-                    startup_timeout: float = float("inf")) -> JobTracker:
-        """The job's state now, from one LIST."""
+                    startup_timeout: float = float("inf"), *,
+                    pods: Sequence[Mapping[str, Any]] | None = None) -> JobTracker:
+        """The job's state now, from one LIST.
+
+        :param pods: the job's pods as a LIST just read them: judged as they are, without a second LIST.
+        """
         tracker = JobTracker(slots, startup_timeout=startup_timeout, started_at=self._clock())
-        tracker.reset(self.list_job_pods(namespace, name).get("items") or [])
+        tracker.reset(pods if pods is not None else self.list_job_pods(namespace, name).get("items") or [])
         return tracker
 
     def job_verdict(self, namespace: str, name: str, slots: Sequence[ReplicaSlot]) -> JobVerdict | None:
@@ -139,7 +143,7 @@ class DistributedTrainingHook(KubeApiHook):
                               "creating it again", namespace, name)
             self.delete_job(namespace, name, wait=True)
             return None
-        tracker = self.job_tracker(namespace, name, slots)
+        tracker = self.job_tracker(namespace, name, slots, pods=pods)
         verdict = tracker.verdict(self._clock())  # startup time is the wait's to judge, not this look
         if verdict is not None and not verdict.succeeded:
             self.job_log.info("job %s/%s from an earlier try failed (%s); deleting it to start again",

@@ -13,7 +13,9 @@ Rules (CONTRACT.md: "Any replica exiting non-zero fails the job at once"):
   without one (evicted, deadline), it is deleted, or it cannot start: an image whose pull failed
   (ErrImagePull, ImagePullBackOff) at once, or once it has failed for ``image_pull_grace`` seconds; an image
   that can never be pulled (InvalidImageName, ErrImageNeverPull) at once; anything else (Unschedulable,
-  CreateContainerConfigError, ...) once ``startup_timeout`` is over.
+  CreateContainerConfigError, ...) once ``startup_timeout`` is over;
+- a replica the cluster is taking away (its pod being deleted or evicted: ``disruption.pod_disruption``) is the
+  cause whatever its exit code, and also when a peer fails while it goes (the peer lost its connection to it).
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from airflow_distributed.jobstate.disruption import pod_disruption
 from airflow_distributed.jobstate.pod_state import (
+    ReplicaExit,
     container_exit,
+    deciding_exit,
     image_failure,
-    pod_disruption,
     pod_queued,
     pod_started,
     replica_status,
@@ -153,12 +157,20 @@ class JobTracker:
                 continue
             exited = container_exit(pod)
             if exited is not None and exited[1].get("exitCode") not in (None, 0):
-                exits.append((str(exited[1].get("finishedAt") or ""), slot, exited))
-        if exits:
-            # Several replicas fail within moments of each other (peers lose their connection): the first is the cause.
-            _, slot, (container, fields) = min(exits, key=lambda item: item[0])
-            return JobVerdict(FAILURE, slot.name, "exit", fields.get("exitCode"), fields.get("reason"),
-                              fields.get("message"), container, disruption=self.disruption(slot.name))
+                exits.append(ReplicaExit(slot.name, exited[0], exited[1], self.disruption(slot.name)))
+        found = deciding_exit(exits)
+        if found is not None and found.disruption is None:
+            # A peer being taken away as this one fails (its pod deleted or evicted, its SIGTERM not yet reported as
+            # an exit) is the cause: this one lost its connection to it.
+            exited_names = {each.replica for each in exits}
+            taken = next((slot.name for slot in self.slots
+                          if slot.name in self._disruptions and slot.name not in exited_names), None)
+            if taken is not None:
+                return JobVerdict(FAILURE, taken, "deleted", disruption=self._disruptions[taken])
+        if found is not None:
+            fields = found.state
+            return JobVerdict(FAILURE, found.replica, "exit", fields.get("exitCode"), fields.get("reason"),
+                              fields.get("message"), found.container, disruption=found.disruption)
         for slot in self.slots:
             pod = self._pods.get(slot.name)
             if slot.name in self._deleted and (pod is None or container_exit(pod) is None):

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_distributed.jobstate.disruption import taken_away
 from airflow_distributed.manifests.pod_names import MAIN_CONTAINER
 from airflow_distributed.status import ReplicaStatus
 
@@ -67,8 +68,9 @@ class JobOutcome:
     :param pods: the last pod seen of each replica, by replica (Kubernetes).
     :param job_object: the job's object as last seen (Kubeflow kinds; ``None`` once deleted).
     :param disruption: how the cluster took the deciding replica away, when it did: its pod's ``DisruptionTarget``
-        reason (``EvictionByEvictionAPI``, ``PreemptionByScheduler``, ``DeletionByTaintManager``...) or the pod's
-        own (``Evicted``, ``Preempting``, ``NodeLost``...). Not part of the message: it picks the error's class.
+        reason (``EvictionByEvictionAPI``, ``PreemptionByScheduler``, ``DeletionByTaintManager``...), the pod's
+        own (``Evicted``, ``Preempting``, ``NodeLost``...), or ``DeletionStarted`` (a pod being deleted or evicted,
+        ``disruption.pod_disruption``). It picks the error's class, and the message says what took the replica.
     """
 
     ending: str
@@ -114,10 +116,12 @@ def _describe(outcome: JobOutcome, startup_timeout: float | None, queue_timeout:
     ending, replica = outcome.ending, outcome.replica
     if ending == SUCCEEDED:
         return "the master succeeded"
+    taken = f" was {taken_away(outcome.disruption)}" if outcome.disruption else ""
     if ending == EXITED:
         where = "" if outcome.container in (None, MAIN_CONTAINER) else f" (container {outcome.container})"
         reason = f" ({outcome.reason})" if outcome.reason and outcome.reason != "Error" else ""
-        return f"replica {replica} exited with code {outcome.exit_code}{reason}{where}"
+        # Taken away, its exit code is how it went (143 after SIGTERM, 137 after a kill), not what went wrong.
+        return f"replica {replica}{taken}{' and' if taken else ''} exited with code {outcome.exit_code}{reason}{where}"
     if ending == IMAGE:
         what = "is not a valid image name" if outcome.reason == "InvalidImageName" else "could not be pulled"
         return (f"replica {replica}: image {json.dumps(outcome.image or '?')} {what} "
@@ -127,7 +131,9 @@ def _describe(outcome: JobOutcome, startup_timeout: float | None, queue_timeout:
         who = f"replica {replica}" if replica else "the job's replicas"  # a Ray job's placement group: all at once
         return f"{who} did not start{within}: {_detail(outcome.reason, outcome.message) or 'Pending'}"
     if ending == DELETED:
-        return f"the pod of replica {replica} was deleted" if replica else "the job was deleted before it finished"
+        if not replica:
+            return "the job was deleted before it finished"
+        return f"the pod of replica {replica}{taken or ' was deleted'}"
     if ending == STOPPED:
         return "the job was stopped (task killed)"
     if ending == TIMED_OUT:
@@ -141,7 +147,8 @@ def _describe(outcome: JobOutcome, startup_timeout: float | None, queue_timeout:
         return (f"{f'replica {replica}' if replica else 'the job'} was not scheduled{within}: "
                 f"{_detail(outcome.reason, outcome.message) or 'Unschedulable'}")
     if ending == POD_FAILED:
-        return f"the pod of replica {replica} failed: {_detail(outcome.reason, outcome.message) or 'Failed'}"
+        detail = _detail(outcome.reason, outcome.message) or "Failed"
+        return f"the pod of replica {replica}{taken or ' failed'}: {detail}"
     return "" if outcome.judgement else (_detail(outcome.reason, outcome.message) or "failed")
 
 

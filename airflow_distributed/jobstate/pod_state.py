@@ -1,5 +1,6 @@
-"""One pod read: its containers' states, why it waits, whether the cluster took it away, the image it cannot pull,
-and its replica's status row (pure: the API server's JSON in, values out).
+"""One pod read: its containers' states, why it waits, the image it cannot pull, which replica's exit decided the
+job, and its replica's status row (pure: the API server's JSON in, values out). Whether the cluster took it away is
+``disruption``'s to say.
 
 What a pod's state means for its job (the rules of success and failure) is ``job_watch``'s to say.
 """
@@ -7,6 +8,7 @@ What a pod's state means for its job (the rules of success and failure) is ``job
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_distributed.jobstate.verdicts import FAILURE, JobVerdict, ReplicaSlot
@@ -22,9 +24,6 @@ PERMANENT_WAITING_REASONS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
 # A pull that failed: the kubelet retries with back-off, and a registry that flaps may serve the next pull, but a
 # missing tag or a refused credential never recovers. Fail at once unless the operator grants a grace period.
 PULL_FAILURE_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff"})
-# A pod's own reason when the node or the scheduler took it away: evicted (node pressure), preempted, its node lost
-# or shut down (graceful node shutdown says ``Terminated``, older releases ``Shutdown``/``NodeShutdown``).
-LOST_POD_REASONS = frozenset({"Evicted", "Preempting", "NodeLost", "NodeShutdown", "Shutdown", "Terminated"})
 # Waiting reasons that only say "starting", not why a pod is stuck.
 _STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
 
@@ -54,18 +53,6 @@ def termination_message(pod: Mapping[str, Any], container: str = MAIN_CONTAINER)
 def log_available(pod: Mapping[str, Any] | None, container: str = MAIN_CONTAINER) -> bool:
     """The API answers a container's log only once it has started (running or terminated)."""
     return pod is not None and container_state(pod, container)[0] in ("running", "terminated")
-
-
-def pod_disruption(pod: Mapping[str, Any] | None) -> str | None:
-    """How the cluster is taking this pod away, if it is: the reason of its ``DisruptionTarget`` condition (set
-    before an eviction, a preemption, a taint's or the pod GC's deletion of a lost node's pods), else its own
-    reason when that is one of ``LOST_POD_REASONS``; ``None`` for a pod nobody disrupted."""
-    status = (pod or {}).get("status") or {}
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
-            return condition.get("reason") or "DisruptionTarget"
-    reason = status.get("reason")
-    return reason if reason in LOST_POD_REASONS else None
 
 
 def pod_started(pod: Mapping[str, Any]) -> bool:
@@ -130,6 +117,8 @@ def pod_essentials(pod: Mapping[str, Any]) -> dict[str, Any]:
     """
     metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     kept: dict[str, Any] = {"metadata": {"name": metadata.get("name"), "uid": metadata.get("uid")}, "spec": {}}
+    if metadata.get("deletionTimestamp"):  # a pod being deleted or evicted was taken away (``pod_disruption``)
+        kept["metadata"]["deletionTimestamp"] = metadata["deletionTimestamp"]
     if spec.get("nodeName"):
         kept["spec"]["nodeName"] = spec["nodeName"]
     for key in ("initContainers", "containers"):
@@ -182,6 +171,25 @@ def container_exit(pod: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | No
     if kind == "terminated":
         return MAIN_CONTAINER, fields
     return None
+
+
+@dataclass(frozen=True)
+class ReplicaExit:
+    """A replica whose container exited non-zero: which container, its ``terminated`` state, and how the cluster
+    was taking its pod away, if it was (``pod_disruption``)."""
+
+    replica: str
+    container: str
+    state: Mapping[str, Any]
+    disruption: str | None = None
+
+
+def deciding_exit(exits: Iterable[ReplicaExit]) -> ReplicaExit | None:
+    """Of the replicas that exited non-zero, the one whose end decided the job (every backend's rule): the first to
+    exit, since its peers fail moments later when they lose it; of those that exited within the same second (the
+    resolution of ``finishedAt``), one the cluster took away."""
+    return min(exits, key=lambda found: (str(found.state.get("finishedAt") or ""), found.disruption is None),
+               default=None)
 
 
 def recreated(pod: Mapping[str, Any]) -> int:

@@ -130,7 +130,8 @@ def secret_files_name(job_name: str) -> str:
 
 
 def job_secret_names(job_name: str) -> tuple[str, ...]:
-    """Every Secret a job of this name may have: deleted by name when the job ends, whatever its pods' fate."""
+    """Every Secret a job of this name may have, for a clean-up that does not know which it made (a deferral by a
+    release whose trigger did not carry ``JobObjects.secret_names``); a job has only those its plan asks for."""
     return ssh_secret_name(job_name), secret_files_name(job_name)
 
 
@@ -216,6 +217,11 @@ class JobObjects:
     @property
     def owner(self) -> client.V1Service:
         return self.service
+
+    def secret_names(self) -> tuple[str, ...]:
+        """The Secrets this job has (none, its SSH key pair, its secret files): deleted by name when it ends,
+        whatever its pods' fate, and no others (a DELETE of one it never had is answered 404)."""
+        return tuple(secret.metadata.name for secret in self.secrets)
 
     def dependents(self) -> list[Any]:
         group = [self.pod_group] if self.pod_group is not None else []

@@ -1,7 +1,8 @@
 """DAGs of the tests on the real control plane (``tests/kube_control_plane``) that the emulator's DAG files lack: a
 job that outlives its task's ``execution_timeout``, a hung and a slow master, a job waiting for capacity, a replica
-evicted mid-training under retries, sync and deferrable, a deferred job whose master's lines the trigger relays
-every half second, and a PyTorchJob whose task loses its rights mid-wait. The namespace is the DAG id's."""
+evicted or deleted mid-training under retries, a script failing its last try, sync and deferrable, a deferred job
+whose master's lines the trigger relays every half second, and a PyTorchJob whose task loses its rights mid-wait.
+The namespace is the DAG id's."""
 
 from __future__ import annotations
 
@@ -51,14 +52,22 @@ for dag_id, deferrable, queue in (("k8s_queued_then_scheduled", False, 600.0),
     _train_dag(dag_id, deferrable, environment=_GPU_HUNGRY, startup_timeout=3, queue_timeout=queue,
                execution_timeout=timedelta(seconds=120))
 
-# Evicted mid-training: retries=3 under the provider's retry policy; retry_delay is a minute the policy overrides
-# (without it the retry would come a minute later). The checkpoints go where the test, playing the master, can
-# reach them: the same folder for every try of the task instance, as a shared volume would be on a cluster.
-for dag_id, deferrable in (("k8s_evicted_resumes", False), ("k8s_evicted_resumes_deferrable", True)):
+# A worker evicted (the Eviction API) or deleted (kubectl delete pod) mid-training: retries=2 under the provider's
+# retry policy; retry_delay is half an hour the policy overrides (without it the retry would come 30 minutes later).
+# The checkpoints go where the test, playing the master, can reach them: the same folder for every try of the task
+# instance, as a shared volume would be on a cluster.
+for dag_id, deferrable in (("k8s_evicted_resumes", False), ("k8s_evicted_resumes_deferrable", True),
+                           ("k8s_deleted_resumes", False), ("k8s_deleted_resumes_deferrable", True)):
     _train_dag(dag_id, deferrable, environment={"pytorch": {"n_workers": 1}},
                checkpoint_dir=os.path.join(os.environ.get("AIRFLOW_HOME", "/tmp"), "checkpoints", dag_id),
-               retries=3, retry_delay=timedelta(minutes=1), startup_timeout=60,
+               retries=2, retry_delay=timedelta(minutes=30), startup_timeout=60,
                execution_timeout=timedelta(seconds=120))
+
+# A script that fails every try: try 1's finished pods are kept for try 2, which finds them; after try 2, the last,
+# nothing of the job is left. The retry's few seconds let the test see what try 1 left before try 2 starts.
+for dag_id, deferrable in (("k8s_last_try_fails", False), ("k8s_last_try_fails_deferrable", True)):
+    _train_dag(dag_id, deferrable, environment={"pytorch": {"n_workers": 1}}, retries=1,
+               retry_delay=timedelta(seconds=5), startup_timeout=60, execution_timeout=timedelta(seconds=120))
 
 # The hang watchdog on a PyTorchJob (the stand-in Training Operator makes the pods), in the task and the triggerer.
 for dag_id, deferrable in (("kubeflow_hung", False), ("kubeflow_hung_deferrable", True)):

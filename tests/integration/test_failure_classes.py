@@ -148,7 +148,7 @@ def test_a_replica_evicted_mid_training_is_retried_at_once(emulator, dag_id, cap
     assert reason is not None and reason.startswith("ReplicaLostError: the cluster took a replica away")
     assert reason.endswith(": EvictionByEvictionAPI)")
     out = capfd.readouterr().out
-    assert "-worker-0 was deleted" in out  # the message of try 1, as it was
+    assert "-worker-0 was evicted (EvictionByEvictionAPI)" in out  # the message of try 1: what took the worker
     assert xcom(run, "train", "metrics") == DOCUMENT["metrics"]
     settled(emulator, namespace, NOTHING)
 

@@ -185,14 +185,13 @@ def test_a_failing_worker_fails_the_task_at_once_naming_it(emulator, capfd):
     assert {r["name"]: (r["state"], r["exit_code"]) for r in record["replicas"]} == {
         kubelet.pod("master-0"): ("stopped", None), kubelet.pod("worker-0"): ("stopped", None), worker: ("failed", 3)}
     assert replica_lines(out, record["job_name"])[worker][-1] == "RuntimeError: NCCL error: unhandled"
-    # Default policy after a failure: running pods deleted, the failed one and the Service kept for a look.
-    job = record["job_name"]
-    settled(emulator, namespace, {"services": [job], "pods": [worker], "configmaps": [f"{job}-files"], "secrets": []})
+    # Default policy after the last try (no retries): the job deleted whole, no try comes to look at its pods.
+    settled(emulator, namespace, NOTHING)
 
 
 @pytest.mark.parametrize(("dag_id", "kept_pods"), [
-    ("k8s_horovod_failure", ["launcher-0"]),
-    ("k8s_horovod_failure_deferrable", ["launcher-0"]),
+    ("k8s_horovod_failure", None),
+    ("k8s_horovod_failure_deferrable", None),
     ("k8s_horovod_failure_kept", ["launcher-0", "worker-0", "worker-1"]),
 ])
 def test_a_failed_horovod_job_keeps_pods_for_a_look_but_never_its_ssh_key(emulator, dag_id, kept_pods):
@@ -212,10 +211,13 @@ def test_a_failed_horovod_job_keeps_pods_for_a_look_but_never_its_ssh_key(emulat
 
     assert states == {"train": "failed"}
     job = xcom(run, "train", "job")["job_name"]
-    # The policy keeps the Service and some pods (default: the finished launcher; "none": all of them), never the
-    # Secret with the private key.
-    settled(emulator, namespace, {"services": [job], "pods": sorted(kubelet.pod(key) for key in kept_pods),
-                                  "configmaps": [f"{job}-files"], "secrets": []})
+    # After the last try the default policy keeps nothing; "none" keeps the Service and every pod, never the Secret
+    # with the private key.
+    if kept_pods is None:
+        settled(emulator, namespace, NOTHING)
+    else:
+        settled(emulator, namespace, {"services": [job], "pods": sorted(kubelet.pod(key) for key in kept_pods),
+                                      "configmaps": [f"{job}-files"], "secrets": []})
 
 
 def test_an_oom_killed_master_fails_the_task_with_the_reason(emulator, capfd):

@@ -74,6 +74,10 @@ class KubeletNode:
         #: what a pod's processes print on the hang watchdog's exec (``hang_watch.STACKS_COMMAND``), by
         #: (namespace, pod): as ``tracking``'s faulthandler would, it goes to the container's log
         self.stacks: dict[tuple[str, str], str] = {}
+        #: what a pod's containers exit with once its graceful deletion begins (the SIGTERM a real kubelet sends
+        #: them), by (namespace, pod): reported as their exit before the kubelet finishes the deletion, as a real
+        #: kubelet does. A pod not here is deleted without a report.
+        self.exit_on_sigterm: dict[tuple[str, str], int] = {}
         self._ips: dict[str, str] = {}
         self._changed = threading.Condition()
         self._stop = threading.Event()
@@ -168,6 +172,9 @@ class KubeletNode:
         for pod in pods["items"]:
             meta = pod["metadata"]
             if meta.get("deletionTimestamp"):
+                code = self.exit_on_sigterm.pop((meta["namespace"], meta["name"]), None)
+                if code is not None:
+                    self._exit_on_sigterm(meta["namespace"], meta["name"], code)
                 self._end_logs(meta["namespace"], meta["name"])
                 try:
                     self.plane.request("DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
@@ -175,6 +182,16 @@ class KubeletNode:
                 except client.ApiException as error:
                     if error.status not in (404, 409):
                         raise
+
+    def _exit_on_sigterm(self, namespace: str, name: str, code: int) -> None:
+        """Report a pod being deleted as its containers' exit with ``code`` (143: ended by the SIGTERM)."""
+        try:
+            self.fail_pod(namespace, name, exit_code=code)
+        except KeyError:
+            pass  # gone meanwhile: a real kubelet has nothing to report either
+        except client.ApiException as error:
+            if error.status != 404:
+                raise
 
     # ------------------------------------------------------------ reading, as on the emulator
 

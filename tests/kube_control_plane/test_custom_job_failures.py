@@ -55,7 +55,7 @@ def pytorchjobs_left(plane: ControlPlane, namespace: str) -> list[str]:
 
 
 @pytest.mark.parametrize("dag_namespace", ["kubeflow_failure"], indirect=True)
-def test_a_failed_pytorchjob_fails_the_task_naming_the_replica_and_keeps_the_job(
+def test_a_failed_pytorchjob_fails_the_task_naming_the_replica_and_its_last_try_deletes_the_job(
         control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str], capfd):
     namespace, user = dag_namespace
 
@@ -81,8 +81,11 @@ def test_a_failed_pytorchjob_fails_the_task_naming_the_replica_and_keeps_the_job
     record = xcom(run, "train", "job")
     assert record["state"] == "failed" and record["backend"] == "kubeflow"
     assert {r["name"]: (r["state"], r["exit_code"]) for r in record["replicas"]}[worker] == ("failed", 3)
-    # Default after a failure: the object (and the pods its cleanPodPolicy kept) stay for a look.
-    assert pytorchjobs_left(control_plane, namespace) == [controller.name]
+    # Default after the task's last try (no retries): the object is deleted, its pods with it; nothing waits for a
+    # try that never comes.
+    assert "the job was deleted" in out
+    comes_to(lambda: pytorchjobs_left(control_plane, namespace), [], timeout=60)
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
     assert control_plane.refused(user) == []
 
 
@@ -178,7 +181,7 @@ def trainjobs_left(plane: ControlPlane, namespace: str) -> list[str]:
 
 
 @pytest.mark.parametrize("dag_namespace", ["trainjob_failure"], indirect=True)
-def test_a_trainjob_node_that_fails_fails_the_task_naming_it_and_keeps_the_trainjob(
+def test_a_trainjob_node_that_fails_fails_the_task_naming_it_and_its_last_try_deletes_the_trainjob(
         control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str], capfd):
     namespace, user = dag_namespace
 
@@ -202,8 +205,10 @@ def test_a_trainjob_node_that_fails_fails_the_task_naming_it_and_keeps_the_train
     assert record["state"] == "failed" and record["backend"] == "trainjob"
     assert {r["name"]: (r["role"], r["index"], r["state"], r["exit_code"]) for r in record["replicas"]}[failed] == (
         "worker", 1, "failed", 3)
-    # Default after a failure: the TrainJob and its node pods stay for a look until the next try.
-    assert trainjobs_left(control_plane, namespace) == [record["job_name"]]
+    # Default after the task's last try (no retries): the TrainJob is deleted, its node pods with it.
+    assert "the job was deleted" in out
+    comes_to(lambda: trainjobs_left(control_plane, namespace), [], timeout=60)
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
     assert control_plane.refused(user) == []
 
 

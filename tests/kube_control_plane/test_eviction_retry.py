@@ -1,8 +1,11 @@
-"""A replica evicted mid-training on the real control plane, run by Airflow with ``retries=3`` under the provider's
-retry policy, sync and in the triggerer: the worker's pod is marked with a ``DisruptionTarget`` condition and
-evicted through the real API server's eviction subresource (what a drain or a preemption does), the try fails with
-``ReplicaLostError``, the policy retries at once (``retry_delay`` is a minute), and the retry's master, a real
-process with its pod's variables as the server stored them, resumes from the checkpoint the first try saved.
+"""A replica taken away mid-training on the real control plane, run by Airflow with ``retries=2`` and a
+``retry_delay`` of 30 minutes under the provider's retry policy, sync and in the triggerer: the worker's pod is
+evicted through the real API server's eviction subresource (what ``kubectl drain`` does) or deleted
+(``kubectl delete pod``). On this 1.20 server both are a graceful deletion and nothing more (no ``DisruptionTarget``
+condition; the test adds none): the pod gets a ``deletionTimestamp``, its container the SIGTERM, and the test
+kubelet reports its exit 143 before finishing the deletion, as a real kubelet does. The try fails with
+``ReplicaLostError`` saying the worker was deleted or evicted, the policy retries at once, and the retry's master,
+a real process with its pod's variables as the server stored them, resumes from the checkpoint the first try saved.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import threading
 import time
 
 import pytest
+from kubernetes import client
 
 from tests.helpers import run_dag_at, wait_until, xcom
 from tests.integration.test_failure_classes import tries
@@ -22,10 +26,8 @@ from tests.kubernetes_helpers import JOB_LABEL, Player, as_the_pod
 
 pytestmark = [pytest.mark.usefixtures("airflow_db")]
 
-#: What the eviction API (1.26 and later) and the kubelet's own evictions put on a pod before deleting it; the 1.20
-#: server here does not, so the test does, then evicts the pod through the server.
-DISRUPTED = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
-             "message": "Eviction API: evicting"}
+#: What a container exits with on the SIGTERM of its pod's graceful deletion (128 + 15).
+SIGTERM_EXIT = 143
 SAVE = """
 from airflow_distributed import tracking
 for step in (10, 20, 30):
@@ -44,9 +46,10 @@ class Tries(Player):
 
     thread_name = "tries"
 
-    def __init__(self, node: KubeletNode, plane: ControlPlane, namespace: str, user: str) -> None:
+    def __init__(self, node: KubeletNode, plane: ControlPlane, namespace: str, user: str, how: str) -> None:
+        """:param how: ``evicted`` (the Eviction API) or ``deleted`` (``delete_namespaced_pod``), as the admin."""
         super().__init__()
-        self.node, self.plane, self.namespace, self.user = node, plane, namespace, user
+        self.node, self.plane, self.namespace, self.user, self.how = node, plane, namespace, user, how
         self.stopping = threading.Event()
         self.seen: dict[str, str] = {}
 
@@ -77,12 +80,16 @@ class Tries(Player):
             if attempt == 1:
                 self.seen["try 1"] = as_the_pod(pods["master-0"], SAVE)
                 self.node.append_log(self.namespace, master, "step 30 loss 0.125", container="base")
-                # Evicted once the job is watched (in the task or in the triggerer), mid-training.
+                # Taken away once the job is watched (in the task or in the triggerer), mid-training; its container
+                # ends on the SIGTERM.
                 wait_until(lambda: self.watched() > 0, timeout=60)
-                self.node.set_pod_phase(self.namespace, worker, "Running", conditions=[DISRUPTED])
-                self.plane.request("POST", f"/api/v1/namespaces/{self.namespace}/pods/{worker}/eviction", {
-                    "apiVersion": "policy/v1beta1", "kind": "Eviction",
-                    "metadata": {"name": worker, "namespace": self.namespace}})
+                self.node.exit_on_sigterm[(self.namespace, worker)] = SIGTERM_EXIT
+                if self.how == "evicted":
+                    self.plane.request("POST", f"/api/v1/namespaces/{self.namespace}/pods/{worker}/eviction", {
+                        "apiVersion": "policy/v1beta1", "kind": "Eviction",
+                        "metadata": {"name": worker, "namespace": self.namespace}})
+                else:
+                    client.CoreV1Api(self.plane.admin).delete_namespaced_pod(worker, self.namespace)
                 continue
             self.seen[f"try {attempt}"] = resumed = as_the_pod(pods["master-0"], RESUME)
             try_number, step, _ = resumed.split()
@@ -95,13 +102,15 @@ class Tries(Player):
         self.check(30)
 
 
-@pytest.mark.parametrize("dag_namespace", ["k8s_evicted_resumes", "k8s_evicted_resumes_deferrable"], indirect=True)
-def test_a_replica_evicted_mid_training_is_retried_at_once_and_resumes_from_the_checkpoint(
+@pytest.mark.parametrize("dag_namespace", ["k8s_evicted_resumes", "k8s_evicted_resumes_deferrable",
+                                           "k8s_deleted_resumes", "k8s_deleted_resumes_deferrable"], indirect=True)
+def test_a_replica_evicted_or_deleted_mid_training_is_lost_retried_at_once_and_resumes_from_the_checkpoint(
         control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str], airflow_home, capfd):
     namespace, user = dag_namespace
     dag_id = namespace.replace("-", "_")
+    how = "evicted" if dag_id.startswith("k8s_evicted") else "deleted"
     folder = os.path.join(airflow_home, "checkpoints", dag_id)
-    player = Tries(node, control_plane, namespace, user).play(Tries.run)
+    player = Tries(node, control_plane, namespace, user, how).play(Tries.run)
     try:
         run, states = run_dag_at(dag_id)
     finally:
@@ -111,11 +120,14 @@ def test_a_replica_evicted_mid_training_is_retried_at_once_and_resumes_from_the_
     last, earlier = tries(run)
     assert last == 2
     ((state, delay, reason),) = earlier
-    assert delay == 0.0  # at once, not after retry_delay's minute
+    assert delay == 0.0  # at once, not after retry_delay's 30 minutes
     assert reason is not None and reason.startswith("ReplicaLostError: the cluster took a replica away")
-    assert reason.endswith(": EvictionByEvictionAPI)")
+    assert reason.endswith(": DeletionStarted)")
     out = capfd.readouterr().out
-    assert "-worker-0 was deleted" in out and "ReplicaLostError" in out  # try 1's message, as it was
+    # Try 1's message: what took the worker (a 1.20 server tells an eviction from a deletion by nothing), then how
+    # its container went.
+    assert f"-worker-0 was deleted or evicted and exited with code {SIGTERM_EXIT}" in out
+    assert "ReplicaLostError" in out and "ReplicaExitedError" not in out
     # Try 2's master found try 1's newest checkpoint, in the folder both tries' pods were given.
     assert player.seen == {"try 1": "1", "try 2": "2 30 30"}
     assert xcom(run, "train", "metrics") == {"resumed_from_step": 30, "try": 2}

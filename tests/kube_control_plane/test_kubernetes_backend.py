@@ -9,11 +9,13 @@ The pods are played by the test kubelet with the same scripts as on the emulator
 from __future__ import annotations
 
 import json
+import logging
 import threading
 
 from airflow_distributed.jobstate.watch_timings import WatchTimings
 from airflow_distributed.manifests.kubernetes import job_secret_names, ssh_secret_name
 from tests.helpers import wait_until
+from tests.integration.test_kubernetes_rbac import role
 from tests.kube_control_plane.control_plane import ControlPlane
 from tests.kube_control_plane.kubelet import XCOM_FILE, KubeletNode
 from tests.kubernetes_helpers import DOCUMENT, Kubelet, comes_to, make_job, new_hook, train_and_succeed
@@ -233,4 +235,42 @@ def test_a_horovod_job_with_its_ssh_key_secret_succeeds_and_its_secrets_are_dele
     hook.delete_secrets(namespace, job_secret_names(name))
     assert control_plane.left(namespace)["secrets"] == []
     hook.delete_job(namespace, name)
+    control_plane.assert_clean(namespace, task_user)
+
+
+def test_an_exec_the_real_server_refuses_is_logged_as_that_refusal(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str, task_kubeconfig: str, task_user: str,
+        caplog):
+    """A task whose Role lacks ``pods/exec``: the XCom sidecar's read and the hang watchdog's stack dump are refused
+    (403, at the websocket handshake); the task log says so, in the server's words, without a traceback."""
+    without_exec = role("airflow-distributed")
+    without_exec = {**without_exec, "metadata": {"name": "airflow-distributed-without-exec"},
+                    "rules": [rule for rule in without_exec["rules"] if "pods/exec" not in rule["resources"]]}
+    account = "without-exec"
+    log = logging.getLogger("tests.task-without-exec")
+    hook = new_hook(control_plane.bind_role(namespace, without_exec, account), logger=log)
+    build, slots, name = make_job(namespace)
+    new_hook(task_kubeconfig).ensure_job(namespace, build(None), slots)
+    Kubelet(node, namespace).play(lambda k: k.run_all()).check(timeout=60)
+    master = node.get("pods", namespace, slots[0].name)
+
+    with caplog.at_level(logging.INFO, logger=log.name):
+        assert hook.read_output(namespace, master) is None  # the termination message instead: there is none yet
+        hook.dump_stacks(namespace, [slots[1].name], "base")
+
+    records = [record for record in caplog.records if record.name == log.name]
+    refusal = (f'403 Forbidden: pods "{{pod}}" is forbidden: User "system:serviceaccount:{namespace}:{account}" '
+               f'cannot get resource "pods/exec" in API group "" in the namespace "{namespace}"')
+    assert [record.getMessage() for record in records] == [
+        f"could not read the output of {namespace}/{slots[0].name} from its XCom sidecar "
+        f"({refusal.format(pod=slots[0].name)}); using its termination message",
+        f"could not ask {slots[1].name} for its Python stacks ({refusal.format(pod=slots[1].name)}): its last "
+        "lines are quoted without them",
+    ]
+    assert [record.exc_info for record in records] == [None, None]  # no traceback
+    # The server refused them: the audit log has each exec (the sidecar's read and kill, the stack dump) as 403.
+    refused = control_plane.refused(f"system:serviceaccount:{namespace}:{account}")
+    assert refused and all("/exec?" in line and line.endswith("-> 403") for line in refused), refused
+
+    new_hook(task_kubeconfig).delete_job(namespace, name)
     control_plane.assert_clean(namespace, task_user)

@@ -74,6 +74,6 @@ def test_a_job_waiting_past_queue_timeout_fails_naming_the_real_schedulers_reaso
     failure = out[out.rindex("ReplicaNotScheduledError: job "):].splitlines()[0]
     assert "-worker-1 was not scheduled within 4s (queue_timeout): Unschedulable: 0/" in failure, failure
     assert "Insufficient nvidia.com/gpu" in failure, failure
-    # clean_pod_policy "running" after a failure: no pod is left waiting or running.
-    comes_to(lambda: control_plane.left(namespace)["pods"], [], timeout=60)
+    # The task's last try (no retries): the job is deleted whole, no pod is left waiting or running.
+    comes_to(lambda: control_plane.left(namespace), NOTHING, timeout=60)
     assert control_plane.refused(user) == []

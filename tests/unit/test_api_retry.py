@@ -6,6 +6,7 @@ The sleeps are recorded, never slept; errors are the Kubernetes client's own ``A
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 import urllib3.exceptions
 from kubernetes.client import ApiException
 
-from airflow_distributed.hooks.api_retry import RetryPolicy, acall_with_retries, call_with_retries
+from airflow_distributed.hooks.api_retry import RetryPolicy, acall_with_retries, call_with_retries, short_error
 
 NO_JITTER = RetryPolicy(attempts=4, initial_delay=0.5, max_delay=15.0, jitter=0.0)
 
@@ -174,3 +175,25 @@ def test_policy_delay_keeps_its_meaning_for_the_watch_loop():
     assert NO_JITTER.delay(3, api_error(503)) is None  # past the last try
     assert NO_JITTER.backoff(2) == 2.0
     assert NO_JITTER.backoff(3) is None
+
+
+def test_a_refused_exec_is_said_as_the_refusal_not_as_the_clients_error_on_its_missing_body():
+    # The exceptions as the real client raises them (kubernetes.stream.ws_client.websocket_call, then
+    # kubernetes.client.ApiClient.__call_api decoding the body the first has not): the refusal is only their context.
+    from websocket import WebSocketBadStatusException
+
+    status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
+              "message": 'pods "p" is forbidden: User "system:serviceaccount:ml:task" cannot get resource '
+                         '"pods/exec" in API group "" in the namespace "ml"'}
+    try:
+        try:
+            try:
+                raise WebSocketBadStatusException("Handshake status 403 Forbidden -+-+- {} -+-+- ...", 403,
+                                                  "Forbidden", {}, json.dumps(status).encode())
+            except Exception as refused:
+                raise ApiException(status=0, reason=str(refused))  # noqa: B904 (as the client does: no body, no cause)
+        except ApiException as error:
+            error.body.decode("utf-8")
+    except AttributeError as error:
+        seen = error
+    assert short_error(seen) == f"403 Forbidden: {status['message']}"

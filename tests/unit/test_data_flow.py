@@ -145,6 +145,12 @@ def test_a_resumed_kubernetes_job_takes_its_framework_and_elastic_budget_from_th
     assert (run.framework, run.elastic.plan, run.name, run.namespace) == ("pytorch", ElasticPlan(**ELASTIC),
                                                                            "train-1", "ml")
     assert run.objects is None  # built only for an elastic restart, from the spec
+    assert run.secrets is None  # a trigger that did not carry them: every name a job may have is deleted
+    # The job's Secrets ride along: its end deletes those, no request for one it never had.
+    for secrets in ([], ["train-1-ssh"]):
+        resumed = KubernetesJobRun.resume(task, settings, {"ti": TI()}, {  # type: ignore[arg-type]
+            **event, "resume_state": {**event["resume_state"], "secrets": secrets}})
+        assert resumed.secrets == tuple(secrets)
     run = KubernetesJobRun.resume(task, settings, {"ti": TI()}, {**event, "resume_state": {  # type: ignore[arg-type]
         "framework": "tensorflow", "elastic": None}})
     assert (run.framework, run.elastic.plan) == ("tensorflow", None)

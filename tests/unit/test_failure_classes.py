@@ -1,5 +1,5 @@
 """Which error each ending raises (``jobstate.failures``), with the facts it carries, and how the cluster's taking a
-pod away is recognised (``jobstate.pod_state.pod_disruption``)."""
+pod away is recognised (``jobstate.disruption.pod_disruption``)."""
 
 from __future__ import annotations
 
@@ -27,10 +27,10 @@ from airflow_distributed.exceptions import (
 from airflow_distributed.hooks.api_retry import KubernetesJobError as FromApiRetry
 from airflow_distributed.hooks.api_retry import job_error
 from airflow_distributed.jobstate import outcome as ending
+from airflow_distributed.jobstate.disruption import pod_disruption
 from airflow_distributed.jobstate.failures import FAILURE_CLASSES, job_failure
 from airflow_distributed.jobstate.job_watch import JobTracker
 from airflow_distributed.jobstate.outcome import JobOutcome, failure_message
-from airflow_distributed.jobstate.pod_state import pod_disruption
 from airflow_distributed.jobstate.verdicts import ReplicaSlot
 
 NOTE = "every other replica was stopped"

@@ -840,3 +840,20 @@ def test_builders_leave_their_inputs_unchanged_and_are_deterministic(case: JobCa
     assert after == before
     assert first.as_dicts() == second.as_dicts()
     assert all("ownerReferences" not in body["metadata"] for body in first.as_dicts())
+
+
+@pytest.mark.parametrize(("framework", "environment", "secret_files", "expected"), [
+    ("pytorch", {"pytorch": {"n_workers": 1}}, None, ()),
+    ("pytorch", {"pytorch": {"n_workers": 1}}, {"arguments.json": "{}"}, ("secret-files",)),
+    ("horovod", {"replicas": {"n_workers": 1}}, None, ("ssh",)),
+    ("horovod", {"replicas": {"n_workers": 1}}, {"arguments.json": "{}"}, ("ssh", "secret-files")),
+])
+def test_the_secrets_a_job_deletes_when_it_ends_are_those_it_made(framework, environment, secret_files, expected):
+    # A DELETE of a Secret the job never had is answered 404: a request the clean-up can know is useless.
+    spec = load_spec(framework, environment)
+    plan = build_plan(spec, JOB, KubernetesAddressing(NAMESPACE), layout_for_kubernetes(), list(COMMAND),
+                      backend="kubernetes", secret_files=secret_files)
+    objects = build_job_objects(plan, _options(), ssh_key=KEY)
+
+    assert objects.secret_names() == tuple(f"{JOB}-{suffix}" for suffix in expected)
+    assert sorted(objects.secret_names()) == sorted(s.metadata.name for s in objects.owned_by(UID).secrets)

@@ -271,9 +271,8 @@ def test_a_replica_that_cannot_start_fails_the_task_after_startup_timeout(emulat
     assert elapsed < 25
     record = xcom(run, "train", "job")
     assert {r["name"]: r["state"] for r in record["replicas"]}[stuck] == "stopped"
-    # Every pod was pending or running: all deleted; the Service stays until the next try replaces the job.
-    settled(emulator, namespace, {"services": [record["job_name"]], "pods": [],
-                                  "configmaps": [f"{record['job_name']}-files"], "secrets": []})
+    # Its last try (no retries): the job deleted whole, no try comes to replace it.
+    settled(emulator, namespace, NOTHING)
 
 
 PULL_ERROR = 'rpc error: code = NotFound desc = failed to pull image "registry.example.com/trainer:1.0": not found'
@@ -299,9 +298,8 @@ def test_a_failed_image_pull_fails_the_task_naming_replica_image_and_message(emu
     assert (f'replica {kubelet.pod("worker-1")}: image "registry.example.com/trainer:1.0" could not be pulled '
             f"(ErrImagePull: {PULL_ERROR})") in line
     assert "did not start" not in line
-    record = xcom(run, "train", "job")
-    settled(emulator, namespace, {"services": [record["job_name"]], "pods": [],
-                                  "configmaps": [f"{record['job_name']}-files"], "secrets": []})
+    # Its last try (no retries): the job deleted whole.
+    settled(emulator, namespace, NOTHING)
 
 
 def test_a_pull_that_recovers_within_the_grace_lets_the_job_succeed(emulator, capfd):

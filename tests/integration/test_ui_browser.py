@@ -25,6 +25,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.helpers import run_dag, xcom
+from tests.supervised_runs import supervised_tasks
 
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -111,7 +112,8 @@ def served(tmp_path_factory):
             server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy(),
                                       start_new_session=True)
         try:
-            run, states = run_dag(DAG_ID, conf={"steps": 60})  # while the server starts
+            with supervised_tasks():  # while the server starts; the task log file holds the replicas' lines
+                run, states = run_dag(DAG_ID, conf={"steps": 60})
             assert states[TASK_ID] == "success"
             wait_for_health(base_url, server, log_path)
             yield base_url, run, xcom(run, TASK_ID, "job")

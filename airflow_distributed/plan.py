@@ -11,7 +11,7 @@ import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Protocol
+from typing import Any, Protocol
 
 from airflow_distributed.contract import (
     ENV_CHECKPOINT_DIR,
@@ -237,6 +237,20 @@ def expand_replicas(spec: TrainingSpec) -> list[SpecReplica]:
             else:
                 slots.append(SpecReplica(role.name, index, default, role.spec_key))
     return slots
+
+
+def role_summary(spec: TrainingSpec) -> list[dict[str, Any]]:
+    """``[{"role", "count", "resources"}]`` in the plan's order; replicas of one role with different resources
+    (an indexed override) are listed apart."""
+    summary: list[dict[str, Any]] = []
+    for slot in expand_replicas(spec):
+        role, settings = slot.role, slot.settings
+        resources = settings.resources.model_dump(mode="json", exclude_none=True) if settings.resources else {}
+        if summary and summary[-1]["role"] == role and summary[-1]["resources"] == resources:
+            summary[-1]["count"] += 1
+        else:
+            summary.append({"role": role, "count": 1, "resources": resources})
+    return summary
 
 
 def master_settings(spec: TrainingSpec) -> PodSettings:

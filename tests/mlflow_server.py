@@ -48,9 +48,12 @@ class MlflowServer:
         command = [str(mlflow), "server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1",
                    "--backend-store-uri", f"sqlite:///{self.folder / 'mlflow.db'}",
                    "--artifacts-destination", str(self.folder / "artifacts")]
+        # No job runner and its task queues (a dozen processes for prompt optimisation and trace roll-ups): the
+        # tests track runs only, on 2 cores.
+        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=self.folder,
-                                            start_new_session=True)
+                                            start_new_session=True, env=env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -65,15 +68,19 @@ class MlflowServer:
         raise RuntimeError(f"mlflow server not up within {timeout}s: {self.log()}")
 
     def stop(self) -> None:
-        """SIGTERM to the server's process group (gunicorn or uvicorn and their workers), SIGKILL if it lingers."""
-        if self.process is None or self.process.poll() is not None:
+        """SIGTERM to the server's process group (the ``mlflow server`` command, uvicorn and its worker), then
+        SIGKILL to whatever of the group is left: what the server stored is of no use after the tests."""
+        if self.process is None:
             return
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=15)
+        for signal_number in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.process.pid, signal_number)
+            except ProcessLookupError:
+                break  # the whole group is gone
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:] if self.log_path.exists() else ""

@@ -22,6 +22,7 @@ from airflow_distributed.contract import (
     ENV_MODEL_DIR,
     ENV_OUTPUT,
     ENV_ROLE,
+    ENV_TENSORBOARD_DIR,
     ENV_TRY_NUMBER,
 )
 from airflow_distributed.elastic import ElasticPlan, elastic_plan
@@ -74,6 +75,8 @@ class Layout:
     checkpoint_dir: str | None = None
     #: where the plan's ``secret_files`` are (a Secret's volume on Kubernetes); ``files_dir`` when ``None``
     secret_files_dir: str | None = None
+    #: the job's TensorBoard folder, the same for every try like the checkpoints'
+    tensorboard_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -276,6 +279,8 @@ def _common_env(plan: ClusterPlan, replica: Replica, cluster_json: str) -> dict[
     }
     if plan.layout.checkpoint_dir:
         env[ENV_CHECKPOINT_DIR] = plan.layout.checkpoint_dir
+    if plan.layout.tensorboard_dir:
+        env[ENV_TENSORBOARD_DIR] = plan.layout.tensorboard_dir
     if replica.is_master:
         env[ENV_OUTPUT] = plan.layout.output_path
     return env

@@ -142,6 +142,8 @@ def operator_links(job_links: JobLinks | None = None, *, mlflow: bool = False,
                    tensorboard_url: str | None = None) -> tuple[BaseOperatorLink, ...]:
     """The operator's ``operator_extra_links``: the job view, the MLflow run (with ``mlflow``), TensorBoard (a URL
     template, with the same placeholders as ``job_links``), then one link per URL template."""
-    tensorboard = job_url_links([(TENSORBOARD_LINK, tensorboard_url)]) if tensorboard_url is not None else []
-    return (DistributedJobLink(), *([MlflowRunLink()] if mlflow else []), *tensorboard, *job_url_links(job_links))
+    pairs = list(job_links.items()) if isinstance(job_links, Mapping) else list(job_links or [])
+    if tensorboard_url is not None:  # checked with job_links: one name, one button
+        pairs.insert(0, (TENSORBOARD_LINK, tensorboard_url))
+    return (DistributedJobLink(), *([MlflowRunLink()] if mlflow else []), *job_url_links(pairs))
 

@@ -44,6 +44,8 @@ T = TypeVar("T")
 #: about 1 s then 2 s): a server that is down costs a try about 20 s at most, in two places (start and end).
 REQUEST_TIMEOUT = 5
 REQUEST_RETRIES = 2
+#: What a warning quotes of a failed request's error, at most (characters).
+REASON_LIMIT = 400
 #: A model larger than this (bytes) is not uploaded as an artifact: the run keeps its path as a tag.
 MODEL_ARTIFACT_LIMIT = 2**30
 #: The artifact folder of the run where the model is uploaded, and the registry's source for it.
@@ -174,7 +176,9 @@ class MlflowJobRun:
             return None
 
     def _reason(self, error: Exception) -> str:
-        reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
+        reason = f"{type(error).__name__}: {' '.join(str(error).split())}"
+        if len(reason) > REASON_LIMIT:  # the request's start and the cause at the end (a timeout, a refusal)
+            reason = f"{reason[:REASON_LIMIT // 2]} ... {reason[-REASON_LIMIT // 2:]}"
         for secret in self.hook.secrets():
             reason = reason.replace(secret, "***")
         return reason

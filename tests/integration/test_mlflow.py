@@ -188,6 +188,25 @@ def test_a_tracking_server_that_is_down_does_not_stop_the_job(monkeypatch, tmp_p
     _assert_no_secret(out)
 
 
+def test_a_tracking_server_that_never_answers_does_not_stall_the_job(monkeypatch, tmp_path, capfd):
+    # A server that takes connections and answers nothing: each request ends at the hook's timeout, not MLflow's
+    # default (120 s, 7 retries), and the job goes on.
+    go = tmp_path / "go"
+    go.touch()
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)  # never accepted: the kernel completes the handshakes, nobody reads or answers
+        uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        monkeypatch.setenv(CONN_VARIABLE, json.dumps({"conn_type": "mlflow", "host": uri}))
+        run, states = run_dag("test_mlflow_outage", conf={"go_file": str(go)})
+    out = capfd.readouterr().out
+
+    assert states == {"train": "success"}
+    assert xcom(run, "train", "metrics") == {"loss": pytest.approx(1 / 3), "done": 1}
+    assert f"MLflow tracking at {uri}: opening the job's run failed" in out
+    assert "timed out" in out.split(f"MLflow tracking at {uri}")[1].splitlines()[0].lower()
+
+
 def test_a_tracking_server_stopped_mid_job_does_not_fail_it(airflow_db, monkeypatch, tmp_path, capfd):
     build_server_environment()
     server = MlflowServer().start()

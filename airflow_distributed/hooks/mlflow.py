@@ -177,10 +177,10 @@ class MlflowJobRun:
 
     def _reason(self, error: Exception) -> str:
         reason = f"{type(error).__name__}: {' '.join(str(error).split())}"
+        for secret in self.hook.secrets():  # before it is cut, so that no part of a secret is left
+            reason = reason.replace(secret, "***")
         if len(reason) > REASON_LIMIT:  # the request's start and the cause at the end (a timeout, a refusal)
             reason = f"{reason[:REASON_LIMIT // 2]} ... {reason[-REASON_LIMIT // 2:]}"
-        for secret in self.hook.secrets():
-            reason = reason.replace(secret, "***")
         return reason
 
     def open(self, key: RunKey, *, experiment: str, tags: Mapping[str, str], params: Mapping[str, str]) -> None:

@@ -442,9 +442,13 @@ class DistributedTrainingOperator(BaseOperator):
         """The try's ``hooks.mlflow.MlflowJobRun``, its run found or created; ``None`` without ``mlflow_conn_id``."""
         if not self.mlflow_conn_id:
             return None
-        # MLflow's client (an extra) loads only for a task that logs to it, never when a DAG is parsed.
-        from airflow_distributed.hooks.mlflow import MlflowHook, MlflowJobRun
-
+        try:
+            # MLflow's client (an extra) loads only for a task that logs to it, never when a DAG is parsed.
+            from airflow_distributed.hooks.mlflow import MlflowHook, MlflowJobRun
+        except ImportError:
+            self.log.warning("MLflow: its client is not installed (pip install 'airflow-distributed[mlflow]'); the "
+                             "job goes on without MLflow")
+            return None
         ti = context["ti"]
         try:
             hook = MlflowHook(self.mlflow_conn_id)

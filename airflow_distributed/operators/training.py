@@ -169,7 +169,8 @@ class DistributedTrainingOperator(BaseOperator):
         ``docs/mlflow.md``): the task logs one MLflow run per task instance, continued by every retry and ended as
         the task ends (a cleared task starts a new one), with the job's shape as params, the master's metric history
         at its steps, usage, tags and the model. A tracking server that is down, slow or refuses the credentials is
-        a warning in the task log, never a failure. Needs the ``mlflow`` extra. Default: none, nothing is sent.
+        a warning in the task log, never a failure. Needs the ``mlflow`` extra. Default: none, nothing is sent; a
+        template that renders empty (``"{{ params.mlflow_conn_id }}"``) sends nothing either. (templated)
     :param mlflow_experiment: the MLflow experiment of the runs, created when missing; default the DAG's id.
         (templated)
     :param mlflow_params: names of the DAG's params to log as MLflow params ``param.<name>``.
@@ -183,7 +184,7 @@ class DistributedTrainingOperator(BaseOperator):
 
     template_fields: Sequence[str] = (
         "image", "command", "args", "env", "environment", "model_dir", "checkpoint_dir", "python", "namespace",
-        "runtime", "mlflow_experiment", "register_model",
+        "runtime", "mlflow_conn_id", "mlflow_experiment", "register_model",
     )
     template_fields_renderers = {"environment": "json", "env": "json", "command": "py"}
     ui_color = "#d4e6f9"
@@ -475,7 +476,8 @@ class DistributedTrainingOperator(BaseOperator):
         if self.mlflow_conn_id and not self.wait_for_completion:
             problems.append(("mlflow_conn_id", "needs wait_for_completion=True: the run is logged from what the "
                              "task sees of the job's end"))
-        if self.register_model and not self.mlflow_conn_id:
+        # Given with no connection at all; one that renders empty turns tracking off for the run, registry included.
+        if self.register_model and self.mlflow_conn_id is None:
             problems.append(("register_model", "needs mlflow_conn_id: the registry is the tracking server's"))
         chosen = self.mlflow_params
         if chosen is not None and (isinstance(chosen, str) or not isinstance(chosen, Sequence)

@@ -40,8 +40,7 @@ def test_the_links_each_argument_adds():
     assert [(type(link), link.name) for link in links] == [
         (DistributedJobLink, "Distributed job"), (MlflowRunLink, "MLflow run"), (JobUrlLink, "TensorBoard"),
         (JobUrlLink, "Grafana")]
-    assert "register_model" in DistributedTrainingOperator.template_fields
-    assert "mlflow_experiment" in DistributedTrainingOperator.template_fields
+    assert {"mlflow_conn_id", "mlflow_experiment", "register_model"} <= set(DistributedTrainingOperator.template_fields)
 
 
 def test_the_mlflow_link_is_the_run_the_try_opened():

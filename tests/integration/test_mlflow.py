@@ -144,6 +144,19 @@ def test_a_ddp_job_is_one_mlflow_run_with_its_history_params_tags_model_and_stat
     assert sorted(int(v.version) for v in versions) == [1, 2]
 
 
+def test_the_retraining_example_with_a_tracking_server(connection):
+    server = connection
+    run, states = run_dag("example_retraining_pipeline", conf={"steps": 20, "mlflow_conn_id": "mlflow_test"})
+
+    assert states["train"] == "success" and states["promote"] == "success"
+    runs = _runs(server, "example_retraining_pipeline")
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    assert runs[0].data.params["param.steps"] == "20"
+    version = xcom(run, "train", "mlflow_model_version")
+    assert _client(server).get_model_version("example-retraining", str(version)).run_id == runs[0].info.run_id
+    assert xcom(run, "train", "_link_MlflowRunLink").endswith(f"/runs/{runs[0].info.run_id}")
+
+
 def test_a_retried_job_is_one_run_whose_steps_go_on(connection, capfd):
     server = connection
     run, states = run_dag("test_mlflow_resume")

@@ -8,7 +8,8 @@
 # - paddle-ps: paddlepaddle==2.6.2 (CPU) for Paddle's parameter-server mode, whose core (DistFleetWrapper) the 3.x CPU
 #   wheels lack; with protobuf 4.25: with a newer one its DistributedStrategy refuses its own fields, with 3.20 it
 #   imports google.protobuf.pyext._message, which that install lacks.
-# - mlflow: the MLflow tracking server the tests run (`mlflow server`, SQLite backend store), whose Flask, SQLAlchemy
+# - mlflow: the MLflow tracking server the tests run (`mlflow server`, SQLite backend store; `[auth]` for its
+#   basic-auth app, which refuses wrong credentials), whose Flask, SQLAlchemy
 #   and alembic pins are not Airflow's; 3.17.2, the newest release whose client (mlflow-skinny) is published too.
 #   Only the tests use it: the provider's client is the `mlflow` extra (mlflow-skinny) in the main environment.
 #
@@ -46,7 +47,7 @@ assert paddle.__version__ == "2.6.2" and hasattr(core, "DistFleetWrapper")'
         }
         ;;
     mlflow)
-        requirements=("mlflow==3.17.2")
+        requirements=("mlflow[auth]==3.17.2")
         # Read from the installed metadata: importing mlflow.server takes seconds, and every test session checks.
         check() {
             "$venv/bin/python" -c 'import importlib.metadata as installed, airflow_distributed.tracking

@@ -34,9 +34,14 @@ def _free_port() -> int:
 
 
 class MlflowServer:
-    """One ``mlflow server`` process group; ``uri`` is its tracking URI (and UI)."""
+    """One ``mlflow server`` process group; ``uri`` is its tracking URI (and UI).
 
-    def __init__(self) -> None:
+    :param admin_password: run MLflow's ``basic-auth`` app, whose user ``admin`` has this password: a request
+        without it is refused (401).
+    """
+
+    def __init__(self, admin_password: str | None = None) -> None:
+        self.admin_password = admin_password
         self.folder = Path(tempfile.mkdtemp(prefix="mlflow-server-"))
         self.port = _free_port()
         self.uri = f"http://127.0.0.1:{self.port}"
@@ -51,6 +56,9 @@ class MlflowServer:
         # No job runner and its task queues (a dozen processes for prompt optimisation and trace roll-ups): the
         # tests track runs only, on 2 cores.
         env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        if self.admin_password is not None:
+            command += ["--app-name", "basic-auth"]
+            env.update(MLFLOW_AUTH_ADMIN_PASSWORD=self.admin_password, MLFLOW_FLASK_SERVER_SECRET_KEY="tests-only")
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=self.folder,
                                             start_new_session=True, env=env)
@@ -59,7 +67,7 @@ class MlflowServer:
             if self.process.poll() is not None:
                 raise RuntimeError(f"mlflow server exited with {self.process.returncode}: {self.log()}")
             try:
-                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as answer:
+                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as answer:  # open to all
                     if answer.status == 200:
                         return self
             except OSError:

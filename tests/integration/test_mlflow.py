@@ -220,6 +220,36 @@ def test_a_tracking_server_that_never_answers_does_not_stall_the_job(monkeypatch
     assert "timed out" in out.split(f"MLflow tracking at {uri}")[1].splitlines()[0].lower()
 
 
+def test_the_credentials_reach_the_server_and_refused_ones_do_not_stop_the_job(monkeypatch, tmp_path, capfd):
+    build_server_environment()
+    server = MlflowServer(admin_password=PASSWORD).start()
+    go = tmp_path / "go"
+    go.touch()
+    try:
+        monkeypatch.setenv(CONN_VARIABLE, server.connection(login="admin", password="not-" + PASSWORD))
+        refused, refused_states = run_dag("test_mlflow_outage", conf={"go_file": str(go)})
+        monkeypatch.setenv(CONN_VARIABLE, server.connection(login="admin", password=PASSWORD))
+        accepted, accepted_states = run_dag("test_mlflow_outage", conf={"go_file": str(go)})
+        with monkeypatch.context() as reader:  # the test's own client, as admin
+            reader.setenv("MLFLOW_TRACKING_USERNAME", "admin")
+            reader.setenv("MLFLOW_TRACKING_PASSWORD", PASSWORD)
+            runs = _runs(server, "test_mlflow_outage")
+    finally:
+        server.stop()
+    out = capfd.readouterr().out
+
+    assert refused_states == accepted_states == {"train": "success"}
+    assert f"MLflow tracking at {server.uri}: opening the job's run failed" in out
+    assert "401" in out.split(f"MLflow tracking at {server.uri}")[1].splitlines()[0]
+    # Only the job with the right password has a run: its credentials reached the server.
+    assert [run.data.tags["airflow_distributed.run_id"] for run in runs] == [accepted.run_id]
+    assert xcom(refused, "train", "_link_MlflowRunLink") == ""
+    assert PASSWORD not in out
+    for run in (refused, accepted):
+        for _key, value in _all_xcoms(run):
+            assert PASSWORD not in value
+
+
 def test_a_tracking_server_stopped_mid_job_does_not_fail_it(airflow_db, monkeypatch, tmp_path, capfd):
     build_server_environment()
     server = MlflowServer().start()

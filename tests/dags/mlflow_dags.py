@@ -75,3 +75,21 @@ with DAG(dag_id="test_mlflow_outage", schedule=None, start_date=START, catchup=F
         mlflow_conn_id=CONN_ID,
         stop_grace_period=3.0,
     )
+
+# A Kubernetes job waited for in the triggerer (the tests' API emulator, the test playing the kubelet): the run opened
+# before the deferral is the one the resumed task closes. Its model is on storage (s3://): registered from its URL.
+DEFERRED_NAMESPACE = "test-mlflow-deferred"
+with DAG(dag_id="test_mlflow_deferred", schedule=None, start_date=START, catchup=False, tags=["test"]) as deferred:
+    DistributedTrainingOperator(
+        task_id="train",
+        framework="pytorch",
+        environment={"pytorch": {"n_workers": 2}},
+        command=["python", "/opt/jobs/train.py"],
+        image="registry.example.com/trainer:1.0",
+        backend="kubernetes",
+        namespace=DEFERRED_NAMESPACE,
+        deferrable=True,
+        startup_timeout=30.0,
+        mlflow_conn_id=CONN_ID,
+        register_model=MODEL_NAME + "-deferred",
+    )

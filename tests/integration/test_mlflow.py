@@ -14,8 +14,18 @@ import pytest
 from mlflow import MlflowClient
 from sqlalchemy import select
 
-from tests.dags.mlflow_dags import CRASH_AT, EVERY, LOG_EVERY, MODEL_NAME, RESUME_STEPS, STEPS, TENSORBOARD
-from tests.helpers import replica_processes, run_dag, wait_until, xcom
+from tests.dags.mlflow_dags import (
+    CRASH_AT,
+    DEFERRED_NAMESPACE,
+    EVERY,
+    LOG_EVERY,
+    MODEL_NAME,
+    RESUME_STEPS,
+    STEPS,
+    TENSORBOARD,
+)
+from tests.helpers import replica_processes, run_dag, run_dag_at, wait_until, xcom
+from tests.kubernetes_helpers import DOCUMENT, Kubelet, task_requests, train_and_succeed
 from tests.mlflow_server import MlflowServer, build_server_environment
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
@@ -155,6 +165,37 @@ def test_the_retraining_example_with_a_tracking_server(connection):
     version = xcom(run, "train", "mlflow_model_version")
     assert _client(server).get_model_version("example-retraining", str(version)).run_id == runs[0].info.run_id
     assert xcom(run, "train", "_link_MlflowRunLink").endswith(f"/runs/{runs[0].info.run_id}")
+
+
+@pytest.mark.usefixtures("kubernetes_connection")
+def test_a_deferred_kubernetes_job_is_one_run_opened_before_and_closed_after_the_deferral(connection, emulator,
+                                                                                          capfd):
+    server = connection
+    emulator.create_namespace(DEFERRED_NAMESPACE)
+
+    def script(kubelet: Kubelet) -> None:
+        wait_until(lambda: any(r.is_watch for r in task_requests(emulator, DEFERRED_NAMESPACE)), timeout=60)
+        train_and_succeed(kubelet)
+
+    kubelet = Kubelet(emulator, DEFERRED_NAMESPACE).play(script)
+    run, states = run_dag_at("test_mlflow_deferred")
+    kubelet.check()
+    out = capfd.readouterr().out
+
+    assert states == {"train": "success"}
+    assert "waiting in the triggerer" in out
+    runs = _runs(server, "test_mlflow_deferred")
+    assert len(runs) == 1
+    mlflow_run = runs[0]
+    assert mlflow_run.info.status == "FINISHED"
+    assert mlflow_run.data.tags["airflow_distributed.backend"] == "kubernetes"
+    assert _history(server, mlflow_run.info.run_id, "loss") == [
+        (point["step"], point["loss"]) for point in DOCUMENT["history"]]
+    assert mlflow_run.data.metrics["accuracy"] == DOCUMENT["metrics"]["accuracy"]
+    # A model on storage is registered from its URL, not uploaded.
+    version = _client(server).get_model_version(MODEL_NAME + "-deferred", "1")
+    assert (version.source, version.run_id) == (DOCUMENT["model_path"], mlflow_run.info.run_id)
+    assert xcom(run, "train", "mlflow_model_version") == 1
 
 
 def test_a_retried_job_is_one_run_whose_steps_go_on(connection, capfd):

@@ -34,6 +34,7 @@ from airflow_distributed.mlflow_run import (
     batches,
     ending_tags,
     metric_points,
+    model_version_url,
     run_status,
     run_url,
 )
@@ -239,9 +240,13 @@ class MlflowJobRun:
                 self.model_version = self._attempt(
                     "registering the model", lambda client: _register(client, register_model, source, run.run_id))
                 if self.model_version is not None:
-                    from_run = run  # the run the version came from
-                    self._attempt("tagging the run with its model version", lambda client: client.set_tag(
-                        from_run.run_id, MODEL_VERSION_TAG, f"{register_model}/{self.model_version}"))
+                    self.model_version_url = model_version_url(self.hook.tracking_uri, register_model,
+                                                               self.model_version)
+                    self.log.info("MLflow: the model is version %s of %s: %s", self.model_version, register_model,
+                                  self.model_version_url)
+                    tag = f"{register_model}/{self.model_version}"
+                    self._attempt("tagging the run with its model version",
+                                  lambda client: client.set_tag(run.run_id, MODEL_VERSION_TAG, tag))
         status = run_status(succeeded)
         self._attempt("ending the run", lambda client: client.set_terminated(run.run_id, status))
 

@@ -131,6 +131,7 @@ def test_a_ddp_job_is_one_mlflow_run_with_its_history_params_tags_model_and_stat
     version = _client(server).get_model_version(MODEL_NAME, "1")
     assert version.run_id == mlflow_run.info.run_id
     assert _asset_extras("file:///models/test_mlflow_ddp/train")[-1]["mlflow_model_version"] == 1
+    assert f"MLflow: the model is version 1 of {MODEL_NAME}: {server.uri}/#/models/{MODEL_NAME}/versions/1" in out
     # The task's links: the run, and TensorBoard filtered on the job.
     experiment_id = mlflow_run.info.experiment_id
     assert xcom(run, "train", "_link_MlflowRunLink") == \

@@ -2,7 +2,8 @@
 local artifact store, from ``.venvs/mlflow`` (``scripts/framework-venv.sh mlflow``: the server's Flask, SQLAlchemy
 and alembic pins are not Airflow's), stopped with every process it started.
 
-The tests read what the task sent back with MLflow's own client (``mlflow-skinny``, the ``mlflow`` extra) over HTTP.
+The tests read back what the task sent over MLflow's REST API (``MlflowReader``), as any client does: MLflow's own
+client (``mlflow-skinny`` 3.17) would downgrade Airflow's ``cachetools`` and ``importlib_metadata``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
+
+import requests
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER_PYTHON = ROOT / ".venvs" / "mlflow" / "bin" / "python"
@@ -96,3 +100,63 @@ class MlflowServer:
     def connection(self, **fields: object) -> str:
         """An Airflow connection to this server, in JSON (``AIRFLOW_CONN_<ID>``)."""
         return json.dumps({"conn_type": "mlflow", "host": self.uri, **fields})
+
+
+@dataclass(frozen=True)
+class RunView:
+    """An MLflow run as its REST API gives it back: info, and params, tags and latest metrics as dicts."""
+
+    run_id: str
+    experiment_id: str
+    status: str
+    name: str
+    params: dict[str, str]
+    tags: dict[str, str]
+    metrics: dict[str, float]
+
+    @classmethod
+    def of(cls, run: dict) -> RunView:
+        info, data = run["info"], run.get("data", {})
+        pairs = lambda key: {item["key"]: item["value"] for item in data.get(key, [])}  # noqa: E731
+        return cls(info["run_id"], info["experiment_id"], info["status"], info.get("run_name", ""), pairs("params"),
+                   pairs("tags"), pairs("metrics"))
+
+
+class MlflowReader:
+    """What a tracking server holds, read back over MLflow's documented REST API (the tests' side; the provider's
+    is ``hooks.mlflow``). ``auth``: (user, password) for a server that asks."""
+
+    def __init__(self, uri: str, auth: tuple[str, str] | None = None) -> None:
+        self.uri = uri
+        self.auth = auth
+
+    def _get(self, endpoint: str, **params: object) -> dict:
+        answer = requests.get(f"{self.uri}/api/2.0/mlflow/{endpoint}", params=params, auth=self.auth, timeout=30)
+        answer.raise_for_status()
+        return answer.json()
+
+    def runs(self, experiment: str) -> list[RunView]:
+        answer = requests.get(f"{self.uri}/api/2.0/mlflow/experiments/get-by-name",
+                              params={"experiment_name": experiment}, auth=self.auth, timeout=30)
+        if answer.status_code == 404:
+            return []
+        answer.raise_for_status()
+        experiment_id = answer.json()["experiment"]["experiment_id"]
+        found = requests.post(f"{self.uri}/api/2.0/mlflow/runs/search", json={"experiment_ids": [experiment_id]},
+                              auth=self.auth, timeout=30)
+        found.raise_for_status()
+        return [RunView.of(run) for run in found.json().get("runs", [])]
+
+    def history(self, run_id: str, key: str) -> list[tuple[int, float]]:
+        points = self._get("metrics/get-history", run_id=run_id, metric_key=key).get("metrics", [])
+        return sorted((int(point.get("step", 0)), point["value"]) for point in points)
+
+    def artifacts(self, run_id: str, path: str) -> list[str]:
+        return [item["path"] for item in self._get("artifacts/list", run_id=run_id, path=path).get("files", [])]
+
+    def model_version(self, name: str, version: int) -> dict:
+        return self._get("model-versions/get", name=name, version=str(version))["model_version"]
+
+    def model_versions(self, name: str) -> list[int]:
+        found = self._get("model-versions/search", filter=f"name = '{name}'").get("model_versions", [])
+        return sorted(int(version["version"]) for version in found)

@@ -169,7 +169,7 @@ class DistributedTrainingOperator(BaseOperator):
         ``docs/mlflow.md``): the task logs one MLflow run per task instance, continued by every retry and ended as
         the task ends (a cleared task starts a new one), with the job's shape as params, the master's metric history
         at its steps, usage, tags and the model. A tracking server that is down, slow or refuses the credentials is
-        a warning in the task log, never a failure. Needs the ``mlflow`` extra. Default: none, nothing is sent; a
+        a warning in the task log, never a failure. Default: none, nothing is sent; a
         template that renders empty (``"{{ params.mlflow_conn_id }}"``) sends nothing either. (templated)
     :param mlflow_experiment: the MLflow experiment of the runs, created when missing; default the DAG's id.
         (templated)
@@ -443,13 +443,9 @@ class DistributedTrainingOperator(BaseOperator):
         """The try's ``hooks.mlflow.MlflowJobRun``, its run found or created; ``None`` without ``mlflow_conn_id``."""
         if not self.mlflow_conn_id:
             return None
-        try:
-            # MLflow's client (an extra) loads only for a task that logs to it, never when a DAG is parsed.
-            from airflow_distributed.hooks.mlflow import MlflowHook, MlflowJobRun
-        except ImportError:
-            self.log.warning("MLflow: its client is not installed (pip install 'airflow-distributed[mlflow]'); the "
-                             "job goes on without MLflow")
-            return None
+        # The hook and requests load only for a task that logs to MLflow, never when a DAG is parsed.
+        from airflow_distributed.hooks.mlflow import MlflowHook, MlflowJobRun
+
         ti = context["ti"]
         try:
             hook = MlflowHook(self.mlflow_conn_id)

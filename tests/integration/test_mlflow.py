@@ -1,5 +1,5 @@
 """MLflow tracking (``mlflow_conn_id``) against a real tracking server on 127.0.0.1 (``tests/mlflow_server.py``):
-what a job sends, read back with MLflow's own client; one run across a retry; the registry; a server that is down
+what a job sends, read back over MLflow's REST API; one run across a retry; the registry; a server that is down
 or stops mid-job; credentials kept out of logs and XComs."""
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import threading
 from pathlib import Path
 
 import pytest
-from mlflow import MlflowClient
 from sqlalchemy import select
 
 from tests.dags.mlflow_dags import (
@@ -26,7 +25,7 @@ from tests.dags.mlflow_dags import (
 )
 from tests.helpers import replica_processes, run_dag, run_dag_at, wait_until, xcom
 from tests.kubernetes_helpers import DOCUMENT, Kubelet, task_requests, train_and_succeed
-from tests.mlflow_server import MlflowServer, build_server_environment
+from tests.mlflow_server import MlflowReader, MlflowServer, build_server_environment
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
@@ -53,17 +52,12 @@ def connection(mlflow_server, monkeypatch):
     return mlflow_server
 
 
-def _client(server: MlflowServer) -> MlflowClient:
-    return MlflowClient(tracking_uri=server.uri, registry_uri=server.uri)
-
-
-def _runs(server: MlflowServer, experiment: str) -> list:
-    found = _client(server).get_experiment_by_name(experiment)
-    return [] if found is None else _client(server).search_runs([found.experiment_id])
+def _runs(server: MlflowServer, experiment: str, auth: tuple[str, str] | None = None) -> list:
+    return MlflowReader(server.uri, auth).runs(experiment)
 
 
 def _history(server: MlflowServer, run_id: str, key: str) -> list[tuple[int, float]]:
-    return sorted((point.step, point.value) for point in _client(server).get_metric_history(run_id, key))
+    return MlflowReader(server.uri).history(run_id, key)
 
 
 def _all_xcoms(run) -> list[tuple[str, str]]:
@@ -101,16 +95,16 @@ def test_a_ddp_job_is_one_mlflow_run_with_its_history_params_tags_model_and_stat
     mlflow_run = runs[0]
     job = xcom(run, "train", "job")
     job_name = xcom(run, "train", "job_name")
-    assert mlflow_run.info.status == "FINISHED"
-    assert mlflow_run.info.run_name == job_name
+    assert mlflow_run.status == "FINISHED"
+    assert mlflow_run.name == job_name
     # The job's shape and the DAG's chosen params.
-    params = mlflow_run.data.params
+    params = mlflow_run.params
     assert params["framework"] == "pytorch" and params["backend"] == "local"
     assert (params["replicas"], params["replicas.master"], params["replicas.worker"]) == ("3", "1", "2")
     assert json.loads(params["resources.worker"]) == {"cpu": {"limits": 1, "requests": 1}}
     assert (params["param.steps"], params["param.lr"]) == (str(STEPS), "0.05")
     # Tags that name the task instance and how it ended.
-    tags = mlflow_run.data.tags
+    tags = mlflow_run.tags
     assert {key: tags[f"airflow_distributed.{key}"] for key in
             ("dag_id", "task_id", "run_id", "map_index", "try_number", "job_name", "backend", "framework", "state")} \
         == {"dag_id": "test_mlflow_ddp", "task_id": "train", "run_id": run.run_id, "map_index": "-1",
@@ -120,22 +114,21 @@ def test_a_ddp_job_is_one_mlflow_run_with_its_history_params_tags_model_and_stat
     # The master's whole history at its steps, as the job record has it; the final metrics at the last step.
     expected = [(point["step"], point["loss"]) for point in job["history"] if "loss" in point]
     assert [step for step, _ in expected] == [*range(LOG_EVERY, STEPS + 1, LOG_EVERY)]
-    assert _history(server, mlflow_run.info.run_id, "loss") == expected
-    assert mlflow_run.data.metrics["final_loss"] == pytest.approx(job["metrics"]["final_loss"])
-    assert mlflow_run.data.metrics["usage.cpu_seconds"] == pytest.approx(job["usage"]["cpu_seconds"])
+    assert _history(server, mlflow_run.run_id, "loss") == expected
+    assert mlflow_run.metrics["final_loss"] == pytest.approx(job["metrics"]["final_loss"])
+    assert mlflow_run.metrics["usage.cpu_seconds"] == pytest.approx(job["usage"]["cpu_seconds"])
     # The model file as an artifact, registered as version 1; its number in XCom and in the asset event.
-    artifacts = [item.path for item in _client(server).list_artifacts(mlflow_run.info.run_id, "model")]
+    artifacts = MlflowReader(server.uri).artifacts(mlflow_run.run_id, "model")
     assert artifacts == ["model/" + Path(job["model_path"]).name]
     assert xcom(run, "train", "mlflow_model_version") == 1
     assert tags["airflow_distributed.model_version"] == f"{MODEL_NAME}/1"
-    version = _client(server).get_model_version(MODEL_NAME, "1")
-    assert version.run_id == mlflow_run.info.run_id
+    assert MlflowReader(server.uri).model_version(MODEL_NAME, 1)["run_id"] == mlflow_run.run_id
     assert _asset_extras("file:///models/test_mlflow_ddp/train")[-1]["mlflow_model_version"] == 1
     assert f"MLflow: the model is version 1 of {MODEL_NAME}: {server.uri}/#/models/{MODEL_NAME}/versions/1" in out
     # The task's links: the run, and TensorBoard filtered on the job.
-    experiment_id = mlflow_run.info.experiment_id
+    experiment_id = mlflow_run.experiment_id
     assert xcom(run, "train", "_link_MlflowRunLink") == \
-        f"{server.uri}/#/experiments/{experiment_id}/runs/{mlflow_run.info.run_id}"
+        f"{server.uri}/#/experiments/{experiment_id}/runs/{mlflow_run.run_id}"
     assert xcom(run, "train", "_link_JobUrlLink_TensorBoard") == TENSORBOARD.format(job_name=job_name)
     # The credentials reached the server's client only.
     _assert_no_secret(out)
@@ -143,7 +136,7 @@ def test_a_ddp_job_is_one_mlflow_run_with_its_history_params_tags_model_and_stat
     assert {"job", "metrics", "mlflow_model_version", "_link_MlflowRunLink"} <= set(xcoms)
     for value in xcoms.values():
         _assert_no_secret(value)
-    assert "MLFLOW_TRACKING_PASSWORD" not in os.environ  # set only while MLflow's client was called
+    assert "MLFLOW_TRACKING_PASSWORD" not in os.environ
     assert replica_processes(job_name) == []
 
     # Another run of the DAG: a run of its own, the next version of the registered model.
@@ -151,8 +144,7 @@ def test_a_ddp_job_is_one_mlflow_run_with_its_history_params_tags_model_and_stat
     assert states == {"train": "success"}
     assert len(_runs(server, "test_mlflow_ddp")) == 2
     assert xcom(again, "train", "mlflow_model_version") == 2
-    versions = _client(server).search_model_versions(f"name = '{MODEL_NAME}'")
-    assert sorted(int(v.version) for v in versions) == [1, 2]
+    assert MlflowReader(server.uri).model_versions(MODEL_NAME) == [1, 2]
 
 
 def test_the_retraining_example_with_a_tracking_server(connection):
@@ -161,11 +153,11 @@ def test_the_retraining_example_with_a_tracking_server(connection):
 
     assert states["train"] == "success" and states["promote"] == "success"
     runs = _runs(server, "example_retraining_pipeline")
-    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
-    assert runs[0].data.params["param.steps"] == "20"
+    assert len(runs) == 1 and runs[0].status == "FINISHED"
+    assert runs[0].params["param.steps"] == "20"
     version = xcom(run, "train", "mlflow_model_version")
-    assert _client(server).get_model_version("example-retraining", str(version)).run_id == runs[0].info.run_id
-    assert xcom(run, "train", "_link_MlflowRunLink").endswith(f"/runs/{runs[0].info.run_id}")
+    assert MlflowReader(server.uri).model_version("example-retraining", version)["run_id"] == runs[0].run_id
+    assert xcom(run, "train", "_link_MlflowRunLink").endswith(f"/runs/{runs[0].run_id}")
 
 
 @pytest.mark.usefixtures("kubernetes_connection")
@@ -188,14 +180,14 @@ def test_a_deferred_kubernetes_job_is_one_run_opened_before_and_closed_after_the
     runs = _runs(server, "test_mlflow_deferred")
     assert len(runs) == 1
     mlflow_run = runs[0]
-    assert mlflow_run.info.status == "FINISHED"
-    assert mlflow_run.data.tags["airflow_distributed.backend"] == "kubernetes"
-    assert _history(server, mlflow_run.info.run_id, "loss") == [
+    assert mlflow_run.status == "FINISHED"
+    assert mlflow_run.tags["airflow_distributed.backend"] == "kubernetes"
+    assert _history(server, mlflow_run.run_id, "loss") == [
         (point["step"], point["loss"]) for point in DOCUMENT["history"]]
-    assert mlflow_run.data.metrics["accuracy"] == DOCUMENT["metrics"]["accuracy"]
+    assert mlflow_run.metrics["accuracy"] == DOCUMENT["metrics"]["accuracy"]
     # A model on storage is registered from its URL, not uploaded.
-    version = _client(server).get_model_version(MODEL_NAME + "-deferred", "1")
-    assert (version.source, version.run_id) == (DOCUMENT["model_path"], mlflow_run.info.run_id)
+    version = MlflowReader(server.uri).model_version(MODEL_NAME + "-deferred", 1)
+    assert (version["source"], version["run_id"]) == (DOCUMENT["model_path"], mlflow_run.run_id)
     assert xcom(run, "train", "mlflow_model_version") == 1
 
 
@@ -209,17 +201,17 @@ def test_a_retried_job_is_one_run_whose_steps_go_on(connection, capfd):
     runs = _runs(server, "test_mlflow_resume")
     assert len(runs) == 1
     mlflow_run = runs[0]
-    assert mlflow_run.info.status == "FINISHED"
-    assert mlflow_run.data.tags["airflow_distributed.try_number"] == "2"
-    assert mlflow_run.data.tags["airflow_distributed.first_try"] == "1"
-    steps = [step for step, _ in _history(server, mlflow_run.info.run_id, "loss")]
+    assert mlflow_run.status == "FINISHED"
+    assert mlflow_run.tags["airflow_distributed.try_number"] == "2"
+    assert mlflow_run.tags["airflow_distributed.first_try"] == "1"
+    steps = [step for step, _ in _history(server, mlflow_run.run_id, "loss")]
     last_saved = (CRASH_AT // EVERY) * EVERY
     # Try 1's points up to the crash, then try 2's from its checkpoint on: no step starts again at the beginning.
     try_2 = [point["step"] for point in xcom(run, "train", "job")["history"] if "loss" in point]
     assert min(try_2) > last_saved and max(try_2) == RESUME_STEPS
     assert steps == [*range(EVERY, last_saved + 1, EVERY), *try_2]
     # Each try's usage at its own try number: the run knows both.
-    assert [step for step, _ in _history(server, mlflow_run.info.run_id, "usage.tries")] == [1, 2]
+    assert [step for step, _ in _history(server, mlflow_run.run_id, "usage.tries")] == [1, 2]
 
 
 def _free_port() -> int:
@@ -272,10 +264,7 @@ def test_the_credentials_reach_the_server_and_refused_ones_do_not_stop_the_job(m
         refused, refused_states = run_dag("test_mlflow_outage", conf={"go_file": str(go)})
         monkeypatch.setenv(CONN_VARIABLE, server.connection(login="admin", password=PASSWORD))
         accepted, accepted_states = run_dag("test_mlflow_outage", conf={"go_file": str(go)})
-        with monkeypatch.context() as reader:  # the test's own client, as admin
-            reader.setenv("MLFLOW_TRACKING_USERNAME", "admin")
-            reader.setenv("MLFLOW_TRACKING_PASSWORD", PASSWORD)
-            runs = _runs(server, "test_mlflow_outage")
+        runs = _runs(server, "test_mlflow_outage", auth=("admin", PASSWORD))
     finally:
         server.stop()
     out = capfd.readouterr().out
@@ -284,7 +273,7 @@ def test_the_credentials_reach_the_server_and_refused_ones_do_not_stop_the_job(m
     assert f"MLflow tracking at {server.uri}: opening the job's run failed" in out
     assert "401" in out.split(f"MLflow tracking at {server.uri}")[1].splitlines()[0]
     # Only the job with the right password has a run: its credentials reached the server.
-    assert [run.data.tags["airflow_distributed.run_id"] for run in runs] == [accepted.run_id]
+    assert [run.tags["airflow_distributed.run_id"] for run in runs] == [accepted.run_id]
     assert xcom(refused, "train", "_link_MlflowRunLink") == ""
     assert PASSWORD not in out
     for run in (refused, accepted):

@@ -199,7 +199,7 @@ LAZY_BOUNDARIES = {
     (f"{PACKAGE}.plugins.plugin", f"{PACKAGE}.plugins.app"): "the job view's pages: only the API server serves them",
     (f"{PACKAGE}.operators.training", f"{PACKAGE}.lineage"): "the optional OpenLineage provider, about 1 s to load",
     (f"{PACKAGE}.operators.training", f"{PACKAGE}.retry_policy"): "raises ImportError on Airflow < 3.3",
-    (f"{PACKAGE}.operators.training", f"{PACKAGE}.hooks.mlflow"): "MLflow's client, an extra, for mlflow_conn_id only",
+    (f"{PACKAGE}.operators.training", f"{PACKAGE}.hooks.mlflow"): "the MLflow hook (requests): mlflow_conn_id only",
     (f"{PACKAGE}.hooks.ray", "ray.job_submission"): "Ray is an extra; waiting for a job needs none of it",
     (f"{PACKAGE}.trainer_status", "ssl"): "a replica reporting to no Trainer endpoint does not pay for it",
     (f"{PACKAGE}.trainer_status", "urllib.request"): "likewise",

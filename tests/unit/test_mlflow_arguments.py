@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 from airflow.sdk import DAG
 
@@ -49,11 +47,3 @@ def test_the_mlflow_link_is_the_run_the_try_opened():
     operator.mlflow_run_url = "http://127.0.0.1:5000/#/experiments/1/runs/abc"
     assert MlflowRunLink().get_link(operator, ti_key=None) == "http://127.0.0.1:5000/#/experiments/1/runs/abc"
 
-
-def test_without_the_mlflow_extra_the_job_goes_on(monkeypatch):
-    # ``import mlflow`` raises ImportError, as where the extra is not installed.
-    monkeypatch.setitem(sys.modules, "mlflow", None)
-    monkeypatch.delitem(sys.modules, "airflow_distributed.hooks.mlflow", raising=False)
-    operator = _operator(mlflow_conn_id="m")
-    assert operator._open_mlflow_run({}, "job") is None
-    assert operator.mlflow_run_url is None

@@ -1,5 +1,5 @@
-# Two commands do all the set-up on a fresh machine (make test also builds .venvs/mxnet, .venvs/paddle and
-# .venvs/paddle-ps, and the Kubernetes control plane the tests run against, cached under ~/.cache):
+# Two commands do all the set-up on a fresh machine (make test also builds .venvs/mxnet, .venvs/paddle,
+# .venvs/paddle-ps, .venvs/mlflow, and the Kubernetes control plane the tests run against, cached under ~/.cache):
 #   make example   installs what it needs and runs the PyTorch example DAG on the local backend
 #   make test      installs the test dependencies and runs the default test suite
 PYTHON ?= python3
@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: example test test-slow lint wheel mxnet paddle paddle-ps browser kube bench clean
+.PHONY: example test test-slow lint wheel mxnet paddle paddle-ps mlflow browser kube bench clean
 
 # pip's output goes to a log that is shown only when the install fails.
 PIP_INSTALL = $(PY) -m pip install --quiet --disable-pip-version-check
@@ -33,6 +33,10 @@ paddle:
 paddle-ps:
 	bash scripts/framework-venv.sh paddle-ps $(PYTHON)
 
+# The MLflow tracking server the MLflow tests start (about 50 s to build once; the tests build it too when missing).
+mlflow:
+	bash scripts/framework-venv.sh mlflow $(PYTHON)
+
 # The browser test drives Debian's Chromium; installed when missing and we may (root), else that test skips.
 browser:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
@@ -44,7 +48,7 @@ browser:
 kube:
 	bash scripts/build-kube-control-plane.sh
 
-test: $(VENV)/.installed-test mxnet paddle paddle-ps browser kube
+test: $(VENV)/.installed-test mxnet paddle paddle-ps mlflow browser kube
 	$(PY) -m pytest -m "not slow" --durations=30 $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed-test

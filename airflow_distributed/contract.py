@@ -26,6 +26,9 @@ ENV_MODEL_DIR = "AIRFLOW_DISTRIBUTED_MODEL_DIR"
 ENV_OUTPUT = "AIRFLOW_DISTRIBUTED_OUTPUT"
 #: The task instance's checkpoint directory, when the task has one.
 ENV_CHECKPOINT_DIR = "AIRFLOW_DISTRIBUTED_CHECKPOINT_DIR"
+#: The job's TensorBoard folder, where every replica writes its event files: the same for every try of the task
+#: instance (per job), on the model storage on clusters.
+ENV_TENSORBOARD_DIR = "AIRFLOW_DISTRIBUTED_TENSORBOARD_DIR"
 #: The Airflow try the job runs in (1 for the first).
 ENV_TRY_NUMBER = "AIRFLOW_DISTRIBUTED_TRY_NUMBER"
 #: The signal (``SIGUSR1``) on which a replica prints every thread's Python stack, set by a backend that watches for
@@ -63,6 +66,7 @@ __all__ = [
     "ENV_ROLE",
     "ENV_STACKS_DIR",
     "ENV_STACKS_SIGNAL",
+    "ENV_TENSORBOARD_DIR",
     "ENV_TRY_NUMBER",
     "HISTORY",
     "METRICS",

@@ -44,7 +44,11 @@ def get_provider_info() -> dict:
         "task-decorators": [
             {"name": "distributed", "class-name": "airflow_distributed.decorators.distributed.distributed_task"}
         ],
-        "extra-links": ["airflow_distributed.links.DistributedJobLink", "airflow_distributed.links.JobUrlLink"],
+        "extra-links": [
+            "airflow_distributed.links.DistributedJobLink",
+            "airflow_distributed.links.JobUrlLink",
+            "airflow_distributed.links.MlflowRunLink",
+        ],
         "hooks": [
             {
                 "integration-name": "Distributed Training",

@@ -15,7 +15,7 @@ from airflow.providers.openlineage.extractors import OperatorLineage
 from openlineage.client.event_v2 import Dataset
 from openlineage.client.facet_v2 import RunFacet
 
-from airflow_distributed.plan import expand_replicas
+from airflow_distributed.plan import role_summary
 from airflow_distributed.spec import TrainingSpec
 
 FACET = "airflowDistributed"
@@ -45,20 +45,6 @@ def model_dataset(model_path: str) -> Dataset:
     if parsed.scheme and parsed.scheme != "file" and len(parsed.scheme) > 1:  # not a Windows drive letter
         return Dataset(namespace=f"{parsed.scheme}://{parsed.netloc}", name=parsed.path.lstrip("/") or "/")
     return Dataset(namespace="file", name=parsed.path if parsed.scheme == "file" else model_path)
-
-
-def role_summary(spec: TrainingSpec) -> list[dict[str, Any]]:
-    """``[{"role", "count", "resources"}]`` in the plan's order; replicas of one role with different resources
-    (an indexed override) are listed apart."""
-    summary: list[dict[str, Any]] = []
-    for slot in expand_replicas(spec):
-        role, settings = slot.role, slot.settings
-        resources = settings.resources.model_dump(mode="json", exclude_none=True) if settings.resources else {}
-        if summary and summary[-1]["role"] == role and summary[-1]["resources"] == resources:
-            summary[-1]["count"] += 1
-        else:
-            summary.append({"role": role, "count": 1, "resources": resources})
-    return summary
 
 
 def job_lineage(spec: TrainingSpec, backend: str, result: Mapping[str, Any] | None, state: str,

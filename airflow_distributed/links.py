@@ -124,7 +124,26 @@ def job_url_links(job_links: JobLinks | None) -> list[JobUrlLink]:
     return links
 
 
-def operator_links(job_links: JobLinks | None = None) -> tuple[BaseOperatorLink, ...]:
-    """The operator's ``operator_extra_links``: the job view, then one link per URL template."""
-    return (DistributedJobLink(), *job_url_links(job_links))
+class MlflowRunLink(BaseOperatorLink):
+    """The MLflow run of this task instance (``mlflow_conn_id=``): the URL the try that ran found or created, empty
+    when it reached no tracking server. Airflow asks for it in the process that ran the try, after it ran."""
+
+    name = "MLflow run"
+
+    def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
+        return str(getattr(operator, "mlflow_run_url", None) or "")
+
+
+#: The name of the link that ``tensorboard_url=`` adds.
+TENSORBOARD_LINK = "TensorBoard"
+
+
+def operator_links(job_links: JobLinks | None = None, *, mlflow: bool = False,
+                   tensorboard_url: str | None = None) -> tuple[BaseOperatorLink, ...]:
+    """The operator's ``operator_extra_links``: the job view, the MLflow run (with ``mlflow``), TensorBoard (a URL
+    template, with the same placeholders as ``job_links``), then one link per URL template."""
+    pairs = list(job_links.items()) if isinstance(job_links, Mapping) else list(job_links or [])
+    if tensorboard_url is not None:  # checked with job_links: one name, one button
+        pairs.insert(0, (TENSORBOARD_LINK, tensorboard_url))
+    return (DistributedJobLink(), *([MlflowRunLink()] if mlflow else []), *job_url_links(pairs))
 

@@ -11,7 +11,7 @@ import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Protocol
+from typing import Any, Protocol
 
 from airflow_distributed.contract import (
     ENV_CHECKPOINT_DIR,
@@ -22,6 +22,7 @@ from airflow_distributed.contract import (
     ENV_MODEL_DIR,
     ENV_OUTPUT,
     ENV_ROLE,
+    ENV_TENSORBOARD_DIR,
     ENV_TRY_NUMBER,
 )
 from airflow_distributed.elastic import ElasticPlan, elastic_plan
@@ -74,6 +75,8 @@ class Layout:
     checkpoint_dir: str | None = None
     #: where the plan's ``secret_files`` are (a Secret's volume on Kubernetes); ``files_dir`` when ``None``
     secret_files_dir: str | None = None
+    #: the job's TensorBoard folder, the same for every try like the checkpoints'
+    tensorboard_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -239,6 +242,20 @@ def expand_replicas(spec: TrainingSpec) -> list[SpecReplica]:
     return slots
 
 
+def role_summary(spec: TrainingSpec) -> list[dict[str, Any]]:
+    """``[{"role", "count", "resources"}]`` in the plan's order; replicas of one role with different resources
+    (an indexed override) are listed apart."""
+    summary: list[dict[str, Any]] = []
+    for slot in expand_replicas(spec):
+        role, settings = slot.role, slot.settings
+        resources = settings.resources.model_dump(mode="json", exclude_none=True) if settings.resources else {}
+        if summary and summary[-1]["role"] == role and summary[-1]["resources"] == resources:
+            summary[-1]["count"] += 1
+        else:
+            summary.append({"role": role, "count": 1, "resources": resources})
+    return summary
+
+
 def master_settings(spec: TrainingSpec) -> PodSettings:
     """The master's pod settings, which the spec keeps at the top of ``environment``."""
     return PodSettings.model_validate({key: getattr(spec.environment, key) for key in PodSettings.model_fields})
@@ -262,6 +279,8 @@ def _common_env(plan: ClusterPlan, replica: Replica, cluster_json: str) -> dict[
     }
     if plan.layout.checkpoint_dir:
         env[ENV_CHECKPOINT_DIR] = plan.layout.checkpoint_dir
+    if plan.layout.tensorboard_dir:
+        env[ENV_TENSORBOARD_DIR] = plan.layout.tensorboard_dir
     if replica.is_master:
         env[ENV_OUTPUT] = plan.layout.output_path
     return env

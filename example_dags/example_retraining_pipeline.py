@@ -3,6 +3,10 @@
 ``prepare_data`` writes the week's data set; ``train`` runs PyTorch DDP on it (master + 2 workers);
 ``evaluate`` reads the master's metrics from XCom; ``choose`` compares the candidate with the model in
 production (a small JSON registry beside the models) and branches to ``promote`` or ``keep_current``.
+
+With ``--conf '{"mlflow_conn_id": "mlflow_default"}'`` (an Airflow connection of an MLflow tracking server), each
+training job is also one MLflow run, its model a new version of the registered model ``example-retraining``
+(docs/mlflow.md writes the promotion itself against MLflow's registry).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ with DAG(
     schedule="@weekly",
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
-    params={"steps": 60, "samples": 768},
+    params={"steps": 60, "samples": 768, "mlflow_conn_id": ""},
     tags=["example", "distributed", "pytorch", "pipeline"],
 ) as dag:
 
@@ -59,6 +63,10 @@ with DAG(
         environment={"pytorch": {"n_workers": 2}},
         command=["python", str(TRAINING_DIR / "pytorch_ddp.py")],
         args=["--data", "{{ ti.xcom_pull(task_ids='prepare_data') }}", "--steps", "{{ params.steps }}"],
+        # Empty by default: nothing is sent to MLflow.
+        mlflow_conn_id="{{ params.mlflow_conn_id }}",
+        mlflow_params=["steps", "samples"],
+        register_model="example-retraining",
     )
     data >> train
 

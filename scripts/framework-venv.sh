@@ -8,12 +8,16 @@
 # - paddle-ps: paddlepaddle==2.6.2 (CPU) for Paddle's parameter-server mode, whose core (DistFleetWrapper) the 3.x CPU
 #   wheels lack; with protobuf 4.25: with a newer one its DistributedStrategy refuses its own fields, with 3.20 it
 #   imports google.protobuf.pyext._message, which that install lacks.
+# - mlflow: the MLflow tracking server the tests run (`mlflow server`, SQLite backend store; `[auth]` for its
+#   basic-auth app, which refuses wrong credentials), whose Flask, SQLAlchemy
+#   and alembic pins are not Airflow's; 3.17.2, the newest release whose client (mlflow-skinny) is published too.
+#   Only the tests use it: the provider's client is the `mlflow` extra (mlflow-skinny) in the main environment.
 #
-# Usage: scripts/framework-venv.sh mxnet|paddle|paddle-ps [python]   (default: python3 on PATH)
+# Usage: scripts/framework-venv.sh mxnet|paddle|paddle-ps|mlflow [python]   (default: python3 on PATH)
 # Idempotent: a complete environment is left alone. Quiet unless failing; prints the environment's python at the end.
 set -euo pipefail
 
-name="${1:?usage: scripts/framework-venv.sh mxnet|paddle|paddle-ps [python]}"
+name="${1:?usage: scripts/framework-venv.sh mxnet|paddle|paddle-ps|mlflow [python]}"
 base_python="${2:-python3}"
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$repo/.venvs/$name"
@@ -42,8 +46,16 @@ from paddle.base import core
 assert paddle.__version__ == "2.6.2" and hasattr(core, "DistFleetWrapper")'
         }
         ;;
+    mlflow)
+        requirements=("mlflow[auth]==3.17.2")
+        # Read from the installed metadata: importing mlflow.server takes seconds, and every test session checks.
+        check() {
+            "$venv/bin/python" -c 'import importlib.metadata as installed, airflow_distributed.tracking
+assert installed.version("mlflow") == "3.17.2"' && [[ -x "$venv/bin/mlflow" ]]
+        }
+        ;;
     *)
-        echo "scripts/framework-venv.sh: no environment for $name; known: mxnet, paddle, paddle-ps" >&2
+        echo "scripts/framework-venv.sh: no environment for $name; known: mxnet, paddle, paddle-ps, mlflow" >&2
         exit 2
         ;;
 esac

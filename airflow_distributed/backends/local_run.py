@@ -59,13 +59,14 @@ class LocalJobRun:
     def run(self, context: Context, spec: TrainingSpec, name: str, command: Sequence[str]) -> dict[str, Any]:
         settings, log = self.settings, self.log
         hook = LocalProcessHook(logger=log)
-        work_dir, model_dir, checkpoint_dir = local_dirs(settings, name)
+        work_dir, model_dir, checkpoint_dir, tensorboard_dir = local_dirs(settings, name)
         os.makedirs(model_dir, exist_ok=True)
         hook.make_work_dir(work_dir)
         try:
             return self._run_job(context, spec, name, command, hook, work_dir,
                                  Layout(model_dir=model_dir, output_path=os.path.join(work_dir, "output.json"),
-                                        files_dir=os.path.join(work_dir, "files"), checkpoint_dir=checkpoint_dir))
+                                        files_dir=os.path.join(work_dir, "files"), checkpoint_dir=checkpoint_dir,
+                                        tensorboard_dir=tensorboard_dir))
         finally:
             # Its files (a function's arguments) and output document go with the job, whatever its ending.
             hook.remove_work_dir(work_dir)
@@ -177,13 +178,15 @@ def local_runs(plan: Any, replicas: Sequence[Any]) -> list[ReplicaRun]:
     return runs
 
 
-def local_dirs(settings: ForProcesses, name: str) -> tuple[str, str, str]:
-    """The job's work, model and checkpoint directories under ``$AIRFLOW_HOME/distributed`` unless given."""
+def local_dirs(settings: ForProcesses, name: str) -> tuple[str, str, str, str]:
+    """The job's work, model, checkpoint and TensorBoard directories under ``$AIRFLOW_HOME/distributed`` unless
+    given; the checkpoint and TensorBoard ones are the same for every try of the task instance."""
     home = os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")
     work_dir = os.path.join(home, "distributed", "jobs", settings.dag_id, name)
     model_dir = settings.model_dir or os.path.join(home, "distributed", "models", settings.dag_id, name)
     checkpoint_dir = settings.checkpoint_dir or os.path.join(home, "distributed", "checkpoints", settings.dag_id, name)
-    return work_dir, model_dir, checkpoint_dir
+    tensorboard_dir = os.path.join(home, "distributed", "tensorboard", settings.dag_id, name)
+    return work_dir, model_dir, checkpoint_dir, tensorboard_dir
 
 
 def cleanup_note(outcome: JobOutcome) -> str:

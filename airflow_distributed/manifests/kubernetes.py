@@ -111,12 +111,15 @@ def layout_for_kubernetes(model_dir: str | None = None, *, job_name: str | None 
     :param job_name: with no ``checkpoint_dir``, checkpoints go to ``<model_dir>/checkpoints/<job_name>``: on the
         model volume, and per task instance, since one claim may serve many jobs.
     :param checkpoint_dir: the operator's ``checkpoint_dir`` (a path on a mounted volume or a URL).
+
+    The job's TensorBoard folder is ``<model_dir>/tensorboard/<job_name>``, on the model storage like the checkpoints.
     """
     model_dir = model_dir or MODEL_DIR
     if checkpoint_dir is None and job_name is not None:
         checkpoint_dir = posixpath.join(model_dir, "checkpoints", job_name)
+    tensorboard_dir = posixpath.join(model_dir, "tensorboard", job_name) if job_name is not None else None
     return Layout(model_dir=model_dir, output_path=OUTPUT_PATH, files_dir=FILES_DIR, checkpoint_dir=checkpoint_dir,
-                  secret_files_dir=SECRET_FILES_DIR)
+                  secret_files_dir=SECRET_FILES_DIR, tensorboard_dir=tensorboard_dir)
 
 
 def ssh_secret_name(job_name: str) -> str:

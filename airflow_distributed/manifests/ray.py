@@ -171,10 +171,12 @@ def bundles(spec: TrainingSpec, custom: Mapping[str, float] | None = None) -> li
 
 def job_layout(work_root: str, job_name: str, model_dir: str, checkpoint_dir: str) -> Layout:
     """The same paths on every node: each actor writes the job's files into its own node's copy of the work folder;
-    the model and checkpoint folders are the user's (shared storage on a cluster of several nodes)."""
+    the model and checkpoint folders are the user's (shared storage on a cluster of several nodes), and the job's
+    TensorBoard folder is ``<model_dir>/tensorboard``, beside the checkpoints' default."""
     work_dir = posixpath.join(work_root, "jobs", job_name)
     return Layout(model_dir=model_dir, output_path=posixpath.join(work_dir, "output.json"),
-                  files_dir=posixpath.join(work_dir, "files"), checkpoint_dir=checkpoint_dir)
+                  files_dir=posixpath.join(work_dir, "files"), checkpoint_dir=checkpoint_dir,
+                  tensorboard_dir=posixpath.join(model_dir, "tensorboard"))
 
 
 def job_description(

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from airflow.providers.common.compat.sdk import conf
+from airflow.providers.common.compat.sdk import TaskDeferred, conf
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 
 from airflow_distributed.assets import alias_name, event_extra, model_uri, names_the_run, template_problems
@@ -20,8 +20,9 @@ from airflow_distributed.backends.base import (
 from airflow_distributed.backends.registry import REGISTRY, backend_named
 from airflow_distributed.jobstate.watch_timings import WatchTimings
 from airflow_distributed.links import JobLinks, operator_links
+from airflow_distributed.mlflow_run import RunKey, first_try_since_clear, job_params, try_tags
 from airflow_distributed.naming import job_name
-from airflow_distributed.plan import Layout, ReplicaProgram
+from airflow_distributed.plan import Layout, ReplicaProgram, role_summary
 from airflow_distributed.spec import SpecValidationError, TrainingSpec, load_spec
 from airflow_distributed.spec.kubernetes_rules import env_name_problems
 from airflow_distributed.spec.limits import name_shown, shape_problems, shown, type_shown
@@ -35,6 +36,8 @@ Backend = Literal["local", "kubernetes", "kubeflow", "trainjob", "ray"]
 BACKENDS = tuple(REGISTRY)
 #: ``logging_interval``'s default: seconds between two relays of the master's new lines into a deferred task's log.
 DEFAULT_LOGGING_INTERVAL = 15.0
+#: The XCom of the registered model's version (``register_model``), also a key of the model's asset event ``extra``.
+MODEL_VERSION_XCOM = "mlflow_model_version"
 #: Arguments kept in the serialized DAG besides the template fields: where the job runs, for the job view.
 SERIALIZED_JOB_FIELDS = frozenset({"backend", "kubernetes_conn_id", "framework"})
 
@@ -162,11 +165,26 @@ class DistributedTrainingOperator(BaseOperator):
         ``connect_timeout`` (10), ``reconnect_budget`` (how long the API server may stay unreachable, 300),
         ``reconnect_delay`` / ``max_reconnect_delay`` / ``jitter`` (spreading of reconnects). See
         ``docs/kubernetes.md``, "Timing".
+    :param mlflow_conn_id: an Airflow connection of an MLflow tracking server (its URL and credentials; see
+        ``docs/mlflow.md``): the task logs one MLflow run per task instance, continued by every retry and ended as
+        the task ends (a cleared task starts a new one), with the job's shape as params, the master's metric history
+        at its steps, usage, tags and the model. A tracking server that is down, slow or refuses the credentials is
+        a warning in the task log, never a failure. Default: none, nothing is sent; a
+        template that renders empty (``"{{ params.mlflow_conn_id }}"``) sends nothing either. (templated)
+    :param mlflow_experiment: the MLflow experiment of the runs, created when missing; default the DAG's id.
+        (templated)
+    :param mlflow_params: names of the DAG's params to log as MLflow params ``param.<name>``.
+    :param register_model: with ``mlflow_conn_id``, a registered model's name: after success the model becomes a
+        new version of it, whose number is the XCom ``mlflow_model_version`` and is in the model asset's event
+        ``extra``. (templated)
+    :param tensorboard_url: a link to TensorBoard, a URL template with the placeholders of ``job_links`` (e.g.
+        ``"https://tb.example.com/#scalars&regexInput={job_name}"``); the replicas write their events under
+        ``AIRFLOW_DISTRIBUTED_TENSORBOARD_DIR`` either way.
     """
 
     template_fields: Sequence[str] = (
         "image", "command", "args", "env", "environment", "model_dir", "checkpoint_dir", "python", "namespace",
-        "runtime",
+        "runtime", "mlflow_conn_id", "mlflow_experiment", "register_model",
     )
     template_fields_renderers = {"environment": "json", "env": "json", "command": "py"}
     ui_color = "#d4e6f9"
@@ -212,6 +230,11 @@ class DistributedTrainingOperator(BaseOperator):
         runtime_kind: Literal["ClusterTrainingRuntime", "TrainingRuntime"] = "ClusterTrainingRuntime",
         progress_timeout: timedelta | float | None = None,
         queue_timeout: timedelta | float | None = None,
+        mlflow_conn_id: str | None = None,
+        mlflow_experiment: str | None = None,
+        mlflow_params: Sequence[str] | None = None,
+        register_model: str | None = None,
+        tensorboard_url: str | None = None,
         **kwargs: Any,
     ) -> None:
         # The return value's keys are XComs of their own (see outputs.py); a missing one resolves to None.
@@ -221,8 +244,9 @@ class DistributedTrainingOperator(BaseOperator):
             policy = default_retry_policy()
             if policy is not None:
                 self.retry_policy = policy
-        if job_links:
-            self.operator_extra_links = operator_links(job_links)
+        if job_links or mlflow_conn_id or tensorboard_url is not None:
+            self.operator_extra_links = operator_links(job_links, mlflow=bool(mlflow_conn_id),
+                                                       tensorboard_url=tensorboard_url)
         self.framework = framework
         self.environment = environment
         self.command = command
@@ -258,6 +282,13 @@ class DistributedTrainingOperator(BaseOperator):
         self.runtime_kind = runtime_kind
         self.progress_timeout = _seconds(progress_timeout)
         self.queue_timeout = _seconds(queue_timeout)
+        self.mlflow_conn_id = mlflow_conn_id
+        self.mlflow_experiment = mlflow_experiment
+        self.mlflow_params = mlflow_params
+        self.register_model = register_model
+        self.tensorboard_url = tensorboard_url
+        #: the MLflow run this try logs to, for its extra link (``links.MlflowRunLink``)
+        self.mlflow_run_url: str | None = None
         # Picked once: the backend object keeps the state of the job it runs (for on_kill).
         self._backend: JobBackend | None = backend_named(backend)
         self.model_asset = model_asset
@@ -319,6 +350,7 @@ class DistributedTrainingOperator(BaseOperator):
         if self.ray_options is not None and self.backend != "ray":
             problems.append(("ray_options", f"is read by backend='ray' only; backend={self.backend!r} places no Ray "
                              "placement group: remove it, or use backend='ray'"))
+        problems.extend(self._mlflow_problems())
         if self._backend is not None:
             problems.extend(self._backend.check(self._settings(), spec))
         if self.model_asset is not None:
@@ -366,11 +398,8 @@ class DistributedTrainingOperator(BaseOperator):
         ti = context["ti"]
         name = job_name(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
         command = [str(part) for part in [*settings.command, *(settings.args or [])]]
-        try:
-            result = self._chosen_backend().run(self._task_calls(), settings, context, spec, name, command)
-        finally:
-            self._job_sections = _recorded_sections(ti)
-        return self._succeeded(context, result)
+        return self._tracked(context, name, lambda: self._chosen_backend().run(
+            self._task_calls(), settings, context, spec, name, command))
 
     def _replica_program(self, command: list[str], layout: Layout) -> ReplicaProgram:
         """What every replica runs and the files it needs besides the framework's, given where the job's files
@@ -380,11 +409,78 @@ class DistributedTrainingOperator(BaseOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resumes a deferred job with the trigger's event: output, logs, clean-up, XCom."""
         self._try_spec = None
+        ti = context["ti"]
+        name = job_name(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
+        return self._tracked(context, name, lambda: self._chosen_backend().resume(
+            self._task_calls(), self._settings(), context, event))
+
+    def _tracked(self, context: Context, name: str, run_job: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """``run_job()`` (the backend's run or resume), its MLflow run opened before and closed after it, from the
+        ``job`` record the backend pushed; then the model's asset events."""
+        ti = context["ti"]
+        mlflow_run = self._open_mlflow_run(context, name)
         try:
-            result = self._chosen_backend().resume(self._task_calls(), self._settings(), context, event)
-        finally:
-            self._job_sections = _recorded_sections(context["ti"])
-        return self._succeeded(context, result)
+            result = run_job()
+        except TaskDeferred:
+            raise  # the job goes on in the triggerer; execute_complete closes the run
+        except BaseException:
+            record = _recorded_job(ti)
+            self._job_sections = _sections_of(record)
+            if mlflow_run is not None:
+                mlflow_run.close(record, succeeded=False, try_number=ti.try_number)
+            raise
+        record = _recorded_job(ti)
+        self._job_sections = _sections_of(record)
+        model_version = None
+        if mlflow_run is not None and result.get("state") == "succeeded":
+            mlflow_run.close(record, succeeded=True, try_number=ti.try_number,
+                             register_model=self.register_model or None)
+            model_version = mlflow_run.model_version
+            if model_version is not None:
+                ti.xcom_push(key=MODEL_VERSION_XCOM, value=model_version)
+        return self._succeeded(context, result, model_version)
+
+    def _open_mlflow_run(self, context: Context, name: str) -> Any:
+        """The try's ``hooks.mlflow.MlflowJobRun``, its run found or created; ``None`` without ``mlflow_conn_id``."""
+        if not self.mlflow_conn_id:
+            return None
+        # The hook and requests load only for a task that logs to MLflow, never when a DAG is parsed.
+        from airflow_distributed.hooks.mlflow import MlflowHook, MlflowJobRun
+
+        ti = context["ti"]
+        try:
+            hook = MlflowHook(self.mlflow_conn_id)
+        except Exception as error:  # no such connection, no host: the job runs without MLflow
+            self.log.warning("MLflow: connection %s cannot be used (%s); the job goes on without MLflow",
+                             self.mlflow_conn_id, type(error).__name__)
+            return None
+        spec = self._spec_of_try()
+        key = RunKey(ti.dag_id, ti.task_id, ti.run_id, _map_index(ti),
+                     first_try_since_clear(ti.try_number, getattr(ti, "max_tries", 0) or 0, self.retries or 0))
+        cluster = spec.cluster
+        params = job_params(framework=spec.framework, backend=self.backend, roles=role_summary(spec),
+                            processes_per_replica=getattr(cluster, "n_proc_per_node", None),
+                            dag_params=dict(context.get("params") or {}), chosen=list(self.mlflow_params or []))
+        mlflow_run = MlflowJobRun(hook, self.log)
+        mlflow_run.open(key, experiment=self.mlflow_experiment or ti.dag_id, params=params,
+                        tags=try_tags(try_number=ti.try_number, job_name=name, framework=spec.framework,
+                                      backend=self.backend))
+        self.mlflow_run_url = mlflow_run.run.url if mlflow_run.run is not None else None
+        return mlflow_run
+
+    def _mlflow_problems(self) -> list[tuple[str, str]]:
+        problems = []
+        if self.mlflow_conn_id and not self.wait_for_completion:
+            problems.append(("mlflow_conn_id", "needs wait_for_completion=True: the run is logged from what the "
+                             "task sees of the job's end"))
+        # Given with no connection at all; one that renders empty turns tracking off for the run, registry included.
+        if self.register_model and self.mlflow_conn_id is None:
+            problems.append(("register_model", "needs mlflow_conn_id: the registry is the tracking server's"))
+        chosen = self.mlflow_params
+        if chosen is not None and (isinstance(chosen, str) or not isinstance(chosen, Sequence)
+                                   or not all(isinstance(name, str) for name in chosen)):
+            problems.append(("mlflow_params", "must be a list of the DAG's param names, e.g. ['steps']"))
+        return problems
 
     # ----------------------------------------------------------------- the model as an asset, lineage
     def _model_outlet(self) -> Any:
@@ -393,12 +489,15 @@ class DistributedTrainingOperator(BaseOperator):
             return AssetAlias(alias_name(self.dag_id, self.task_id))
         return Asset(model_uri(self.model_asset, dag_id=self.dag_id, task_id=self.task_id))
 
-    def _succeeded(self, context: Context, result: dict[str, Any]) -> dict[str, Any]:
-        """After a job that succeeded: its model's asset events carry the model path and metrics."""
+    def _succeeded(self, context: Context, result: dict[str, Any], model_version: int | None = None) -> dict[str, Any]:
+        """After a job that succeeded: its model's asset events carry the model path and metrics (and the model's
+        registered version, when ``register_model`` registered one)."""
         if result.get("state") != "succeeded":
             return result  # started without waiting (wait_for_completion=False): nothing is known yet
         self._job_result = result
         extra = event_extra(result)
+        if model_version is not None:
+            extra[MODEL_VERSION_XCOM] = model_version
         events = context["outlet_events"]
         for outlet in self.outlets:
             if isinstance(outlet, Asset):
@@ -482,17 +581,26 @@ def default_retry_policy() -> Any:
     return DistributedRetryPolicy()
 
 
-def _recorded_sections(task_instance: Any) -> dict[str, dict[str, Any]]:
-    """The ``usage`` and ``startup`` of the ``job`` record this try pushed, for the lineage facet; none when there is
-    no record (the job never ran, or did not wait) or it cannot be read: lineage never fails the task."""
+def _recorded_job(task_instance: Any) -> dict[str, Any] | None:
+    """The ``job`` record this try pushed (``outputs.job_record``), for the lineage facet and MLflow; None when there
+    is none (the job never ran, or did not wait) or it cannot be read: neither ever fails the task."""
     try:
         record = task_instance.xcom_pull(task_ids=task_instance.task_id, key="job",
                                          map_indexes=getattr(task_instance, "map_index", -1))
     except Exception:
-        return {}
-    if not isinstance(record, dict):
-        return {}
-    return {key: record[key] for key in ("usage", "startup") if isinstance(record.get(key), dict)}
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _sections_of(record: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """The ``usage`` and ``startup`` of a ``job`` record, for the lineage facet."""
+    found = record or {}
+    return {key: found[key] for key in ("usage", "startup") if isinstance(found.get(key), dict)}
+
+
+def _map_index(task_instance: Any) -> int:
+    value = getattr(task_instance, "map_index", -1)
+    return -1 if value is None else int(value)
 
 
 __all__ = ["BACKENDS", "Backend", "DistributedJobError", "DistributedTrainingOperator", "default_retry_policy"]

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 HEAVY = ["torch", "tensorflow", "mxnet", "horovod", "kubernetes", "kubernetes_asyncio", "psutil", "ray", "requests",
-         "urllib3", "aiohttp", "openlineage", "kubeflow_trainer_api"]
+         "urllib3", "aiohttp", "openlineage", "kubeflow_trainer_api", "mlflow"]
 #: What a DAG file may import from the package: the operator, the decorator, the sensors.
 DAG_IMPORTS = ("from airflow_distributed.operators import DistributedTrainingOperator\n"
                "from airflow_distributed.decorators.distributed import distributed_task\n"

@@ -19,7 +19,7 @@ PACKAGE = "airflow_distributed"
 ROOT = Path(__file__).resolve().parents[2] / PACKAGE
 
 PURE = {"contract", "spec", "frameworks", "plan", "elastic", "manifests", "jobstate", "naming", "status", "outputs",
-        "lineage", "strict_json", "live_report", "task_instance"}
+        "lineage", "strict_json", "live_report", "task_instance", "mlflow_run"}
 IO = {"hooks", "triggers"}
 GLUE = {"operators", "sensors", "decorators", "plugins", "links"}
 #: layer -> the top-level parts of the package it must not import
@@ -199,6 +199,7 @@ LAZY_BOUNDARIES = {
     (f"{PACKAGE}.plugins.plugin", f"{PACKAGE}.plugins.app"): "the job view's pages: only the API server serves them",
     (f"{PACKAGE}.operators.training", f"{PACKAGE}.lineage"): "the optional OpenLineage provider, about 1 s to load",
     (f"{PACKAGE}.operators.training", f"{PACKAGE}.retry_policy"): "raises ImportError on Airflow < 3.3",
+    (f"{PACKAGE}.operators.training", f"{PACKAGE}.hooks.mlflow"): "the MLflow hook (requests): mlflow_conn_id only",
     (f"{PACKAGE}.hooks.ray", "ray.job_submission"): "Ray is an extra; waiting for a job needs none of it",
     (f"{PACKAGE}.trainer_status", "ssl"): "a replica reporting to no Trainer endpoint does not pay for it",
     (f"{PACKAGE}.trainer_status", "urllib.request"): "likewise",

@@ -160,8 +160,8 @@ def test_the_connections_xcom_sidecar_image_runs_the_masters_sidecar(emulator, k
     # A cluster that cannot reach Docker Hub names an image of its own registry, as for the KubernetesPodOperator.
     namespace = namespace_of("k8s_no_wait")
     emulator.create_namespace(namespace)
-    connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig,
-                                                       "xcom_sidecar_container_image": "registry.internal/busybox:1.36"}}
+    extra = {"kube_config_path": kubeconfig, "xcom_sidecar_container_image": "registry.internal/busybox:1.36"}
+    connection = {"conn_type": "kubernetes", "extra": extra}
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(connection))
         run, states = run_dag_at("k8s_no_wait")

@@ -41,3 +41,25 @@ def test_pytorch_ddp_over_gloo_trains_in_real_pods_and_leaves_nothing(node: Real
     assert sorted(table) == [f"{job}-worker-0", f"{job}-worker-1"]
     assert {state for state, _ in table.values()} <= {"succeeded", "stopped"}, table
     node.control_plane.assert_clean(namespace, user, timeout=90)
+
+
+# The OOM kill (a minute: a master and a worker, 256 MiB written) and the missing image (its pod goes only after
+# the kubelet's pull back-off, 30-45 s) are left to the slow run.
+@pytest.mark.parametrize(("dag_namespace", "error", "said"), [
+    pytest.param("node_worker_oom", "ReplicaOOMKilledError", "-worker-0 exited with code 137 (OOMKilled)",
+                 marks=pytest.mark.slow),
+    ("node_worker_exit", "ReplicaExitedError", "-worker-0 exited with code 1"),
+    pytest.param("node_image_missing", "ImagePullError",
+                 'image "127.0.0.1:5000/airflow-distributed/absent:0" could not be pulled', marks=pytest.mark.slow),
+], indirect=["dag_namespace"])
+def test_a_replica_that_fails_in_a_real_pod_fails_the_task_naming_it_and_leaves_nothing(
+        node: RealNode, dag_namespace, error: str, said: str, capfd):
+    namespace, user = dag_namespace
+    _, states = run_dag_at(namespace.replace("-", "_"))
+
+    out = capfd.readouterr().out
+    assert states == {"train": "failed"}, out[-6000:]
+    failure = next(line for line in out.splitlines() if f"{error}: job {namespace}/" in line)
+    assert said in failure, failure
+    # A pod in ImagePullBackOff goes only after its back-off: the clean-up's deletions take that long.
+    node.control_plane.assert_clean(namespace, user, timeout=120)

@@ -37,6 +37,9 @@ fail() {
     exit 1
 }
 [[ "$(id -u)" == 0 ]] || { echo "$me: needs root (debootstrap, image files owned by root)" >&2; exit 1; }
+# pip installs for the image's Python (bookworm's 3.11): the interpreter that runs it must be a 3.11 too.
+"$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
+    || { echo "$me: PYTHON=$python is not a Python 3.11, the trainer image's (Debian $suite)" >&2; exit 1; }
 node_bin="$(bash "$root/scripts/build-kube-node.sh" --print-bin-dir)"
 
 digest() { sha256sum | cut -c1-16; }

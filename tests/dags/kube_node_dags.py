@@ -5,6 +5,7 @@ named by the fixture through the environment; the namespace is the DAG id's."""
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 
 import pendulum
 from airflow.sdk import DAG
@@ -61,3 +62,13 @@ with DAG(dag_id="node_image_missing", schedule=None, start_date=START, catchup=F
         task_id="train", framework="pytorch", image="127.0.0.1:5000/airflow-distributed/absent:0",
         backend="kubernetes", command=["python3", "-c", "pass"], clean_pod_policy="all",
         namespace="node-image-missing", environment={"pytorch": {"n_workers": 1}}, startup_timeout=180)
+
+# A job outliving its task's execution_timeout: every replica waits (the master listening, as torch's store would),
+# so only the task's clean-up ends them, with the pods' real grace periods.
+with DAG(dag_id="node_timed_out", schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]):
+    DistributedTrainingOperator(
+        task_id="train", framework="pytorch", image=trainer_image(), backend="kubernetes",
+        command=["python3", "-c", _WAIT_OR + "time.sleep(600)\n"], namespace="node-timed-out",
+        environment={"resources": {"cpu": {"requests": 0.1}, "memory": {"requests": 32, "limits": 256}},
+                     "pytorch": {"n_workers": 1}},
+        startup_timeout=180, execution_timeout=timedelta(seconds=40))

@@ -63,3 +63,18 @@ def test_a_replica_that_fails_in_a_real_pod_fails_the_task_naming_it_and_leaves_
     assert said in failure, failure
     # A pod in ImagePullBackOff goes only after its back-off: the clean-up's deletions take that long.
     node.control_plane.assert_clean(namespace, user, timeout=120)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dag_namespace", ["node_timed_out"], indirect=True)
+def test_a_job_outliving_execution_timeout_is_deleted_with_real_grace_periods_and_nothing_is_left(
+        node: RealNode, dag_namespace, capfd):
+    namespace, user = dag_namespace
+    _, states = run_dag_at("node_timed_out")
+
+    out = capfd.readouterr().out
+    assert states == {"train": "failed"}, out[-6000:]
+    assert "AirflowTaskTimeout" in out or "execution_timeout" in out
+    # Each replica's PID 1 got SIGTERM from the kubelet (the master's relay forwards it, the sidecar traps it); a
+    # worker's python3 as PID 1 has no handler for it and is killed when its grace period ends.
+    node.control_plane.assert_clean(namespace, user, timeout=120)

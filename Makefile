@@ -1,5 +1,6 @@
 # Two commands do all the set-up on a fresh machine (make test also builds .venvs/mxnet, .venvs/paddle,
-# .venvs/paddle-ps, .venvs/mlflow, and the Kubernetes control plane the tests run against, cached under ~/.cache):
+# .venvs/paddle-ps, .venvs/mlflow, and the Kubernetes control plane and real node the tests run against, cached
+# under ~/.cache):
 #   make example   installs what it needs and runs the PyTorch example DAG on the local backend
 #   make test      installs the test dependencies and runs the default test suite
 PYTHON ?= python3
@@ -45,8 +46,13 @@ browser:
 
 # A real kube-apiserver, kube-controller-manager and kube-scheduler (v1.20.2 from Debian's source package) and etcd:
 # built once into ~/.cache/airflow-distributed/kube/ (5-10 min on 2 cores), reused by every clone after that.
+# Then a real node for tests/kube_node: Debian's containerd, runc, CNI plugins and registry, a kubelet from the same
+# source (10-20 min on 2 shared cores) and the pods' images (about 7 min: debootstrap, the CPU torch wheel, the
+# project), cached the same way; a later run rebuilds only the project's small layer when its sources changed.
 kube:
 	bash scripts/build-kube-control-plane.sh
+	bash scripts/build-kube-node.sh
+	nice -n 10 bash scripts/build-kube-node-images.sh >/dev/null
 
 test: $(VENV)/.installed-test mxnet paddle paddle-ps mlflow browser kube
 	$(PY) -m pytest -m "not slow" --durations=30 $(PYTEST_ARGS)

@@ -23,8 +23,10 @@ if TYPE_CHECKING:
 DEADLINE_MARGIN_SECONDS = 120
 
 
-def manifest_options(settings: ForKubernetes, context: Context, namespace: str) -> JobManifestOptions:
-    """What the manifests of every Kubernetes-side backend take from the operator's arguments and the task."""
+def manifest_options(settings: ForKubernetes, context: Context, namespace: str,
+                     xcom_sidecar_image: str | None = None) -> JobManifestOptions:
+    """What the manifests of every Kubernetes-side backend take from the operator's arguments and the task, and the
+    image of the XCom sidecar (the connection's ``xcom_sidecar_container_image``, read by the caller's hook)."""
     deadline = None
     if settings.execution_timeout is not None:
         # A backstop for a worker that dies without a retry: the pods stop on their own after the task's time.
@@ -39,6 +41,7 @@ def manifest_options(settings: ForKubernetes, context: Context, namespace: str) 
         gang_scheduling=settings.options.gang_scheduling,
         queue_name=settings.options.queue_name,
         active_deadline_seconds=deadline,
+        xcom_sidecar_image=xcom_sidecar_image,
     )
 
 

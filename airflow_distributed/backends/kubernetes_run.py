@@ -98,7 +98,10 @@ class KubernetesJobRun(KubernetesJobFinish):
         plan = build_plan(spec, self.name, KubernetesAddressing(self.namespace), layout, program.command,
                           backend="kubernetes", env=stacks_env(settings), try_number=self.context["ti"].try_number,
                           files=program.files, secret_files=program.secret_files)
-        options = manifest_options(settings, self.context, self.namespace)
+        # The connection names the sidecar's image as it does for the KubernetesPodOperator: a cluster that cannot
+        # reach Docker Hub (the cncf provider's default image) needs one of its own registry.
+        options = manifest_options(settings, self.context, self.namespace,
+                                   xcom_sidecar_image=self.hook.get_xcom_sidecar_container_image() or None)
         # One key pair per job (its pods get the Service's uid through ``owned_by``, not a second build).
         ssh_key = generate_ssh_key_pair(f"airflow-distributed-{self.name}") if any(
             replica.command is None for replica in plan.replicas) else None

@@ -377,7 +377,14 @@ class DistributedTrainingHook(KubeApiHook):
         :param pod: the master pod as the watch last saw it.
         """
         name = pod["metadata"]["name"]
-        if container_state(pod, SIDECAR_CONTAINER)[0] == "running":
+        sidecar, fields = container_state(pod, SIDECAR_CONTAINER)
+        if sidecar == "waiting":
+            # Its image could not be pulled, typically: say so, or the fallback's 4 KiB limit would go unexplained.
+            self.job_log.warning("the XCom sidecar of %s/%s did not start (%s: %s): the output comes from the master's "
+                                 "termination message (4 KiB at most); the connection's xcom_sidecar_container_image "
+                                 "names an image the cluster can pull", namespace, name, fields.get("reason"),
+                                 fields.get("message") or "no message")
+        if sidecar == "running":
             try:
                 text = PodManager(self.core_v1_client).extract_xcom(self._model(pod, "V1Pod"))
                 if text and text.strip() != EMPTY_XCOM_RESULT:

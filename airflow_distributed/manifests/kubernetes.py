@@ -84,6 +84,10 @@ SECRET_FILES_DIR = "/airflow-distributed/secret-files"
 OUTPUT_PATH = posixpath.join(PodDefaults.XCOM_MOUNT_PATH, "return.json")
 
 SIDECAR_CONTAINER = PodDefaults.SIDECAR_CONTAINER_NAME
+#: The cncf provider's sidecar loop traps SIGINT only (its own end, after the read); as PID 1 of its container its
+#: shell gets no SIGTERM it has no handler for, so a deleted master pod waited out its whole grace period for it.
+#: The same loop, ended by either.
+SIDECAR_COMMAND = ["sh", "-c", 'trap "exit 0" INT TERM; while true; do sleep 1; done;']
 MODEL_VOLUME = "model-dir"
 FILES_VOLUME = "files"
 SECRET_FILES_VOLUME = "secret-files"
@@ -553,6 +557,7 @@ def _pod(plan: ClusterPlan, replica: Replica, options: JobManifestOptions, job: 
             sidecar_container_image=options.xcom_sidecar_image,
             sidecar_container_security_context=container_security,
         )
+        pod.spec.containers[-1].command = list(SIDECAR_COMMAND)
     return pod
 
 

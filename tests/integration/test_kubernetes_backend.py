@@ -9,13 +9,14 @@ the test checks what is left in the emulator: the clean-up policy, not luck, dec
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
 
 import pytest
 
-from tests.dags.kubernetes_dags import SHORT_STARTUP, namespace_of
+from tests.dags.kubernetes_dags import IMAGE, SHORT_STARTUP, namespace_of
 from tests.helpers import replica_lines, run_dag_at, wait_until, xcom
 from tests.kubernetes_helpers import (
     DOCUMENT,
@@ -151,6 +152,26 @@ def test_wait_for_completion_false_starts_the_job_and_returns(emulator):
     assert xcom(run, "train", "namespace") == namespace
     left = objects(emulator, namespace)
     assert left["services"] == [job] and len(left["pods"]) == 3  # still running: a sensor's business now
+    emulator.delete("services", namespace, job)
+    settled(emulator, namespace, NOTHING)
+
+
+def test_the_connections_xcom_sidecar_image_runs_the_masters_sidecar(emulator, kubeconfig):
+    # A cluster that cannot reach Docker Hub names an image of its own registry, as for the KubernetesPodOperator.
+    namespace = namespace_of("k8s_no_wait")
+    if emulator.get("namespaces", None, namespace) is None:  # the module's emulator: an earlier test may have made it
+        emulator.create_namespace(namespace)
+    extra = {"kube_config_path": kubeconfig, "xcom_sidecar_container_image": "registry.internal/busybox:1.36"}
+    connection = {"conn_type": "kubernetes", "extra": extra}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(connection))
+        run, states = run_dag_at("k8s_no_wait")
+
+    assert states == {"train": "success"}
+    job = xcom(run, "train", "job_name")
+    master = emulator.get("pods", namespace, f"{job}-master-0")
+    assert {c["name"]: c["image"] for c in master["spec"]["containers"]} == {
+        "base": IMAGE, "airflow-xcom-sidecar": "registry.internal/busybox:1.36"}
     emulator.delete("services", namespace, job)
     settled(emulator, namespace, NOTHING)
 

@@ -7,6 +7,7 @@ The hook's sleep is a recorder, so retry paths take no time; the emulator's requ
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 
@@ -353,6 +354,35 @@ def test_a_followed_master_goes_on_after_a_reconnect_and_a_replaced_one_is_follo
     assert seen == ["a1", "a2", "a3", "b1", "b2", "c1", "c2"]
     follows = [r for r in task_requests(emulator, ns) if r.path.endswith("/master-0/log")]
     assert sum(1 for r in follows if not r.query.get("sinceTime")) == 2  # each pod's first read, from its start
+
+
+def test_a_sidecar_that_could_not_start_is_said_once_and_the_termination_message_read(emulator, kubeconfig, ns):
+    # An air-gapped cluster cannot pull the cncf provider's default sidecar image from Docker Hub.
+    logger = logging.getLogger(f"test.sidecar.{ns}")
+    records: list[str] = []
+    logger.addHandler(type("Recorder", (logging.Handler,), {"emit": lambda self, r: records.append(r.getMessage())})())
+    hook = new_hook(kubeconfig, logger=logger)
+    build, slots, name = make_job(ns, environment={})
+    hook.ensure_job(ns, build(None), slots)
+
+    def script(kubelet: Kubelet) -> None:
+        kubelet.run_all()
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        emulator.set_pod_phase(ns, kubelet.master, "Running", container_states={
+            "base": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": at, "finishedAt": at,
+                                    "message": json.dumps(DOCUMENT)}},
+            "airflow-xcom-sidecar": {"waiting": {"reason": "ImagePullBackOff",
+                                                 "message": 'Back-off pulling image "alpine:3.24.2"'}}})
+
+    Kubelet(emulator, ns, pods=1).play(script).check()
+
+    text = hook.read_output(ns, hook.job_tracker(ns, name, slots).pod(slots[0].name))
+
+    assert json.loads(text) == DOCUMENT
+    said = [line for line in records if "XCom sidecar" in line]
+    assert len(said) == 1, records
+    assert "ImagePullBackOff" in said[0] and "alpine:3.24.2" in said[0] and "xcom_sidecar_container_image" in said[0]
+    assert not [r for r in task_requests(emulator, ns) if r.path.endswith("/exec")]  # nothing to exec into
 
 
 def test_the_output_document_comes_from_the_termination_message_when_exec_is_not_possible(emulator, hook, ns):

@@ -148,6 +148,9 @@ class ControlPlane:
     :param apiserver_args: more flags for kube-apiserver (e.g. ``--watch-cache-sizes``).
     :param schemas: the ``openAPIV3Schema`` of some of those kinds, by plural (``structural_schema`` makes it one
         the server takes); the others take any content.
+    :param service_cidr: the Services' addresses (``--service-cluster-ip-range``).
+    :param users: more users of the static token file, by name, each with its group (a real kubelet's
+        ``system:node:<name>`` in ``system:nodes``); their tokens are in ``tokens``.
     """
 
     min_request_timeout: int = 1800
@@ -155,6 +158,8 @@ class ControlPlane:
     crds: tuple[tuple[str, str, str, str], ...] = ()
     schemas: dict[str, dict] = field(default_factory=dict)
     apiserver_args: tuple[str, ...] = ()
+    service_cidr: str = SERVICE_CIDR
+    users: dict[str, str] = field(default_factory=dict)
     etcd_url: str = ""
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="kube-control-plane-")))
     processes: list[Process] = field(default_factory=list)
@@ -208,7 +213,7 @@ class ControlPlane:
             "--service-account-key-file", str(self.workdir / "sa.pub"),
             "--service-account-signing-key-file", str(self.workdir / "sa.key"),
             "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
-            "--service-cluster-ip-range", SERVICE_CIDR,
+            "--service-cluster-ip-range", self.service_cidr,
             "--endpoint-reconciler-type", "none",
             "--feature-gates", "EfficientWatchResumption=true",
             "--kubelet-preferred-address-types", "InternalIP",
@@ -264,9 +269,9 @@ class ControlPlane:
         self.processes.append(Process(name, popen, log))
 
     def _keys(self) -> None:
-        for user in (ADMIN, "system:kube-controller-manager", "system:kube-scheduler"):
+        for user in (ADMIN, "system:kube-controller-manager", "system:kube-scheduler", *self.users):
             self.tokens[user] = secrets.token_hex(16)
-        groups = {ADMIN: "system:masters"}
+        groups = {ADMIN: "system:masters", **self.users}
         (self.workdir / "tokens.csv").write_text("".join(
             f'{token},{user},{user},"{groups.get(user, "")}"\n' for user, token in self.tokens.items()))
         key = self.workdir / "sa.key"

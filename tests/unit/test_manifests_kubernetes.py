@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -537,6 +541,32 @@ def test_master_output_is_readable_from_the_xcom_sidecar_and_the_termination_mes
     assert (main.termination_message_path, main.termination_message_policy) == (TERMINATION_MESSAGE_PATH, "File")
     assert main.command[:3] == ["python3", "-I", "-c"]
     assert main.command[4:6] == [OUTPUT_PATH, TERMINATION_MESSAGE_PATH]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="a process of PID 1 needs a PID namespace of its own (root, unshare)")
+def test_the_xcom_sidecar_stops_at_sigterm_as_pid_1():
+    # In its container the sidecar's shell is PID 1, which the kernel sends no signal it has no handler for: a
+    # deleted master pod would wait out its whole grace period (30 s by default) for the shell to go.
+    sidecar = _container(_build("pytorch", {"pytorch": {"n_workers": 1}}).pods[0], SIDECAR_CONTAINER)
+    shell = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", *sidecar.command])
+    try:
+        def first_child(pid: int) -> int | None:
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            return int(children[0]) if children else None
+
+        deadline = time.monotonic() + 30
+        while (child := first_child(shell.pid)) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert child is not None
+        # Its trap is set once its loop runs: the shell then has a `sleep` of its own.
+        while first_child(child) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(child, signal.SIGTERM)
+        assert shell.wait(timeout=15) == 0
+    finally:
+        shell.kill()
+        shell.wait()
 
 
 def test_without_relay_the_master_runs_its_command_directly():

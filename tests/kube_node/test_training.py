@@ -1,0 +1,80 @@
+"""Real training in real pods: DAG runs of the kubernetes backend on the real node, the task talking as the service
+account bound to exactly docs/rbac.yaml's Role."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import replica_lines, run_dag_at, xcom
+from tests.kube_node.node import RealNode
+
+pytestmark = [pytest.mark.usefixtures("airflow_db")]
+
+
+@pytest.mark.parametrize("dag_namespace", ["node_ddp", "node_ddp_deferrable"], indirect=True)
+def test_pytorch_ddp_over_gloo_trains_in_real_pods_and_leaves_nothing(node: RealNode, dag_namespace, capfd):
+    namespace, user = dag_namespace
+    run, states = run_dag_at(namespace.replace("-", "_"))
+
+    out = capfd.readouterr().out
+    assert states == {"train": "success"}, out[-6000:]
+    result = xcom(run, "train")
+    assert result["state"] == "succeeded"
+    metrics = result["metrics"]
+    assert metrics["world_size"] == 3
+    assert metrics["final_loss"] < metrics["initial_loss"]
+    assert result["model_path"] == "/airflow-distributed/model/model.pt"
+    job = result["job_name"]
+    master = f"{job}-master-0"
+    # The script fails unless every rank ended with the same parameters; rank 0 says so once they were compared.
+    assert any("parameters identical on all ranks" in line for line in replica_lines(out, job)[master])
+    # Each rank joined the process group at the master's DNS name under the job's headless Service.
+    address = f"{master}.{job}.{namespace}.svc:"
+    ranks = {master: 0} if namespace.endswith("deferrable") else {master: 0, f"{job}-worker-0": 1,
+                                                                   f"{job}-worker-1": 2}
+    for pod, rank in ranks.items():
+        assert f"[{pod}] rank {rank}/3: process group ready ({address}" in out, pod
+    table = {r["name"]: (r["state"], r["exit_code"]) for r in result["replicas"]}
+    assert table.pop(master) == ("succeeded", 0)
+    # The workers end with the master, a moment after it: the final table may show them stopped (their pods were
+    # still running when the master's success was seen), never failed.
+    assert sorted(table) == [f"{job}-worker-0", f"{job}-worker-1"]
+    assert {state for state, _ in table.values()} <= {"succeeded", "stopped"}, table
+    node.control_plane.assert_clean(namespace, user, timeout=90)
+
+
+# The OOM kill (a minute: a master and a worker, 256 MiB written) and the missing image (its pod goes only after
+# the kubelet's pull back-off, 30-45 s) are left to the slow run.
+@pytest.mark.parametrize(("dag_namespace", "error", "said"), [
+    pytest.param("node_worker_oom", "ReplicaOOMKilledError", "-worker-0 exited with code 137 (OOMKilled)",
+                 marks=pytest.mark.slow),
+    ("node_worker_exit", "ReplicaExitedError", "-worker-0 exited with code 1"),
+    pytest.param("node_image_missing", "ImagePullError",
+                 'image "127.0.0.1:5000/airflow-distributed/absent:0" could not be pulled', marks=pytest.mark.slow),
+], indirect=["dag_namespace"])
+def test_a_replica_that_fails_in_a_real_pod_fails_the_task_naming_it_and_leaves_nothing(
+        node: RealNode, dag_namespace, error: str, said: str, capfd):
+    namespace, user = dag_namespace
+    _, states = run_dag_at(namespace.replace("-", "_"))
+
+    out = capfd.readouterr().out
+    assert states == {"train": "failed"}, out[-6000:]
+    failure = next(line for line in out.splitlines() if f"{error}: job {namespace}/" in line)
+    assert said in failure, failure
+    # A pod in ImagePullBackOff goes only after its back-off: the clean-up's deletions take that long.
+    node.control_plane.assert_clean(namespace, user, timeout=120)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dag_namespace", ["node_timed_out"], indirect=True)
+def test_a_job_outliving_execution_timeout_is_deleted_with_real_grace_periods_and_nothing_is_left(
+        node: RealNode, dag_namespace, capfd):
+    namespace, user = dag_namespace
+    _, states = run_dag_at("node_timed_out")
+
+    out = capfd.readouterr().out
+    assert states == {"train": "failed"}, out[-6000:]
+    assert "AirflowTaskTimeout" in out or "execution_timeout" in out
+    # Each replica's PID 1 got SIGTERM from the kubelet (the master's relay forwards it, the sidecar traps it); a
+    # worker's python3 as PID 1 has no handler for it and is killed when its grace period ends.
+    node.control_plane.assert_clean(namespace, user, timeout=120)

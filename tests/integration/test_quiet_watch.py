@@ -165,6 +165,7 @@ def labelled_pods(emu: KubeEmulator, namespace: str) -> dict[str, str]:
     return names
 
 
+@pytest.mark.slow  # with the slow tests (CI runs them too), to keep the default run near 20 minutes
 @pytest.mark.parametrize(("dag_id", "count"), [("quiet_sensor_deferrable", watches),
                                                ("quiet_sensor_reschedule", pod_lists)])
 def test_a_sensor_waits_through_ten_quiet_periods(emulator, dag_id, count):

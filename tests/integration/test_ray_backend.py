@@ -119,6 +119,7 @@ def test_pytorch_ddp_on_ray_trains_with_identical_parameters_on_every_rank(ray_c
     assert_nothing_left(ray_cluster)
 
 
+@pytest.mark.slow  # with the slow tests (CI runs them too), to keep the default run near 20 minutes
 def test_tensorflow_multiworker_on_ray_trains_across_a_chief_and_two_workers(ray_cluster):
     pytest.importorskip("tensorflow", reason="tensorflow-cpu is part of the test extra")
     run, states = run_dag("ray_tensorflow_multiworker")
@@ -201,6 +202,7 @@ def test_a_job_whose_ranks_block_in_an_all_reduce_fails_as_hung_with_their_stack
     assert_nothing_left(ray_cluster)
 
 
+@pytest.mark.slow  # with the slow tests (CI runs them too), to keep the default run near 20 minutes
 def test_a_slow_job_that_reports_is_not_hung_on_ray(ray_cluster):
     run, states = run_dag("ray_slow_but_reporting")
 
@@ -270,6 +272,7 @@ def test_a_sigkilled_task_renews_no_more_and_its_driver_stops_the_abandoned_job(
     _gone_with_nothing_left(ray_cluster, job["submission_id"])
 
 
+@pytest.mark.slow  # with the slow tests (CI runs them too), to keep the default run near 20 minutes
 def test_a_deferred_wait_renews_the_liveness_and_a_lost_triggerer_leaves_nothing_running(ray_cluster):
     from airflow_distributed.hooks.ray import RayJobHook
     from airflow_distributed.manifests.ray import RayOptions, job_description, job_layout, ray_job
@@ -315,6 +318,7 @@ def test_a_placement_the_cluster_cannot_make_fails_at_startup_timeout_naming_why
     assert_nothing_left(ray_cluster)
 
 
+@pytest.mark.slow  # with the slow tests (CI runs them too), to keep the default run near 20 minutes
 def test_custom_resources_are_reserved_in_every_replicas_bundle(ray_cluster):
     run, states = run_dag("ray_custom_resources")
 
@@ -325,6 +329,7 @@ def test_custom_resources_are_reserved_in_every_replicas_bundle(ray_cluster):
     assert_nothing_left(ray_cluster)
 
 
+@pytest.mark.slow  # with the slow tests (CI runs them too), to keep the default run near 20 minutes
 def test_execution_timeout_stops_the_ray_job(ray_cluster, capfd):
     run, states = run_dag("ray_timeout")
 

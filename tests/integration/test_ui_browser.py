@@ -216,6 +216,7 @@ def _live_run_id(dag_id: str, deadline: float, earlier: set[str]) -> str:
     raise AssertionError(f"{dag_id} published no live record")
 
 
+@pytest.mark.slow  # with the slow tests (CI runs them too), to keep the default run near 20 minutes
 def test_a_running_local_jobs_view_shows_its_progress(served, browser):
     """A slow local job runs in ``airflow dags test`` beside the API server; its view is opened mid-run."""
     base_url, _, _ = served

@@ -11,7 +11,8 @@ from tests.kube_node.node import RealNode
 pytestmark = [pytest.mark.usefixtures("airflow_db")]
 
 
-@pytest.mark.parametrize("dag_namespace", ["node_ddp", "node_ddp_deferrable"], indirect=True)
+@pytest.mark.parametrize("dag_namespace", ["node_ddp", pytest.param("node_ddp_deferrable", marks=pytest.mark.slow)],
+                         indirect=True)
 def test_pytorch_ddp_over_gloo_trains_in_real_pods_and_leaves_nothing(node: RealNode, dag_namespace, capfd):
     namespace, user = dag_namespace
     run, states = run_dag_at(namespace.replace("-", "_"))

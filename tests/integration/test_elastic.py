@@ -76,7 +76,8 @@ def test_a_killed_worker_is_restarted_and_training_resumes_from_the_checkpoint(a
     # The agent of worker-0 restarted its worker group; the master's new worker resumed from a checkpoint at or
     # after the one that triggered the kill (the kill lands a few steps later), never from step 0.
     assert re.search(r"\[\S+-worker-0\] .*Worker group FAILED\. 1/1 attempts left; will restart worker group", out)
-    resumed = [int(step) for step in re.findall(r"resuming from the checkpoint of step (\d+)", out)]
+    # As the replicas printed it (the job's closing block in the task log repeats their last lines, unprefixed).
+    resumed = [int(step) for step in re.findall(r"\[\S+\] .*resuming from the checkpoint of step (\d+)", out)]
     assert len(resumed) == 1 and KILL_AFTER_STEP <= resumed[0] < STEPS and resumed[0] % EVERY == 0
     metrics = xcom(run, "train", "metrics")
     assert metrics["resumed_from_step"] == resumed[0] and metrics["steps"] == STEPS

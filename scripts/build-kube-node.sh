@@ -14,87 +14,28 @@
 # afterwards. Quiet unless failing.
 set -euo pipefail
 
-version="1.20.5+really1.20.2-1.1+deb12u1"
-cache="${XDG_CACHE_HOME:-$HOME/.cache}/airflow-distributed/kube/$version"
-bin="$cache/bin"
+me="scripts/build-kube-node.sh"
 binaries=(kubelet pause)
 # Run time: the node's own programs; build time: what compiles the kubelet and pause.
 runtime_packages=(containerd runc containernetworking-plugins docker-registry umoci skopeo debootstrap busybox-static
                   iptables iproute2 curl)
 build_packages=(golang-go golang-github-modern-go-reflect2-dev dpkg-dev rsync gcc libc6-dev)
-reflect2=/usr/share/gocode/src/github.com/modern-go/reflect2
-me="scripts/build-kube-node.sh"
-
-if [[ "${1:-}" == "--print-bin-dir" ]]; then
-    echo "$bin"
-    exit 0
-fi
-
-log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
-fail() {
-    echo "$me: $1 failed; its output:" >&2
-    tail -n 200 "$log" >&2
-    exit 1
-}
-
-built() {
-    local name
-    for name in "${binaries[@]}"; do [[ -x "$bin/$name" ]] || return 1; done
-}
-
-missing_packages() {
-    local package
-    for package in "$@"; do
-        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || echo "$package"
-    done
-}
-
-# The control plane's lock: both scripts unpack the same source package into the same cache.
-mkdir -p "$(dirname "$cache")"
-exec 9>"$cache.lock"
-flock 9
+# The version, the cache, the lock, quiet logging and the unpacked source tree: shared with the control plane's build.
+source "$(dirname "$0")/kube-source.sh" "$@"
 
 if built; then
-    needed=("${runtime_packages[@]}")
+    install_packages "${runtime_packages[@]}"
 else
-    needed=("${runtime_packages[@]}" "${build_packages[@]}")
-fi
-mapfile -t missing < <(missing_packages "${needed[@]}")
-if ((${#missing[@]})); then
-    [[ "$(id -u)" == 0 ]] || { echo "$me: needs root to install ${missing[*]}" >&2; exit 1; }
-    apt-get update -qq >"$log" 2>&1 || fail "apt-get update"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >"$log" 2>&1 \
-        || fail "installing ${missing[*]}"
+    install_packages "${runtime_packages[@]}" "${build_packages[@]}"
 fi
 
 if ! built; then
     start=$SECONDS
-    sources=/etc/apt/sources.list.d/airflow-distributed-kube-src.sources
-    if [[ ! -f "$sources" ]]; then
-        [[ "$(id -u)" == 0 ]] || { echo "$me: needs root to add a deb-src entry" >&2; exit 1; }
-        uri="$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)"
-        printf 'Types: deb-src\nURIs: %s\nSuites: bookworm bookworm-updates\nComponents: main\nSigned-By: %s\n' \
-            "${uri:-http://deb.debian.org/debian}" /usr/share/keyrings/debian-archive-keyring.gpg >"$sources"
-        apt-get update -qq >"$log" 2>&1 || fail "apt-get update (with the deb-src entry)"
-    fi
-    mkdir -p "$cache"
-    work="$(mktemp -d "$cache/node-build.XXXXXX")"
-    trap 'rm -f "$log"; chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
-    (cd "$work" && apt-get source --download-only "kubernetes=$version") >"$log" 2>&1 \
-        || fail "downloading the kubernetes source package"
-    orig="$(compgen -G "$work/kubernetes_*.orig.tar.*" | head -n 1)" || fail "finding the orig tarball"
-    mkdir -p "$work/tree" "$work/bin"
-    tar -xf "$orig" -C "$work/tree" --strip-components=1 >"$log" 2>&1 || fail "unpacking $orig"
-    tree="$work/tree"
+    unpack_kube_source
+    mkdir -p "$work/bin"
     # The sandbox image's program: static, since the image holds nothing else.
     gcc -Os -Wall -Werror -static -DVERSION=v3.4-airflow-distributed -o "$work/bin/pause" \
         "$tree/build/pause/linux/pause.c" >"$log" 2>&1 || fail "compiling pause"
-    [[ -d "$tree/vendor/github.com/modern-go/reflect2" ]] || { echo "$me: no vendored reflect2 in $orig" >&2; exit 1; }
-    rm -f "$tree"/vendor/github.com/modern-go/reflect2/*.go
-    cp "$reflect2"/*.go "$tree/vendor/github.com/modern-go/reflect2/"
-    mkdir -p "$tree/.go/src/k8s.io"
-    ln -s "$tree" "$tree/.go/src/k8s.io/kubernetes"
     (cd "$tree/.go/src/k8s.io/kubernetes" \
         && GOPATH="$tree/.go" GOCACHE="$work/go-build" GOFLAGS=-mod=vendor GOPROXY=off HOME="$work" \
             KUBE_STATIC_OVERRIDES=kubelet CGO_ENABLED=0 make WHAT=cmd/kubelet) >"$log" 2>&1 \

@@ -3,7 +3,7 @@
 # wheels), into an OCI layout cached outside the checkout, each tagged by a hash of what it is made of, so that a
 # fresh clone on the same machine reuses them: ${XDG_CACHE_HOME:-~/.cache}/airflow-distributed/kube-node-images.
 #
-# Usage: scripts/build-kube-node-images.sh [--push REGISTRY]
+# Usage: scripts/build-kube-node-images.sh [--push REGISTRY] [--with FRAMEWORK]...
 #
 #   pause     the pod sandbox: scripts/build-kube-node.sh's static pause, alone
 #   busybox   Debian's busybox-static and its applet links: the XCom sidecar (sh, sleep, cat, kill)
@@ -11,6 +11,10 @@
 #             this project (no dependencies: training code imports airflow_distributed.tracking only), and the
 #             example training scripts at /opt/airflow-distributed/training. Three layers: the system, torch (both
 #             reused while their recipe stays the same), the project (rebuilt when its sources change).
+#   --with tensorflow | jax | xgboost
+#             trainer-<framework>: the same system and project layers around that framework's CPU wheels (the
+#             versions of pyproject.toml's extra) instead of torch; built only when asked, as each weighs hundreds
+#             of megabytes (the slow tests ask).
 #
 # With --push, each image the registry lacks (plain HTTP, e.g. 127.0.0.1:5000) is copied there. Prints one line per
 # image, `<name> <reference>`; quiet otherwise unless failing. Needs root (debootstrap).
@@ -21,10 +25,27 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/airflow-distributed/kube-node-images"
 oci="$cache/oci"
 registry=""
-[[ "${1:-}" == "--push" ]] && registry="${2:?--push needs a registry}"
+frameworks=()
+while (($#)); do
+    case "$1" in
+        --push) registry="${2:?--push needs a registry}"; shift 2 ;;
+        --with) frameworks+=("${2:?--with needs a framework}"); shift 2 ;;
+        *) echo "$me: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
 python="${PYTHON:-python3}"
 suite=bookworm
 torch_requirement="torch==2.13.0"
+# Each optional framework image's wheels: the versions pyproject.toml's extras and the test environment pin.
+declare -A framework_requirements=(
+    [tensorflow]="tensorflow-cpu==2.21.0"
+    [jax]="jax==0.10.2 jaxlib==0.10.2"
+    [xgboost]="xgboost-cpu==3.2.0"
+)
+for framework in "${frameworks[@]}"; do
+    [[ -n "${framework_requirements[$framework]:-}" ]] \
+        || { echo "$me: no image for framework $framework (one of: ${!framework_requirements[*]})" >&2; exit 2; }
+done
 # What the system layer is made of: changing any of it makes another tag.
 system_recipe="debootstrap minbase $suite python3"
 
@@ -94,27 +115,33 @@ if ! has_tag "$system_tag"; then
     rm -rf "$r"
 fi
 
-# trainer: the torch layer, resolved by pip as the machine's pip configuration finds it (a local CPU wheel)
 site=usr/local/lib/python3.11/dist-packages
-torch_tag="torch-$(printf '%s %s' "$system_tag" "$torch_requirement" | digest)"
-if ! has_tag "$torch_tag"; then
-    mkdir -p "$work/torch/$site"
+# wheels_layer NAME REQUIREMENTS: sets wheels_tag to the system layer plus REQUIREMENTS, resolved by pip as the
+# machine's pip configuration finds them (local CPU wheels first), reused while that recipe stays the same.
+wheels_layer() {
+    wheels_tag="$1-$(printf '%s %s' "$system_tag" "$2" | digest)"
+    has_tag "$wheels_tag" && return
+    mkdir -p "$work/wheels/$site"
+    # shellcheck disable=SC2086 # REQUIREMENTS is a list of requirement words
     "$python" -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
-        --target "$work/torch/$site" "$torch_requirement" >"$log" 2>&1 || fail "pip install $torch_requirement"
+        --target "$work/wheels/$site" $2 >"$log" 2>&1 || fail "pip install $2"
     # Console scripts go to <target>/bin with the host's interpreter in their #! line: none is needed.
-    rm -rf "$work/torch/$site/bin"
-    add_layer "$system_tag" "$torch_tag" "$work/torch"
-    rm -rf "$work/torch"
-fi
+    rm -rf "$work/wheels/$site/bin"
+    add_layer "$system_tag" "$wheels_tag" "$work/wheels"
+    rm -rf "$work/wheels"
+}
 
-# trainer: the project layer, tagged by its sources
-# (the files themselves, so that changes not yet committed count)
-sources_digest="$(cd "$root" && { echo "$torch_tag"; find pyproject.toml airflow_distributed example_dags/training \
-    -type f \( -name '*.py' -o -name '*.toml' -o -name '*.typed' \) | sort | xargs sha256sum; } | digest)"
-trainer_tag="trainer-$sources_digest"
-if ! has_tag "$trainer_tag"; then
+# project_layer BASE_TAG NAME: sets project_tag to BASE_TAG plus this project and the example training scripts,
+# tagged by the sources themselves (so that changes not yet committed count).
+project_layer() {
+    local sources_digest
+    sources_digest="$(cd "$root" && { echo "$1"; find pyproject.toml airflow_distributed example_dags/training \
+        -type f \( -name '*.py' -o -name '*.toml' -o -name '*.typed' \) | sort | xargs sha256sum; } | digest)"
+    project_tag="$2-$sources_digest"
+    has_tag "$project_tag" && return
     mkdir -p "$work/project/$site" "$work/project/opt/airflow-distributed"
     # A copy of the sources without build leftovers: pip builds the wheel in the tree it is given.
+    rm -rf "$work/src"
     mkdir -p "$work/src"
     (cd "$root" && cp -r pyproject.toml README.md LICENSE airflow_distributed "$work/src/") >"$log" 2>&1 \
         || fail "copying the project's sources"
@@ -125,11 +152,24 @@ if ! has_tag "$trainer_tag"; then
     rm -rf "$work/project/$site/bin"
     cp -r "$root/example_dags/training" "$work/project/opt/airflow-distributed/training"
     find "$work/project" -name __pycache__ -prune -exec rm -rf {} +
-    add_layer "$torch_tag" "$trainer_tag" "$work/project"
-    umoci config --image "$oci:$trainer_tag" --config.cmd /usr/bin/python3 --config.workingdir / \
+    add_layer "$1" "$project_tag" "$work/project"
+    rm -rf "$work/project"
+    umoci config --image "$oci:$project_tag" --config.cmd /usr/bin/python3 --config.workingdir / \
         --config.env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-        --config.env PYTHONUNBUFFERED=1 >"$log" 2>&1 || fail "configuring $trainer_tag"
-fi
+        --config.env PYTHONUNBUFFERED=1 >"$log" 2>&1 || fail "configuring $project_tag"
+}
+
+# Each image: its name under airflow-distributed/ and its tag in the layout (the part after the name is the
+# registry's tag).
+images=()
+wheels_layer torch "$torch_requirement"
+project_layer "$wheels_tag" trainer
+images+=("trainer $project_tag")
+for framework in "${frameworks[@]}"; do
+    wheels_layer "$framework" "${framework_requirements[$framework]}"
+    project_layer "$wheels_tag" "trainer-$framework"
+    images+=("trainer-$framework $project_tag")
+done
 
 # pause
 [[ -x "$node_bin/pause" ]] || { echo "$me: no $node_bin/pause: run scripts/build-kube-node.sh" >&2; exit 1; }
@@ -144,10 +184,11 @@ if ! has_tag "$pause_tag"; then
 fi
 
 
-for image in "pause $pause_tag" "busybox $busybox_tag" "trainer $trainer_tag"; do
+images=("pause $pause_tag" "busybox $busybox_tag" "${images[@]}")
+for image in "${images[@]}"; do
     set -- $image
     name="airflow-distributed/$1"
-    tag="${2#*-}"
+    tag="${2#"$1"-}"
     if [[ -n "$registry" ]]; then
         if ! curl -sf -o /dev/null -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
             "http://$registry/v2/$name/manifests/$tag"; then

@@ -207,14 +207,25 @@ class RealNode:
 
         wait_for(answers, 30, f"the registry on {REGISTRY}", interval=0.2)
 
-    def _push_images(self) -> float:
+    def _push_images(self, *frameworks: str) -> float:
         began = time.monotonic()
-        out = subprocess.run(["nice", "-n", "10", "bash", str(IMAGES_BUILD), "--push", REGISTRY], check=False,
-                             capture_output=True, text=True, env={**os.environ, "PYTHON": sys.executable})
+        command = ["nice", "-n", "10", "bash", str(IMAGES_BUILD), "--push", REGISTRY]
+        for framework in frameworks:
+            command += ["--with", framework]
+        out = subprocess.run(command, check=False, capture_output=True, text=True,
+                             env={**os.environ, "PYTHON": sys.executable})
         if out.returncode != 0:
             raise RuntimeError(f"building the node's images failed:\n{out.stderr[-4000:]}")
-        self.images = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
+        self.images.update(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
         return time.monotonic() - began
+
+    def framework_image(self, framework: str) -> str:
+        """The reference of ``trainer-<framework>`` (tensorflow, jax, xgboost), built and pushed at the first ask:
+        hundreds of megabytes each, which only the tests that train that framework pay for."""
+        name = f"trainer-{framework}"
+        if name not in self.images:
+            self.timings[name] = self._push_images(framework)
+        return self.images[name]
 
     def _containerd(self) -> None:
         certs = self.workdir / "containerd" / "certs.d" / REGISTRY

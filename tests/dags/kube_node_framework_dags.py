@@ -1,0 +1,41 @@
+"""DAGs of the slow tests on the real node (``tests/kube_node/test_frameworks.py``): the example training scripts of
+TensorFlow, JAX and XGBoost, each trained by three replicas in real pods of the kubernetes backend, from an image of
+that framework's CPU wheels (``scripts/build-kube-node-images.sh --with <framework>``), named by the test through the
+environment; the namespace is the DAG id's."""
+
+from __future__ import annotations
+
+import os
+
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_distributed.operators import DistributedTrainingOperator
+from tests.dags.kube_node_dags import TRAINING_DIR
+
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+#: framework -> (its example script, its arguments, the variable naming its image, and what each replica asks):
+#: TensorFlow's runtime alone takes about 400 MiB a replica.
+FRAMEWORKS = {
+    "tensorflow": ("tensorflow_multiworker.py", ["--steps", "10"], 1536),
+    "jax": ("jax_data_parallel.py", ["--steps", "20"], 768),
+    "xgboost": ("xgboost_dist.py", ["--steps", "8"], 512),
+}
+
+
+def image_variable(framework: str) -> str:
+    return f"KUBE_NODE_{framework.upper()}_IMAGE"
+
+
+for framework, (script, args, memory) in FRAMEWORKS.items():
+    dag_id = f"node_{framework}"
+    with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]):
+        DistributedTrainingOperator(
+            task_id="train", framework=framework, backend="kubernetes",
+            # Parsed outside a node session too (every DAG file is): a placeholder then, which no test runs.
+            image=os.environ.get(image_variable(framework), f"127.0.0.1:5000/airflow-distributed/{framework}:unbuilt"),
+            command=["python3", f"{TRAINING_DIR}/{script}"], args=args,
+            environment={"resources": {"cpu": {"requests": 0.1}, "memory": {"requests": 64, "limits": memory}},
+                         framework: {"n_workers": 2}},
+            env={"TF_CPP_MIN_LOG_LEVEL": "2"} if framework == "tensorflow" else None,
+            namespace=dag_id.replace("_", "-"), startup_timeout=300, logging_interval=1, log_replicas="all")

@@ -93,3 +93,24 @@ with DAG(dag_id="test_mlflow_deferred", schedule=None, start_date=START, catchup
         mlflow_conn_id=CONN_ID,
         register_model=MODEL_NAME + "-deferred",
     )
+
+# A job killed by Airflow (SIGTERM to the task) whose replicas hold on after SIGTERM: the task's stop waits out their
+# grace (``KILLED_GRACE`` s), longer than the supervisor's 5 s before SIGKILL, and the run must not stay RUNNING.
+KILLED_GRACE = 20.0
+STUBBORN = """
+import signal, time
+from airflow_distributed import tracking
+signal.signal(signal.SIGTERM, lambda *_: print("SIGTERM: holding on", flush=True))
+tracking.log_metrics(step=1, loss=1.0)
+while True:
+    time.sleep(0.2)
+"""
+with DAG(dag_id="test_mlflow_killed", schedule=None, start_date=START, catchup=False, tags=["test"]) as killed:
+    DistributedTrainingOperator(
+        task_id="train",
+        framework="pytorch",
+        environment={"pytorch": {"n_workers": 1}},
+        command=["python", "-c", STUBBORN],
+        mlflow_conn_id=CONN_ID,
+        stop_grace_period=KILLED_GRACE,
+    )

@@ -114,3 +114,21 @@ with DAG(dag_id="test_mlflow_killed", schedule=None, start_date=START, catchup=F
         mlflow_conn_id=CONN_ID,
         stop_grace_period=KILLED_GRACE,
     )
+
+# The same, waited for in the task (not deferred): both ways on the real control plane
+# (``tests/kube_control_plane/test_mlflow.py``).
+with DAG(dag_id="test_mlflow_kubernetes", schedule=None, start_date=START, catchup=False, tags=["test"],
+         params={"steps": 40}) as kubernetes_sync:
+    DistributedTrainingOperator(
+        task_id="train",
+        framework="pytorch",
+        environment={"pytorch": {"n_workers": 2, "default_worker": {"resources": {"cpu": {"requests": 1}}}}},
+        command=["python", "/opt/jobs/train.py", "--steps", "{{ params.steps }}"],
+        image="registry.example.com/trainer:1.0",
+        backend="kubernetes",
+        namespace="test-mlflow-kubernetes",
+        startup_timeout=30.0,
+        mlflow_conn_id=CONN_ID,
+        mlflow_params=["steps"],
+        register_model=MODEL_NAME + "-kubernetes",
+    )

@@ -26,7 +26,7 @@ import pytest
 from tests.conftest import ROOT
 from tests.dags.mlflow_dags import CONN_ID as MLFLOW_CONN_ID
 from tests.dags.mlflow_dags import MODEL_NAME
-from tests.helpers import run_dag, xcom
+from tests.helpers import run_dag, stop_group, xcom
 from tests.mlflow_server import MlflowReader, MlflowServer, build_server_environment
 from tests.supervised_runs import supervised_tasks
 
@@ -81,18 +81,6 @@ def wait_for_health(base_url: str, server: subprocess.Popen, log_path: Path) -> 
     raise AssertionError(f"the API server did not answer within {SERVER_START_TIMEOUT}s:\n{log}")
 
 
-def stop(server: subprocess.Popen) -> None:
-    """SIGTERM to the server's process group (uvicorn and its worker), SIGKILL if it lingers."""
-    if server.poll() is not None:
-        return
-    os.killpg(server.pid, signal.SIGTERM)
-    try:
-        server.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait(timeout=10)
-
-
 @pytest.fixture(scope="module")
 def mlflow_server():
     """An MLflow tracking server the API server knows as the connection ``mlflow_test``, started only by the test
@@ -134,7 +122,7 @@ def served(tmp_path_factory, mlflow_server):
             wait_for_health(base_url, server, log_path)
             yield base_url, run, xcom(run, TASK_ID, "job")
         finally:
-            stop(server)
+            stop_group(server)
 
 
 @pytest.fixture

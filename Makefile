@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: example test test-slow lint wheel mxnet paddle paddle-ps mlflow browser kube bench clean
+.PHONY: example test test-slow lint wheel mxnet paddle paddle-ps mlflow tensorboard browser kube bench clean
 
 # pip's output goes to a log that is shown only when the install fails.
 PIP_INSTALL = $(PY) -m pip install --quiet --disable-pip-version-check
@@ -38,6 +38,11 @@ paddle-ps:
 mlflow:
 	bash scripts/framework-venv.sh mlflow $(PYTHON)
 
+# TensorBoard's server and event writer for the slow TensorBoard test (about 20 s to build once; the test builds it
+# too when missing).
+tensorboard:
+	bash scripts/framework-venv.sh tensorboard $(PYTHON)
+
 # The browser test drives Debian's Chromium; installed when missing and we may (root), else that test skips.
 browser:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
@@ -65,7 +70,7 @@ lint: $(VENV)/.installed-test
 wheel:
 	bash scripts/check-wheel.sh $(PYTHON)
 
-test-slow: $(VENV)/.installed-test mxnet paddle paddle-ps
+test-slow: $(VENV)/.installed-test mxnet paddle paddle-ps tensorboard
 	bash scripts/build-horovod.sh $(PY)
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 

@@ -35,8 +35,8 @@ RUN_NAME_TAG = "mlflow.runName"
 BATCH_METRICS, BATCH_PARAMS_AND_TAGS = 1000, 100
 #: MLflow refuses a param value longer than this (characters); a longer one is cut.
 PARAM_VALUE_LIMIT = 6000
-#: Run states MLflow knows, by the job's ending.
-FINISHED, FAILED, RUNNING = "FINISHED", "FAILED", "RUNNING"
+#: Run states MLflow knows, by the job's ending: ``KILLED`` is a try Airflow stopped (``on_kill``).
+FINISHED, FAILED, KILLED, RUNNING = "FINISHED", "FAILED", "KILLED", "RUNNING"
 #: What the ``job`` record's usage holds besides figures: not metrics.
 _USAGE_NOT_FIGURES = frozenset({"replicas", "replicas_left_out"})
 # MLflow's rule for metric and param names: alphanumerics, underscores, dashes, periods, spaces, slashes.
@@ -166,8 +166,14 @@ def ending_tags(record: Mapping[str, Any]) -> dict[str, str]:
     return tags
 
 
-def run_status(succeeded: bool) -> str:
-    """The run's status once the try ended: a retry sets it back to ``RUNNING``, so it ends as the task ends."""
+def run_status(succeeded: bool, killed: bool = False) -> str:
+    """The run's status once the try ended: a retry sets it back to ``RUNNING``, so it ends as the task ends.
+
+    :param killed: Airflow stopped the try (its ``on_kill``: marked failed or success, ``execution_timeout``, the
+        worker's SIGTERM): ``KILLED``, MLflow's word for a run stopped from outside, rather than a training failure.
+    """
+    if killed:
+        return KILLED
     return FINISHED if succeeded else FAILED
 
 
@@ -187,6 +193,15 @@ def model_version_url(tracking_uri: str, model_name: str, version: int) -> str:
     return f"{tracking_uri.rstrip('/')}/#/models/{quote(model_name, safe='')}/versions/{version}"
 
 
+def model_version_of(tag: Any, model_name: str | None) -> int | None:
+    """The version number a run's ``MODEL_VERSION_TAG`` (``<name>/<version>``) gives of ``model_name``; None when
+    the tag is missing, malformed, or names another model."""
+    if not isinstance(tag, str) or not model_name:
+        return None
+    name, _, version = tag.rpartition("/")
+    return int(version) if name == model_name and version.isascii() and version.isdigit() else None
+
+
 def _metric_name(key: str) -> str:
     return _NOT_IN_A_NAME.sub("_", str(key))[:250] or "_"
 
@@ -202,6 +217,7 @@ def _is_step(value: Any) -> bool:
 __all__ = [
     "FAILED",
     "FINISHED",
+    "KILLED",
     "RUNNING",
     "TASK_INSTANCE_TAG",
     "RunKey",
@@ -210,6 +226,7 @@ __all__ = [
     "first_try_since_clear",
     "job_params",
     "metric_points",
+    "model_version_of",
     "model_version_url",
     "run_status",
     "run_url",

@@ -12,12 +12,15 @@
 #   basic-auth app, which refuses wrong credentials), whose Flask, SQLAlchemy
 #   and alembic pins are not Airflow's; 3.17.2, the newest release whose client (mlflow-skinny) is published too.
 #   Only the tests use it: the provider's client is the `mlflow` extra (mlflow-skinny) in the main environment.
+# - tensorboard: TensorBoard's server (`tensorboard --logdir`) and its event writer, which the tests' replicas use to
+#   write into AIRFLOW_DISTRIBUTED_TENSORBOARD_DIR (no TensorFlow, no torch): its protobuf and werkzeug are not the main
+#   environment's to choose.
 #
-# Usage: scripts/framework-venv.sh mxnet|paddle|paddle-ps|mlflow [python]   (default: python3 on PATH)
+# Usage: scripts/framework-venv.sh mxnet|paddle|paddle-ps|mlflow|tensorboard [python]   (default: python3 on PATH)
 # Idempotent: a complete environment is left alone. Quiet unless failing; prints the environment's python at the end.
 set -euo pipefail
 
-name="${1:?usage: scripts/framework-venv.sh mxnet|paddle|paddle-ps|mlflow [python]}"
+name="${1:?usage: scripts/framework-venv.sh mxnet|paddle|paddle-ps|mlflow|tensorboard [python]}"
 base_python="${2:-python3}"
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$repo/.venvs/$name"
@@ -54,8 +57,16 @@ assert paddle.__version__ == "2.6.2" and hasattr(core, "DistFleetWrapper")'
 assert installed.version("mlflow") == "3.17.2"' && [[ -x "$venv/bin/mlflow" ]]
         }
         ;;
+    tensorboard)
+        requirements=("tensorboard==2.21.0")
+        check() {
+            "$venv/bin/python" -c 'import importlib.metadata as installed, airflow_distributed.tracking
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+assert installed.version("tensorboard") == "2.21.0"' && [[ -x "$venv/bin/tensorboard" ]]
+        }
+        ;;
     *)
-        echo "scripts/framework-venv.sh: no environment for $name; known: mxnet, paddle, paddle-ps, mlflow" >&2
+        echo "scripts/framework-venv.sh: no environment for $name; known: mxnet, paddle, paddle-ps, mlflow, tensorboard" >&2
         exit 2
         ;;
 esac

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import subprocess
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -32,6 +34,18 @@ def replica_processes(job_prefix: str = "") -> list[psutil.Process]:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return found
+
+
+def stop_group(process: subprocess.Popen, grace: float = 20.0) -> None:
+    """SIGTERM to a server's process group (one started with ``start_new_session``), SIGKILL if it lingers."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
 
 
 def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1) -> Any:

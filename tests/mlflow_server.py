@@ -16,6 +16,8 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,6 +102,17 @@ class MlflowServer:
     def connection(self, **fields: object) -> str:
         """An Airflow connection to this server, in JSON (``AIRFLOW_CONN_<ID>``)."""
         return json.dumps({"conn_type": "mlflow", "host": self.uri, **fields})
+
+
+@contextmanager
+def running_server(**options: object) -> Iterator[MlflowServer]:
+    """A started ``MlflowServer`` (its environment built when missing), stopped at the end whatever happened."""
+    build_server_environment()
+    server = MlflowServer(**options).start()  # type: ignore[arg-type]
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @dataclass(frozen=True)

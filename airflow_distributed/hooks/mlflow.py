@@ -15,6 +15,7 @@ the job and its XComs go on as without MLflow.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from airflow.sdk import BaseHook
 from airflow_distributed.mlflow_run import (
     BATCH_METRICS,
     BATCH_PARAMS_AND_TAGS,
+    KILLED,
     MODEL_VERSION_TAG,
     RUN_NAME_TAG,
     RUNNING,
@@ -45,6 +47,9 @@ T = TypeVar("T")
 #: a server that is down or silent costs a try about 20 s at most, in two places (start and end).
 REQUEST_TIMEOUT = 5.0
 REQUEST_RETRIES = 2
+#: Seconds the request that ends a killed try's run may take (one attempt, in a thread of its own): a kill waits for
+#: it no longer than this, and Airflow's supervisor sends SIGKILL 5 s after its SIGTERM.
+KILL_TIMEOUT = 2.0
 #: What a warning quotes of a failed request's error, at most (characters).
 REASON_LIMIT = 400
 #: A model larger than this (bytes) is not uploaded from the worker: the run keeps its path as a tag (a model on
@@ -79,6 +84,8 @@ class MlflowHook(BaseHook):
     :param timeout: seconds one request may take.
     :param retries: attempts after a failed one (no answer, or 429/5xx).
     :param sleep: waits between attempts (a test passes its own).
+    :param connection: the connection already resolved (the job view resolves it with the DAG's team in the API
+        server, where the task SDK's lookup is not available); default: looked up by ``mlflow_conn_id``.
     """
 
     conn_name_attr = "mlflow_conn_id"
@@ -87,13 +94,14 @@ class MlflowHook(BaseHook):
     hook_name = "MLflow"
 
     def __init__(self, mlflow_conn_id: str = default_conn_name, *, timeout: float = REQUEST_TIMEOUT,
-                 retries: int = REQUEST_RETRIES, sleep: Callable[[float], None] = time.sleep) -> None:
+                 retries: int = REQUEST_RETRIES, sleep: Callable[[float], None] = time.sleep,
+                 connection: Any = None) -> None:
         super().__init__()
         self.mlflow_conn_id = mlflow_conn_id
         self.timeout = timeout
         self.retries = retries
         self._sleep = sleep
-        connection = self.get_connection(mlflow_conn_id)
+        connection = connection if connection is not None else self.get_connection(mlflow_conn_id)
         self.tracking_uri = tracking_uri_of(connection.host, connection.port, connection.schema)
         extra = connection.extra_dejson
         self._auth = (connection.login, connection.password or "") if connection.login else None
@@ -107,19 +115,23 @@ class MlflowHook(BaseHook):
 
     def request(self, method: str, endpoint: str, *, params: Mapping[str, Any] | None = None,
                 body: Mapping[str, Any] | None = None, data: bytes | None = None,
-                api: str = "mlflow") -> dict[str, Any]:
+                api: str = "mlflow", once: float | None = None) -> dict[str, Any]:
         """One call of MLflow's REST API (``/api/2.0/<api>/<endpoint>``), retried while the server does not answer
         or answers 429/5xx; its JSON answer.
 
+        :param once: one attempt only, bounded by these seconds, on a connection of its own (the kill's request,
+            sent while another may be under way on the hook's session).
         :raises MlflowApiError: refused, or no answer after the retries.
         """
         url = f"{self.tracking_uri}/api/2.0/{api}/{endpoint}"
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
-        for attempt in range(self.retries + 1):
-            last = attempt == self.retries
+        retries, timeout = (0, once) if once is not None else (self.retries, self.timeout)
+        send = requests.request if once is not None else self._session.request
+        for attempt in range(retries + 1):
+            last = attempt == retries
             try:
-                answer = self._session.request(method, url, params=params, json=body, data=data, auth=self._auth,
-                                               headers=headers, timeout=self.timeout, verify=self._verify)
+                answer = send(method, url, params=params, json=body, data=data, auth=self._auth,
+                              headers=headers, timeout=timeout, verify=self._verify)
             except requests.RequestException as error:  # refused, timed out, cut
                 if last:
                     raise MlflowApiError(f"{method} {endpoint}: no answer ({type(error).__name__}: {error})") from error
@@ -188,6 +200,8 @@ class MlflowJobRun:
         self.run: OpenRun | None = None
         self.model_version: int | None = None
         self.model_version_url: str | None = None
+        #: Airflow stopped the try (``end_killed``): the run ends ``KILLED`` whatever the job's record says
+        self.killed = False
         self._given_up = False
 
     def _attempt(self, what: str, request: Callable[[MlflowHook], T]) -> T | None:
@@ -259,8 +273,33 @@ class MlflowJobRun:
             uploaded = self._attempt("uploading the model", lambda hook: _upload(hook, run, model_path)) is not None
         if succeeded and register_model:
             self._register(run, register_model, model_path, uploaded)
-        ending = {"run_id": run.run_id, "status": run_status(succeeded), "end_time": _now_ms()}
+        ending = {"run_id": run.run_id, "status": run_status(succeeded, self.killed), "end_time": _now_ms()}
         self._attempt("ending the run", lambda hook: hook.request("POST", "runs/update", body=ending))
+
+    def end_killed(self, timeout: float = KILL_TIMEOUT) -> threading.Thread | None:
+        """Airflow is stopping the try (``on_kill``, in the task's SIGTERM handler): end the run ``KILLED`` now, in a
+        thread of its own with one attempt of at most ``timeout`` seconds, so that the kill's SIGKILL, which may
+        come before the job's end is logged, leaves no run ``RUNNING``; the kill never waits for the server.
+
+        :return: the thread sending it (None when there is no run to end); ``close`` later logs the try's metrics
+            and ends the run ``KILLED`` again.
+        """
+        self.killed = True
+        run = self.run
+        if run is None or self._given_up:
+            return None
+        ending = {"run_id": run.run_id, "status": KILLED, "end_time": _now_ms()}
+
+        def send() -> None:
+            try:
+                self.hook.request("POST", "runs/update", body=ending, once=timeout)
+            except Exception as error:
+                self.log.warning("MLflow tracking at %s: ending the killed try's run failed (%s)",
+                                 self.hook.tracking_uri, self._reason(error))
+
+        sender = threading.Thread(target=send, name="mlflow-run-killed", daemon=True)
+        sender.start()
+        return sender
 
     def _register(self, run: OpenRun, name: str, model_path: Any, uploaded: bool) -> None:
         source = (f"runs:/{run.run_id}/{MODEL_ARTIFACT_PATH}" if uploaded
@@ -336,4 +375,4 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-__all__ = ["MlflowApiError", "MlflowHook", "MlflowJobRun", "OpenRun", "tracking_uri_of"]
+__all__ = ["KILL_TIMEOUT", "MlflowApiError", "MlflowHook", "MlflowJobRun", "OpenRun", "tracking_uri_of"]

@@ -289,6 +289,8 @@ class DistributedTrainingOperator(BaseOperator):
         self.tensorboard_url = tensorboard_url
         #: the MLflow run this try logs to, for its extra link (``links.MlflowRunLink``)
         self.mlflow_run_url: str | None = None
+        #: this try's ``hooks.mlflow.MlflowJobRun``, which ``on_kill`` ends ``KILLED``
+        self._mlflow_run: Any = None
         # Picked once: the backend object keeps the state of the job it runs (for on_kill).
         self._backend: JobBackend | None = backend_named(backend)
         self.model_asset = model_asset
@@ -418,7 +420,7 @@ class DistributedTrainingOperator(BaseOperator):
         """``run_job()`` (the backend's run or resume), its MLflow run opened before and closed after it, from the
         ``job`` record the backend pushed; then the model's asset events."""
         ti = context["ti"]
-        mlflow_run = self._open_mlflow_run(context, name)
+        mlflow_run = self._mlflow_run = self._open_mlflow_run(context, name)
         try:
             result = run_job()
         except TaskDeferred:
@@ -526,8 +528,16 @@ class DistributedTrainingOperator(BaseOperator):
                            self._job_sections.get("startup"))
 
     def on_kill(self) -> None:
+        # The MLflow run is ended KILLED beside the replicas' stop, not after it: the stop may outlast the
+        # supervisor's grace before SIGKILL, and the request never holds the stop up.
+        mlflow_run = getattr(self, "_mlflow_run", None)
+        ending = mlflow_run.end_killed() if mlflow_run is not None else None
         if self._backend is not None:
             self._backend.kill()
+        if ending is not None:
+            from airflow_distributed.hooks.mlflow import KILL_TIMEOUT
+
+            ending.join(KILL_TIMEOUT)
 
 
 def _env_problems(env: Any) -> list[tuple[str, str]]:

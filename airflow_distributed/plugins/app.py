@@ -30,6 +30,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from airflow_distributed.plugins import page
 from airflow_distributed.plugins.job_source import JobStateSource
 from airflow_distributed.plugins.job_state import DEFAULT_SOURCES, read_job, task_instance_state
+from airflow_distributed.plugins.mlflow_links import mlflow_links
 from airflow_distributed.plugins.task_log import task_log_lines
 from airflow_distributed.plugins.urls import URL_PREFIX, job_api_path
 from airflow_distributed.task_instance import TaskInstanceRef
@@ -127,7 +128,8 @@ def create_app(sources: Sequence[JobStateSource] = DEFAULT_SOURCES) -> FastAPI:
         # Relative (jobs/<dag>/<run>/<task> -> api/jobs/...), so it holds under any [api] base_url path.
         json_href = "../../.." + job_api_path(dag_id, run_id, task_id, ref.map_index).removeprefix(URL_PREFIX)
         show_logs = record.get("logs") is not None
-        html = page.job_page(record, ref, source=source, show_logs=show_logs, json_href=json_href)
+        html = page.job_page(record, ref, source=source, show_logs=show_logs, json_href=json_href,
+                             mlflow=mlflow_links(ref, session))
         return HTMLResponse(html, headers=HTML_HEADERS)
 
     @app.exception_handler(HTTPException)

@@ -155,9 +155,13 @@ def _usage(usage: Any) -> str:
 
 
 def job_page(
-    record: Mapping[str, Any], ref: TaskInstanceRef, *, source: str, show_logs: bool, json_href: str
+    record: Mapping[str, Any], ref: TaskInstanceRef, *, source: str, show_logs: bool, json_href: str,
+    mlflow: Any = None,
 ) -> str:
-    """The job view of one task instance from its record (the ``job`` XCom shape)."""
+    """The job view of one task instance from its record (the ``job`` XCom shape).
+
+    :param mlflow: the links of the task instance's MLflow run (``mlflow_links.MlflowLinks``), when it has one.
+    """
     state = str(record.get("state") or "unknown")
     name = record.get("job_name") or ref.task_id
     meta = [
@@ -190,6 +194,7 @@ def job_page(
         startup=_startup(record.get("startup")),
         logs=_logs(logs if show_logs else None),
         json_href=json_href,
+        mlflow=mlflow,
     )
 
 

@@ -93,3 +93,42 @@ with DAG(dag_id="test_mlflow_deferred", schedule=None, start_date=START, catchup
         mlflow_conn_id=CONN_ID,
         register_model=MODEL_NAME + "-deferred",
     )
+
+# A job killed by Airflow (SIGTERM to the task) whose replicas hold on after SIGTERM: the task's stop waits out their
+# grace (``KILLED_GRACE`` s), longer than the supervisor's 5 s before SIGKILL, and the run must not stay RUNNING.
+KILLED_GRACE = 20.0
+STUBBORN = """
+import signal, time
+from airflow_distributed import tracking
+signal.signal(signal.SIGTERM, lambda *_: print("SIGTERM: holding on", flush=True))
+tracking.log_metrics(step=1, loss=1.0)
+while True:
+    time.sleep(0.2)
+"""
+with DAG(dag_id="test_mlflow_killed", schedule=None, start_date=START, catchup=False, tags=["test"]) as killed:
+    DistributedTrainingOperator(
+        task_id="train",
+        framework="pytorch",
+        environment={"pytorch": {"n_workers": 1}},
+        command=["python", "-c", STUBBORN],
+        mlflow_conn_id=CONN_ID,
+        stop_grace_period=KILLED_GRACE,
+    )
+
+# The same, waited for in the task (not deferred): both ways on the real control plane
+# (``tests/kube_control_plane/test_mlflow.py``).
+with DAG(dag_id="test_mlflow_kubernetes", schedule=None, start_date=START, catchup=False, tags=["test"],
+         params={"steps": 40}) as kubernetes_sync:
+    DistributedTrainingOperator(
+        task_id="train",
+        framework="pytorch",
+        environment={"pytorch": {"n_workers": 2, "default_worker": {"resources": {"cpu": {"requests": 1}}}}},
+        command=["python", "/opt/jobs/train.py", "--steps", "{{ params.steps }}"],
+        image="registry.example.com/trainer:1.0",
+        backend="kubernetes",
+        namespace="test-mlflow-kubernetes",
+        startup_timeout=30.0,
+        mlflow_conn_id=CONN_ID,
+        mlflow_params=["steps"],
+        register_model=MODEL_NAME + "-kubernetes",
+    )

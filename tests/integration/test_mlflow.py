@@ -6,17 +6,23 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from sqlalchemy import select
 
+from tests.api_server import api_client, as_user
 from tests.dags.mlflow_dags import (
     CRASH_AT,
     DEFERRED_NAMESPACE,
     EVERY,
+    KILLED_GRACE,
     LOG_EVERY,
     MODEL_NAME,
     RESUME_STEPS,
@@ -313,3 +319,115 @@ def test_a_tracking_server_stopped_mid_job_does_not_fail_it(airflow_db, monkeypa
     assert xcom(run, "train", "metrics") == {"loss": pytest.approx(1 / 3), "done": 1}
     assert f"MLflow tracking at {server.uri}: logging the job's metrics failed" in out
     assert server.process is not None and server.process.poll() is not None
+
+
+def _clear_and_run_again(run, task_id: str = "train") -> str:
+    """Clear the task instance as the UI's "Clear" does (Airflow's ``clear_task_instances``), then run it again as
+    the scheduler would (its next try, in ``dag.test()``'s own task runner); its state after."""
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.models.taskinstance import TaskInstance, clear_task_instances
+    from airflow.sdk.definitions.dag import _run_task
+    from airflow.utils.session import create_session
+    from airflow.utils.state import TaskInstanceState
+
+    where = (TaskInstance.dag_id == run.dag_id, TaskInstance.run_id == run.run_id, TaskInstance.task_id == task_id)
+    with create_session() as session:
+        clear_task_instances(session.scalars(select(TaskInstance).where(*where)).all(), session)
+    with create_session() as session:
+        ti = session.scalars(select(TaskInstance).where(*where)).one()
+        ti.try_number += 1
+        ti.state = TaskInstanceState.SCHEDULED
+        session.commit()
+        task = DagBag().get_dag(run.dag_id).task_dict[task_id]
+        _run_task(ti=ti, task=task)
+        session.expire_all()
+        return str(session.scalars(select(TaskInstance.state).where(*where)).one())
+
+
+def test_a_cleared_task_starts_a_new_run_and_the_job_view_links_to_it(connection, monkeypatch, tmp_path,
+                                                                      tmp_path_factory):
+    server = connection
+    go = tmp_path / "go"
+    go.touch()
+    run, states = run_dag("test_mlflow_outage", conf={"go_file": str(go)})
+    assert states == {"train": "success"}
+    [first] = [found for found in _runs(server, "test_mlflow_outage")
+               if found.tags["airflow_distributed.run_id"] == run.run_id]
+    # A value a user could write: the task's own link XCom, pointing elsewhere. The view never reads it.
+    _forge_link_xcom(run, "https://attacker.example/#/experiments/0/runs/forged")
+    team = "ml"
+    with api_client({"alice": f"viewer:{team}", "bob": "viewer:nlp"}, team, (team, "nlp"),
+                    tmp_path_factory.mktemp("auth")) as client:
+        view = f"/distributed/jobs/test_mlflow_outage/{quote(run.run_id, safe='')}/train"
+
+        def links() -> str:
+            answer = client.get(view, headers=as_user(client, "alice"))
+            assert answer.status_code == 200, answer.text
+            return answer.text
+
+        page = links()
+        assert f'href="{server.uri}/#/experiments/{first.experiment_id}/runs/{first.run_id}"' in page
+        assert "attacker.example" not in page
+        assert client.get(view, headers=as_user(client, "bob")).status_code == 403  # not the DAG's team
+
+        # Cleared and run again: a run of its own, from the try after the clear; the first is left as it ended.
+        assert _clear_and_run_again(run) == "success"
+        runs = {found.run_id: found for found in _runs(server, "test_mlflow_outage")
+                if found.tags["airflow_distributed.run_id"] == run.run_id}
+        assert len(runs) == 2 and runs[first.run_id].status == "FINISHED"
+        [second] = [found for run_id, found in runs.items() if run_id != first.run_id]
+        assert (second.status, second.tags["airflow_distributed.first_try"]) == ("FINISHED", "2")
+        assert second.tags["airflow_distributed.try_number"] == "2"
+        page = links()
+        assert f'href="{server.uri}/#/experiments/{second.experiment_id}/runs/{second.run_id}"' in page
+        assert first.run_id not in page
+
+        # The tracking server gone: a note without its address, and no link.
+        monkeypatch.setenv(CONN_VARIABLE, json.dumps({"conn_type": "mlflow", "host": f"http://127.0.0.1:{_free_port()}"}))
+        page = links()
+        assert "MLflow: the tracking server did not answer" in page
+        assert "mlflow-run" not in page and "127.0.0.1" not in page
+
+
+def _forge_link_xcom(run, value: str) -> None:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import update
+
+    with create_session() as session:
+        changed = session.execute(update(XComModel).where(
+            XComModel.run_id == run.run_id, XComModel.dag_id == run.dag_id,
+            XComModel.key == "_link_MlflowRunLink").values(value=json.dumps(value)))
+        assert changed.rowcount == 1
+
+
+@pytest.mark.slow  # with the slow tests (CI runs them too), to keep the default run near 20 minutes
+def test_a_killed_task_ends_its_run_killed_before_its_replicas_are_stopped(connection, tmp_path):
+    """SIGTERM to the task (what the supervisor sends when the task is marked failed), whose replicas hold on for
+    their whole stop grace: the run is KILLED without waiting for them."""
+    server = connection
+    airflow = Path(sys.executable).with_name("airflow")
+    with open(tmp_path / "dags-test.log", "wb") as log:
+        task = subprocess.Popen([str(airflow), "dags", "test", "test_mlflow_killed"], stdout=log,
+                                stderr=subprocess.STDOUT, env=os.environ.copy(), start_new_session=True)
+    try:
+        opened = wait_until(lambda: _runs(server, "test_mlflow_killed"), timeout=120, interval=0.5)
+        name = opened[0].name
+        wait_until(lambda: len(replica_processes(name)) == 2, timeout=60, interval=0.2)
+        assert _runs(server, "test_mlflow_killed")[0].status == "RUNNING"
+        os.killpg(task.pid, signal.SIGTERM)
+        # Well within the replicas' grace, which the task's stop waits out.
+        wait_until(lambda: _runs(server, "test_mlflow_killed")[0].status != "RUNNING", timeout=KILLED_GRACE / 2,
+                   interval=0.2)
+        assert _runs(server, "test_mlflow_killed")[0].status == "KILLED"
+        assert replica_processes(name)  # still holding on: the run did not wait for them
+        task.wait(timeout=KILLED_GRACE + 60)
+    finally:
+        if task.poll() is None:
+            os.killpg(task.pid, signal.SIGKILL)
+            task.wait(timeout=10)
+    log_text = (tmp_path / "dags-test.log").read_text(errors="replace")
+    [ended] = _runs(server, "test_mlflow_killed")
+    assert ended.status == "KILLED", log_text[-3000:]  # and the task's own close, once they stopped, kept it
+    assert ended.tags["airflow_distributed.state"] == "failed"
+    wait_until(lambda: replica_processes(name) == [], timeout=30)

@@ -24,7 +24,10 @@ from urllib.parse import quote
 import pytest
 
 from tests.conftest import ROOT
-from tests.helpers import run_dag, xcom
+from tests.dags.mlflow_dags import CONN_ID as MLFLOW_CONN_ID
+from tests.dags.mlflow_dags import MODEL_NAME
+from tests.helpers import run_dag, stop_group, xcom
+from tests.mlflow_server import MlflowReader, MlflowServer, build_server_environment
 from tests.supervised_runs import supervised_tasks
 
 CHROMIUM = shutil.which("chromium")
@@ -78,20 +81,21 @@ def wait_for_health(base_url: str, server: subprocess.Popen, log_path: Path) -> 
     raise AssertionError(f"the API server did not answer within {SERVER_START_TIMEOUT}s:\n{log}")
 
 
-def stop(server: subprocess.Popen) -> None:
-    """SIGTERM to the server's process group (uvicorn and its worker), SIGKILL if it lingers."""
-    if server.poll() is not None:
-        return
-    os.killpg(server.pid, signal.SIGTERM)
-    try:
-        server.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait(timeout=10)
+@pytest.fixture(scope="module")
+def mlflow_server():
+    """An MLflow tracking server the API server knows as the connection ``mlflow_test``, started only by the test
+    that needs it (its address is fixed before the API server starts, its process is not)."""
+    server = MlflowServer()
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(f"AIRFLOW_CONN_{MLFLOW_CONN_ID.upper()}", server.connection())
+        try:
+            yield server
+        finally:
+            server.stop()
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def served(tmp_path_factory, mlflow_server):
     """(base URL, dag run, job record): the API server up and the example DAG run, with one viewer user."""
     OUTPUT.mkdir(exist_ok=True)
     port = free_port()
@@ -118,7 +122,7 @@ def served(tmp_path_factory):
             wait_for_health(base_url, server, log_path)
             yield base_url, run, xcom(run, TASK_ID, "job")
         finally:
-            stop(server)
+            stop_group(server)
 
 
 @pytest.fixture
@@ -250,3 +254,42 @@ def test_a_running_local_jobs_view_shows_its_progress(served, browser):
     from tests.helpers import replica_processes, wait_until
 
     wait_until(lambda: replica_processes("train-") == [], timeout=30)
+
+
+@pytest.mark.slow  # with the slow tests (CI runs them too), to keep the default run near 20 minutes
+def test_the_job_view_links_to_the_mlflow_run_and_its_model_version(served, mlflow_server, browser):
+    """A job logged to a real MLflow server: its view links to its run and its registered version, which open in the
+    browser from the tracking server's own UI."""
+    base_url, _, _ = served
+    build_server_environment()
+    mlflow_server.start()
+    dag_id = "test_mlflow_ddp"
+    run, states = run_dag(dag_id)
+    assert states == {TASK_ID: "success"}
+    reader = MlflowReader(mlflow_server.uri)
+    [mlflow_run] = [found for found in reader.runs(dag_id) if found.tags["airflow_distributed.run_id"] == run.run_id]
+    version = xcom(run, TASK_ID, "mlflow_model_version")
+    assert reader.model_version(MODEL_NAME, version)["run_id"] == mlflow_run.run_id
+
+    browser.get(f"{base_url}/distributed/jobs/{dag_id}/{quote(run.run_id, safe='')}/{TASK_ID}")
+    wait(browser, lambda d: "/auth/login" in d.current_url)
+    log_in(browser)
+    wait(browser, lambda d: "/distributed/jobs/" in d.current_url)
+    link = wait(browser, ec.presence_of_element_located((By.CSS_SELECTOR, "a.mlflow-run")))
+    run_page = f"{mlflow_server.uri}/#/experiments/{mlflow_run.experiment_id}/runs/{mlflow_run.run_id}"
+    assert link.get_attribute("href") == run_page
+    model = browser.find_element(By.CSS_SELECTOR, "a.mlflow-model")
+    assert model.get_attribute("href") == f"{mlflow_server.uri}/#/models/{MODEL_NAME}/versions/{version}"
+    assert model.text == f"{MODEL_NAME} version {version}"
+    browser.save_screenshot(str(OUTPUT / "job-view-mlflow.png"))
+
+    # The link opens a new tab on the tracking server's UI, which shows that run (its name is the job's).
+    view = browser.current_window_handle
+    link.click()
+    wait(browser, lambda d: len(d.window_handles) == 2)
+    browser.switch_to.window(next(handle for handle in browser.window_handles if handle != view))
+    assert browser.current_url == run_page
+    wait(browser, lambda d: mlflow_run.name in d.find_element(By.TAG_NAME, "body").text, timeout=60)
+    browser.save_screenshot(str(OUTPUT / "mlflow-run.png"))
+    browser.close()
+    browser.switch_to.window(view)

@@ -14,6 +14,8 @@ from airflow_distributed.mlflow_run import (
     first_try_since_clear,
     job_params,
     metric_points,
+    model_version_of,
+    run_status,
     run_url,
 )
 from airflow_distributed.plan import role_summary
@@ -92,3 +94,21 @@ def test_job_params_name_the_shape_and_the_chosen_dag_params():
 
 def test_run_url():
     assert run_url("http://127.0.0.1:5000/", "3", "abc") == "http://127.0.0.1:5000/#/experiments/3/runs/abc"
+
+
+def test_the_run_ends_as_the_try_ended_and_killed_whatever_the_record_says():
+    assert (run_status(True), run_status(False)) == ("FINISHED", "FAILED")
+    assert run_status(False, killed=True) == run_status(True, killed=True) == "KILLED"
+
+
+@pytest.mark.parametrize(("tag", "model", "version"), [
+    ("regression/3", "regression", 3),
+    ("team/regression/12", "team/regression", 12),  # a name may hold a slash: the version is after the last
+    ("other/3", "regression", None),  # another model's: not linked as the DAG's
+    ("regression/3", None, None),
+    ("regression/x", "regression", None),
+    ("regression/\u0663", "regression", None),  # a digit, but not an ASCII one
+    (None, "regression", None),
+])
+def test_the_model_version_a_run_tag_gives(tag, model, version):
+    assert model_version_of(tag, model) == version

@@ -117,7 +117,8 @@ class ReplicaActor:
         self._tail: deque[str] = deque(maxlen=TAIL_LINES)
         self._exited_at: float | None = None
         self._pump: threading.Thread | None = None
-        #: lines printed so far (the hang watchdog's sign of life)
+        #: lines printed so far, the live records left out (the hang watchdog's sign of life: a record is a report,
+        #: timed from its own ``reported_at`` in the document; one held back and printed later is no new life)
         self._lines = 0
 
     def endpoint(self) -> tuple[str, int]:
@@ -145,8 +146,8 @@ class ReplicaActor:
         assert self._process is not None and self._process.stdout is not None
         for raw in iter(self._process.stdout.readline, b""):
             line = raw.decode("utf-8", "replace").rstrip("\n")
-            self._lines += 1
-            if not is_record(line):  # the live records a master's tracking calls print are not its last lines
+            if not is_record(line):  # the live records a master's tracking calls print are not its lines
+                self._lines += 1
                 self._tail.append(line)
             print(f"[{name}] {line}", flush=True)  # into the Ray Job's log, beside the driver's reports
 

@@ -26,7 +26,7 @@ import pytest
 from airflow_distributed.checkpoints import CHECKPOINT_FILE
 from airflow_distributed.manifests.ray import DEFAULT_WORK_ROOT
 from tests.conftest import ROOT
-from tests.hang_scripts import gloo_hang_failure
+from tests.hang_scripts import gloo_hang_failure, last_report_named
 from tests.helpers import (
     assert_master_and_two_workers_exchanged,
     replica_lines,
@@ -56,13 +56,15 @@ def ray_cluster():
 
 
 def assert_nothing_left(cluster: RayCluster) -> None:
-    """No replica process, no Ray job still running, no placement group, no job's work folder left."""
+    """No replica process, no Ray job still running, no placement group, no live actor, no job's work folder left."""
     wait_until(lambda: replica_processes("train-") == [], timeout=30)
     assert sorted(os.listdir(WORK_ROOT / "jobs")) == []
     jobs = cluster.get("/api/jobs/")
     assert [job["submission_id"] for job in jobs if job["status"] not in FINAL] == []  # type: ignore[union-attr]
     assert cluster.placement_groups() != []  # the jobs' groups are listed, removed ones too
     wait_until(lambda: not [g for g in cluster.placement_groups() if g["state"] != "REMOVED"], timeout=30)
+    assert cluster.actors() != []  # the jobs' replica actors are listed, dead ones too
+    wait_until(lambda: not [a for a in cluster.actors() if a["state"] != "DEAD"], timeout=30)
 
 
 def jobs_of(cluster: RayCluster, dag_id: str) -> list[dict]:
@@ -197,6 +199,24 @@ def test_a_job_whose_ranks_block_in_an_all_reduce_fails_as_hung_with_their_stack
     job = xcom(run, "train", "job")
     failure = gloo_hang_failure(capfd.readouterr().out, job)
     assert failure.splitlines()[0].endswith("; no replica is left running and its placement group is removed")
+    assert [r["state"] for r in job["replicas"]] == ["stopped"] * 3
+    assert [job["status"] for job in jobs_of(ray_cluster, dag_id)] == ["FAILED"]
+    assert_nothing_left(ray_cluster)
+
+
+# The issue's scenario: a burst of reports within one live record interval, then the all-reduce that never completes.
+# The driver keeps the clock in both wait modes: the synchronous case runs with the slow tests.
+@pytest.mark.parametrize("dag_id", [pytest.param("ray_burst_hang", marks=pytest.mark.slow),
+                                    "ray_burst_hang_deferrable"])
+def test_a_ray_job_that_hangs_right_after_a_burst_of_reports_is_named_by_its_last_report(ray_cluster, capfd, dag_id):
+    run, states = run_dag(dag_id)
+
+    assert states == {"train": "failed"}
+    out = capfd.readouterr().out
+    failure = out[out.rindex("JobHungError: job "):].splitlines()[0]
+    last_report_named(failure, 10)
+    assert failure.endswith("; no replica is left running and its placement group is removed")
+    job = xcom(run, "train", "job")
     assert [r["state"] for r in job["replicas"]] == ["stopped"] * 3
     assert [job["status"] for job in jobs_of(ray_cluster, dag_id)] == ["FAILED"]
     assert_nothing_left(ray_cluster)

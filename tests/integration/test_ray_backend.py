@@ -87,6 +87,33 @@ def assert_on_loopback(cluster: RayCluster, job: str) -> list[str]:
     return addresses
 
 
+def assert_startup_phases(run, job: dict, out: str) -> None:
+    """The ``job`` XCom's ``startup``, from the driver's moments: every replica went created (the placement group
+    asked for) -> admitted (granted) -> scheduled (its actor placed) -> running (its command started) ->
+    rendezvous, in that order and within the task's run; no image pulled; the job's rendezvous is the master's
+    first progress record; said once in the task log."""
+    from airflow_distributed.jobstate.startup import epoch
+
+    startup = job["startup"]
+    master = job["replicas"][0]["name"]
+    assert list(startup["replicas"]) == [r["name"] for r in job["replicas"]]
+    assert set(startup["unknown"]) == {"image_pulled"}
+    for row in [startup["job"], *startup["replicas"].values()]:
+        assert row["image_pulled"] is None
+        phases = [row[phase] for phase in ("created", "admitted", "scheduled", "running", "rendezvous")]
+        assert None not in phases, row
+        assert phases[0] >= 0.0 and phases == sorted(phases), row
+    assert (startup["rendezvous_by"], startup["slowest"]["rendezvous"]) == ("progress", master)
+    assert startup["job"]["rendezvous"] == startup["replicas"][master]["rendezvous"]
+    # created when the Ray Job was submitted, within the task's run
+    task = next(ti for ti in run.get_task_instances() if ti.task_id == "train")
+    created = epoch(startup["created_at"])
+    assert task.start_date.timestamp() <= created
+    assert created + startup["job"]["rendezvous"] <= task.end_date.timestamp()
+    assert out.count(f"startup of {job['job_name']}: ") == 1
+    assert f"rendezvous {startup['job']['rendezvous']:.1f}s (first progress, slowest {master})" in out
+
+
 def failure_line(out: str) -> str:
     return next(line for line in out.splitlines() if re.search(r"job \S+ failed after \d+\.\ds", line))
 
@@ -103,7 +130,9 @@ def test_pytorch_ddp_on_ray_trains_with_identical_parameters_on_every_rank(ray_c
     assert len(set(assert_on_loopback(ray_cluster, result["job_name"]))) == 3
     metrics = xcom(run, "train", "metrics")
     assert metrics["world_size"] == 3 and metrics["final_loss"] < metrics["initial_loss"]
-    logs = replica_lines(capfd.readouterr().out, result["job_name"])
+    out = capfd.readouterr().out
+    assert_startup_phases(run, xcom(run, "train", "job"), out)
+    logs = replica_lines(out, result["job_name"])
     # The script fails unless the all-gathered parameter checksums are equal; each rank says it checked them.
     for rank, replica in enumerate(result["replicas"]):
         assert any(f"rank {rank}/3: process group ready (127.0.0.1:" in line for line in logs[replica["name"]])
@@ -218,6 +247,9 @@ def test_a_ray_job_that_hangs_right_after_a_burst_of_reports_is_named_by_its_las
     assert failure.endswith("; no replica is left running and its placement group is removed")
     job = xcom(run, "train", "job")
     assert [r["state"] for r in job["replicas"]] == ["stopped"] * 3
+    assert_startup_phases(run, job, out)  # recorded for a failed job too
+    if dag_id == "ray_burst_hang":  # the synchronous wait says it as the job trains, seconds before it hangs
+        assert out.index(f"startup of {job['job_name']}: ") < out.index(f"replicas of {job['job_name']} (final)")
     assert [job["status"] for job in jobs_of(ray_cluster, dag_id)] == ["FAILED"]
     assert_nothing_left(ray_cluster)
 

@@ -99,6 +99,11 @@ class RayCluster:
         answer = self.get(f"/api/v0/placement_groups?limit=1000&detail={str(detail).lower()}")
         return answer["data"]["result"]["result"]  # type: ignore[index]
 
+    def actors(self) -> list[dict]:
+        """Every actor the cluster knows, with its ``class_name`` and ``state`` (``DEAD`` once gone)."""
+        answer = self.get("/api/v0/actors?limit=1000")
+        return answer["data"]["result"]["result"]  # type: ignore[index]
+
     def processes(self) -> list[psutil.Process]:
         """This cluster's processes: those whose command line names its temporary folder or its GCS address."""
         marks = (self.temp_dir, f"127.0.0.1:{self.gcs_port}")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import requests
 
 from airflow_distributed.backends.base import DistributedJobError, ForRay, Problem, TaskCalls, log_ignored
-from airflow_distributed.backends.job_end import end_job, read_document
+from airflow_distributed.backends.job_end import end_job, log_startup, read_document
 from airflow_distributed.backends.job_run import deferral_deadline
 from airflow_distributed.backends.local import ignored_pod_settings
 from airflow_distributed.backends.local_live import LIVE_XCOM_KEY, LiveJobReport
@@ -24,6 +24,7 @@ from airflow_distributed.hooks.ray import FINAL_STATES, RayJobHook, renew_livene
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.failures import job_failure
 from airflow_distributed.jobstate.outcome import JobOutcome
+from airflow_distributed.jobstate.startup import BY_PROGRESS, started
 from airflow_distributed.manifests.ray import (
     DEFAULT_WORK_ROOT,
     RayOptions,
@@ -31,6 +32,7 @@ from airflow_distributed.manifests.ray import (
     job_layout,
     last_report,
     ray_job,
+    ray_startup,
     renew_interval,
 )
 from airflow_distributed.status import ReplicaStatus, render_table
@@ -117,16 +119,22 @@ class RayJobRun:
         if settings.deferrable:
             self._defer(context, name, spec.framework, renew_every)
         live = _live_report(context, log, name, spec.framework)
+        startup = StartupNote(name, log)
+
+        def on_report(logs: str, info: dict[str, Any]) -> None:
+            live(logs)
+            startup(logs, info)
+
         try:
-            info = wait_for_job(hook, name, max(MIN_POLL_INTERVAL, settings.options.poll_interval), log, on_report=live,
-                                renew_every=renew_every)
+            info = wait_for_job(hook, name, max(MIN_POLL_INTERVAL, settings.options.poll_interval), log,
+                                on_report=on_report, renew_every=renew_every)
         except BaseException:
             # execution_timeout (AirflowTaskTimeout) or anything else: the job must not outlive the wait.
             stop_job(hook, name, log)
             raise
         finally:
             self.waited = None
-        return finish(context, log, settings, hook, name, spec.framework, info)
+        return finish(context, log, settings, hook, name, spec.framework, info, startup_logged=startup.logged)
 
     def _defer(self, context: Context, name: str, framework: str, renew_every: float) -> None:
         settings = self.settings
@@ -171,11 +179,12 @@ def _live_report(context: Context, log: Any, name: str, framework: str) -> Calla
 
 def wait_for_job(hook: RayJobHook, name: str, interval: float, log: Any,
                  reconnect_budget: float = RECONNECT_BUDGET,
-                 on_report: Callable[[str], None] | None = None, renew_every: float | None = None) -> dict[str, Any]:
+                 on_report: Callable[[str, dict[str, Any]], None] | None = None,
+                 renew_every: float | None = None) -> dict[str, Any]:
     """The job's details once it is in a final state; the replicas' table in the task log as it changes. The Jobs
     API may be unreachable for up to ``reconnect_budget`` seconds in a row: that is not a failure of the job.
 
-    :param on_report: called with the driver's log at every poll while the job runs.
+    :param on_report: called with the driver's log and the job's details at every poll while the job runs.
     :param renew_every: seconds between two renewals of the job's liveness (``None``: none), the first at once.
     """
     last_rows: Any = None
@@ -194,7 +203,7 @@ def wait_for_job(hook: RayJobHook, name: str, interval: float, log: Any,
             logs = hook.logs(name)
             report = last_report(logs, "replicas")
             if on_report is not None:
-                on_report(logs)
+                on_report(logs, info)
             unreachable_since = None
         except (requests.ConnectionError, requests.Timeout) as error:
             now = time.monotonic()
@@ -210,9 +219,36 @@ def wait_for_job(hook: RayJobHook, name: str, interval: float, log: Any,
         time.sleep(interval)
 
 
+class StartupNote:
+    """Says the job's startup in the task log once, at the first poll after the driver reported it (the master's
+    first progress record: the job trains); a job whose master reports no progress has it said at its end."""
+
+    def __init__(self, name: str, log: Any) -> None:
+        self.name, self.log = name, log
+        self.logged = False
+
+    def __call__(self, logs: str, info: dict[str, Any]) -> None:
+        if self.logged:
+            return
+        startup = ray_startup(last_report(logs, "startup"), submitted_at(info))
+        if started(startup) and startup.get("rendezvous_by") == BY_PROGRESS:
+            log_startup(self.log, self.name, startup)
+            self.logged = True
+
+
+def submitted_at(info: dict[str, Any] | None) -> float | None:
+    """When the Ray Job was submitted (its ``start_time``, milliseconds since the epoch), in epoch seconds."""
+    start = (info or {}).get("start_time")
+    return start / 1000 if isinstance(start, (int, float)) and not isinstance(start, bool) and start > 0 else None
+
+
 def finish(context: Context, log: Any, settings: ForRay, hook: RayJobHook, name: str, framework: str,
-           info: dict[str, Any]) -> dict[str, Any]:
-    """The job ended: its outcome from the driver's last report, the ``job`` XCom, the result or the error."""
+           info: dict[str, Any], startup_logged: bool = False) -> dict[str, Any]:
+    """The job ended: its outcome from the driver's last report, the ``job`` XCom (with the job's startup phases,
+    from the driver's report), the result or the error.
+
+    :param startup_logged: the wait said the job's startup in the task log already.
+    """
     logs = hook.logs(name)
     report = last_report(logs, "outcome") or {}
     rows = _statuses(report.get("replicas") or [])
@@ -221,7 +257,9 @@ def finish(context: Context, log: Any, settings: ForRay, hook: RayJobHook, name:
                    outcome=JobOutcome(ending.SUCCEEDED, rows) if succeeded else _outcome(info, report, logs),
                    document=read_document(report.get("document"), log), replicas=rows,
                    logs=report.get("logs") or {}, elapsed=_elapsed(info),
-                   cleanup="no replica is left running and its placement group is removed")
+                   cleanup="no replica is left running and its placement group is removed",
+                   startup=ray_startup(report.get("startup") or last_report(logs, "startup"), submitted_at(info)),
+                   startup_logged=startup_logged)
 
 
 def _outcome(info: dict[str, Any], report: dict[str, Any], logs: str) -> JobOutcome:
@@ -276,4 +314,4 @@ def ignored_by_ray(settings: ForRay, spec: TrainingSpec) -> list[Problem]:
     return ignored + ignored_pod_settings(spec, IGNORED_POD_SETTINGS, "the replicas are processes of a Ray job")
 
 
-__all__ = ["RayJobRun", "ignored_by_ray", "ray_dirs", "stop_job", "wait_for_job"]
+__all__ = ["RayJobRun", "StartupNote", "finish", "ignored_by_ray", "ray_dirs", "stop_job", "wait_for_job"]

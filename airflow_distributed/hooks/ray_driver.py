@@ -7,7 +7,10 @@ exit decides; a replica that exits non-zero stops the others. What it sees goes 
 (``manifests.ray.report_line``), which the task reads through the Jobs API. With ``progress_timeout`` the driver keeps
 the hang watchdog's clock (``progress_watch.HangWatchdog``, as the local backend's task does): it sees the master's
 lines and output document, and a job quiet that long while every replica runs has its replicas' stacks dumped, is
-stopped, and ends ``hung``. Whatever the ending (a stop of the Ray
+stopped, and ends ``hung``. It reports the moments of the job's start it saw (the placement group asked for and
+granted, each actor placed, each command started, each replica's first line and first progress record) once the
+master printed its first progress record and again with the outcome: the task's ``startup`` record
+(``manifests.ray.ray_startup``). Whatever the ending (a stop of the Ray
 Job included: SIGTERM), the replicas are stopped and the placement group removed; if the driver is SIGKILLed, Ray
 removes its actors and placement group, and a replica dies with its actor (``PR_SET_PDEATHSIG``). A job whose task
 is gone without stopping it (SIGKILLed, its worker lost) is stopped the same way once its liveness key has not
@@ -40,7 +43,7 @@ from airflow_distributed.contract import ENV_STACKS_DIR, ENV_STACKS_SIGNAL
 from airflow_distributed.hooks.local import STACKS_SIGNAL, STACKS_WAIT, TAIL_LINES, LocalProcessHook, die_with_parent
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.progress_watch import HangWatchdog
-from airflow_distributed.live_report import is_record
+from airflow_distributed.live_report import is_record, reports_progress
 from airflow_distributed.manifests.local import PYTHON_NAMES, STANDBY_CODE, resolve_python
 from airflow_distributed.manifests.ray import JOB_VARIABLE, ActorAddressing, report_line
 from airflow_distributed.plan import ClusterPlan, Layout, build_plan
@@ -117,8 +120,13 @@ class ReplicaActor:
         self._tail: deque[str] = deque(maxlen=TAIL_LINES)
         self._exited_at: float | None = None
         self._pump: threading.Thread | None = None
-        #: lines printed so far (the hang watchdog's sign of life)
+        #: lines printed so far, the live records left out (the hang watchdog's sign of life: a record is a report,
+        #: timed from its own ``reported_at`` in the document; one held back and printed later is no new life)
         self._lines = 0
+        #: the startup phases this actor sees (epoch seconds on its node): it was placed and its process is up now;
+        #: the replica's process started, its first line, its first progress record
+        self._moments: dict[str, float | None] = {"placed": time.time(), "started": None, "first_line": None,
+                                                  "first_report": None}
 
     def endpoint(self) -> tuple[str, int]:
         """The node's address as Ray knows it, and a port free there now."""
@@ -137,6 +145,7 @@ class ReplicaActor:
             argv, env={**os.environ, **env}, cwd=os.path.dirname(files_dir), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent,
         )
+        self._moments["started"] = time.time()
         self._pump = threading.Thread(target=self._read, args=(name,), daemon=True)
         self._pump.start()
         return self._process.pid
@@ -145,8 +154,13 @@ class ReplicaActor:
         assert self._process is not None and self._process.stdout is not None
         for raw in iter(self._process.stdout.readline, b""):
             line = raw.decode("utf-8", "replace").rstrip("\n")
-            self._lines += 1
-            if not is_record(line):  # the live records a master's tracking calls print are not its last lines
+            if is_record(line):  # the live records a master's tracking calls print are not its lines
+                if self._moments["first_report"] is None and reports_progress(line):
+                    self._moments["first_report"] = time.time()
+            else:
+                if self._moments["first_line"] is None:
+                    self._moments["first_line"] = time.time()
+                self._lines += 1
                 self._tail.append(line)
             print(f"[{name}] {line}", flush=True)  # into the Ray Job's log, beside the driver's reports
 
@@ -157,7 +171,8 @@ class ReplicaActor:
             self._exited_at = time.time()
             if self._pump is not None:
                 self._pump.join(1.0)
-        return {"exit_code": code, "exited_at": self._exited_at, "tail": list(self._tail), "lines": self._lines}
+        return {"exit_code": code, "exited_at": self._exited_at, "tail": list(self._tail), "lines": self._lines,
+                "moments": dict(self._moments)}
 
     def dump_stacks(self, signal_name: str, folder: str) -> int:
         """Send ``signal_name`` to each process of the replica that registered its stack dump in ``folder``
@@ -232,16 +247,23 @@ class Driver:
         self._master_lines = 0
         self._last_live: Any = None
         self.hang: HangWatchdog | None = None
+        #: when the placement group was asked for and granted (epoch seconds): the startup phases' first moments
+        self._asked: float | None = None
+        self._admitted: float | None = None
+        #: the startup report, once sent (the master's first progress record: the job trains)
+        self.startup_sent: dict[str, Any] | None = None
 
     def run(self) -> dict[str, Any]:
         """Start the job and wait for it; the outcome report."""
         job = self.job
+        self._asked = time.time()
         self.group = placement_group(job["bundles"], strategy=job["strategy"], name=job["job_name"])
         if not self.group.wait(timeout_seconds=job["startup_timeout"]):
             return {"kind": "outcome", "ending": ending.NOT_STARTED, "replicas": [],
                     "message": f"the cluster did not reserve the job's placement group ({job['strategy']}, "
                                f"bundles {json.dumps(job['bundles'])}) within {job['startup_timeout']:g}s: "
                                f"{self._unplaced_reason()}"}
+        self._admitted = time.time()
         actor_class = ray.remote(ReplicaActor)
         for index, reserved in enumerate(job["bundles"]):
             options: dict[str, Any] = {
@@ -316,6 +338,22 @@ class Driver:
             print(report_line({"kind": "replicas", "replicas": rows}), flush=True)
             self._last = rows
 
+    def startup(self, polls: list[dict[str, Any]]) -> dict[str, Any]:
+        """The moments of the job's start as this driver saw them (``manifests.ray.ray_startup`` reads them): its
+        placement group asked for and granted, and each replica's actor placed, command started, first line and
+        first progress record (epoch seconds), master first."""
+        assert self.plan is not None
+        return {"created": self._asked, "admitted": self._admitted,
+                "replicas": [{"name": replica.name, **poll["moments"]}
+                             for replica, poll in zip(self.plan.replicas, polls)]}
+
+    def _report_startup(self, polls: list[dict[str, Any]]) -> None:
+        """The startup report, once, when the master printed its first progress record (the job trains: the task
+        says its startup then); the outcome carries the final one."""
+        if self.startup_sent is None and polls[0]["moments"]["first_report"] is not None:
+            self.startup_sent = self.startup(polls)
+            print(report_line({"kind": "startup", **self.startup_sent}), flush=True)
+
     def _report_live(self) -> None:
         """The master's document, at most every ``LIVE_INTERVAL`` and on change (the replicas' lines are the task
         log's: the ending report carries them)."""
@@ -334,6 +372,7 @@ class Driver:
         while True:
             polls = ray.get([actor.poll.remote() for actor in self.actors])
             self._report_change(self._statuses(polls))
+            self._report_startup(polls)
             failed = sorted((position for position, poll in enumerate(polls) if poll["exit_code"] not in (None, 0)),
                             key=lambda position: polls[position]["exited_at"] or 0.0)
             if failed:
@@ -392,6 +431,7 @@ class Driver:
             "logs": {replica.name: poll["tail"] for replica, poll in zip(self.plan.replicas, polls)},
             # Read on failure too: metrics logged before a crash help whoever looks at the failed run.
             "document": ray.get(self.actors[0].read.remote(self.layout.output_path)),
+            "startup": self.startup(polls),
         }
         if deciding is not None:
             report.update(replica=self.plan.replicas[deciding].name, exit_code=polls[deciding]["exit_code"],
@@ -431,7 +471,8 @@ def main() -> int:
             watch.start()
         report = driver.run()
     except JobStopped:
-        report = {"kind": "outcome", "ending": ending.STOPPED, "replicas": driver._last}
+        report = {"kind": "outcome", "ending": ending.STOPPED, "replicas": driver._last,
+                  **({"startup": driver.startup_sent} if driver.startup_sent is not None else {})}
         if watch is not None and watch.abandoned:  # no Ray SIGKILL follows: the replicas get their whole grace
             report["message"] = (f"no task renewed the job's liveness for {watch.grace:g}s (liveness_grace): the "
                                  "job was abandoned and stopped")

@@ -10,6 +10,8 @@ A replica goes ``created`` -> ``admitted`` -> ``scheduled`` -> ``image_pulled`` 
   where a queue admits the job: a Kubeflow job's ``Suspended`` condition);
 - a local process (``process_startup``): when the task started it (``created`` and ``running``: no queue, no
   scheduler, no image);
+- a Ray replica (``actor_startup``): what the job's driver saw of its placement group (asked for, granted), of the
+  replica's actor (up in its bundle) and of the command the actor started (no image);
 - the log of a replica, where the backend follows it (``LogCursor.first_ns`` and ``first_progress_ns``).
 
 A phase with no moment is ``None`` (unknown), never guessed; the job's phase is its slowest replica's, unknown as
@@ -45,6 +47,10 @@ POD_UNKNOWN = {
 }
 #: A custom job kind's (Kubeflow v1, TrainJob): admission is known where its ``Suspended`` condition says it.
 NEVER_SUSPENDED = "the job was never suspended: no queue held it back"
+#: A Ray replica's (``backend="ray"``): its actor runs in the cluster's Python environment.
+ACTOR_UNKNOWN = {
+    "image_pulled": "a Ray replica runs in the cluster's own Python environment: no image is pulled for it",
+}
 PROCESS_UNKNOWN = {
     "admitted": "no queue on the local backend",
     "scheduled": "no scheduler on the local backend",
@@ -145,6 +151,23 @@ def process_startup(name: str, *, created: float, started: float | None, first_l
     """A local replica's moments: ``created`` when the task set out to start the job, ``running`` when its process
     was started (epoch seconds)."""
     moments = {"created": created, "admitted": None, "scheduled": None, "image_pulled": None, "running": started}
+    return _with_rendezvous(name, moments, first_line, first_report)
+
+
+def actor_startup(name: str, *, created: float | None, admitted: float | None, placed: float | None,
+                  started: float | None, first_line: float | None = None,
+                  first_report: float | None = None) -> ReplicaStartup:
+    """A Ray replica's moments, as its job's driver saw them (epoch seconds on the cluster's clocks).
+
+    :param created: when the driver asked for the job's placement group (the replica's bundle).
+    :param admitted: when the cluster granted the whole placement group (every replica's resources reserved).
+    :param placed: when the replica's actor came up in its bundle (``scheduled``: placed on its node).
+    :param started: when the actor started the replica's command (``running``).
+    :param first_line: when the replica printed its first line, as its actor read it.
+    :param first_report: when it printed its first progress record (the master's live record).
+    """
+    moments = {"created": created, "admitted": admitted, "scheduled": placed, "image_pulled": None,
+               "running": started}
     return _with_rendezvous(name, moments, first_line, first_report)
 
 
@@ -275,7 +298,7 @@ def first_moments(cursors: Iterable[tuple[str, LogCursor]]) -> dict[str, tuple[f
     return out
 
 
-__all__ = ["BY_LINE", "BY_PROGRESS", "NEVER_SUSPENDED", "PHASES", "POD_UNKNOWN", "PROCESS_UNKNOWN",
-           "STARTUP_REPLICAS", "ReplicaStartup", "admitted_at", "custom_job_unknown", "epoch", "first_moments",
-           "job_startup", "master_log_cursor", "pod_startup", "process_startup", "replica_lines", "started",
-           "startup_line"]
+__all__ = ["ACTOR_UNKNOWN", "BY_LINE", "BY_PROGRESS", "NEVER_SUSPENDED", "PHASES", "POD_UNKNOWN", "PROCESS_UNKNOWN",
+           "STARTUP_REPLICAS", "ReplicaStartup", "actor_startup", "admitted_at", "custom_job_unknown", "epoch",
+           "first_moments", "job_startup", "master_log_cursor", "pod_startup", "process_startup", "replica_lines",
+           "started", "startup_line"]

@@ -10,12 +10,14 @@ channel the Jobs API gives back, and ``last_report`` reads the latest one.
 from __future__ import annotations
 
 import json
+import math
 import posixpath
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from airflow_distributed.jobstate.startup import ACTOR_UNKNOWN, actor_startup, job_startup
 from airflow_distributed.plan import Layout, SpecReplica, expand_replicas
 from airflow_distributed.spec.models import TrainingSpec
 from airflow_distributed.spec.quantities import amount_in_base_units
@@ -238,13 +240,44 @@ def ray_job(description: Mapping[str, Any], interpreter: str) -> tuple[str, dict
     return entrypoint, {"env_vars": {JOB_VARIABLE: json.dumps(description, separators=(",", ":"))}}
 
 
+def ray_startup(report: Mapping[str, Any] | None, created: float | None = None) -> dict[str, Any]:
+    """The ``startup`` section of a Ray job (``jobstate.startup``) from the driver's report of its moments:
+    ``{"created": when it asked for the placement group, "admitted": when the cluster granted it, "replicas": [{"name",
+    "placed", "started", "first_line", "first_report"}, ...]}`` (epoch seconds, master first; ``None``: not seen).
+    ``{}`` when the report names no replica (the placement group was never granted: no replica got a name).
+
+    :param created: when the Ray Job was submitted (its ``start_time``): the job's creation, where the cluster says
+        it; the phases count from the earlier of it and the driver's request for the placement group.
+    """
+    if not isinstance(report, Mapping):
+        return {}
+    rows = [row for row in report.get("replicas") or ()
+            if isinstance(row, Mapping) and isinstance(row.get("name"), str)]
+    if not rows:
+        return {}
+    asked, admitted = _moment(report.get("created")), _moment(report.get("admitted"))
+    replicas = [actor_startup(row["name"], created=asked, admitted=admitted, placed=_moment(row.get("placed")),
+                              started=_moment(row.get("started")), first_line=_moment(row.get("first_line")),
+                              first_report=_moment(row.get("first_report"))) for row in rows]
+    start = min((moment for moment in (_moment(created), asked) if moment is not None), default=None)
+    return job_startup(replicas, master=rows[0]["name"], unknown=ACTOR_UNKNOWN, created=start)
+
+
+def _moment(value: Any) -> float | None:
+    """An epoch time of a report, or ``None`` (not seen, or not a time)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        return None
+    return float(value)
+
+
 def report_line(report: Mapping[str, Any]) -> str:
     """One report of the driver as a line of its log."""
     return REPORT_MARK + json.dumps(report, separators=(",", ":"))
 
 
 def last_report(logs: str, kind: str | None = None) -> dict[str, Any] | None:
-    """The latest report in the driver's log (of ``kind`` when given: ``replicas`` or ``outcome``), or ``None``.
+    """The latest report in the driver's log (of ``kind`` when given: ``replicas``, ``live``, ``startup`` or
+    ``outcome``), or ``None``.
     A line that does not parse (cut off, or a replica printing the mark) is skipped."""
     for line in reversed(logs.splitlines()):
         start = line.find(REPORT_MARK)
@@ -261,4 +294,4 @@ def last_report(logs: str, kind: str | None = None) -> dict[str, Any] | None:
 
 __all__ = ["DEFAULT_LIVENESS_GRACE", "DEFAULT_WORK_ROOT", "DRIVER_MODULE", "JOB_VARIABLE", "REPORT_MARK", "STRATEGIES",
            "ActorAddressing", "RayOptions", "bundle", "bundles", "job_description", "job_layout", "last_report",
-           "liveness_key", "ray_job", "ray_option_problems", "renew_interval", "report_line"]
+           "liveness_key", "ray_job", "ray_option_problems", "ray_startup", "renew_interval", "report_line"]

@@ -16,7 +16,7 @@ import pendulum
 from airflow.sdk import DAG
 
 from airflow_distributed.operators import DistributedTrainingOperator
-from tests.hang_scripts import GLOO_HANG, SLOW_BUT_REPORTING
+from tests.hang_scripts import BURST_THEN_HANG, GLOO_HANG, SLOW_BUT_REPORTING
 
 TRAINING_DIR = Path(__file__).resolve().parents[2] / "example_dags" / "training"
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
@@ -96,3 +96,10 @@ _hangs = {"progress_timeout": timedelta(seconds=10), "execution_timeout": timede
 hung = _job_dag("ray_hung", ["python", "-c", GLOO_HANG], **_hangs)
 hung_deferrable = _job_dag("ray_hung_deferrable", ["python", "-c", GLOO_HANG], deferrable=True, **_hangs)
 slow_but_reporting = _job_dag("ray_slow_but_reporting", ["python", "-c", SLOW_BUT_REPORTING], progress_timeout=5.0)
+# The hang: every rank reports steps 1 to 10 (log_progress and log_metrics) 0.2 s apart, well within one live
+# record interval, then the master and worker 0 block in an all-reduce worker 1 never joins; the failure must name
+# the master's last report, step 10, and time the silence from it, in both wait modes.
+_burst = {"progress_timeout": timedelta(seconds=10), "execution_timeout": timedelta(minutes=2)}
+burst_hang = _job_dag("ray_burst_hang", ["python", "-c", BURST_THEN_HANG], **_burst)
+burst_hang_deferrable = _job_dag("ray_burst_hang_deferrable", ["python", "-c", BURST_THEN_HANG], deferrable=True,
+                                 **_burst)

@@ -26,7 +26,7 @@ import pytest
 from airflow_distributed.checkpoints import CHECKPOINT_FILE
 from airflow_distributed.manifests.ray import DEFAULT_WORK_ROOT
 from tests.conftest import ROOT
-from tests.hang_scripts import gloo_hang_failure
+from tests.hang_scripts import gloo_hang_failure, last_report_named
 from tests.helpers import (
     assert_master_and_two_workers_exchanged,
     replica_lines,
@@ -56,13 +56,15 @@ def ray_cluster():
 
 
 def assert_nothing_left(cluster: RayCluster) -> None:
-    """No replica process, no Ray job still running, no placement group, no job's work folder left."""
+    """No replica process, no Ray job still running, no placement group, no live actor, no job's work folder left."""
     wait_until(lambda: replica_processes("train-") == [], timeout=30)
     assert sorted(os.listdir(WORK_ROOT / "jobs")) == []
     jobs = cluster.get("/api/jobs/")
     assert [job["submission_id"] for job in jobs if job["status"] not in FINAL] == []  # type: ignore[union-attr]
     assert cluster.placement_groups() != []  # the jobs' groups are listed, removed ones too
     wait_until(lambda: not [g for g in cluster.placement_groups() if g["state"] != "REMOVED"], timeout=30)
+    assert cluster.actors() != []  # the jobs' replica actors are listed, dead ones too
+    wait_until(lambda: not [a for a in cluster.actors() if a["state"] != "DEAD"], timeout=30)
 
 
 def jobs_of(cluster: RayCluster, dag_id: str) -> list[dict]:
@@ -85,6 +87,33 @@ def assert_on_loopback(cluster: RayCluster, job: str) -> list[str]:
     return addresses
 
 
+def assert_startup_phases(run, job: dict, out: str) -> None:
+    """The ``job`` XCom's ``startup``, from the driver's moments: every replica went created (the placement group
+    asked for) -> admitted (granted) -> scheduled (its actor placed) -> running (its command started) ->
+    rendezvous, in that order and within the task's run; no image pulled; the job's rendezvous is the master's
+    first progress record; said once in the task log."""
+    from airflow_distributed.jobstate.startup import epoch
+
+    startup = job["startup"]
+    master = job["replicas"][0]["name"]
+    assert list(startup["replicas"]) == [r["name"] for r in job["replicas"]]
+    assert set(startup["unknown"]) == {"image_pulled"}
+    for row in [startup["job"], *startup["replicas"].values()]:
+        assert row["image_pulled"] is None
+        phases = [row[phase] for phase in ("created", "admitted", "scheduled", "running", "rendezvous")]
+        assert None not in phases, row
+        assert phases[0] >= 0.0 and phases == sorted(phases), row
+    assert (startup["rendezvous_by"], startup["slowest"]["rendezvous"]) == ("progress", master)
+    assert startup["job"]["rendezvous"] == startup["replicas"][master]["rendezvous"]
+    # created when the Ray Job was submitted, within the task's run
+    task = next(ti for ti in run.get_task_instances() if ti.task_id == "train")
+    created = epoch(startup["created_at"])
+    assert task.start_date.timestamp() <= created
+    assert created + startup["job"]["rendezvous"] <= task.end_date.timestamp()
+    assert out.count(f"startup of {job['job_name']}: ") == 1
+    assert f"rendezvous {startup['job']['rendezvous']:.1f}s (first progress, slowest {master})" in out
+
+
 def failure_line(out: str) -> str:
     return next(line for line in out.splitlines() if re.search(r"job \S+ failed after \d+\.\ds", line))
 
@@ -101,7 +130,9 @@ def test_pytorch_ddp_on_ray_trains_with_identical_parameters_on_every_rank(ray_c
     assert len(set(assert_on_loopback(ray_cluster, result["job_name"]))) == 3
     metrics = xcom(run, "train", "metrics")
     assert metrics["world_size"] == 3 and metrics["final_loss"] < metrics["initial_loss"]
-    logs = replica_lines(capfd.readouterr().out, result["job_name"])
+    out = capfd.readouterr().out
+    assert_startup_phases(run, xcom(run, "train", "job"), out)
+    logs = replica_lines(out, result["job_name"])
     # The script fails unless the all-gathered parameter checksums are equal; each rank says it checked them.
     for rank, replica in enumerate(result["replicas"]):
         assert any(f"rank {rank}/3: process group ready (127.0.0.1:" in line for line in logs[replica["name"]])
@@ -198,6 +229,27 @@ def test_a_job_whose_ranks_block_in_an_all_reduce_fails_as_hung_with_their_stack
     failure = gloo_hang_failure(capfd.readouterr().out, job)
     assert failure.splitlines()[0].endswith("; no replica is left running and its placement group is removed")
     assert [r["state"] for r in job["replicas"]] == ["stopped"] * 3
+    assert [job["status"] for job in jobs_of(ray_cluster, dag_id)] == ["FAILED"]
+    assert_nothing_left(ray_cluster)
+
+
+# The issue's scenario: a burst of reports within one live record interval, then the all-reduce that never completes.
+# The driver keeps the clock in both wait modes: the synchronous case runs with the slow tests.
+@pytest.mark.parametrize("dag_id", [pytest.param("ray_burst_hang", marks=pytest.mark.slow),
+                                    "ray_burst_hang_deferrable"])
+def test_a_ray_job_that_hangs_right_after_a_burst_of_reports_is_named_by_its_last_report(ray_cluster, capfd, dag_id):
+    run, states = run_dag(dag_id)
+
+    assert states == {"train": "failed"}
+    out = capfd.readouterr().out
+    failure = out[out.rindex("JobHungError: job "):].splitlines()[0]
+    last_report_named(failure, 10)
+    assert failure.endswith("; no replica is left running and its placement group is removed")
+    job = xcom(run, "train", "job")
+    assert [r["state"] for r in job["replicas"]] == ["stopped"] * 3
+    assert_startup_phases(run, job, out)  # recorded for a failed job too
+    if dag_id == "ray_burst_hang":  # the synchronous wait says it as the job trains, seconds before it hangs
+        assert out.index(f"startup of {job['job_name']}: ") < out.index(f"replicas of {job['job_name']} (final)")
     assert [job["status"] for job in jobs_of(ray_cluster, dag_id)] == ["FAILED"]
     assert_nothing_left(ray_cluster)
 

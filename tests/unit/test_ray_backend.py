@@ -224,3 +224,85 @@ def test_a_dag_using_backend_ray_parses_without_ray_installed():
     """)
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+# ---------------------------------------------------------------------------------------------- startup phases
+def _moments(name: str, placed: float | None, started: float | None, first_line: float | None = None,
+             first_report: float | None = None) -> dict:
+    return {"name": name, "placed": placed, "started": started, "first_line": first_line,
+            "first_report": first_report}
+
+
+#: The driver's report of a job of three (epoch seconds): the placement group asked for at +1 s, granted at +3 s.
+T = 1_800_000_000.0
+DRIVER_REPORT = {"created": T + 1, "admitted": T + 3, "replicas": [
+    _moments("j-master-0", T + 3.5, T + 4, first_line=T + 6, first_report=T + 9),
+    _moments("j-worker-0", T + 3.25, T + 5, first_line=T + 7),
+    _moments("j-worker-1", T + 4, T + 4.5)]}
+
+
+def test_a_ray_jobs_startup_maps_the_placement_group_the_actors_and_the_replicas_lines():
+    from airflow_distributed.jobstate.startup import ACTOR_UNKNOWN
+    from airflow_distributed.manifests.ray import ray_startup
+
+    startup = ray_startup(DRIVER_REPORT, created=T)  # submitted at T
+
+    assert startup["created_at"] == "2027-01-15T08:00:00Z"
+    # admitted = the placement group granted, scheduled = the actor placed, running = its command started
+    assert startup["replicas"]["j-master-0"] == {"created": 1.0, "admitted": 3.0, "scheduled": 3.5,
+                                                 "image_pulled": None, "running": 4.0, "rendezvous": 9.0,
+                                                 "rendezvous_by": "progress"}
+    assert startup["replicas"]["j-worker-0"]["rendezvous_by"] == "line"
+    assert startup["replicas"]["j-worker-1"]["rendezvous"] is None  # no line yet: unknown, not guessed
+    # the job: its slowest replica per phase, its rendezvous the master's first progress record
+    assert startup["job"] == {"created": 1.0, "admitted": 3.0, "scheduled": 4.0, "image_pulled": None,
+                              "running": 5.0, "rendezvous": 9.0}
+    assert (startup["slowest"]["scheduled"], startup["slowest"]["running"]) == ("j-worker-1", "j-worker-0")
+    assert startup["rendezvous_by"] == "progress"
+    assert startup["unknown"] == ACTOR_UNKNOWN and set(ACTOR_UNKNOWN) == {"image_pulled"}
+
+
+def test_a_ray_jobs_startup_counts_from_the_driver_without_the_submission_and_never_before_it():
+    from airflow_distributed.manifests.ray import ray_startup
+
+    assert ray_startup(DRIVER_REPORT)["job"]["created"] == 0.0  # from the request for the placement group
+    # a submission time after the driver's own (clocks apart): the earlier one, no phase before the job's creation
+    assert ray_startup(DRIVER_REPORT, created=T + 2)["job"]["created"] == 0.0
+
+
+@pytest.mark.parametrize("report", [None, {}, {"created": T, "admitted": None, "replicas": []}, "text",
+                                    {"replicas": [{"placed": T}]}])
+def test_no_startup_without_a_named_replica(report):
+    from airflow_distributed.manifests.ray import ray_startup
+
+    assert ray_startup(report, created=T) == {}
+
+
+def test_a_moment_that_is_not_a_time_is_unknown():
+    from airflow_distributed.manifests.ray import ray_startup
+
+    report = {"created": T, "admitted": True, "replicas": [_moments("m", "soon", float("nan"), first_line=-1.0)]}
+    startup = ray_startup(report)
+    assert startup["replicas"]["m"] == {"created": 0.0, "admitted": None, "scheduled": None, "image_pulled": None,
+                                        "running": None, "rendezvous": None, "rendezvous_by": None}
+
+
+def test_the_wait_says_a_ray_jobs_startup_once_when_the_master_reported_progress(caplog):
+    import logging
+
+    from airflow_distributed.backends.ray_run import StartupNote
+    from airflow_distributed.manifests.ray import report_line
+
+    log = logging.getLogger("test_ray_startup")
+    note = StartupNote("j", log)
+    not_yet = {**DRIVER_REPORT, "replicas": [{**DRIVER_REPORT["replicas"][0], "first_report": None}]}
+    with caplog.at_level(logging.INFO, logger=log.name):
+        note("no report yet\n", {"start_time": T * 1000})
+        note(report_line({"kind": "startup", **not_yet}), {"start_time": T * 1000})
+        assert not note.logged and caplog.messages == []
+        for _ in range(2):
+            note(report_line({"kind": "startup", **DRIVER_REPORT}) + "\n", {"start_time": T * 1000})
+    assert note.logged
+    (line,) = caplog.messages
+    assert line.startswith("startup of j: admitted 3.0s, scheduled 4.0s, running 5.0s, rendezvous 9.0s (first "
+                           "progress, slowest j-master-0); unknown: image_pulled")

@@ -11,10 +11,10 @@
 #             this project (no dependencies: training code imports airflow_distributed.tracking only), and the
 #             example training scripts at /opt/airflow-distributed/training. Three layers: the system, torch (both
 #             reused while their recipe stays the same), the project (rebuilt when its sources change).
-#   --with tensorflow | jax | xgboost
+#   --with tensorflow | jax | xgboost | mxnet | paddle
 #             trainer-<framework>: the same system and project layers around that framework's CPU wheels (the
-#             versions of pyproject.toml's extra) instead of torch; built only when asked, as each weighs hundreds
-#             of megabytes (the slow tests ask).
+#             versions of pyproject.toml's extras or of scripts/framework-venv.sh) instead of torch; built only
+#             when asked, as each weighs hundreds of megabytes (the slow tests ask).
 #
 # With --push, each image the registry lacks (plain HTTP, e.g. 127.0.0.1:5000) is copied there. Prints one line per
 # image, `<name> <reference>`; quiet otherwise unless failing. Needs root (debootstrap).
@@ -41,6 +41,16 @@ declare -A framework_requirements=(
     [tensorflow]="tensorflow-cpu==2.21.0"
     [jax]="jax==0.10.2 jaxlib==0.10.2"
     [xgboost]="xgboost-cpu==3.2.0"
+    # scripts/framework-venv.sh's pins, and why: MXNet 1.9.1 uses numpy aliases NumPy 1.24 removed.
+    [mxnet]="mxnet==1.9.1 numpy<1.24"
+    # Paddle imports setuptools at run time without requiring it (a virtualenv has it; a --target install not).
+    [paddle]="paddlepaddle==3.3.1 setuptools"
+)
+# Debian packages a framework's wheels load but do not bundle (ldd of their libraries, beyond libc and libstdc++),
+# unpacked into its layer: GCC's OpenMP runtime, and for MXNet's bundled libgfortran its quad-precision maths.
+declare -A framework_packages=(
+    [mxnet]="libgomp1 libquadmath0"
+    [paddle]="libgomp1"
 )
 for framework in "${frameworks[@]}"; do
     [[ -n "${framework_requirements[$framework]:-}" ]] \
@@ -116,12 +126,22 @@ if ! has_tag "$system_tag"; then
 fi
 
 site=usr/local/lib/python3.11/dist-packages
-# wheels_layer NAME REQUIREMENTS: sets wheels_tag to the system layer plus REQUIREMENTS, resolved by pip as the
-# machine's pip configuration finds them (local CPU wheels first), reused while that recipe stays the same.
+# wheels_layer NAME REQUIREMENTS [PACKAGES]: sets wheels_tag to the system layer plus REQUIREMENTS, resolved by pip
+# as the machine's pip configuration finds them (local CPU wheels first), and the Debian PACKAGES (from the machine's
+# bookworm mirror, the image's suite), reused while that recipe stays the same.
 wheels_layer() {
-    wheels_tag="$1-$(printf '%s %s' "$system_tag" "$2" | digest)"
+    wheels_tag="$1-$(printf '%s %s%s' "$system_tag" "$2" "${3:+ $3}" | digest)"
     has_tag "$wheels_tag" && return
     mkdir -p "$work/wheels/$site"
+    if [[ -n "${3:-}" ]]; then
+        mkdir -p "$work/debs"
+        # shellcheck disable=SC2086 # PACKAGES is a list of package names
+        (cd "$work/debs" && apt-get download $3) >"$log" 2>&1 || fail "apt-get download $3"
+        for deb in "$work/debs"/*.deb; do
+            dpkg-deb -x "$deb" "$work/wheels" >"$log" 2>&1 || fail "unpacking $deb"
+        done
+        rm -rf "$work/debs" "$work/wheels/usr/share/doc"
+    fi
     # shellcheck disable=SC2086 # REQUIREMENTS is a list of requirement words
     "$python" -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
         --target "$work/wheels/$site" $2 >"$log" 2>&1 || fail "pip install $2"
@@ -166,7 +186,7 @@ wheels_layer torch "$torch_requirement"
 project_layer "$wheels_tag" trainer
 images+=("trainer $project_tag")
 for framework in "${frameworks[@]}"; do
-    wheels_layer "$framework" "${framework_requirements[$framework]}"
+    wheels_layer "$framework" "${framework_requirements[$framework]}" "${framework_packages[$framework]:-}"
     project_layer "$wheels_tag" "trainer-$framework"
     images+=("trainer-$framework $project_tag")
 done

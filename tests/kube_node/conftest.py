@@ -53,6 +53,15 @@ def node() -> Iterator[RealNode]:
     assert real.leftovers() == []
 
 
+@pytest.fixture(autouse=True)
+def finish_grace() -> float:
+    """The product's ``finish_grace`` (the root conftest's fixture, overridden): real workers end by themselves a
+    moment after the master."""
+    from airflow_distributed.jobstate import watch_timings
+
+    return watch_timings.FINISH_GRACE
+
+
 @pytest.fixture
 def dag_namespace(request, node: RealNode) -> Iterator[tuple[str, str]]:
     """``(namespace, user)`` of the DAG ``request.param`` (its namespace is its id's), ``kubernetes_default``

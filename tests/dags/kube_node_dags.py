@@ -11,6 +11,7 @@ import pendulum
 from airflow.sdk import DAG, task
 
 from airflow_distributed.operators import DistributedTrainingOperator
+from tests.hang_scripts import GLOO_HANG
 
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 #: Where the trainer image holds the example training scripts.
@@ -33,6 +34,25 @@ for dag_id, deferrable in (("node_ddp", False), ("node_ddp_deferrable", True)):
             # Every replica's lines in the task log (followed by the synchronous wait; deferred, the master's only).
             log_replicas="all")
 
+
+# The same training as a PyTorchJob: its pods made by the stand-in operator (tests/kube_node/training_operator.py),
+# run by the real kubelet.
+with DAG(dag_id="node_pytorchjob", schedule=None, start_date=START, catchup=False, tags=["test", "kubeflow"]):
+    DistributedTrainingOperator(
+        task_id="train", framework="pytorch", image=trainer_image(), backend="kubeflow",
+        command=["python3", f"{TRAINING_DIR}/pytorch_ddp.py"], args=["--steps", "20"],
+        environment={"resources": {"cpu": {"requests": 0.1}, "memory": {"requests": 64, "limits": 1024}},
+                     "pytorch": {"n_workers": 2}},
+        namespace="node-pytorchjob", logging_interval=1)
+
+# And as a TrainJob (torch-distributed runtime): its node pods made by the stand-in for Trainer and JobSet.
+with DAG(dag_id="node_trainjob", schedule=None, start_date=START, catchup=False, tags=["test", "trainjob"]):
+    DistributedTrainingOperator(
+        task_id="train", framework="pytorch", image=trainer_image(), backend="trainjob",
+        command=["python3", f"{TRAINING_DIR}/pytorch_ddp.py"], args=["--steps", "20"],
+        environment={"resources": {"cpu": {"requests": 0.1}, "memory": {"requests": 64, "limits": 1024}},
+                     "pytorch": {"n_workers": 2}},
+        namespace="node-trainjob", logging_interval=1)
 
 # Failures, each with clean_pod_policy="all" so that a failed job leaves nothing either. The master (rank 0) listens
 # on MASTER_PORT, as torch's store would (the workers start only once it accepts), and waits to be deleted; the
@@ -82,6 +102,17 @@ with DAG(dag_id="node_readiness_stuck", schedule=None, start_date=START, catchup
         environment={"resources": {"cpu": {"requests": 0.1}, "memory": {"requests": 32, "limits": 256}},
                      "pytorch": {"n_workers": 1}},
         startup_timeout=20, execution_timeout=timedelta(seconds=150))
+
+# The hang watchdog on real processes: the master and worker 0 block in a gloo all-reduce that worker 1 never joins;
+# the task asks each replica for its Python stacks over pods/exec (a shell's kill in the container, the processes
+# that imported tracking print them) and quotes them.
+with DAG(dag_id="node_hung", schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]):
+    DistributedTrainingOperator(
+        task_id="train", framework="pytorch", image=trainer_image(), backend="kubernetes",
+        command=["python3", "-c", GLOO_HANG], namespace="node-hung",
+        environment={"resources": {"cpu": {"requests": 0.1}, "memory": {"requests": 64, "limits": 1024}},
+                     "pytorch": {"n_workers": 2}},
+        startup_timeout=180, progress_timeout=timedelta(seconds=20))
 
 # An image the registry lacks: the first failed pull fails the task.
 with DAG(dag_id="node_image_missing", schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]):

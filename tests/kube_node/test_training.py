@@ -9,6 +9,7 @@ from airflow_distributed.manifests.function_script import ARGUMENTS_FILE, FUNCTI
 from airflow_distributed.manifests.kubernetes import FILES_DIR, SECRET_FILES_DIR
 from tests.helpers import replica_lines, run_dag, run_dag_at, xcom
 from tests.kube_node.node import RealNode
+from tests.kube_node.training_operator import JobOperator, PyTorchJobOperator, TrainJobOperator
 
 pytestmark = [pytest.mark.usefixtures("airflow_db")]
 
@@ -110,3 +111,46 @@ def test_a_task_distributed_function_runs_in_real_pods_from_its_configmap_with_i
     assert result["arguments"] == f"{SECRET_FILES_DIR}/{ARGUMENTS_FILE}"
     assert token not in out
     node.control_plane.assert_clean(namespace, user, timeout=90)
+
+
+# Each a couple of minutes: a job of three real pods, and its controller's stand-in's pace.
+@pytest.mark.slow
+@pytest.mark.parametrize(("dag_namespace", "operator", "backend", "master"), [
+    ("node_pytorchjob", PyTorchJobOperator, "kubeflow", "{job}-master-0:"),
+    ("node_trainjob", TrainJobOperator, "trainjob", "{job}-node-0-0.{job}:"),
+], indirect=["dag_namespace"])
+def test_a_job_whose_pods_its_controller_makes_trains_over_gloo_in_real_pods(
+        node: RealNode, dag_namespace, operator: type[JobOperator], backend: str, master: str, capfd):
+    namespace, user = dag_namespace
+    controller = operator(node.control_plane, namespace).start()
+    try:
+        run, states = run_dag_at(namespace.replace("-", "_"))
+    finally:
+        controller.stop()
+
+    out = capfd.readouterr().out
+    assert controller.errors == []
+    assert states == {"train": "success"}, out[-6000:]
+    result = xcom(run, "train")
+    assert result["state"] == "succeeded" and result["backend"] == backend
+    metrics = result["metrics"]
+    assert metrics["world_size"] == 3 and metrics["final_loss"] < metrics["initial_loss"]
+    # The ranks met at the master's address the controller gives (a Service it made), answered by the DNS stand-in;
+    # the script fails unless every rank ended with the same parameters.
+    assert f"rank 0/3: process group ready ({master.format(job=result['job_name'])}" in out, out[-6000:]
+    node.control_plane.assert_clean(namespace, user, timeout=120)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dag_namespace", ["node_hung"], indirect=True)
+def test_a_hung_job_in_real_pods_fails_with_the_real_processes_stacks(node: RealNode, dag_namespace, capfd):
+    namespace, user = dag_namespace
+    _, states = run_dag_at("node_hung")
+
+    out = capfd.readouterr().out
+    assert states == {"train": "failed"}, out[-6000:]
+    assert "JobHungError" in out and "AirflowTaskTimeout" not in out, out[-6000:]
+    # faulthandler's dump of the real processes, asked for by the shell's kill in each container (pods/exec): the
+    # master and worker 0 in the all-reduce, worker 1 in its sleep.
+    assert "in block_in_all_reduce" in out and "in never_join" in out, out[-6000:]
+    node.control_plane.assert_clean(namespace, user, timeout=120)

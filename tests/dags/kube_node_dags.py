@@ -54,6 +54,19 @@ with DAG(dag_id="node_trainjob", schedule=None, start_date=START, catchup=False,
                      "pytorch": {"n_workers": 2}},
         namespace="node-trainjob", logging_interval=1)
 
+# A PyTorchJob's master (alone) reporting 400 steps: its output document is far longer than the 4 KiB a
+# termination message holds, the only way out on this backend (no XCom sidecar); the relay cuts it to its brief.
+with DAG(dag_id="node_pytorchjob_long_output", schedule=None, start_date=START, catchup=False,
+         tags=["test", "kubeflow"]):
+    DistributedTrainingOperator(
+        task_id="train", framework="pytorch", image=trainer_image(), backend="kubeflow",
+        command=["python3", "-c", "from airflow_distributed import tracking\n"
+                                  "for step in range(1, 401):\n"
+                                  "    tracking.log_metrics(step=step, loss=1 / step)\n"
+                                  "tracking.log_model('/airflow-distributed/model/model.pt')\n"],
+        environment={"resources": {"cpu": {"requests": 0.1}, "memory": {"requests": 32, "limits": 256}}},
+        namespace="node-pytorchjob-long-output")
+
 # Failures, each with clean_pod_policy="all" so that a failed job leaves nothing either. The master (rank 0) listens
 # on MASTER_PORT, as torch's store would (the workers start only once it accepts), and waits to be deleted; the
 # replica that fails is a worker, whose command runs as its container's PID 1 (the master's runs under the output

@@ -154,3 +154,25 @@ def test_a_hung_job_in_real_pods_fails_with_the_real_processes_stacks(node: Real
     # master and worker 0 in the all-reduce, worker 1 in its sleep.
     assert "in block_in_all_reduce" in out and "in never_join" in out, out[-6000:]
     node.control_plane.assert_clean(namespace, user, timeout=120)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dag_namespace", ["node_pytorchjob_long_output"], indirect=True)
+def test_an_output_document_over_the_termination_messages_limit_keeps_its_brief_and_says_so(
+        node: RealNode, dag_namespace, capfd):
+    namespace, user = dag_namespace
+    controller = PyTorchJobOperator(node.control_plane, namespace).start()
+    try:
+        run, states = run_dag_at("node_pytorchjob_long_output")
+    finally:
+        controller.stop()
+
+    out = capfd.readouterr().out
+    assert controller.errors == []
+    assert states == {"train": "success"}, out[-6000:]
+    result = xcom(run, "train")
+    # The kubelet kept the relay's brief: the last metrics and the model path, no history.
+    assert result["metrics"] == {"loss": 1 / 400} and result["model_path"] == "/airflow-distributed/model/model.pt"
+    assert xcom(run, "train", "job")["history"] == []
+    assert "longer than a termination message holds (4096 bytes)" in out, out[-6000:]
+    node.control_plane.assert_clean(namespace, user, timeout=120)

@@ -20,8 +20,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_distributed.contract import REPORTED_AT, empty_document
+from airflow_distributed.manifests.container_scripts import TERMINATION_MESSAGE_LIMIT
 from airflow_distributed.status import ReplicaStatus
 from airflow_distributed.strict_json import DROPPED, StrictJson, downsample, strict_number
+
+#: The key the output relay adds to a document it cut to fit a termination message
+#: (``manifests.container_scripts.RELAY_OUTPUT``).
+TRUNCATED = "truncated"
 
 #: A document longer than this (characters) is not parsed: a warning, no metrics.
 DOCUMENT_TEXT_LIMIT = 16 * 2**20
@@ -103,8 +108,15 @@ def sanitise_document(doc: Mapping[str, Any]) -> dict[str, Any]:
     elif history is not None:
         clean.note("history", f"a {_json_type(history)}, not a list: ignored")
     warning = clean.warning()
-    if warning is not None:
-        parsed[WARNINGS] = [f"the master's output document was sanitised: {warning}"]
+    warnings = [f"the master's output document was sanitised: {warning}"] if warning is not None else []
+    if doc.get(TRUNCATED) is True:
+        # The output relay's brief of a document too long for the termination message (no XCom sidecar read it):
+        # what it left out is gone, and the user should know the history is not the job's.
+        warnings.append(f"the master's output document was longer than a termination message holds "
+                        f"({TERMINATION_MESSAGE_LIMIT} bytes) and no XCom sidecar read it: only its metrics and model "
+                        f"path were kept (its history, progress and return value are lost)")
+    if warnings:
+        parsed[WARNINGS] = warnings
     return parsed
 
 

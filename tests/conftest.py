@@ -39,6 +39,19 @@ def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(_HOME, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True)
+def finish_grace(monkeypatch) -> float:
+    """No ``finish_grace`` by default (``watch_timings.FINISH_GRACE``; returns the product's): the emulator's and the
+    test kubelet's workers never end by themselves after the master, and every succeeded job would wait it out for
+    nothing. The real node's tests override this fixture (their workers do end); others set ``finish_grace`` in
+    ``watch_timings``."""
+    from airflow_distributed.jobstate import watch_timings
+
+    product = watch_timings.FINISH_GRACE
+    monkeypatch.setattr(watch_timings, "FINISH_GRACE", 0.0)
+    return product
+
+
 @pytest.fixture(scope="session")
 def airflow_home() -> Path:
     return _HOME

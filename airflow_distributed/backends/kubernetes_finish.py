@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_distributed.backends.job_end import end_job, read_document
+from airflow_distributed.backends.job_options import watch_timings
 from airflow_distributed.backends.job_run import TAIL_LINES, clean_pod_policy, last_try
 from airflow_distributed.backends.job_usage import usage_over_tries
 from airflow_distributed.backends.kubernetes_elastic import ElasticRestarts
@@ -48,6 +49,8 @@ CLEANUP_NOTES = {
     "running": "its pods still running were deleted; the finished ones are kept until the next try",
     "none": "its pods were left as they are (clean_pod_policy='none')",
 }
+#: Seconds between two looks at a succeeded job's pods while its replicas still running get ``finish_grace`` to end.
+SETTLE_PAUSE = 0.5
 #: The note of a ``running`` the user chose, after the last try: no try comes to delete the finished pods.
 KEPT_AFTER_LAST_TRY = ("its pods still running were deleted; the finished ones and the job's Service are kept, as "
                        "clean_pod_policy='running' asks: delete the Service when done with them")
@@ -96,6 +99,7 @@ class KubernetesJobFinish:
         """Output, logs, clean-up, XCom; raises ``DistributedJobError`` unless the job succeeded."""
         killed = outcome.ending == ending.STOPPED
         hung = outcome.ending == ending.HUNG  # deleted whole, as a kill: a hung job's pods hold their GPUs
+        outcome = self.settled(outcome)
         try:
             if hung:
                 outcome = replace(outcome, logs=self.hung_logs(outcome))
@@ -112,6 +116,34 @@ class KubernetesJobFinish:
                        usage=self.usage(outcome.pods, elapsed), startup=self.startup(outcome.pods),
                        cleanup="the job was deleted" if killed or hung else self.cleanup_note(False),
                        startup_timeout=self.settings.startup_timeout, queue_timeout=self.settings.options.queue_timeout)
+
+    def settled(self, outcome: JobOutcome) -> JobOutcome:
+        """A succeeded job whose clean-up would delete replicas still running: they get ``finish_grace`` seconds to
+        end on their own (one LIST every ``SETTLE_PAUSE``), and the outcome their states as they ended. Workers
+        leave the process group a moment after the master: deleted at once, they would read ``stopped`` and the
+        user could not tell a worker that finished from one that was cut off. Those not started (pending) are not
+        waited for; a look that fails keeps the states as they were (the clean-up says ``stopped``)."""
+        grace = watch_timings(self.settings).grace_after_success()
+        if (not outcome.succeeded or grace <= 0 or self.policy(True) == "none"
+                or not any(row.state == RUNNING for row in outcome.replicas)):
+            return outcome
+        slots = self.elastic.watched(self.slots)
+        running = sum(row.state == RUNNING for row in outcome.replicas)
+        self.log.info("job %s/%s succeeded: waiting up to %gs for its %d replica(s) still running to end",
+                      self.namespace, self.name, grace, running)
+        deadline = time.monotonic() + grace
+        try:
+            while True:
+                tracker = self.hook.job_tracker(self.namespace, self.name, slots)
+                rows = tracker.statuses()
+                if not any(row.state == RUNNING for row in rows) or time.monotonic() >= deadline:
+                    break
+                time.sleep(SETTLE_PAUSE)
+        except KubernetesJobError as error:
+            self.log.warning("could not look at the pods of job %s/%s again (%s): the replicas still running are "
+                             "deleted", self.namespace, self.name, error)
+            return outcome
+        return replace(outcome, replicas=rows, pods={**outcome.pods, **tracker.last_pods()})
 
     def hung_logs(self, outcome: JobOutcome) -> dict[str, list[str]]:
         """The last lines of a hung job's replicas (the first ``HUNG_REPLICAS``), after asking each to print its
@@ -216,4 +248,4 @@ def after_cleanup(rows: Sequence[ReplicaStatus], deleted: bool) -> tuple[Replica
     return tuple(replace(row, state=STOPPED) if row.state in (PENDING, RUNNING) else row for row in rows)
 
 
-__all__ = ["KubernetesJobFinish", "after_cleanup", "delete_secrets"]
+__all__ = ["SETTLE_PAUSE", "KubernetesJobFinish", "after_cleanup", "delete_secrets"]

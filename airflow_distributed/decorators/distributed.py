@@ -38,6 +38,11 @@ from airflow_distributed.operators.training import DistributedTrainingOperator
 from airflow_distributed.plan import ReplicaProgram
 from airflow_distributed.spec.errors import SpecValidationError
 
+#: What runs the function: in a pod, the image's Python 3 by the name Debian-based images have (no ``python``
+#: there), as the job's own steps call it (``JobManifestOptions.image_python``); on the local backend, a name the
+#: job's interpreter replaces.
+FUNCTION_PYTHON = "python3"
+
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
@@ -75,15 +80,15 @@ class DistributedDecoratedOperator(DecoratedOperator, DistributedTrainingOperato
                              "description, which the cluster's dashboard shows; use backend='kubernetes' or 'local'"))
         if problems:
             raise SpecValidationError(problems, source=f"task {kwargs.get('task_id')}")
-        # ``command`` is set per job by ``_replica_program``; ``python`` stands in for the interpreter until then.
-        super().__init__(python_callable=python_callable, command=["python"], **kwargs)
+        # ``command`` is set per job by ``_replica_program``; ``python3`` stands in for the interpreter until then.
+        super().__init__(python_callable=python_callable, command=[FUNCTION_PYTHON], **kwargs)
 
     def _replica_program(self, command: list[str], layout: Layout) -> ReplicaProgram:
         # The arguments may be rendered secrets: a secret file (a Secret on Kubernetes), apart from the source.
         arguments = function_arguments(list(self.op_args), self.op_kwargs)
         script = function_script(self.get_python_source(), self.python_callable.__name__)
         return ReplicaProgram(
-            ["python", posixpath.join(layout.files_dir, FUNCTION_FILE),
+            [FUNCTION_PYTHON, posixpath.join(layout.files_dir, FUNCTION_FILE),
              posixpath.join(layout.secret_files_dir or layout.files_dir, ARGUMENTS_FILE)],
             files={FUNCTION_FILE: script}, secret_files={ARGUMENTS_FILE: arguments})
 

@@ -1,7 +1,7 @@
 """PyTorch: a master (rank 0) and workers, rendezvous through ``MASTER_ADDR``/``MASTER_PORT`` (``env://``).
 
 Elastic (``environment.pytorch.elastic``): every replica runs the command under torch's elastic agent
-(``python -m torch.distributed.run``) with a c10d rendezvous hosted by the master's agent at the master's address,
+(``python3 -m torch.distributed.run``) with a c10d rendezvous hosted by the master's agent at the master's address,
 so that a worker process that dies is restarted by its agent and the group forms again without failing the job.
 """
 
@@ -67,7 +67,8 @@ class PyTorch(Framework):
         # agent hosts the rendezvous by its hostname: it is said outright (the master's).
         rdzv_conf = f"is_host={str(replica.is_master).lower()},join_timeout={elastic.rdzv_timeout}"
         return (
-            "python", "-m", "torch.distributed.run",
+            # python3: in a pod, the name Debian-based images have (no python); locally the job's interpreter.
+            "python3", "-m", "torch.distributed.run",
             "--nnodes", elastic.nnodes,
             "--nproc-per-node", "1",
             "--rdzv-backend", "c10d",

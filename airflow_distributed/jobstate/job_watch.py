@@ -13,7 +13,8 @@ Rules (CONTRACT.md: "Any replica exiting non-zero fails the job at once"):
   without one (evicted, deadline), it is deleted, or it cannot start: an image whose pull failed
   (ErrImagePull, ImagePullBackOff) at once, or once it has failed for ``image_pull_grace`` seconds; an image
   that can never be pulled (InvalidImageName, ErrImageNeverPull) at once; anything else (Unschedulable,
-  CreateContainerConfigError, ...) once ``startup_timeout`` is over;
+  CreateContainerConfigError, a readiness step still waiting for its peers, ...) once ``startup_timeout`` is
+  over;
 - a replica the cluster is taking away (its pod being deleted or evicted: ``disruption.pod_disruption``) is the
   cause whatever its exit code, and also when a peer fails while it goes (the peer lost its connection to it).
 """
@@ -31,8 +32,9 @@ from airflow_distributed.jobstate.pod_state import (
     deciding_exit,
     image_failure,
     pod_queued,
-    pod_started,
     replica_status,
+    startup_wait,
+    training_started,
     waiting_reason,
 )
 from airflow_distributed.jobstate.verdicts import FAILURE, SUCCESS, JobVerdict, ReplicaSlot
@@ -200,8 +202,8 @@ class JobTracker:
             pod = self._pods.get(slot.name)
             if pod is None:
                 return JobVerdict(FAILURE, slot.name, "startup", None, "NotCreated", "the pod does not exist")
-            if not pod_started(pod):
-                reason, message = waiting_reason(pod)
+            if not training_started(pod):
+                reason, message = startup_wait(pod)
                 return JobVerdict(FAILURE, slot.name, "startup", None, reason or "Pending", message)
         return None
 
@@ -224,7 +226,7 @@ class JobTracker:
         return self.scheduled_at + self.startup_timeout
 
     def waiting_for_start(self) -> bool:
-        return any(slot.name not in self._pods or not pod_started(self._pods[slot.name]) for slot in self.slots)
+        return any(slot.name not in self._pods or not training_started(self._pods[slot.name]) for slot in self.slots)
 
     def seconds_to_deadline(self, now: float) -> float | None:
         """Until the next deadline (startup, or the end of a failing pull's grace) while some replica has not

@@ -67,6 +67,25 @@ def pod_started(pod: Mapping[str, Any]) -> bool:
     return False
 
 
+def training_started(pod: Mapping[str, Any]) -> bool:
+    """Started as ``startup_timeout`` counts it: past the readiness step too. A replica whose step still waits for
+    its peers (a master that never listens) has not started, or it would wait out the step's own limit
+    (``readiness_timeout_seconds``, minutes) instead of ``startup_timeout``."""
+    return container_state(pod, READINESS_CONTAINER)[0] != "running" and pod_started(pod)
+
+
+#: Why a replica not started is waiting, when its readiness step still runs.
+READINESS_WAIT = ("WaitingForPeers", f"its readiness step ({READINESS_CONTAINER}) still waits for its peers to accept "
+                                     "connections")
+
+
+def startup_wait(pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """Why a replica has not started (``training_started``): its readiness step's wait, else ``waiting_reason``."""
+    if container_state(pod, READINESS_CONTAINER)[0] == "running":
+        return READINESS_WAIT
+    return _waiting(pod)
+
+
 def _image_problem(pod: Mapping[str, Any]) -> tuple[str, str | None, str] | None:
     """(reason, kubelet's message, image) of a container whose image cannot be pulled, if one is waiting so."""
     status = pod.get("status") or {}

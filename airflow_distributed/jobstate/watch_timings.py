@@ -12,6 +12,9 @@ from typing import Any
 
 #: Default ``timeoutSeconds`` of a watch request (kube-apiserver's own default is 30-60 minutes).
 WATCH_TIMEOUT = 300
+#: Default ``finish_grace``, read when a job ends (not when the timings are made): real workers' ends reach the API
+#: server 1-3 s after the master's (the kubelet's status sync).
+FINISH_GRACE = 10.0
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,11 @@ class WatchTimings:
     :param pending_pods_interval: seconds between two LISTs of a job's pods while some of its replicas have not
         started, where the watched object does not tell why (a Kubeflow job's status never shows a failed image
         pull); no such LIST is made once every replica has started.
+    :param finish_grace: seconds the replicas still running when the master succeeded may take to end on their
+        own before the clean-up deletes them: workers end a moment after the master (they leave the process group
+        after it), and the final table then shows how they ended (``succeeded``, or ``failed`` with their exit
+        code), not ``stopped``. Those still running after it are deleted and shown ``stopped``. 0: no wait;
+        ``None``: ``FINISH_GRACE`` (``grace_after_success``).
     """
 
     server_timeout: int = WATCH_TIMEOUT
@@ -43,6 +51,7 @@ class WatchTimings:
     max_reconnect_delay: float = 30.0
     jitter: float = 1.0
     pending_pods_interval: float = 10.0
+    finish_grace: float | None = None
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -59,8 +68,12 @@ class WatchTimings:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
                 found.append((name, f"{value!r} must be a number of seconds > 0"))
-        if not isinstance(self.reconnect_budget, (int, float)) or not self.reconnect_budget >= 0:
-            found.append(("reconnect_budget", f"{self.reconnect_budget!r} must be a number of seconds >= 0"))
+        for name in ("reconnect_budget", "finish_grace"):
+            value = getattr(self, name)
+            if name == "finish_grace" and value is None:
+                continue
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0:
+                found.append((name, f"{value!r} must be a number of seconds >= 0"))
         if not isinstance(self.jitter, (int, float)) or not 0 <= self.jitter <= 1:
             found.append(("jitter", f"{self.jitter!r} must be between 0 and 1"))
         return found
@@ -91,6 +104,10 @@ class WatchTimings:
         """What a trigger's kwargs carry."""
         return asdict(self)
 
+    def grace_after_success(self) -> float:
+        """``finish_grace``, or ``FINISH_GRACE`` as it is now when not set."""
+        return FINISH_GRACE if self.finish_grace is None else float(self.finish_grace)
+
     def request_timeout(self, timeout_seconds: int) -> tuple[float, float]:
         """``_request_timeout`` of a watch request ``timeoutSeconds=timeout_seconds``: (connect, read).
 
@@ -100,4 +117,4 @@ class WatchTimings:
         return (self.connect_timeout, timeout_seconds + self.read_timeout_margin)
 
 
-__all__ = ["WATCH_TIMEOUT", "WatchTimings"]
+__all__ = ["FINISH_GRACE", "WATCH_TIMEOUT", "WatchTimings"]

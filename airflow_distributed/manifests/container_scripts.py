@@ -35,7 +35,8 @@ for peer in sys.argv[2:]:
 """
 
 # argv: <output path> <message path> <command>...  Runs the command (signals forwarded), then copies the output
-# document into the termination message, shortened to what the kubelet keeps, and exits with the command's code.
+# document into the termination message, shortened to what the kubelet keeps (with "truncated": true, which
+# ``outputs.sanitise_document`` turns into a warning), and exits with the command's code.
 RELAY_OUTPUT = f"""\
 import json, signal, subprocess, sys
 LIMIT = {TERMINATION_MESSAGE_LIMIT}

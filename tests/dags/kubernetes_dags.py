@@ -51,6 +51,10 @@ def _dag(dag_id: str, *, report: bool = False, **task_kwargs) -> DAG:
 
 success = _dag("k8s_success", report=True)
 deferrable = _dag("k8s_deferrable", deferrable=True)
+# Its workers end a moment after the master (one of them never does): the clean-up gives them 2 s to end.
+workers_end_after = _dag("k8s_workers_end_after", watch_timings={"finish_grace": 2})
+workers_end_after_deferrable = _dag("k8s_workers_end_after_deferrable", deferrable=True,
+                                    watch_timings={"finish_grace": 2})
 # The master reports metrics and no model path: the downstream task still runs, with None.
 metrics_only = _dag("k8s_metrics_only", report=True)
 metrics_only_deferrable = _dag("k8s_metrics_only_deferrable", report=True, deferrable=True)

@@ -36,6 +36,29 @@ pytestmark = [pytest.mark.usefixtures("airflow_db", "kubernetes_connection")]
 # ---------------------------------------------------------------------------------------------- success
 
 
+@pytest.mark.parametrize("dag_id", ["k8s_workers_end_after", "k8s_workers_end_after_deferrable"])
+def test_workers_ending_a_moment_after_the_master_show_how_they_ended_not_stopped(emulator, dag_id):
+    namespace = namespace_of(dag_id)
+    emulator.create_namespace(namespace)
+
+    def script(kubelet: Kubelet) -> None:
+        wait_until(lambda: any(r.is_watch for r in task_requests(emulator, namespace)), timeout=60)
+        train_and_succeed(kubelet)
+        time.sleep(0.3)  # as a DDP worker leaves the process group after the master
+        emulator.succeed_pod(namespace, kubelet.pod("worker-0"))
+
+    kubelet = Kubelet(emulator, namespace).play(script)
+    run, states = run_dag_at(dag_id)
+    kubelet.check()
+
+    assert states == {"train": "success"}
+    job = xcom(run, "train")["job_name"]
+    # worker-1 never ends: deleted once finish_grace (2 s) is over, it alone reads stopped.
+    assert [(r["name"], r["state"], r["exit_code"]) for r in xcom(run, "train")["replicas"]] == [
+        (f"{job}-master-0", "succeeded", 0), (f"{job}-worker-0", "succeeded", 0), (f"{job}-worker-1", "stopped", None)]
+    settled(emulator, namespace, NOTHING)
+
+
 @pytest.mark.parametrize("dag_id", ["k8s_success", "k8s_deferrable"])
 def test_a_job_that_succeeds_hands_its_metrics_to_xcom_and_leaves_nothing(emulator, dag_id, capfd):
     namespace = namespace_of(dag_id)

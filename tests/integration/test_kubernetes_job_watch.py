@@ -114,8 +114,13 @@ CASES = [
          [pod("j-master-0"), pod("j-worker-0"), pod("j-worker-1", "Pending", waiting("ImagePullBackOff", "Back-off"))],
          {"state": "failed", "replica": "j-worker-1", "cause": "image", "reason": "ImagePullBackOff",
           "message": "Back-off", "image": IMAGE}, now=1.0),
-    Case("waiting for peers counts as started", [pod("j-master-0"), pod("j-worker-0", "Pending", waiting(
-        "PodInitializing"), init=running()), pod("j-worker-1")], None, now=1000),
+    Case("waiting for peers within the window", [pod("j-master-0"), pod("j-worker-0", "Pending", waiting(
+        "PodInitializing"), init=running()), pod("j-worker-1")], None, now=59),
+    # A master that never listens: the readiness step would wait out its own limit (minutes) without this.
+    Case("still waiting for peers past the window", [pod("j-master-0"), pod("j-worker-0", "Pending", waiting(
+        "PodInitializing"), init=running()), pod("j-worker-1")],
+         {"state": "failed", "replica": "j-worker-0", "cause": "startup", "reason": "WaitingForPeers",
+          "message": "its readiness step (wait-for-peers) still waits for its peers to accept connections"}, now=61),
     Case("a pod never created, past the window", [pod("j-master-0"), pod("j-worker-0")],
          {"state": "failed", "replica": "j-worker-1", "cause": "startup", "reason": "NotCreated",
           "message": "the pod does not exist"}, now=61),

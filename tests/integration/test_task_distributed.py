@@ -194,7 +194,7 @@ def test_on_kubernetes_the_function_ships_in_a_configmap_its_arguments_in_a_secr
     assert seen["secret"]["metadata"]["name"] == f"{job}-secret-files"
     assert seen["secret"]["metadata"]["ownerReferences"][0]["name"] == job
     assert json.loads(base64.b64decode(seen["secret"]["data"][ARGUMENTS_FILE])) == {"args": [2, "4711"], "kwargs": {}}
-    assert seen["command"][-3:] == ["python", f"/airflow-distributed/files/{FUNCTION_FILE}",
+    assert seen["command"][-3:] == ["python3", f"/airflow-distributed/files/{FUNCTION_FILE}",
                                     f"{SECRET_FILES_DIR}/{ARGUMENTS_FILE}"]
     mounts = {m["name"]: m for m in seen["pod"]["spec"]["containers"][0]["volumeMounts"]}
     assert mounts["secret-files"] == {"name": "secret-files", "mountPath": SECRET_FILES_DIR, "readOnly": True}

@@ -12,12 +12,17 @@ from tests.kube_control_plane.control_plane import ControlPlane
 from tests.kube_control_plane.kubelet import KubeletNode
 
 
-def control_plane_with_custom_jobs() -> ControlPlane:
-    """A control plane (not started) serving the Kubeflow v1 kinds (open) and the TrainJob CRD with the project's
-    schema of it (tests/data/trainjob)."""
+def custom_job_kinds() -> dict:
+    """``ControlPlane``'s ``crds`` and ``schemas`` of the Kubeflow v1 kinds (open) and the TrainJob CRD with the
+    project's schema of it (tests/data/trainjob)."""
     kinds = tuple((r.group, r.version, r.plural, r.kind) for r in map(kubeflow_resource, KINDS))
     kinds += ((trainjob.GROUP, trainjob.VERSION, trainjob.PLURAL, trainjob.KIND),)
-    return ControlPlane(min_request_timeout=5, crds=kinds, schemas={trainjob.PLURAL: trainjob.trainjob_schema()})
+    return {"crds": kinds, "schemas": {trainjob.PLURAL: trainjob.trainjob_schema()}}
+
+
+def control_plane_with_custom_jobs() -> ControlPlane:
+    """A control plane (not started) serving the custom job kinds (``custom_job_kinds``)."""
+    return ControlPlane(min_request_timeout=5, **custom_job_kinds())
 
 
 def watched(plane: ControlPlane, namespace: str, plural: str) -> bool:

@@ -19,6 +19,8 @@ from tests.kube_control_plane.control_plane import TASK_ACCOUNT
 from tests.kube_node import node as node_module
 from tests.kube_node.node import RealNode
 
+#: The Role of docs/rbac.yaml a DAG's task needs besides the kubernetes backend's, by a word of its namespace.
+BACKEND_ROLES = {"pytorchjob": "kubeflow", "trainjob": "trainjob"}
 #: What the DAGs of tests/dags/kube_node_dags.py read their images from.
 IMAGE_VARIABLES = {"trainer": "KUBE_NODE_TRAINER_IMAGE", "busybox": "KUBE_NODE_SIDECAR_IMAGE"}
 
@@ -53,6 +55,15 @@ def node() -> Iterator[RealNode]:
     assert real.leftovers() == []
 
 
+@pytest.fixture(autouse=True)
+def finish_grace() -> float:
+    """The product's ``finish_grace`` (the root conftest's fixture, overridden): real workers end by themselves a
+    moment after the master."""
+    from airflow_distributed.jobstate import watch_timings
+
+    return watch_timings.FINISH_GRACE
+
+
 @pytest.fixture
 def dag_namespace(request, node: RealNode) -> Iterator[tuple[str, str]]:
     """``(namespace, user)`` of the DAG ``request.param`` (its namespace is its id's), ``kubernetes_default``
@@ -61,7 +72,11 @@ def dag_namespace(request, node: RealNode) -> Iterator[tuple[str, str]]:
     namespace = request.param.replace("_", "-")
     plane.create_namespace(namespace)
     try:
-        kubeconfig = plane.bind_role(namespace, role("airflow-distributed"), TASK_ACCOUNT)
+        # The kubeflow and trainjob backends' tasks also need their Role (docs/rbac.yaml), as the control plane's
+        # tests bind.
+        roles = [role("airflow-distributed"), *(role(f"airflow-distributed-{backend}")
+                                                for kind, backend in BACKEND_ROLES.items() if kind in namespace)]
+        kubeconfig = plane.bind_role(namespace, roles, TASK_ACCOUNT)
         connection = {"conn_type": "kubernetes",
                       "extra": {"kube_config_path": kubeconfig, "xcom_sidecar_container_image": node.images["busybox"]}}
         with pytest.MonkeyPatch.context() as patch:

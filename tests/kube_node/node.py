@@ -34,6 +34,7 @@ import yaml
 
 from tests.kube_control_plane.control_plane import ROOT, ControlPlane, Process, free_port, wait_for
 from tests.kube_control_plane.control_plane import bin_dir as plane_bin_dir
+from tests.kube_control_plane.custom_jobs import custom_job_kinds
 
 NODE_BUILD = ROOT / "scripts" / "build-kube-node.sh"
 IMAGES_BUILD = ROOT / "scripts" / "build-kube-node-images.sh"
@@ -130,6 +131,8 @@ class RealNode:
             service_cidr=SERVICE_CIDR,
             users={NODE_USER: "system:nodes"},
             apiserver_args=("--kubelet-client-certificate", str(cert), "--kubelet-client-key", str(key)),
+            # The kubeflow and trainjob backends' kinds, whose stand-in controllers make pods the node runs.
+            **custom_job_kinds(),
         )
 
     def start(self, control_plane: ControlPlane) -> RealNode:

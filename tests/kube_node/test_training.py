@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import replica_lines, run_dag_at, xcom
+from airflow_distributed.manifests.function_script import ARGUMENTS_FILE, FUNCTION_FILE
+from airflow_distributed.manifests.kubernetes import FILES_DIR, SECRET_FILES_DIR
+from tests.helpers import replica_lines, run_dag, run_dag_at, xcom
 from tests.kube_node.node import RealNode
+from tests.kube_node.training_operator import JobOperator, PyTorchJobOperator, TrainJobOperator
 
 pytestmark = [pytest.mark.usefixtures("airflow_db")]
 
@@ -35,12 +38,11 @@ def test_pytorch_ddp_over_gloo_trains_in_real_pods_and_leaves_nothing(node: Real
                                                                    f"{job}-worker-1": 2}
     for pod, rank in ranks.items():
         assert f"[{pod}] rank {rank}/3: process group ready ({address}" in out, pod
+    # The workers end a moment after the master: the clean-up gives them finish_grace to end on their own, so the
+    # final table says how they ended, not that the clean-up stopped them.
     table = {r["name"]: (r["state"], r["exit_code"]) for r in result["replicas"]}
-    assert table.pop(master) == ("succeeded", 0)
-    # The workers end with the master, a moment after it: the final table may show them stopped (their pods were
-    # still running when the master's success was seen), never failed.
-    assert sorted(table) == [f"{job}-worker-0", f"{job}-worker-1"]
-    assert {state for state, _ in table.values()} <= {"succeeded", "stopped"}, table
+    assert table == {master: ("succeeded", 0), f"{job}-worker-0": ("succeeded", 0),
+                     f"{job}-worker-1": ("succeeded", 0)}, table
     node.control_plane.assert_clean(namespace, user, timeout=90)
 
 
@@ -49,6 +51,14 @@ def test_pytorch_ddp_over_gloo_trains_in_real_pods_and_leaves_nothing(node: Real
 @pytest.mark.parametrize(("dag_namespace", "error", "said"), [
     pytest.param("node_worker_oom", "ReplicaOOMKilledError", "-worker-0 exited with code 137 (OOMKilled)",
                  marks=pytest.mark.slow),
+    # The allocating process is the output relay's child, not PID 1: the relay exits 128 + 9, the runtime reports
+    # the cgroup's OOM kill.
+    pytest.param("node_master_oom", "ReplicaOOMKilledError", "-master-0 exited with code 137 (OOMKilled)",
+                 marks=pytest.mark.slow),
+    # The worker's readiness step waits for a master that never listens: startup_timeout (20 s) fails the job, not
+    # the step's own limit (10 min) nor the task's execution_timeout (150 s).
+    pytest.param("node_readiness_stuck", "ReplicaNotStartedError",
+                 "-worker-0 did not start within 20s: WaitingForPeers", marks=pytest.mark.slow),
     ("node_worker_exit", "ReplicaExitedError", "-worker-0 exited with code 1"),
     pytest.param("node_image_missing", "ImagePullError",
                  'image "127.0.0.1:5000/airflow-distributed/absent:0" could not be pulled', marks=pytest.mark.slow),
@@ -60,8 +70,9 @@ def test_a_replica_that_fails_in_a_real_pod_fails_the_task_naming_it_and_leaves_
 
     out = capfd.readouterr().out
     assert states == {"train": "failed"}, out[-6000:]
-    failure = next(line for line in out.splitlines() if f"{error}: job {namespace}/" in line)
-    assert said in failure, failure
+    failures = [line for line in out.splitlines() if f"{error}: job {namespace}/" in line]
+    assert failures, out[-6000:]
+    assert said in failures[0], failures[0]
     # A pod in ImagePullBackOff goes only after its back-off: the clean-up's deletions take that long.
     node.control_plane.assert_clean(namespace, user, timeout=120)
 
@@ -78,4 +89,90 @@ def test_a_job_outliving_execution_timeout_is_deleted_with_real_grace_periods_an
     assert "AirflowTaskTimeout" in out or "execution_timeout" in out
     # Each replica's PID 1 got SIGTERM from the kubelet (the master's relay forwards it, the sidecar traps it); a
     # worker's python3 as PID 1 has no handler for it and is killed when its grace period ends.
+    node.control_plane.assert_clean(namespace, user, timeout=120)
+
+
+@pytest.mark.parametrize("dag_namespace", ["node_task_distributed"], indirect=True)
+def test_a_task_distributed_function_runs_in_real_pods_from_its_configmap_with_its_secret_arguments(
+        node: RealNode, dag_namespace, capfd):
+    namespace, user = dag_namespace
+    token = "never-in-a-log-" + "7" * 9
+    run, states = run_dag("node_task_distributed", conf={"token": token})
+
+    out = capfd.readouterr().out
+    assert states == {"reduce_ranks": "success", "total_of": "success"}, out[-6000:]
+    result = xcom(run, "reduce_ranks")
+    # Ranks 0 and 1 each added the token's length, summed over gloo between the pods, scaled by the second argument.
+    assert result["total"] == (0 + 1 + 2 * len(token)) * 10 and result["world_size"] == 2, result
+    assert xcom(run, "total_of") == result["total"]
+    # Run by the image's python3, the function's script from the ConfigMap's volume, its arguments from the Secret's.
+    assert result["python"] == "/usr/bin/python3"
+    assert result["script"] == f"{FILES_DIR}/{FUNCTION_FILE}"
+    assert result["arguments"] == f"{SECRET_FILES_DIR}/{ARGUMENTS_FILE}"
+    assert token not in out
+    node.control_plane.assert_clean(namespace, user, timeout=90)
+
+
+# Each a couple of minutes: a job of three real pods, and its controller's stand-in's pace.
+@pytest.mark.slow
+@pytest.mark.parametrize(("dag_namespace", "operator", "backend", "master"), [
+    ("node_pytorchjob", PyTorchJobOperator, "kubeflow", "{job}-master-0:"),
+    ("node_trainjob", TrainJobOperator, "trainjob", "{job}-node-0-0.{job}:"),
+], indirect=["dag_namespace"])
+def test_a_job_whose_pods_its_controller_makes_trains_over_gloo_in_real_pods(
+        node: RealNode, dag_namespace, operator: type[JobOperator], backend: str, master: str, capfd):
+    namespace, user = dag_namespace
+    controller = operator(node.control_plane, namespace).start()
+    try:
+        run, states = run_dag_at(namespace.replace("-", "_"))
+    finally:
+        controller.stop()
+
+    out = capfd.readouterr().out
+    assert controller.errors == []
+    assert states == {"train": "success"}, out[-6000:]
+    result = xcom(run, "train")
+    assert result["state"] == "succeeded" and result["backend"] == backend
+    metrics = result["metrics"]
+    assert metrics["world_size"] == 3 and metrics["final_loss"] < metrics["initial_loss"]
+    # The ranks met at the master's address the controller gives (a Service it made), answered by the DNS stand-in;
+    # the script fails unless every rank ended with the same parameters.
+    assert f"rank 0/3: process group ready ({master.format(job=result['job_name'])}" in out, out[-6000:]
+    node.control_plane.assert_clean(namespace, user, timeout=120)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dag_namespace", ["node_hung"], indirect=True)
+def test_a_hung_job_in_real_pods_fails_with_the_real_processes_stacks(node: RealNode, dag_namespace, capfd):
+    namespace, user = dag_namespace
+    _, states = run_dag_at("node_hung")
+
+    out = capfd.readouterr().out
+    assert states == {"train": "failed"}, out[-6000:]
+    assert "JobHungError" in out and "AirflowTaskTimeout" not in out, out[-6000:]
+    # faulthandler's dump of the real processes, asked for by the shell's kill in each container (pods/exec): the
+    # master and worker 0 in the all-reduce, worker 1 in its sleep.
+    assert "in block_in_all_reduce" in out and "in never_join" in out, out[-6000:]
+    node.control_plane.assert_clean(namespace, user, timeout=120)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dag_namespace", ["node_pytorchjob_long_output"], indirect=True)
+def test_an_output_document_over_the_termination_messages_limit_keeps_its_brief_and_says_so(
+        node: RealNode, dag_namespace, capfd):
+    namespace, user = dag_namespace
+    controller = PyTorchJobOperator(node.control_plane, namespace).start()
+    try:
+        run, states = run_dag_at("node_pytorchjob_long_output")
+    finally:
+        controller.stop()
+
+    out = capfd.readouterr().out
+    assert controller.errors == []
+    assert states == {"train": "success"}, out[-6000:]
+    result = xcom(run, "train")
+    # The kubelet kept the relay's brief: the last metrics and the model path, no history.
+    assert result["metrics"] == {"loss": 1 / 400} and result["model_path"] == "/airflow-distributed/model/model.pt"
+    assert xcom(run, "train", "job")["history"] == []
+    assert "longer than a termination message holds (4096 bytes)" in out, out[-6000:]
     node.control_plane.assert_clean(namespace, user, timeout=120)

@@ -41,7 +41,7 @@ def test_defaults_are_every_replica_three_restarts():
 def test_every_replica_runs_the_command_under_torchrun_with_the_masters_rendezvous():
     plan = _plan({"min_workers": 2, "max_restarts": 1, "rdzv_timeout": 60})
     master, worker = plan.replicas[0], plan.replicas[2]
-    head = ("python", "-m", "torch.distributed.run", "--nnodes", "2:3", "--nproc-per-node", "1",
+    head = ("python3", "-m", "torch.distributed.run", "--nnodes", "2:3", "--nproc-per-node", "1",
             "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:29500", "--rdzv-id", "job-1")
     tail = ("--max-restarts", "1", "--no-python", "python", "train.py")
     assert master.command == (*head, "--rdzv-conf", "is_host=true,join_timeout=60", *tail)

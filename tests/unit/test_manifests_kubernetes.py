@@ -48,6 +48,7 @@ from airflow_distributed.manifests.kubernetes import (
     with_owner,
 )
 from airflow_distributed.manifests.kubernetes_resources import ManifestError
+from airflow_distributed.outputs import document_warning, parse_output_document
 from airflow_distributed.plan import KubernetesAddressing, Layout, LocalAddressing, build_plan
 from airflow_distributed.spec import Environment, SpecValidationError, TrainingSpec, load_spec
 
@@ -586,6 +587,11 @@ def test_relay_keeps_exit_code_and_copies_a_shortened_document(tmp_path):
 
     assert done.returncode == 3
     assert json.loads(message.read_text()) == {"metrics": {"loss": 0.1}, "model_path": "s3://m", "truncated": True}
+    # Read back (no XCom sidecar: the kubeflow and trainjob backends, or a sidecar that did not start), the cut is
+    # said: the history the master wrote is not the one the task has.
+    document = parse_output_document(message.read_text())
+    assert (document["metrics"], document["model_path"], document["history"]) == ({"loss": 0.1}, "s3://m", [])
+    assert "longer than a termination message holds (4096 bytes)" in (document_warning(document) or "")
 
 
 def test_wait_for_peers_gives_up_after_its_timeout():

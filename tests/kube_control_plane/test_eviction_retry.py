@@ -15,6 +15,7 @@ task's (or the trigger's) watch of the job's pods saw of it as it went.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -100,11 +101,19 @@ class Tries(Player):
         found = {p["metadata"]["name"]: p for p in self.node.list("pods", self.namespace)}
         return found[names[0]], found[names[1]]
 
-    def watched(self) -> bool:
-        """The task (or its trigger) watches the job's pods, and on a custom kind the job object too."""
-        resources = {(e.get("objectRef") or {}).get("resource") for e in self.plane.audit_events(self.user)
-                     if e["verb"] == "watch"}
-        return "pods" in resources and (self.backend == "k8s" or len(resources) > 1)
+    def watching(self, resource: str) -> bool:
+        """The task (or its trigger) has watched ``resource`` (``pods``, ``pytorchjobs``, ``trainjobs``)."""
+        return any(e["verb"] == "watch" and (e.get("objectRef") or {}).get("resource") == resource
+                   for e in self.plane.audit_events(self.user))
+
+    def watched(self) -> None:
+        """Until the task (or its trigger) waits for the job: it watches what decides it (the pods, or the job
+        object), and it is given a few seconds to watch the pods too, without which the test goes on (so that a
+        wait that does not watch them fails the test rather than hanging it)."""
+        decides = {"k8s": "pods", "kubeflow": "pytorchjobs", "trainjob": trainjob.PLURAL}[self.backend]
+        wait_until(functools.partial(self.watching, decides), timeout=60)
+        with contextlib.suppress(AssertionError):
+            wait_until(functools.partial(self.watching, "pods"), timeout=10)
 
     def gone(self, name: str) -> bool:
         return all(p["metadata"]["name"] != name for p in self.node.list("pods", self.namespace))
@@ -129,7 +138,7 @@ class Tries(Player):
                     "containers"][0]["name"])
                 # Taken away once the job is watched (in the task or in the triggerer), mid-training; its container
                 # ends on the SIGTERM.
-                wait_until(self.watched, timeout=60)
+                self.watched()
                 self.node.exit_on_sigterm[(self.namespace, worker)] = SIGTERM_EXIT
                 if self.how == "evicted":
                     self.plane.request("POST", f"/api/v1/namespaces/{self.namespace}/pods/{worker}/eviction", {

@@ -322,3 +322,15 @@ def first_event(trigger: DistributedJobTrigger) -> dict:
         return await anext(trigger.run())
 
     return asyncio.run(run()).payload
+
+
+def custom_job_watches(requests: list, plural: str, job: str, deferred: bool) -> None:
+    """A custom kind's wait watched its job once and the job's pods once (a pod the cluster takes away is seen as
+    it goes): in the task, its own job by name and its own pods by label; deferred, the kind's objects and the job-
+    labelled pods of the namespace, each watch shared by the triggerer's jobs there (``shared_watch``)."""
+    jobs = [r for r in requests if r.is_watch and r.path.endswith(f"/{plural}")]
+    pods = [r for r in requests if r.is_watch and r.path.endswith("/pods")]
+    assert len(jobs) == 1 and len(pods) == 1, [r.path for r in jobs + pods]
+    assert jobs[0].query.get("fieldSelector") == (None if deferred else f"metadata.name={job}")
+    assert pods[0].query.get("labelSelector") == ("airflow-distributed/job" if deferred
+                                                  else f"airflow-distributed/job={job}")

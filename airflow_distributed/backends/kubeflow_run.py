@@ -27,10 +27,17 @@ from airflow_distributed.backends.job_run import (
 )
 from airflow_distributed.backends.job_usage import usage_over_tries
 from airflow_distributed.exceptions import KubernetesJobError
-from airflow_distributed.hooks.kubeflow import KubeflowHandle, KubeflowJobHook, failed_replica, status_outcome
+from airflow_distributed.hooks.kubeflow import (
+    KubeflowHandle,
+    KubeflowJobHook,
+    failed_replica,
+    lost_replica,
+    status_outcome,
+)
 from airflow_distributed.hooks.pending_pods import OWN_VERDICTS
 from airflow_distributed.hooks.pod_logs import task_log_lines
 from airflow_distributed.jobstate import outcome as ending
+from airflow_distributed.jobstate.disruption import TakenAway
 from airflow_distributed.jobstate.failures import job_failure
 from airflow_distributed.jobstate.hang_watch import HUNG_REPLICAS
 from airflow_distributed.jobstate.log_cursor import LogCursor
@@ -83,6 +90,9 @@ class KubeflowJobRun:
         #: where the master's log was followed (sync) or relayed (deferred), by its pod's uid: its first line and
         #: first progress record are startup phases
         self.log_cursors: dict[str, LogCursor] = {}
+        #: the pods the cluster was seen taking away during the wait (sync) or in the triggerer (deferred): the
+        #: replica lost, when its pod is gone by the time the controller judges the job
+        self.taken = TakenAway()
 
     @staticmethod
     def resource_of(framework: str) -> KubeflowResource:
@@ -136,6 +146,7 @@ class KubeflowJobRun:
         relayed = event.get("log_cursor")  # where the trigger relayed the master's log: its first line among it
         if isinstance(relayed, dict) and relayed.get("uid"):
             run.log_cursors[str(relayed["uid"])] = LogCursor.from_dict(relayed)
+        run.taken = TakenAway.from_dict(event.get("taken_away"))
         return run
 
     # ------------------------------------------------------------------ submit, wait
@@ -160,6 +171,7 @@ class KubeflowJobRun:
                 on_object=self.observed,
                 emit=task_log_lines(self.log),  # the master's lines, as they come
                 log_cursors=self.log_cursors,
+                taken=self.taken,
             )
         except BaseException:
             # The wait itself failed (API gone, execution_timeout): nobody would watch the job any more.
@@ -232,7 +244,11 @@ class KubeflowJobRun:
             pods = self.hook.kubeflow_pods(self.namespace, obj) if obj is not None else []
             container = self.hook.main_container(obj) if obj is not None else ""
             document = self._document(obj)
-            found = failed_replica(pods, container) if outcome.ending == ending.FAILED else None
+            found = None
+            if outcome.ending == ending.FAILED:
+                # A pod taken away is often deleted before its controller marks the job failed: as last seen.
+                gone = self.taken.gone(pods)
+                found = failed_replica([*gone, *pods], container) or lost_replica(gone)
             if found is not None:  # the controller's words, and the replica whose end they are about
                 outcome = found.outcome(judgement=outcome.judgement, job_object=obj)
             logs = self.hung_logs(pods, container) if outcome.ending == ending.HUNG else self._tails(

@@ -30,7 +30,7 @@ from airflow_distributed.backends.job_run import (
 from airflow_distributed.backends.kubernetes_elastic import ElasticRestarts
 from airflow_distributed.backends.kubernetes_finish import KubernetesJobFinish, delete_secrets
 from airflow_distributed.elastic import elastic_plan
-from airflow_distributed.hooks.kubernetes import DistributedTrainingHook, JobHandle
+from airflow_distributed.hooks.kubernetes import DistributedTrainingHook, JobHandle, JobLook
 from airflow_distributed.hooks.pod_logs import task_log_lines
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.failures import job_failure
@@ -72,6 +72,8 @@ class KubernetesJobRun(KubernetesJobFinish):
         #: the create, a reattach and every pod an elastic job recreates
         self.objects: JobObjects | None = None
         self.handle: JobHandle | None = None
+        #: what a retry's reconnect (``status_of``) read of its predecessor's job, for the reattach that follows
+        self.look: JobLook | None = None
         #: where the trigger stopped relaying the master's log (``log_relay``): a trigger deferred again goes on there
         self.log_cursor: dict[str, Any] | None = None
 
@@ -138,7 +140,9 @@ class KubernetesJobRun(KubernetesJobFinish):
     def submit(self) -> JobHandle:
         started = time.monotonic()
         assert self.objects is not None
-        handle = self.hook.ensure_job(self.namespace, self.objects, self.slots, stopped=lambda: self.stopped)
+        look, self.look = self.look, None  # a reconnect's look, just made: used once
+        handle = self.hook.ensure_job(self.namespace, self.objects, self.slots, stopped=lambda: self.stopped,
+                                      look=look)
         self.handle = handle
         if handle.reattached is None:
             self.log.info("job %s/%s: %s with %d replicas created (%d objects) in %.1fs", self.namespace, self.name,
@@ -150,10 +154,10 @@ class KubernetesJobRun(KubernetesJobFinish):
         namespace, name = external_id.get("namespace"), external_id.get("name")
         if (namespace, name) != (self.namespace, self.name):
             return "absent"  # another namespace or name since: not this task's job any more
-        service = self.hook.get_service(self.namespace, self.name)
-        if service is None or service["metadata"].get("deletionTimestamp"):
+        look = self.look = self.hook.look_at_job(self.namespace, self.name)  # the submit that follows takes it
+        if look.pods is None:
             return "absent"
-        verdict = self.hook.job_verdict(self.namespace, self.name, self.slots)
+        verdict = self.hook.job_verdict(self.namespace, self.name, self.slots, pods=look.pods)
         if verdict is None:
             return "running"
         return verdict.state

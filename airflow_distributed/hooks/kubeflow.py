@@ -11,7 +11,11 @@ object's status never shows, fails the wait at once); none while the job is susp
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
+import socket
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,12 +30,13 @@ from airflow_distributed.hooks.pending_pods import PendingPods, pods_missing
 from airflow_distributed.hooks.pod_logs import LOCATE_TIMEOUT, MasterFollower
 from airflow_distributed.hooks.watch_loop import WatchCalls, WatchPolicy, run_watch
 from airflow_distributed.jobstate import outcome as ending
-from airflow_distributed.jobstate.disruption import pod_disruption
+from airflow_distributed.jobstate.disruption import TakenAway, pod_disruption
 from airflow_distributed.jobstate.hang_watch import MasterLogWatch, all_running, hung_verdict
 from airflow_distributed.jobstate.log_cursor import LogCursor
 from airflow_distributed.jobstate.outcome import JobOutcome
 from airflow_distributed.jobstate.pod_state import ReplicaExit, container_state, deciding_exit, termination_message
 from airflow_distributed.jobstate.verdicts import JobVerdict
+from airflow_distributed.jobstate.watch_stream import ResumableWatch
 from airflow_distributed.jobstate.watch_timings import WatchTimings
 from airflow_distributed.manifests.kubeflow_kinds import KINDS, KubeflowKind, KubeflowResource
 from airflow_distributed.manifests.kubeflow_status import (
@@ -125,6 +130,14 @@ def failed_replica(pods: Sequence[Mapping[str, Any]], container: str) -> JobVerd
     return None
 
 
+def lost_replica(gone: Sequence[Mapping[str, Any]]) -> JobVerdict | None:
+    """The replica of the first pod the cluster took away and deleted before the job's end (``TakenAway.gone``),
+    when no exit of it was seen: its pod was deleted or evicted."""
+    for pod in gone:
+        return JobVerdict(FAILED, pod["metadata"]["name"], ending.DELETED, disruption=pod_disruption(pod))
+    return None
+
+
 def pod_matches(pod: Mapping[str, Any], selector: str) -> bool:
     """Whether a pod's labels satisfy an equality selector (``a=b,c=d``, as ``kubeflow_status`` builds them)."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
@@ -137,6 +150,97 @@ def status_outcome(status: JobStatus, obj: Mapping[str, Any] | None) -> JobOutco
         return JobOutcome(ending.SUCCEEDED, job_object=obj)
     return JobOutcome(ending.FAILED, judgement=": ".join(part for part in (status.reason, status.message) if part),
                       job_object=obj)
+
+
+# ------------------------------------------------------------------------------------------ pods taken away (sync)
+
+#: The pod watch's own log: its ends and resumptions are no news for the task log.
+_pod_watch_log = logging.getLogger(__name__)
+
+
+class _PodsSeen(ResumableWatch):
+    """A LIST and a watch of a job's pods, each pod handed to ``TakenAway.observe`` (a ``DELETED`` event's object
+    is the pod as it was when deleted)."""
+
+    def __init__(self, taken: TakenAway) -> None:
+        super().__init__()
+        self.taken = taken
+
+    def on_list(self, body: Mapping[str, Any]) -> None:
+        self._list_version(body)
+        for pod in body.get("items") or []:
+            self.taken.observe(pod)
+
+    def on_line(self, line: str | bytes) -> None:
+        event = self._event(line)
+        if event is not None:
+            self.taken.observe(event[1])
+
+
+class TakenAwayWatch:
+    """Watches a job's pods (the project's job label) from a thread of its own while the synchronous wait watches
+    the job object, recording the pods the cluster takes away (``TakenAway``): a pod deleted before the controller
+    judges the job is seen only so, since no LIST finds a deleted pod. The trigger reads the same from the
+    namespace's shared pod watch. A watch that fails is logged and records nothing more: it decides nothing.
+
+    :param grace: at ``stop(settle=True)``, how long what is still on its way is waited for.
+    """
+
+    def __init__(self, hook: KubeApiHook, namespace: str, job_name: str, taken: TakenAway, timings: WatchTimings,
+                 grace: float = 0.5) -> None:
+        self.hook, self.namespace, self.job_name, self.taken, self.timings = hook, namespace, job_name, taken, timings
+        self.grace = grace
+        self._stop = threading.Event()
+        self._response: Any = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> TakenAwayWatch:
+        self._thread = threading.Thread(target=self._run, name=f"pods-of-{self.job_name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        selector = f"{JOB_LABEL}={self.job_name}"
+        pods = self.hook.core_v1_client.list_namespaced_pod
+        seen = _PodsSeen(self.taken)
+
+        def open_watch(version: str | None, seconds: int, timeout: tuple[float, float]) -> Any:
+            self._response = pods(self.namespace, label_selector=selector, watch=True, resource_version=version,
+                                  allow_watch_bookmarks=True, timeout_seconds=seconds, _request_timeout=timeout,
+                                  _preload_content=False)
+            return self._response
+
+        calls = WatchCalls(
+            list_=lambda: self.hook._json(pods(self.namespace, label_selector=selector, _preload_content=False)),
+            open_watch=open_watch, on_list=seen.on_list, on_line=seen.on_line, done=self._stop.is_set)
+        what = f"watching the pods of job {self.namespace}/{self.job_name}"
+        try:
+            run_watch(seen, calls, WatchPolicy(what, self.timings, self.hook.retry), sleep=self._pause,
+                      log=_pod_watch_log)
+        except Exception as error:
+            if not self._stop.is_set():
+                self.hook.job_log.warning("%s: %s; a replica the cluster takes away from now on may be reported as "
+                                          "the job's controller words it", what, error)
+
+    def _pause(self, seconds: float) -> None:
+        self._stop.wait(seconds)  # a retry's pause, cut short by ``stop``
+
+    def stop(self, *, settle: bool = False) -> None:
+        """Ends the watch; with ``settle``, what it is reading first (the job failed: the pod that caused it was
+        deleted just before, and its last state may still be on its way)."""
+        self._stop.set()
+        thread = self._thread
+        if thread is None:
+            return
+        if settle:
+            thread.join(self.grace)  # any line that comes ends the watch (``done``)
+        # Closing the response would wait for the thread's read (its buffer's lock) until the server ends the
+        # watch; shutting its socket down ends the read at once.
+        sock = getattr(getattr(self._response, "connection", None), "sock", None)
+        if sock is not None and thread.is_alive():
+            with contextlib.suppress(OSError):  # closed meanwhile
+                sock.shutdown(socket.SHUT_RDWR)
+        thread.join(2.0)
 
 
 # ------------------------------------------------------------------------------------------ the hook
@@ -296,6 +400,7 @@ class KubeflowJobHook(KubeApiHook):
         progress_timeout: float | None = None,
         emit: Callable[[str, str], None] | None = None,
         log_cursors: dict[str, LogCursor] | None = None,
+        taken: TakenAway | None = None,
     ) -> JobOutcome:
         """Until the job succeeds or fails (its conditions), is deleted, or ``stopped()`` turns true; or a replica's
         image cannot be pulled (``pending_pods``: its pods are listed while some replica has not started).
@@ -317,6 +422,8 @@ class KubeflowJobHook(KubeApiHook):
             followed from a thread of its own; a look or read that fails decides nothing).
         :param log_cursors: where each followed master pod's log is, by uid, kept by the caller (its first line and
             first progress record: the startup phases).
+        :param taken: where the pods the cluster takes away are recorded, kept by the caller: the job's pods are
+            watched from a thread for it (``TakenAwayWatch``), and the pods this wait lists are handed to it too.
         """
         stopped = stopped or (lambda: False)
         timings = WatchTimings.of(watch_timings, server_timeout=watch_timeout)
@@ -364,8 +471,12 @@ class KubeflowJobHook(KubeApiHook):
             return False
 
         def list_job_pods() -> list[dict[str, Any]]:
-            return self._json(self.core_v1_client.list_namespaced_pod(
+            pods = self._json(self.core_v1_client.list_namespaced_pod(
                 namespace, label_selector=self.kind.pods_selector(name), _preload_content=False)).get("items") or []
+            if taken is not None:
+                for pod in pods:
+                    taken.observe(pod)
+            return pods
 
         def follower_looks() -> bool:
             # Its own looks only while the wait lists no pods and the job is not suspended (no pods on purpose).
@@ -410,13 +521,18 @@ class KubeflowJobHook(KubeApiHook):
             check_due=lambda: pending.due_for(watch.obj) or (hang is not None and hang.due(self._clock()))
             or (follower is not None and follower_looks() and follower.due()),
         )
+        pod_watch = None if taken is None else TakenAwayWatch(self, namespace, name, taken, timings).start()
         try:
             run_watch(watch, calls, WatchPolicy(what, timings, self.retry, clock=self._clock), sleep=self._sleep,
                       log=self.job_log)
         except BaseException:
             if follower is not None:  # the wait failed (API gone, execution_timeout): no read to drain it
                 follower.stop()
+            if pod_watch is not None:
+                pod_watch.stop()
             raise
+        if pod_watch is not None:
+            pod_watch.stop(settle=outcome[-1].ending == ending.FAILED)
         if follower is not None and (watch.obj is None or outcome[-1].ending == ending.STOPPED):
             follower.stop()  # killed: the job is being deleted, nothing to drain
         elif follower is not None:
@@ -486,7 +602,9 @@ __all__ = [
     "KIND_BY_NAME",
     "KubeflowHandle",
     "KubeflowJobHook",
+    "TakenAwayWatch",
     "failed_replica",
+    "lost_replica",
     "main_container",
     "pod_matches",
     "replica_statuses_of_pods",

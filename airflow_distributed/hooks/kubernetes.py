@@ -52,6 +52,15 @@ class JobStopped(KubernetesJobError):
 
 
 @dataclass(frozen=True)
+class JobLook:
+    """A job as one look found it: its Service (``None``: none) and its pods (``None``: not listed, the Service
+    being absent or deleted)."""
+
+    service: dict[str, Any] | None
+    pods: list[dict[str, Any]] | None
+
+
+@dataclass(frozen=True)
 class JobHandle:
     """A job in the cluster. ``reattached`` is ``None`` when this call created it, else the state it was found in
     (``running`` or ``succeeded``); ``created`` counts the objects this call created."""
@@ -96,14 +105,24 @@ class DistributedTrainingHook(KubeApiHook):
         tracker.reset(pods if pods is not None else self.list_job_pods(namespace, name).get("items") or [])
         return tracker
 
-    def job_verdict(self, namespace: str, name: str, slots: Sequence[ReplicaSlot]) -> JobVerdict | None:
-        """How the job ended, from one LIST; ``None`` while it runs (startup time is not judged here)."""
-        return self.job_tracker(namespace, name, slots).verdict(self._clock())
+    def job_verdict(self, namespace: str, name: str, slots: Sequence[ReplicaSlot], *,
+                    pods: Sequence[Mapping[str, Any]] | None = None) -> JobVerdict | None:
+        """How the job ended, from one LIST (or ``pods`` as one just read them); ``None`` while it runs (startup
+        time is not judged here)."""
+        return self.job_tracker(namespace, name, slots, pods=pods).verdict(self._clock())
+
+    def look_at_job(self, namespace: str, name: str) -> JobLook:
+        """The job's Service and, if it stands (not being deleted), its pods: one GET and one LIST, which the
+        reattach that may follow takes as they are (``ensure_job(look=...)``) instead of reading them again."""
+        service = self.get_service(namespace, name)
+        if service is None or service["metadata"].get("deletionTimestamp"):
+            return JobLook(service, None)
+        return JobLook(service, self.list_job_pods(namespace, name).get("items") or [])
 
     # ------------------------------------------------------------------ creation
 
     def ensure_job(self, namespace: str, objects: JobObjects, slots: Sequence[ReplicaSlot], *,
-                   stopped: Callable[[], bool] | None = None) -> JobHandle:
+                   stopped: Callable[[], bool] | None = None, look: JobLook | None = None) -> JobHandle:
         """The job of ``objects``, created or found: a job of this name that runs (or succeeded) is reattached and
         any pod it lacks (a worker that died while creating them) is created; one that failed, or is being
         deleted, is deleted and created anew, since names are fixed per task instance.
@@ -112,17 +131,20 @@ class DistributedTrainingHook(KubeApiHook):
             ``JobObjects.owned_by``, which is the same and much cheaper than building a big job again.
         :param slots: the job's replicas, to judge a job found in place.
         :param stopped: true once the task is being killed: creation stops and what was created is deleted.
+        :param look: the job as ``look_at_job`` read it just before (a retry's reconnect): not read again.
         """
         name = objects.service.metadata.name
-        existing = self.get_service(namespace, name)
+        existing = look.service if look is not None else self.get_service(namespace, name)
         if existing is not None:
-            handle = self._reattach(namespace, name, existing, objects, slots, stopped)
+            handle = self._reattach(namespace, name, existing, objects, slots, stopped,
+                                    look.pods if look is not None else None)
             if handle is not None:
                 return handle
         return self.create_job(namespace, objects, stopped=stopped)
 
     def _reattach(self, namespace: str, name: str, service: Mapping[str, Any], objects: JobObjects,
-                  slots: Sequence[ReplicaSlot], stopped: Callable[[], bool] | None) -> JobHandle | None:
+                  slots: Sequence[ReplicaSlot], stopped: Callable[[], bool] | None,
+                  pods: list[dict[str, Any]] | None = None) -> JobHandle | None:
         labels = (service.get("metadata") or {}).get("labels") or {}
         if labels.get(JOB_LABEL) != name:
             raise KubernetesJobError(
@@ -135,7 +157,8 @@ class DistributedTrainingHook(KubeApiHook):
                               namespace, name)
             self.delete_job(namespace, name, wait=True)
             return None
-        pods = self.list_job_pods(namespace, name).get("items") or []
+        if pods is None:
+            pods = self.list_job_pods(namespace, name).get("items") or []
         if any((pod.get("metadata") or {}).get("deletionTimestamp") for pod in pods):
             # An earlier try's clean-up is deleting its pods (a retry at once after an eviction can come before the
             # kubelet finishes): reattaching would wait on pods about to vanish.
@@ -439,4 +462,4 @@ class DistributedTrainingHook(KubeApiHook):
             self.job_log.error("could not delete job %s/%s after a failed creation: %s", namespace, name, error)
 
 
-__all__ = ["DistributedTrainingHook", "JobHandle", "JobStopped", "KubernetesJobError"]
+__all__ = ["DistributedTrainingHook", "JobHandle", "JobLook", "JobStopped", "KubernetesJobError"]

@@ -9,7 +9,7 @@ replica's ending a ``ReplicaLostError``; ``outcome`` words it with ``taken_away`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 #: A pod's own reason when the node or the scheduler took it away: evicted (node pressure), preempted, its node lost
@@ -68,4 +68,51 @@ def taken_away(disruption: str) -> str:
     return words if disruption == DELETION_STARTED else f"{words} ({disruption})"
 
 
-__all__ = ["DELETION_STARTED", "LOST_POD_REASONS", "pod_disruption", "taken_away"]
+
+
+class TakenAway:
+    """The pods of a job whose controller makes them (a Kubeflow job's, a TrainJob's) that the cluster was seen
+    taking away, each as last seen: kept across reads, and across a deferral (``as_dict``, in the trigger's event).
+
+    The controller judges such a job after the pod has gone: a pod evicted or deleted gets its SIGTERM, its
+    container exits 143, the kubelet finishes the deletion, and only then does the controller (which saw the
+    failed container) mark the job failed; the pods listed at the job's end no longer have it. What the waits saw
+    of it while it went (a watch of the job's pods sees every change, and the pod as it was when deleted) says the
+    cluster took it, so that the verdict is the replica lost, not the controller's count of failed replicas.
+
+    :param pods: pods recorded before (``from_dict``), by uid.
+    """
+
+    def __init__(self, pods: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        self.pods: dict[str, Mapping[str, Any]] = dict(pods or {})
+
+    def observe(self, pod: Mapping[str, Any]) -> None:
+        """A pod as a read or a watch event showed it (a ``DELETED`` event's is its last state): kept if the
+        cluster is taking it away, only what a verdict reads of it (its name, uid, deletion and status)."""
+        if pod_disruption(pod) is None:
+            return
+        metadata = pod.get("metadata") or {}
+        uid = str(metadata.get("uid") or metadata.get("name") or "")
+        kept = {"name": metadata.get("name"), "uid": metadata.get("uid")}
+        if metadata.get("deletionTimestamp"):
+            kept["deletionTimestamp"] = metadata["deletionTimestamp"]
+        self.pods[uid] = {"metadata": kept, "status": pod.get("status") or {}}
+
+    def gone(self, present: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """The pods recorded that are not among ``present`` (a LIST made at the job's end), by uid: taken away
+        and already deleted. Oldest deletion first."""
+        uids = {str((pod.get("metadata") or {}).get("uid") or "") for pod in present}
+        found = [pod for uid, pod in self.pods.items() if uid not in uids]
+        return sorted(found, key=lambda pod: str(pod["metadata"].get("deletionTimestamp") or ""))
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-safe, for an event's payload."""
+        return {"pods": self.pods}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> TakenAway:
+        pods = (data or {}).get("pods")
+        return cls(pods if isinstance(pods, Mapping) else None)
+
+
+__all__ = ["DELETION_STARTED", "LOST_POD_REASONS", "TakenAway", "pod_disruption", "taken_away"]

@@ -16,25 +16,32 @@ into the task log every ``logging_interval`` seconds (``log_relay``; the pod fou
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, ClassVar
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 from kubernetes_asyncio import client as async_client
 
-from airflow_distributed.hooks.api_retry import acall_with_retries
+from airflow_distributed.hooks.api_retry import KubernetesJobError, acall_with_retries
 from airflow_distributed.hooks.kubeflow import KubeflowJobHook
 from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
 from airflow_distributed.hooks.pending_pods import JOB_HUNG, PendingPods, pods_missing
+from airflow_distributed.jobstate.disruption import TakenAway
 from airflow_distributed.jobstate.pod_state import log_available
 from airflow_distributed.manifests.kubeflow_status import KUBEFLOW_KIND, JobKind
 from airflow_distributed.manifests.trainjob_status import is_launcher
 from airflow_distributed.status import FAILED, SUCCEEDED
 from airflow_distributed.triggers.base import JobWaitTrigger
 from airflow_distributed.triggers.hang_watchdog import Sample, TriggerHangWatchdog
+from airflow_distributed.triggers.kubernetes import JOB_PODS
 from airflow_distributed.triggers.log_relay import READ_TIMEOUT, MasterLog
-from airflow_distributed.triggers.shared_watch import Delivery, WatchedKind
+from airflow_distributed.triggers.shared_watch import Delivery, JobFeed, WatchedKind
+
+#: Seconds a trigger waits, once its job failed, for the pod watch's last events (``TakenAwayWatch``'s grace).
+TAKEN_AWAY_GRACE = 0.5
 
 
 def _soonest(*waits: float | None) -> float | None:
@@ -158,7 +165,9 @@ class KubeflowJobTrigger(JobWaitTrigger):
             following = pending.next_at - pending.clock()
             return _soonest(following, queue, hang.wake_in() if hang is not None else None)
 
-        async with self._feed(self.watched_kind, self.job_name) as feed, self.api_client() as api:
+        taken = TakenAway()
+        async with self._feed(self.watched_kind, self.job_name) as feed, self._feed(JOB_PODS, self.job_name) as pods, \
+                self.api_client() as api, self._recording(pods, taken):
             list_pods = async_client.CoreV1Api(api).list_namespaced_pod
             list_objects = async_client.CustomObjectsApi(api).list_namespaced_custom_object
             unseen_checked = False
@@ -215,6 +224,50 @@ class KubeflowJobTrigger(JobWaitTrigger):
                 return True
 
             await self._read(feed, apply, ended, wake_in=next_list_in, check=check)
+            if watch.obj is not None and self.kind.status_of(watch.obj).state == FAILED:
+                await asyncio.sleep(TAKEN_AWAY_GRACE)  # the pod that caused it, deleted just before, may be on its way
+        event = self._ending(watch, pending, hang, ended)
+        if taken.pods:
+            event["taken_away"] = taken.as_dict()  # the resumed task's verdict reads it (``KubeflowJobRun.finish``)
+        return event
+
+    @contextlib.asynccontextmanager
+    async def _recording(self, pods: JobFeed, taken: TakenAway) -> AsyncIterator[None]:
+        """While the wait lasts, the job's pods from the namespace's shared pod watch go to ``taken`` (a pod deleted
+        before the controller judges the job is seen only so); a pod watch that fails is logged and decides
+        nothing."""
+
+        def record(delivery: Delivery) -> None:
+            for pod in delivery.snapshot or ():
+                taken.observe(pod)
+            for _, pod in delivery.events:
+                taken.observe(pod)
+
+        async def follow() -> None:
+            try:
+                while True:
+                    delivery = await pods.next(None)
+                    if delivery is not None:
+                        record(delivery)
+            except KubernetesJobError as error:
+                self.log.warning("%s: could not watch its pods (%s); a replica the cluster takes away from now on "
+                                 "may be reported as the controller words it", self.what, error)
+
+        task = asyncio.create_task(follow())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            with contextlib.suppress(KubernetesJobError):
+                delivery = pods.take()
+                if delivery is not None:
+                    record(delivery)
+
+    def _ending(self, watch: ObjectWatch, pending: PendingPods, hang: TriggerHangWatchdog | None,
+                ended: Callable[[], bool]) -> dict[str, Any]:
+        """The event of a wait that is over (or at the task's deadline)."""
         if watch.obj is None and watch.deleted:
             return {"status": "deleted", "message": f"{self.what} was deleted before it finished"}
         if not ended():

@@ -17,13 +17,14 @@ from airflow_distributed.operators import DistributedTrainingOperator
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 
 
-def _train_dag(dag_id: str, deferrable: bool, **task_kwargs) -> DAG:
-    """A DAG of one kubernetes-backend training task in the namespace of its id (two workers unless told)."""
+def _train_dag(dag_id: str, deferrable: bool, backend: str = "kubernetes", **task_kwargs) -> DAG:
+    """A DAG of one training task (the kubernetes backend unless told) in the namespace of its id (two workers
+    unless told)."""
     task_kwargs.setdefault("environment", {"pytorch": {"n_workers": 2}})
-    with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]) as dag:
+    with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", backend]) as dag:
         DistributedTrainingOperator(
             task_id="train", framework="pytorch", command=["python", "/opt/jobs/train.py"],
-            image="registry.example.com/trainer:1.0", backend="kubernetes", namespace=dag_id.replace("_", "-"),
+            image="registry.example.com/trainer:1.0", backend=backend, namespace=dag_id.replace("_", "-"),
             deferrable=deferrable, **task_kwargs)
     return dag
 
@@ -52,16 +53,17 @@ for dag_id, deferrable, queue in (("k8s_queued_then_scheduled", False, 600.0),
     _train_dag(dag_id, deferrable, environment=_GPU_HUNGRY, startup_timeout=3, queue_timeout=queue,
                execution_timeout=timedelta(seconds=120))
 
-# A worker evicted (the Eviction API) or deleted (kubectl delete pod) mid-training: retries=2 under the provider's
-# retry policy; retry_delay is half an hour the policy overrides (without it the retry would come 30 minutes later).
-# The checkpoints go where the test, playing the master, can reach them: the same folder for every try of the task
-# instance, as a shared volume would be on a cluster.
-for dag_id, deferrable in (("k8s_evicted_resumes", False), ("k8s_evicted_resumes_deferrable", True),
-                           ("k8s_deleted_resumes", False), ("k8s_deleted_resumes_deferrable", True)):
-    _train_dag(dag_id, deferrable, environment={"pytorch": {"n_workers": 1}},
-               checkpoint_dir=os.path.join(os.environ.get("AIRFLOW_HOME", "/tmp"), "checkpoints", dag_id),
-               retries=2, retry_delay=timedelta(minutes=30), startup_timeout=60,
-               execution_timeout=timedelta(seconds=120))
+# A worker evicted (the Eviction API) or deleted (kubectl delete pod) mid-training, on each cluster backend (its
+# DAG id's prefix): retries=2 under the provider's retry policy; retry_delay is half an hour the policy overrides
+# (without it the retry would come 30 minutes later). The checkpoints go where the test, playing the master, can
+# reach them: the same folder for every try of the task instance, as a shared volume would be on a cluster.
+for prefix, backend in (("k8s", "kubernetes"), ("kubeflow", "kubeflow"), ("trainjob", "trainjob")):
+    for dag_id, deferrable in ((f"{prefix}_{how}_resumes{suffix}", suffix != "") for how in ("evicted", "deleted")
+                               for suffix in ("", "_deferrable")):
+        _train_dag(dag_id, deferrable, backend, environment={"pytorch": {"n_workers": 1}},
+                   checkpoint_dir=os.path.join(os.environ.get("AIRFLOW_HOME", "/tmp"), "checkpoints", dag_id),
+                   retries=2, retry_delay=timedelta(minutes=30), startup_timeout=60,
+                   execution_timeout=timedelta(seconds=120))
 
 # A script that fails every try: try 1's finished pods are kept for try 2, which finds them; after try 2, the last,
 # nothing of the job is left. The retry's few seconds let the test see what try 1 left before try 2 starts.

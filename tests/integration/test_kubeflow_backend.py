@@ -16,7 +16,7 @@ from tests.dags.kubeflow_dags import namespace_of
 from tests.helpers import run_dag_at, wait_until, xcom
 from tests.integration.kubeflow_controller import GROUP, KINDS, KubeflowController, register_kubeflow_crds
 from tests.k8s_emulator import KubeEmulator
-from tests.kubernetes_helpers import DOCUMENT, comes_to, crd_emulator, custom_jobs_left
+from tests.kubernetes_helpers import DOCUMENT, comes_to, crd_emulator, custom_job_watches, custom_jobs_left
 
 PLURAL = "pytorchjobs"
 
@@ -100,12 +100,7 @@ def test_a_pytorchjob_that_succeeds_hands_the_masters_output_to_xcom_and_is_dele
     # Deleted after success; its pods went with it (ownerReferences).
     settled(emulator, namespace, ([], []))
     requests = [r for r in emulator.requests if f"/namespaces/{namespace}/" in r.path]
-    watches = [r for r in requests if r.is_watch]
-    assert len(watches) == 1
-    # The task's own wait watches its job by name; deferred, the watch is the kind's in the namespace, shared by
-    # the triggerer's jobs there (shared_watch).
-    expected = None if dag_id == "kubeflow_deferrable" else f"metadata.name={job}"
-    assert watches[0].query.get("fieldSelector") == expected
+    custom_job_watches(requests, PLURAL, job, deferred=dag_id == "kubeflow_deferrable")
     assert [r.method for r in requests if r.path.endswith(f"/{PLURAL}")].count("POST") == 1
     if dag_id == "kubeflow_deferrable":
         out = capfd.readouterr().out

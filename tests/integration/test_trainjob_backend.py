@@ -27,7 +27,7 @@ from tests.integration.trainjob_controller import (
     trainjob_schema,
 )
 from tests.k8s_emulator import KubeEmulator
-from tests.kubernetes_helpers import DOCUMENT, comes_to, crd_emulator, custom_jobs_left
+from tests.kubernetes_helpers import DOCUMENT, comes_to, crd_emulator, custom_job_watches, custom_jobs_left
 
 #: The shared emulator (conftest), serving the TrainJob CRD.
 emulator = crd_emulator(register_trainjob_crd)
@@ -110,11 +110,7 @@ def test_a_trainjob_that_completes_hands_node_0s_output_to_xcom_and_is_deleted(e
     requests = [r for r in emulator.requests if f"/namespaces/{namespace}/" in r.path]
     creates = [r for r in requests if r.path.endswith(f"/{PLURAL}") and r.method == "POST"]
     assert len(creates) == 1 and creates[0].query.get("fieldValidation") == "Strict"
-    watches = [r for r in requests if r.is_watch]
-    assert len(watches) == 1
-    # Deferred, the watch is the kind's in the namespace, shared by the triggerer's jobs there (shared_watch).
-    expected = None if dag_id == "trainjob_deferrable" else f"metadata.name={job}"
-    assert watches[0].query.get("fieldSelector") == expected
+    custom_job_watches(requests, PLURAL, job, deferred=dag_id == "trainjob_deferrable")
 
 
 def test_an_xgboost_trainjob_references_the_xgboost_runtime_and_hands_node_0s_output_to_xcom(emulator):

@@ -12,13 +12,15 @@ the kubelet's own eviction leaves the pod ``Failed`` with reason ``Evicted``; 1.
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
 from airflow_distributed.exceptions import ReplicaExitedError, ReplicaLostError, ReplicaOOMKilledError
-from airflow_distributed.hooks.kubeflow import failed_replica
+from airflow_distributed.hooks.kubeflow import failed_replica, lost_replica
+from airflow_distributed.jobstate.disruption import TakenAway
 from airflow_distributed.jobstate.failures import job_failure
 from airflow_distributed.jobstate.job_watch import JobTracker
 from airflow_distributed.jobstate.pod_state import pod_essentials
@@ -214,3 +216,39 @@ def test_a_replica_its_controller_deletes_after_another_failed_is_not_the_cause(
     found = failed_replica([master, worker], "base")
     assert found is not None and found.replica == WORKER
     assert type(job_failure("ns/j", found.outcome(), 1.0, NOTE)) is ReplicaExitedError
+
+
+def test_a_pod_taken_away_and_gone_before_its_controller_judged_the_job_is_still_the_cause() -> None:
+    # The worker's deletion began, its container exited 143, the kubelet finished the deletion: the controller's
+    # Failed condition comes after, when a LIST of the pods finds only the master. What the pod watch saw is kept,
+    # across a deferral too (the trigger's event), and judged with the pods still there.
+    taken = TakenAway()
+    for pod in (running(MASTER), WORKER_RUNNING):  # the watch's first LIST: nothing taken away
+        taken.observe(pod)
+    assert taken.pods == {}
+    taken.observe(deletion_started(WORKER_RUNNING))
+    taken.observe(exited(deletion_started(WORKER_RUNNING), 143))  # the DELETED event's object
+    resumed = TakenAway.from_dict(json.loads(json.dumps(taken.as_dict())))
+    present = [running(MASTER)]
+    gone = resumed.gone(present)
+    assert [pod["metadata"]["name"] for pod in gone] == [WORKER]
+    found = failed_replica([*gone, *present], "base")
+    assert found is not None and found.replica == WORKER
+    error = job_failure("ns/j", found.outcome(), 71.0, NOTE)
+    assert type(error) is ReplicaLostError
+    assert f"replica {WORKER} was deleted or evicted and exited with code 143" in str(error)
+    # Still there (within its grace period), it is read from the LIST itself, not twice.
+    assert resumed.gone([running(MASTER), exited(deletion_started(WORKER_RUNNING), 143)]) == []
+
+
+def test_a_pod_seen_only_as_its_deletion_began_and_gone_is_lost_without_an_exit() -> None:
+    taken = TakenAway()
+    taken.observe(deletion_started(WORKER_RUNNING))
+    gone = taken.gone([running(MASTER)])
+    assert failed_replica([*gone, running(MASTER)], "base") is None
+    found = lost_replica(gone)
+    assert found is not None and (found.replica, found.cause) == (WORKER, "deleted")
+    error = job_failure("ns/j", found.outcome(), 71.0, NOTE)
+    assert type(error) is ReplicaLostError
+    assert f"the pod of replica {WORKER} was deleted or evicted" in str(error)
+    assert lost_replica([]) is None

@@ -2,7 +2,10 @@
 # Builds Horovod 0.28.1 with PyTorch and Gloo (no MPI, TensorFlow or MXNet) against the torch installed in the given
 # Python, caches the wheel in .cache/wheels/ (git-ignored) and installs it there.
 #
-# Usage: scripts/build-horovod.sh [python]   (default: python on PATH; it must already have torch installed)
+# Usage: scripts/build-horovod.sh [--wheel] [python]   (default: python on PATH; it must already have torch installed)
+#
+# With --wheel, only builds (or finds) the cached wheel and prints its path, installing nothing: for images whose
+# Python has the same torch and Python version (scripts/build-kube-node-images.sh --with horovod).
 #
 # As published the sdist does not build against recent torch: it compiles with C++14 while torch's headers need
 # C++17, so the two CMakeLists that set the standard are patched to 17. The wheel is built without build isolation,
@@ -12,6 +15,11 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+wheel_only=""
+if [[ "${1:-}" == "--wheel" ]]; then
+    wheel_only=1
+    shift
+fi
 python="${1:-python}"
 horovod_version="0.28.1"
 
@@ -56,7 +64,11 @@ if [[ -z "$(wheel)" ]]; then
     # Move into place only once complete, so an interrupted build never leaves a wheel that looks cached.
     built="$(compgen -G "$work/dist/horovod-$horovod_version-*.whl" | head -n 1)"
     mv "$built" "$cache/.partial" && mv "$cache/.partial" "$cache/$(basename "$built")"
-    echo "built $(basename "$built") in $((SECONDS - start)) s"
+    [[ -n "$wheel_only" ]] || echo "built $(basename "$built") in $((SECONDS - start)) s"
+fi
+if [[ -n "$wheel_only" ]]; then
+    wheel
+    exit 0
 fi
 
 # With its dependencies (cloudpickle, psutil, pyyaml, packaging, cffi): none of them is torch.

@@ -15,6 +15,12 @@
 #             trainer-<framework>: the same system and project layers around that framework's CPU wheels (the
 #             versions of pyproject.toml's extras or of scripts/framework-venv.sh) instead of torch; built only
 #             when asked, as each weighs hundreds of megabytes (the slow tests ask).
+#   --with horovod
+#             trainer-horovod: the torch layer's wheel and Horovod's (scripts/build-horovod.sh --wheel, built against
+#             that torch for Python 3.11), then Debian's openssh-server and openssh-client installed by apt in a
+#             chroot of the system layer (their maintainer scripts make sshd's user and /etc/ssh/sshd_config; the
+#             host keys they make are dropped, so that each pod makes its own), then the project: the launcher model's
+#             image (horovodrun over SSH to the workers' sshd).
 #
 # With --push, each image the registry lacks (plain HTTP, e.g. 127.0.0.1:5000) is copied there. Prints one line per
 # image, `<name> <reference>`; quiet otherwise unless failing. Needs root (debootstrap).
@@ -45,12 +51,18 @@ declare -A framework_requirements=(
     [mxnet]="mxnet==1.9.1 numpy<1.24"
     # Paddle imports setuptools at run time without requiring it (a virtualenv has it; a --target install not).
     [paddle]="paddlepaddle==3.3.1 setuptools"
+    # Horovod's wheel, found below, is added to torch's.
+    [horovod]="$torch_requirement"
 )
 # Debian packages a framework's wheels load but do not bundle (ldd of their libraries, beyond libc and libstdc++),
 # unpacked into its layer: GCC's OpenMP runtime, and for MXNet's bundled libgfortran its quad-precision maths.
 declare -A framework_packages=(
     [mxnet]="libgomp1 libquadmath0"
     [paddle]="libgomp1"
+)
+# Debian packages a framework's image installs with apt (in a chroot of the system layer), in a layer of their own.
+declare -A framework_apt_packages=(
+    [horovod]="openssh-server openssh-client"
 )
 for framework in "${frameworks[@]}"; do
     [[ -n "${framework_requirements[$framework]:-}" ]] \
@@ -61,7 +73,7 @@ system_recipe="debootstrap minbase $suite python3"
 
 log="$(mktemp)"
 work="$(mktemp -d)"
-trap 'rm -f "$log"; rm -rf "$work"' EXIT
+trap 'umount -q "$work/chroot" 2>/dev/null || true; rm -f "$log"; rm -rf "$work"' EXIT
 fail() {
     echo "$me: $1 failed; its output:" >&2
     tail -n 100 "$log" >&2
@@ -145,10 +157,54 @@ wheels_layer() {
     # shellcheck disable=SC2086 # REQUIREMENTS is a list of requirement words
     "$python" -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
         --target "$work/wheels/$site" $2 >"$log" 2>&1 || fail "pip install $2"
-    # Console scripts go to <target>/bin with the host's interpreter in their #! line: none is needed.
+    # Console scripts go to <target>/bin with the host's interpreter in their #! line: on the image's PATH instead,
+    # run by its python3 (Horovod's launcher is one: horovodrun).
+    local script
+    for script in "$work/wheels/$site/bin"/*; do
+        [[ -f "$script" ]] || continue
+        mkdir -p "$work/wheels/usr/local/bin"
+        sed '1s|^#!.*python.*$|#!/usr/bin/python3|' "$script" >"$work/wheels/usr/local/bin/${script##*/}"
+        chmod 755 "$work/wheels/usr/local/bin/${script##*/}"
+    done
     rm -rf "$work/wheels/$site/bin"
     add_layer "$system_tag" "$wheels_tag" "$work/wheels"
     rm -rf "$work/wheels"
+}
+
+# apt_layer BASE_TAG NAME PACKAGES: sets apt_tag to BASE_TAG plus what apt installs for PACKAGES (recommends left
+# out) in a chroot of the system layer: an overlay over that system, whose upper directory becomes the layer.
+apt_layer() {
+    apt_tag="$2-$(printf '%s %s' "$1" "$3" | digest)"
+    has_tag "$apt_tag" && return
+    local lower="$work/apt-lower" upper="$work/apt-upper" chroot="$work/chroot"
+    mkdir -p "$lower" "$upper" "$work/apt-overlay" "$chroot"
+    umoci raw unpack --image "$oci:$system_tag" "$lower" >"$log" 2>&1 || fail "unpacking $system_tag"
+    mount -t overlay overlay -o "lowerdir=$lower,upperdir=$upper,workdir=$work/apt-overlay" "$chroot" >"$log" 2>&1 \
+        || fail "mounting the overlay for $2"
+    cp /etc/resolv.conf "$chroot/etc/resolv.conf"
+    # The system layer's /dev is empty (the runtime makes it); apt and the maintainer scripts write to /dev/null.
+    mknod -m 666 "$chroot/dev/null" c 1 3
+    # No service is started in a chroot (invoke-rc.d asks policy-rc.d: 101 = not allowed).
+    printf '#!/bin/sh\nexit 101\n' >"$chroot/usr/sbin/policy-rc.d"
+    chmod +x "$chroot/usr/sbin/policy-rc.d"
+    # shellcheck disable=SC2086 # PACKAGES is a list of package names
+    { chroot "$chroot" apt-get -o Acquire::Check-Valid-Until=false update \
+        && DEBIAN_FRONTEND=noninteractive chroot "$chroot" apt-get install -y --no-install-recommends $3; } \
+        >"$log" 2>&1 || fail "apt-get install $3"
+    umount "$chroot"
+    # Removed from the upper directory only (what this layer adds or changes), so that no whiteout hides the
+    # system's own: what ran the install, apt's lists and caches, logs, backups, docs, and the host keys the
+    # maintainer scripts made (each pod makes its own: manifests/horovod_ssh.py's ssh-keygen -A).
+    rm -rf "$upper/etc/resolv.conf" "$upper/dev/null" "$upper/usr/sbin/policy-rc.d" "$upper"/var/lib/apt/lists/* \
+        "$upper"/var/cache/apt/* "$upper"/var/cache/debconf/*-old "$upper"/var/lib/dpkg/*-old "$upper"/var/log/* \
+        "$upper"/etc/ssh/ssh_host_* "$upper"/usr/share/doc/* "$upper"/usr/share/man/*
+    # Files apt removed are character devices (0, 0) in an overlay's upper directory; a layer spells them .wh.<name>.
+    find "$upper" -type c | while read -r gone; do
+        rm -f "$gone"
+        : >"$(dirname "$gone")/.wh.$(basename "$gone")"
+    done
+    add_layer "$1" "$apt_tag" "$upper"
+    rm -rf "$lower" "$upper" "$work/apt-overlay"
 }
 
 # project_layer BASE_TAG NAME: sets project_tag to BASE_TAG plus this project and the example training scripts,
@@ -182,11 +238,26 @@ project_layer() {
 # Each image: its name under airflow-distributed/ and its tag in the layout (the part after the name is the
 # registry's tag).
 images=()
+for framework in "${frameworks[@]}"; do
+    if [[ "$framework" == horovod ]]; then
+        # Kept in the image cache under its own name, so that the layer's recipe (the wheel's path) is the same
+        # for every checkout on this machine.
+        horovod_wheel="$(bash "$root/scripts/build-horovod.sh" --wheel "$python" 2>"$log")" \
+            || fail "scripts/build-horovod.sh --wheel"
+        mkdir -p "$cache/wheels"
+        cp -u "$horovod_wheel" "$cache/wheels/"
+        framework_requirements[horovod]+=" $cache/wheels/$(basename "$horovod_wheel")"
+    fi
+done
 wheels_layer torch "$torch_requirement"
 project_layer "$wheels_tag" trainer
 images+=("trainer $project_tag")
 for framework in "${frameworks[@]}"; do
     wheels_layer "$framework" "${framework_requirements[$framework]}" "${framework_packages[$framework]:-}"
+    if [[ -n "${framework_apt_packages[$framework]:-}" ]]; then
+        apt_layer "$wheels_tag" "$framework-apt" "${framework_apt_packages[$framework]}"
+        wheels_tag="$apt_tag"
+    fi
     project_layer "$wheels_tag" "trainer-$framework"
     images+=("trainer-$framework $project_tag")
 done

@@ -115,6 +115,22 @@ def running_server(**options: object) -> Iterator[MlflowServer]:
         server.stop()
 
 
+@contextmanager
+def serving_connection(conn_id: str) -> Iterator[MlflowServer]:
+    """A running server, named to the tasks as the Airflow connection ``conn_id`` (``AIRFLOW_CONN_<ID>``) while
+    it runs."""
+    with running_server() as server:
+        previous = os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}")
+        os.environ[f"AIRFLOW_CONN_{conn_id.upper()}"] = server.connection()
+        try:
+            yield server
+        finally:
+            if previous is None:
+                os.environ.pop(f"AIRFLOW_CONN_{conn_id.upper()}", None)
+            else:
+                os.environ[f"AIRFLOW_CONN_{conn_id.upper()}"] = previous
+
+
 @dataclass(frozen=True)
 class RunView:
     """An MLflow run as its REST API gives it back: info, and params, tags and latest metrics as dicts."""

@@ -12,7 +12,7 @@ from tests.helpers import run_dag_at, wait_until, xcom
 from tests.kube_control_plane.control_plane import ControlPlane
 from tests.kube_control_plane.kubelet import KubeletNode
 from tests.kubernetes_helpers import Kubelet, train_and_succeed
-from tests.mlflow_server import MlflowReader, running_server
+from tests.mlflow_server import MlflowReader, serving_connection
 
 pytestmark = [pytest.mark.usefixtures("airflow_db")]
 
@@ -26,8 +26,7 @@ DOCUMENT = {
 
 @pytest.fixture(scope="module")
 def tracking():
-    with running_server() as server, pytest.MonkeyPatch.context() as env:
-        env.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", server.connection())
+    with serving_connection(CONN_ID) as server:
         yield server
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.dags.kube_node_capacity_dags import TOO_MANY_CPUS, TOO_MUCH_MEMORY_MIB
+from tests.dags.kube_node_capacity_dags import TOO_MANY_CPUS
 from tests.helpers import run_dag_at
 from tests.kube_node.node import NODE_NAME, RealNode
 
@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.usefixtures("airflow_db")]
     ("node_too_many_cpus", "ReplicaNotScheduledError", "was not scheduled within 8s (queue_timeout)",
      f"cpu {TOO_MANY_CPUS}", "Insufficient cpu"),
     ("node_too_much_memory", "ReplicaNotStartedError", "did not start within 10s",
-     f"memory {TOO_MUCH_MEMORY_MIB}Mi", "Insufficient memory"),
+     "memory 4Ti", "Insufficient memory"),
 ], indirect=["dag_namespace"])
 def test_a_replica_asking_more_than_the_real_node_has_fails_the_task_naming_it_and_what_it_asked(
         node: RealNode, dag_namespace, error: str, limit: str, asked: str, insufficient: str, capfd):

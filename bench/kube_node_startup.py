@@ -94,6 +94,8 @@ class Observer(threading.Thread):
         self.namespace, self.expected, self.main = namespace, expected, main
         self.running: float | None = None
         self.first_step: float | None = None
+        #: the last failed read of the master's log (a run that never saw a step says why)
+        self.log_error: str | None = None
         self.done = threading.Event()
 
     def run(self) -> None:
@@ -108,8 +110,8 @@ class Observer(threading.Thread):
             if master is not None and self.running is not None:
                 try:
                     log = self.core.read_namespaced_pod_log(master, self.namespace, container=self.main)
-                except client.ApiException:
-                    log = ""
+                except client.ApiException as error:
+                    self.log_error, log = f"{error.status} {error.reason}: {error.body}"[:300], ""
                 if _STEP.search(log or ""):
                     self.first_step = time.time()
             time.sleep(0.2)
@@ -173,7 +175,8 @@ def _operator(plane: ControlPlane, dag_id: str, size: int | None) -> dict[str, A
         result["startup"] = XComModel.deserialize_value(row[0]).get("startup") or {}
         t0 = ti.start_date.timestamp()
         result["observed"] = {"running": observer.running and observer.running - t0,
-                              "first_step": observer.first_step and observer.first_step - t0}
+                              "first_step": observer.first_step and observer.first_step - t0,
+                              "log_error": observer.log_error}
         _wait_empty(plane, NAMESPACE)
     return result
 
@@ -223,7 +226,8 @@ def _plain(plane: ControlPlane, size: int, image: str, job: str) -> dict[str, An
     _wait_empty(plane, PLAIN_NAMESPACE)
     assert phase == "Succeeded", phase
     return {"observed": {"running": observer.running and observer.running - t0,
-                         "first_step": observer.first_step and observer.first_step - t0}}
+                         "first_step": observer.first_step and observer.first_step - t0,
+                         "log_error": observer.log_error}}
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -278,6 +282,8 @@ def measure(rounds: int = 3) -> dict[str, Any]:
                              "plain_rounds": [v and round(v, 2) for v in theirs]}
                 if row[what]["operator"] and row[what]["plain"]:
                     row[what]["ratio"] = round(row[what]["operator"] / row[what]["plain"], 2)
+            row["log_errors"] = sorted({r["observed"]["log_error"] for r in operator + plain
+                                        if r["observed"]["log_error"]})
             row["operator_startup_median"] = {
                 phase: _median([(r["startup"].get("job") or {}).get(phase) for r in operator])
                 for phase in ("created", "scheduled", "running", "rendezvous")}

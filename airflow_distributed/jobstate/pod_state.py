@@ -142,10 +142,29 @@ def pod_essentials(pod: Mapping[str, Any]) -> dict[str, Any]:
         kept["spec"]["nodeName"] = spec["nodeName"]
     for key in ("initContainers", "containers"):
         if spec.get(key):
-            kept["spec"][key] = [{"name": c.get("name"), "image": c.get("image")} for c in spec[key]]
+            kept["spec"][key] = [_container_essentials(c) for c in spec[key]]
     if pod.get("status") is not None:
         kept["status"] = pod["status"]
     return kept
+
+
+def _container_essentials(container: Mapping[str, Any]) -> dict[str, Any]:
+    kept = {"name": container.get("name"), "image": container.get("image")}
+    requests = (container.get("resources") or {}).get("requests")
+    if requests:  # what an unschedulable replica asked (``_asked``)
+        kept["resources"] = {"requests": dict(requests)}
+    return kept
+
+
+def _asked(pod: Mapping[str, Any]) -> str | None:
+    """What the replica's own container asks of a node (``cpu 4, memory 16Gi``): the scheduler says which resource
+    no node has enough of, not how much was asked; the readiness and sidecar containers' small requests are not the
+    user's."""
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        if container.get("name") == MAIN_CONTAINER:
+            requests = (container.get("resources") or {}).get("requests") or {}
+            return ", ".join(f"{name} {quantity}" for name, quantity in sorted(requests.items())) or None
+    return None
 
 
 def _waiting(pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
@@ -157,7 +176,11 @@ def _waiting(pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
             return waiting["reason"], waiting.get("message")
     for condition in status.get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            return condition.get("reason") or "Unschedulable", condition.get("message")
+            asked = _asked(pod)
+            message = condition.get("message")
+            if asked:
+                message = f"{message} (the replica asks {asked})" if message else f"the replica asks {asked}"
+            return condition.get("reason") or "Unschedulable", message
     if status.get("reason"):
         return status["reason"], status.get("message")
     return None, None

@@ -14,9 +14,11 @@ import pendulum
 from airflow.sdk import DAG
 
 from airflow_distributed.operators import DistributedTrainingOperator
-from tests.dags.kube_node_dags import TRAINING_DIR
 
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
+#: Where the trainer images hold the example training scripts. Not imported from kube_node_dags.py: a DAG file that
+#: imports another makes the DagBag find that one's DAGs in both (AirflowDagDuplicatedIdException, by file order).
+TRAINING_DIR = "/opt/airflow-distributed/training"
 #: framework -> (its example script, its arguments, its replicas, and each replica's memory limit in MiB):
 #: TensorFlow's runtime alone takes about 400 MiB a replica.
 FRAMEWORKS = {

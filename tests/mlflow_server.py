@@ -25,6 +25,8 @@ import requests
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER_PYTHON = ROOT / ".venvs" / "mlflow" / "bin" / "python"
+#: The Airflow connection the test DAGs log to (``mlflow_conn_id``), given as ``AIRFLOW_CONN_MLFLOW_TEST``.
+CONN_ID = "mlflow_test"
 
 
 def build_server_environment() -> Path:

@@ -2,24 +2,17 @@
 ``tests/kube_node/test_elastic_kill.py``): a replica asking for more CPU or memory than the node has (its real
 capacity, as its kubelet reports it) is never scheduled, and the task fails naming it and what it asked; an elastic
 PyTorch job whose worker's container the test kills mid-training. The namespace is the DAG id's.
-
-Nothing is imported from the other DAG files: a DAG file importing another makes the DagBag see that one's DAGs twice.
 """
 
 from __future__ import annotations
-
-import os
 
 import pendulum
 from airflow.sdk import DAG
 
 from airflow_distributed.operators import DistributedTrainingOperator
+from tests.kube_node.images import TRAINING_DIR, shared_model_volume, trainer_image
 
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
-#: The node's images, named by the fixture (a placeholder where no node runs: every DAG file is parsed).
-TRAINER_IMAGE = os.environ.get("KUBE_NODE_TRAINER_IMAGE", "127.0.0.1:5000/airflow-distributed/trainer:unbuilt")
-#: Where the trainer image holds the example training scripts.
-TRAINING_DIR = "/opt/airflow-distributed/training"
 #: Far more than this machine has (a few cores, tens of GiB), and not so much that the request is malformed.
 TOO_MANY_CPUS = 512
 TOO_MUCH_MEMORY_MIB = 4 << 20  # 4 TiB
@@ -33,7 +26,7 @@ CAPACITY = {
 for dag_id, (worker_resources, limits) in CAPACITY.items():
     with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]):
         DistributedTrainingOperator(
-            task_id="train", framework="pytorch", image=TRAINER_IMAGE, backend="kubernetes",
+            task_id="train", framework="pytorch", image=trainer_image(), backend="kubernetes",
             command=["python3", "-c", "import time; time.sleep(600)"], clean_pod_policy="all",
             namespace=dag_id.replace("_", "-"),
             environment={"resources": {"cpu": {"requests": 0.1}, "memory": {"requests": 32, "limits": 256}},
@@ -46,12 +39,11 @@ STEPS, EVERY = 150, 10
 
 with DAG(dag_id="node_elastic_kill", schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]):
     DistributedTrainingOperator(
-        task_id="train", framework="pytorch", image=TRAINER_IMAGE, backend="kubernetes",
+        task_id="train", framework="pytorch", image=trainer_image(), backend="kubernetes",
         command=["python3", f"{TRAINING_DIR}/pytorch_ddp.py"],
         args=["--steps", str(STEPS), "--checkpoint-every", str(EVERY), "--sleep-per-step", "0.05", "--timeout", "60"],
         environment={"resources": {"cpu": {"requests": 0.1}, "memory": {"requests": 64, "limits": 1024}},
                      "pytorch": {"n_workers": 1, "elastic": {"max_restarts": 1, "rdzv_timeout": 60}}},
-        model_volume={"hostPath": {"path": os.environ.get("KUBE_NODE_MODEL_DIR", "/nonexistent"),
-                                   "type": "Directory"}},
+        model_volume=shared_model_volume(),
         keep_checkpoints=True, namespace="node-elastic-kill", startup_timeout=180, logging_interval=1,
         log_replicas="all")

@@ -4,7 +4,6 @@ named by the fixture through the environment; the namespace is the DAG id's."""
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 
 import pendulum
@@ -12,17 +11,9 @@ from airflow.sdk import DAG, task
 
 from airflow_distributed.operators import DistributedTrainingOperator
 from tests.hang_scripts import GLOO_HANG
+from tests.kube_node.images import TRAINING_DIR, trainer_image
 
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
-#: Where the trainer image holds the example training scripts.
-TRAINING_DIR = "/opt/airflow-distributed/training"
-
-
-def trainer_image() -> str:
-    # Parsed outside a node session too (every DAG file is): a placeholder then, which no test runs.
-    return os.environ.get("KUBE_NODE_TRAINER_IMAGE", "127.0.0.1:5000/airflow-distributed/trainer:unbuilt")
-
-
 for dag_id, deferrable in (("node_ddp", False), ("node_ddp_deferrable", True)):
     with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]):
         DistributedTrainingOperator(

@@ -6,23 +6,19 @@ the DAG id's."""
 
 from __future__ import annotations
 
-import os
-
 import pendulum
 from airflow.sdk import DAG
 
 from airflow_distributed.operators import DistributedTrainingOperator
-from tests.dags.kube_node_dags import TRAINING_DIR
+from tests.kube_node.images import TRAINING_DIR, trainer_image
 
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
-IMAGE_VARIABLE = "KUBE_NODE_HOROVOD_IMAGE"
 
 for dag_id, deferrable in (("node_horovod", False), ("node_horovod_deferrable", True)):
     with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]):
         DistributedTrainingOperator(
             task_id="train", framework="horovod", backend="kubernetes",
-            # Parsed outside a node session too (every DAG file is): a placeholder then, which no test runs.
-            image=os.environ.get(IMAGE_VARIABLE, "127.0.0.1:5000/airflow-distributed/trainer-horovod:unbuilt"),
+            image=trainer_image("horovod"),
             command=["python3", f"{TRAINING_DIR}/horovod_torch.py"], args=["--steps", "20"],
             environment={"resources": {"cpu": {"requests": 0.1}, "memory": {"requests": 64, "limits": 1024}},
                          "replicas": {"n_workers": 2}},

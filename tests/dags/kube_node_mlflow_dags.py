@@ -5,12 +5,14 @@ through the environment."""
 
 from __future__ import annotations
 
+import pendulum
 from airflow.sdk import DAG
 
 from airflow_distributed.operators import DistributedTrainingOperator
-from tests.dags.kube_node_dags import START, TRAINING_DIR, trainer_image
-from tests.dags.mlflow_dags import CONN_ID
+from tests.kube_node.images import TRAINING_DIR, trainer_image
+from tests.mlflow_server import CONN_ID
 
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
 #: The registered model the job's versions go to.
 MODEL = "node-ddp"
 STEPS = 20

@@ -10,11 +10,11 @@ import pendulum
 from airflow.sdk import DAG
 
 from airflow_distributed.operators import DistributedTrainingOperator
+from tests.mlflow_server import CONN_ID
 
 TRAINING_DIR = Path(__file__).resolve().parents[2] / "example_dags" / "training"
 SCRIPT = str(TRAINING_DIR / "pytorch_ddp.py")
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
-CONN_ID = "mlflow_test"
 MODEL_NAME = "ddp-regression"
 STEPS, LOG_EVERY = 30, 10
 TENSORBOARD = "http://127.0.0.1:6006/#scalars&regexInput={job_name}"

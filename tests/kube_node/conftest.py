@@ -17,12 +17,13 @@ from tests.integration.test_kubernetes_rbac import role
 from tests.kube_control_plane import control_plane as plane_module
 from tests.kube_control_plane.control_plane import TASK_ACCOUNT
 from tests.kube_node import node as node_module
+from tests.kube_node.images import image_variable
 from tests.kube_node.node import RealNode
 
 #: The Role of docs/rbac.yaml a DAG's task needs besides the kubernetes backend's, by a word of its namespace.
 BACKEND_ROLES = {"pytorchjob": "kubeflow", "trainjob": "trainjob"}
 #: What the DAGs of tests/dags/kube_node_dags.py read their images from.
-IMAGE_VARIABLES = {"trainer": "KUBE_NODE_TRAINER_IMAGE", "busybox": "KUBE_NODE_SIDECAR_IMAGE"}
+IMAGE_VARIABLES = {"trainer": image_variable(), "busybox": "KUBE_NODE_SIDECAR_IMAGE"}
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from tests.dags.kube_node_framework_dags import image_variable
 from tests.helpers import run_dag_at, xcom
+from tests.kube_node.images import image_variable
 from tests.kube_node.node import RealNode
 
 pytestmark = [pytest.mark.usefixtures("airflow_db"), pytest.mark.slow]

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.dags.kube_node_horovod_dags import IMAGE_VARIABLE
 from tests.helpers import replica_lines, run_dag_at, xcom
+from tests.kube_node.images import image_variable
 from tests.kube_node.node import RealNode
 
 pytestmark = [pytest.mark.usefixtures("airflow_db"), pytest.mark.slow]
@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.usefixtures("airflow_db"), pytest.mark.slow]
 def test_horovod_trains_over_ssh_between_real_pods_and_leaves_nothing(
         node: RealNode, dag_namespace, monkeypatch, capfd):
     namespace, user = dag_namespace
-    monkeypatch.setenv(IMAGE_VARIABLE, node.framework_image("horovod"))
+    monkeypatch.setenv(image_variable("horovod"), node.framework_image("horovod"))
     run, states = run_dag_at(namespace.replace("-", "_"))
 
     out = capfd.readouterr().out

@@ -27,7 +27,11 @@ for dag_id, (worker_resources, limits) in CAPACITY.items():
     with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]):
         DistributedTrainingOperator(
             task_id="train", framework="pytorch", image=trainer_image(), backend="kubernetes",
-            command=["python3", "-c", "import time; time.sleep(600)"], clean_pod_policy="all",
+            # Ends at the clean-up's SIGTERM: a python3 as PID 1 has no default action for it and would wait out
+            # its pod's whole grace period (30 s).
+            command=["python3", "-c", "import signal, sys, time\n"
+                     "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\ntime.sleep(600)"],
+            clean_pod_policy="all",
             namespace=dag_id.replace("_", "-"),
             environment={"resources": {"cpu": {"requests": 0.1}, "memory": {"requests": 32, "limits": 256}},
                          "pytorch": {"n_workers": 1, "default_worker": {"resources": worker_resources}}},

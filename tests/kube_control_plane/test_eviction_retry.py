@@ -181,8 +181,12 @@ class Tries(Player):
         self.check(30)
 
 
+# The custom job kinds' deferred cases run with the slow tests: the default run keeps each backend's synchronous
+# wait and the pods backend's deferred one (the triggers share one pod watch).
 @pytest.mark.parametrize("dag_namespace", [
-    f"{backend}_{how}_resumes{suffix}" for backend in ("k8s", "kubeflow", "trainjob")
+    pytest.param(f"{backend}_{how}_resumes{suffix}",
+                 marks=[pytest.mark.slow] if backend != "k8s" and suffix else [])
+    for backend in ("k8s", "kubeflow", "trainjob")
     for how in ("evicted", "deleted") for suffix in ("", "_deferrable")], indirect=True)
 def test_a_replica_evicted_or_deleted_mid_training_is_lost_retried_at_once_and_resumes_from_the_checkpoint(
         control_plane: ControlPlane, node: KubeletNode, dag_namespace: tuple[str, str], airflow_home, capfd):

@@ -16,8 +16,8 @@ pytestmark = [pytest.mark.usefixtures("airflow_db")]
 @pytest.mark.parametrize(("dag_namespace", "error", "limit", "asked", "insufficient"), [
     ("node_too_many_cpus", "ReplicaNotScheduledError", "was not scheduled within 8s (queue_timeout)",
      f"cpu {TOO_MANY_CPUS}", "Insufficient cpu"),
-    ("node_too_much_memory", "ReplicaNotStartedError", "did not start within 10s",
-     "memory 4Ti", "Insufficient memory"),
+    pytest.param("node_too_much_memory", "ReplicaNotStartedError", "did not start within 10s",
+                 "memory 4Ti", "Insufficient memory", marks=pytest.mark.slow),
 ], indirect=["dag_namespace"])
 def test_a_replica_asking_more_than_the_real_node_has_fails_the_task_naming_it_and_what_it_asked(
         node: RealNode, dag_namespace, error: str, limit: str, asked: str, insufficient: str, capfd):

@@ -133,9 +133,10 @@ def failed_replica(pods: Sequence[Mapping[str, Any]], container: str) -> JobVerd
 def lost_replica(gone: Sequence[Mapping[str, Any]]) -> JobVerdict | None:
     """The replica of the first pod the cluster took away and deleted before the job's end (``TakenAway.gone``),
     when no exit of it was seen: its pod was deleted or evicted."""
-    for pod in gone:
-        return JobVerdict(FAILED, pod["metadata"]["name"], ending.DELETED, disruption=pod_disruption(pod))
-    return None
+    if not gone:
+        return None
+    pod = gone[0]
+    return JobVerdict(FAILED, pod["metadata"]["name"], ending.DELETED, disruption=pod_disruption(pod))
 
 
 def pod_matches(pod: Mapping[str, Any], selector: str) -> bool:

@@ -68,8 +68,6 @@ def taken_away(disruption: str) -> str:
     return words if disruption == DELETION_STARTED else f"{words} ({disruption})"
 
 
-
-
 class TakenAway:
     """The pods of a job whose controller makes them (a Kubeflow job's, a TrainJob's) that the cluster was seen
     taking away, each as last seen: kept across reads, and across a deferral (``as_dict``, in the trigger's event).

@@ -26,24 +26,17 @@ for dag_id, deferrable in (("node_ddp", False), ("node_ddp_deferrable", True)):
             log_replicas="all")
 
 
-# The same training as a PyTorchJob: its pods made by the stand-in operator (tests/kube_node/training_operator.py),
-# run by the real kubelet.
-with DAG(dag_id="node_pytorchjob", schedule=None, start_date=START, catchup=False, tags=["test", "kubeflow"]):
-    DistributedTrainingOperator(
-        task_id="train", framework="pytorch", image=trainer_image(), backend="kubeflow",
-        command=["python3", f"{TRAINING_DIR}/pytorch_ddp.py"], args=["--steps", "20"],
-        environment={"resources": {"cpu": {"requests": 0.1}, "memory": {"requests": 64, "limits": 1024}},
-                     "pytorch": {"n_workers": 2}},
-        namespace="node-pytorchjob", logging_interval=1)
-
-# And as a TrainJob (torch-distributed runtime): its node pods made by the stand-in for Trainer and JobSet.
-with DAG(dag_id="node_trainjob", schedule=None, start_date=START, catchup=False, tags=["test", "trainjob"]):
-    DistributedTrainingOperator(
-        task_id="train", framework="pytorch", image=trainer_image(), backend="trainjob",
-        command=["python3", f"{TRAINING_DIR}/pytorch_ddp.py"], args=["--steps", "20"],
-        environment={"resources": {"cpu": {"requests": 0.1}, "memory": {"requests": 64, "limits": 1024}},
-                     "pytorch": {"n_workers": 2}},
-        namespace="node-trainjob", logging_interval=1)
+# The same training as a PyTorchJob (its pods made by the stand-in operator, tests/kube_node/training_operator.py)
+# and as a TrainJob (torch-distributed runtime: its node pods made by the stand-in for Trainer and JobSet), run by
+# the real kubelet.
+for backend, kind in (("kubeflow", "pytorchjob"), ("trainjob", "trainjob")):
+    with DAG(dag_id=f"node_{kind}", schedule=None, start_date=START, catchup=False, tags=["test", backend]):
+        DistributedTrainingOperator(
+            task_id="train", framework="pytorch", image=trainer_image(), backend=backend,
+            command=["python3", f"{TRAINING_DIR}/pytorch_ddp.py"], args=["--steps", "20"],
+            environment={"resources": {"cpu": {"requests": 0.1}, "memory": {"requests": 64, "limits": 1024}},
+                         "pytorch": {"n_workers": 2}},
+            namespace=f"node-{kind}", logging_interval=1)
 
 # A PyTorchJob's master (alone) reporting 400 steps: its output document is far longer than the 4 KiB a
 # termination message holds, the only way out on this backend (no XCom sidecar); the relay cuts it to its brief.

@@ -26,7 +26,15 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.client.rest import RESTResponse
 
 from airflow_distributed.exceptions import error_class_named
-from airflow_distributed.hooks.api_retry import KubernetesJobError, RetryPolicy, short_error
+from airflow_distributed.hooks.api_retry import (
+    KubernetesJobError,
+    RetryPolicy,
+    acall_with_retries,
+    api_status,
+    is_connection_error,
+    job_error,
+    short_error,
+)
 from airflow_distributed.hooks.watch_loop import AsyncWatchCalls, WatchPolicy, arun_watch, lines
 from airflow_distributed.jobstate.watch_timings import WATCH_TIMEOUT, WatchTimings
 from airflow_distributed.triggers.api_clients import client_configuration, shared_client
@@ -202,6 +210,17 @@ class JobWaitTrigger(BaseTrigger):
 
     def _until_deadline(self) -> float | None:
         return None if self.execution_deadline is None else self.execution_deadline - time.time()
+
+    async def _call(self, call: Callable[[], Awaitable[Any]], what: str) -> Any:
+        """``call()`` with the trigger's retries; a failed API request ends as the ``KubernetesJobError`` of its
+        status (a refusal as ``ClusterRefusedError``, which the event names for the retry policy), as the task's
+        own requests do (``KubeApiHook._call``)."""
+        try:
+            return await acall_with_retries(call, what=what, policy=self.retry, log=self.log)
+        except Exception as error:
+            if api_status(error) is not None or is_connection_error(error):
+                raise job_error(what, error) from error
+            raise
 
     @staticmethod
     async def _answer(call: Awaitable[Any]) -> Any:

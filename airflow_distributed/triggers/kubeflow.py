@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 from kubernetes_asyncio import client as async_client
 
-from airflow_distributed.hooks.api_retry import KubernetesJobError, acall_with_retries
+from airflow_distributed.hooks.api_retry import KubernetesJobError
 from airflow_distributed.hooks.kubeflow import KubeflowJobHook
 from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
 from airflow_distributed.hooks.pending_pods import JOB_HUNG, PendingPods, pods_missing
@@ -212,15 +212,14 @@ class KubeflowJobTrigger(JobWaitTrigger):
                 nonlocal unseen_checked
                 if watch.obj is None and not unseen_checked:
                     unseen_checked = True
-                    await acall_with_retries(list_job, what=f"reading {self.what}", policy=self.retry, log=self.log)
+                    await self._call(list_job, f"reading {self.what}")
                     return True
                 looked = False
                 if hang is not None and watch.obj is not None:
                     looked = await hang.check()
                 if not pending.due_for(watch.obj):
                     return looked
-                await acall_with_retries(list_job_pods, what=f"listing the pods of {self.what}", policy=self.retry,
-                                         log=self.log)
+                await self._call(list_job_pods, f"listing the pods of {self.what}")
                 return True
 
             await self._read(feed, apply, ended, wake_in=next_list_in, check=check)
@@ -317,7 +316,7 @@ class KubeflowJobTrigger(JobWaitTrigger):
                     if error.status != 404:
                         raise
 
-            await acall_with_retries(delete, what=f"deleting {self.what}", policy=self.retry, log=self.log)
+            await self._call(delete, f"deleting {self.what}")
         self.log.info("deleted %s (task killed)", self.what)
 
 

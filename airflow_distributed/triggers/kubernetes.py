@@ -29,7 +29,6 @@ from asgiref.sync import sync_to_async
 from kubernetes_asyncio import client as async_client
 from packaging.version import Version
 
-from airflow_distributed.hooks.api_retry import acall_with_retries
 from airflow_distributed.jobstate.job_watch import JobTracker
 from airflow_distributed.jobstate.pod_state import log_available, pod_essentials
 from airflow_distributed.jobstate.replica_table import TABLE_INTERVAL, TABLE_ROWS, TableReporter, replica_table
@@ -229,8 +228,7 @@ class DistributedJobTrigger(JobWaitTrigger):
                     if error.status != 404:
                         raise
 
-            await acall_with_retries(delete, what=f"deleting job {self.namespace}/{self.job_name}",
-                                     policy=self.retry, log=self.log)
+            await self._call(delete, f"deleting job {self.namespace}/{self.job_name}")
         self.log.info("deleted job %s/%s (task killed)", self.namespace, self.job_name)
 
     async def on_kill(self) -> None:

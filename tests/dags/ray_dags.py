@@ -48,8 +48,9 @@ def _job_dag(dag_id: str, command: list[str], *, framework: str = "pytorch", **t
 
 quick = ["--steps", "20"]
 slow = ["--steps", "100000", "--sleep-per-step", "0.05"]
-# Checkpoints every 5 steps, removed once the job succeeds (keep_checkpoints=False).
-ddp = _dag("ray_pytorch_ddp", "pytorch_ddp.py", [*quick, "--checkpoint-every", "5"])
+# Checkpoints every 5 steps, removed once the job succeeds (keep_checkpoints=False). Its steps take 0.25 s: the
+# driver's live report (every 2 s) is seen by the task's polls (every second) while the job runs.
+ddp = _dag("ray_pytorch_ddp", "pytorch_ddp.py", [*quick, "--sleep-per-step", "0.25", "--checkpoint-every", "5"])
 ddp_deferrable = _dag("ray_pytorch_ddp_deferrable", "pytorch_ddp.py", quick, deferrable=True)
 # Rank 2 (worker-1) fails; the others would run for an hour: only the backend stops them.
 CRASH = ("import os, sys, time; rank = int(os.environ['RANK']); print(f'rank {rank} up', flush=True); "

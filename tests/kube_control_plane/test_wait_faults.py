@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import urllib.parse
 from collections.abc import Iterator
 
 import pytest
@@ -125,24 +126,35 @@ def task_error(output: str) -> str:
     return [line for line in traceback.splitlines() if line.startswith("airflow_distributed.exceptions.")][-1]
 
 
-def refused_as_a_permission_problem(error: str, verb_and_resource: str) -> None:
-    """The task failed with the provider's refused-request error for its watch (not for a later request the lost
-    rights refused too), naming the verb and resource in the server's own words, saying it is a permission problem
-    that is not retried, and not saying that what its clean-up could not delete was deleted."""
+def refused_as_a_permission_problem(error: str, *verbs_and_resources: str) -> None:
+    """The task failed with the provider's refused-request error for a request of its wait (not for a later request
+    the lost rights refused too, such as its clean-up's), naming the verb and resource in the server's own words
+    (one of ``verbs_and_resources``: which of the wait's requests comes first is the server's timing), saying it is
+    a permission problem that is not retried, and not saying that what its clean-up could not delete was
+    deleted."""
     assert error.startswith("airflow_distributed.exceptions.ClusterRefusedError: "), error
-    assert f"cannot {verb_and_resource}" in error, error
+    assert any(f"cannot {verb_and_resource}" in error for verb_and_resource in verbs_and_resources), error
     assert "refused the credentials or their permissions; not retried" in error, error
     assert "was deleted" not in error and "were deleted" not in error, error
 
 
 def one_watch_refused(control_plane: ControlPlane, user: str) -> None:
-    """Not retried: one watch refused of each resource the wait watches (the job's, and on a custom kind its pods
-    too). The task's clean-up comes after its wait ended: once its refused delete is in the audit log, a retried
-    watch would be there too."""
+    """Not retried: the wait's refused reads (a watch of each resource it watches, the job's and on a custom kind
+    its pods too, or a LIST) are each refused once. The task's clean-up comes after its wait ended: once its refused
+    delete is in the audit log, a retried read would be there too."""
     wait_until(lambda: any(line.startswith("delete ") for line in control_plane.refused(user)), timeout=30,
                interval=0.2)
-    watches = [line.split("?")[0] for line in control_plane.refused(user) if "watch=" in line]
-    assert watches and len(watches) == len(set(watches)), control_plane.refused(user)
+    reads = [read_of(line) for line in control_plane.refused(user) if line.startswith(("watch ", "list "))]
+    assert reads and len(reads) == len(set(reads)), control_plane.refused(user)
+
+
+def read_of(line: str) -> tuple[str, str, tuple[tuple[str, str], ...]]:
+    """What a refused read asked for: its verb, path and selectors (a retry differs only in its resourceVersion and
+    timeout)."""
+    verb, uri = line.split()[:2]
+    parts = urllib.parse.urlsplit(uri)
+    selectors = [(key, value) for key, value in urllib.parse.parse_qsl(parts.query) if key.endswith("Selector")]
+    return verb, parts.path, tuple(sorted(selectors))
 
 
 @pytest.mark.parametrize("dag_namespace", ["quiet_forbidden", "quiet_forbidden_deferrable"], indirect=True)
@@ -186,8 +198,10 @@ def test_a_pytorchjob_whose_rolebindings_are_removed_mid_wait_fails_at_once_sayi
 
     assert states == {"train": "failed"}
     out = capfd.readouterr().out
+    # The job's watch, or the LIST of its pods made while one of them was still pending.
     refused_as_a_permission_problem(
-        task_error(out), f'watch resource "pytorchjobs" in API group "kubeflow.org" in the namespace "{namespace}"')
+        task_error(out), f'watch resource "pytorchjobs" in API group "kubeflow.org" in the namespace "{namespace}"',
+        f'list resource "pods" in API group "" in the namespace "{namespace}"')
     assert f"could not delete PyTorchJob {namespace}/" in out
     assert controller.jobs() != []  # left for someone with the rights to delete it
     one_watch_refused(control_plane, user)

@@ -197,3 +197,34 @@ def test_a_refused_exec_is_said_as_the_refusal_not_as_the_clients_error_on_its_m
     except AttributeError as error:
         seen = error
     assert short_error(seen) == f"403 Forbidden: {status['message']}"
+
+
+def test_a_trigger_s_refused_request_ends_as_the_error_its_status_names():
+    """A trigger's own requests (a LIST of the job's pods, its delete on kill) end as the task's requests do: a 403
+    is a ``ClusterRefusedError`` naming what was asked (the event names the class, and the retry policy does not
+    retry it), a 503 past its retries an ``ApiUnavailableError``; the retried 503 was tried again first."""
+    from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
+
+    from airflow_distributed.exceptions import ApiUnavailableError, ClusterRefusedError
+    from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
+
+    trigger = KubeflowJobTrigger(job_name="j1", namespace="ns", group="kubeflow.org", version="v1",
+                                 plural="pytorchjobs")
+    trigger.retry = RetryPolicy(attempts=2, initial_delay=0.0, max_delay=0.0, jitter=0.0)
+    calls: list[int] = []
+
+    def failing(status: int) -> Callable[[], Any]:
+        async def call() -> None:
+            calls.append(status)
+            error = AsyncApiException(status=status, reason="Reason")
+            error.body = json.dumps({"kind": "Status", "reason": "Forbidden" if status == 403 else "Unavailable",
+                                     "message": f'pods is forbidden: cannot list resource "pods" ({status})'}).encode()
+            raise error
+        return call
+
+    with pytest.raises(ClusterRefusedError, match=r"^listing the pods of .*: 403 Forbidden: pods is") as refused:
+        asyncio.run(trigger._call(failing(403), "listing the pods of PyTorchJob ns/j1"))
+    assert refused.value.status == 403 and calls == [403]
+    with pytest.raises(ApiUnavailableError, match=r"^deleting PyTorchJob ns/j1: 503 Unavailable"):
+        asyncio.run(trigger._call(failing(503), "deleting PyTorchJob ns/j1"))
+    assert calls == [403, 503, 503]

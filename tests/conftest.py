@@ -33,6 +33,9 @@ os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(_DAGS)
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "True"
 os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "INFO")
+# The test DAGs import the tests' shared modules (``tests.kube_node.images``, ``tests.mlflow_server``...): an Airflow
+# the tests start in a process of its own (``airflow dags test``, the API server) parses them too.
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
 
 
 def pytest_sessionfinish(session, exitstatus):

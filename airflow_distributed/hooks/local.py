@@ -175,6 +175,10 @@ class LocalReplicaProcess:
         except psutil.NoSuchProcess:
             return []
 
+    def wait_exit(self, timeout: float) -> None:
+        """Until its exit is known (``exit_code``), at most ``timeout`` seconds."""
+        self._reaper.join(timeout)
+
     def join_output(self, timeout: float) -> None:
         self._pump.join(timeout)
         self._reaper.join(timeout)
@@ -304,11 +308,15 @@ class LocalJob:
         running = [r for r in self.replicas if r.exit_code is None]
         for replica in running:
             replica.stopped = True
-        family = [p for r in self.replicas for p in (r.family() or r.known_family)]
+        # A replica's own process is reaped by its own thread only (``_wait``): had another waiter (psutil's)
+        # reaped it first, Popen would read the exit of a killed replica as 0 (its waitpid fails with ECHILD), and
+        # a stopped job as succeeded. psutil waits for their descendants, which are not this process's children.
+        own = {replica.pid for replica in self.replicas}
+        family = [p for r in self.replicas for p in (r.family() or r.known_family) if p.pid not in own]
         _signal(running, family, signal.SIGTERM)
         gone_by = time.monotonic() + grace
         _, alive = psutil.wait_procs(family, timeout=grace)
-        if alive or any(r.process.poll() is None for r in running):
+        if not _exited(running, gone_by) or alive:
             _signal(running, alive, signal.SIGKILL)
             psutil.wait_procs(alive, timeout=max(0.0, gone_by - time.monotonic()) + 5.0)
         for replica in self.replicas:
@@ -319,7 +327,15 @@ class LocalJob:
             replica.join_output(2.0)
 
 
+def _exited(replicas: Iterable[LocalReplicaProcess], deadline: float) -> bool:
+    """Whether every one of ``replicas`` exited by ``deadline`` (``time.monotonic``), as its own thread saw it."""
+    for replica in replicas:
+        replica.wait_exit(max(0.0, deadline - time.monotonic()))
+    return all(replica.exit_code is not None for replica in replicas)
+
+
 def _signal(replicas: Iterable[LocalReplicaProcess], family: Iterable[psutil.Process], sig: int) -> None:
+    """``sig`` to each replica's process group (a replica leads its own: it started a session) and to ``family``."""
     for replica in replicas:
         try:
             os.killpg(replica.pid, sig)

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -568,6 +569,29 @@ def test_the_xcom_sidecar_stops_at_sigterm_as_pid_1():
     finally:
         shell.kill()
         shell.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="a process of PID 1 needs a PID namespace of its own (root, unshare)")
+def test_a_readiness_step_still_waiting_stops_at_sigterm_as_pid_1():
+    # A worker's readiness step, its container's PID 1, waits for a master that never listens (a closed port); its
+    # pod is deleted (the job failed at startup_timeout, or was killed): it must not wait out the grace period.
+    worker = _build("pytorch", {"pytorch": {"n_workers": 1}}).pods[1]
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound, never listening: every connection is refused
+    port = closed.getsockname()[1]
+    command = [*_container(worker, READINESS_CONTAINER).command[:-1], f"127.0.0.1:{port}"]
+    command[0] = sys.executable
+    step = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", *command], stdout=subprocess.PIPE, text=True)
+    try:
+        assert step.stdout is not None and step.stdout.readline().startswith("waiting for 127.0.0.1:")
+        [child] = Path(f"/proc/{step.pid}/task/{step.pid}/children").read_text().split()
+        os.kill(int(child), signal.SIGTERM)
+        assert step.wait(timeout=15) == 128 + signal.SIGTERM
+    finally:
+        closed.close()
+        step.kill()
+        step.wait()
 
 
 def test_without_relay_the_master_runs_its_command_directly():

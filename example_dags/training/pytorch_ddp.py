@@ -10,7 +10,8 @@ After training the ranks all-gather a checksum of their parameters and fail unle
 shards differ, they only are when the gradients really were all-reduced. Rank 0 saves ``model.pt`` into the model
 directory and reports ``initial_loss``, ``final_loss`` (mean squared error over the whole data set, gathered from
 all ranks), ``world_size`` and the loss history through :mod:`airflow_distributed.tracking`; it logs each point of
-the history as it goes.
+the history as it goes. Every rank then destroys the process group, and with it gloo's threads, before the
+interpreter finalizes (see the import of ``torch.distributed.nn``).
 
 The data, model, training loop, check and report are shared with ``horovod_torch.py`` in ``torch_regression.py``;
 this script sets up the process group, wraps the model in DDP and gives the shared code torch.distributed's
@@ -33,6 +34,13 @@ import sys
 import common
 import torch
 import torch.distributed as dist
+
+# Imported before the process group exists, on purpose: its functions take ``group=group.WORLD`` as a default
+# argument, evaluated at import. Imported later (DistributedDataParallel's constructor does), they would hold the
+# default group, so that destroy_process_group() would not destroy it: gloo's threads would run on into the
+# interpreter's finalization, where Python ends a thread that asks for the GIL by unwinding it, which in gloo's C++
+# aborts the process ("terminate called without an active exception").
+import torch.distributed.nn
 import torch_regression
 from torch.nn.parallel import DistributedDataParallel
 
@@ -96,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         return exit_code
     # Keeps rank 0's process group alive until everyone has finished the last collective.
     dist.barrier()
+    # DDP's reducer holds the group too: without it, destroy_process_group() destroys the group here, joining gloo's
+    # threads while the interpreter is whole (see the import of torch.distributed.nn above).
+    del ddp_model
     dist.destroy_process_group()
     return 0
 

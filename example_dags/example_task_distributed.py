@@ -29,6 +29,7 @@ with DAG(
 
         import torch
         import torch.distributed as dist
+        import torch.distributed.nn  # before the group exists: see training/pytorch_ddp.py
         from torch.nn.parallel import DistributedDataParallel
 
         from airflow_distributed import tracking
@@ -54,6 +55,7 @@ with DAG(
         gathered = [torch.zeros(1) for _ in range(world)]
         dist.all_gather(gathered, checksum)
         final = torch.nn.functional.mse_loss(model(x), y).item()
+        del model  # DDP holds the group: destroy_process_group() then ends gloo's threads before the interpreter does
         dist.destroy_process_group()
         return {"rank": rank, "world_size": world, "initial_loss": initial, "final_loss": final,
                 "identical": all(torch.equal(gathered[0], g) for g in gathered), "pid": os.getpid()}

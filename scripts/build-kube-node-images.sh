@@ -141,8 +141,13 @@ site=usr/local/lib/python3.11/dist-packages
 # wheels_layer NAME REQUIREMENTS [PACKAGES]: sets wheels_tag to the system layer plus REQUIREMENTS, resolved by pip
 # as the machine's pip configuration finds them (local CPU wheels first), and the Debian PACKAGES (from the machine's
 # bookworm mirror, the image's suite), reused while that recipe stays the same.
+# How the wheels' bytecode is checked at import: layer_tar sets every file's mtime to 0, which leaves pip's .pyc files
+# (stamped with each source's mtime at install) stale, so every process of every pod compiled torch's Python sources
+# again on import (tens of seconds of CPU per process on a shared node). Hash-based .pyc files do not depend on mtimes;
+# unchecked, as an image's files never change. Part of the layer's tag, so a layer built the old way is not reused.
+pyc_invalidation=unchecked-hash
 wheels_layer() {
-    wheels_tag="$1-$(printf '%s %s%s' "$system_tag" "$2" "${3:+ $3}" | digest)"
+    wheels_tag="$1-$(printf '%s %s%s pyc:%s' "$system_tag" "$2" "${3:+ $3}" "$pyc_invalidation" | digest)"
     has_tag "$wheels_tag" && return
     mkdir -p "$work/wheels/$site"
     if [[ -n "${3:-}" ]]; then
@@ -167,6 +172,10 @@ wheels_layer() {
         chmod 755 "$work/wheels/usr/local/bin/${script##*/}"
     done
     rm -rf "$work/wheels/$site/bin"
+    # -f: pip's timestamp-based .pyc files look up to date to compileall; the image's python3 is the same 3.11. As
+    # with pip, a file that does not compile (a package's Python 2 template, say) is only left without bytecode.
+    "$python" -m compileall -q -f -j 0 --invalidation-mode "$pyc_invalidation" "$work/wheels/$site" >"$log" 2>&1 \
+        || true
     add_layer "$system_tag" "$wheels_tag" "$work/wheels"
     rm -rf "$work/wheels"
 }

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import socket
 import sys
 import time
 
@@ -53,10 +54,26 @@ def make_data(args: argparse.Namespace, rank: int, world: int) -> tuple[np.ndarr
     return x, y, x[rank::world], y[rank::world]
 
 
+def wait_until_resolvable(host: str, timeout: float) -> None:
+    """Until ``host`` resolves, at most ``timeout`` seconds. On a cluster a pod's own name under its job's headless
+    Service resolves only once the cluster's DNS has the pod's endpoint, a moment after the pod started (its address
+    reaches the API server after its containers may have begun); the tracker looks its address up at once."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.getaddrinfo(host, None)
+            return
+        except socket.gaierror:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def start_tracker(timeout: int):
     """The master's part: XGBoost's tracker on the contract's address and port, for every replica."""
     from xgboost.tracker import RabitTracker
 
+    wait_until_resolvable(os.environ["DMLC_TRACKER_URI"], timeout)
     tracker = RabitTracker(host_ip=os.environ["DMLC_TRACKER_URI"], n_workers=int(os.environ["DMLC_NUM_WORKER"]),
                            port=int(os.environ["DMLC_TRACKER_PORT"]), sortby="task", timeout=timeout)
     tracker.start()

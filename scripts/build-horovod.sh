@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds Horovod 0.28.1 with PyTorch and Gloo (no MPI, TensorFlow or MXNet) against the torch installed in the given
-# Python, caches the wheel in .cache/wheels/ (git-ignored) and installs it there.
+# Python, caches the wheel outside the checkout (${XDG_CACHE_HOME:-~/.cache}/airflow-distributed/wheels/, as the
+# control plane is: every clone on the machine reuses one build) and installs it there.
 #
 # Usage: scripts/build-horovod.sh [--wheel] [python]   (default: python on PATH; it must already have torch installed)
 #
@@ -14,7 +15,6 @@
 # the build itself takes about 10 minutes on 2 cores. Quiet unless failing; prints what it installed.
 set -euo pipefail
 
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 wheel_only=""
 if [[ "${1:-}" == "--wheel" ]]; then
     wheel_only=1
@@ -28,7 +28,7 @@ if ! torch_version="$("$python" -c 'import torch; print(torch.__version__.split(
     exit 1
 fi
 py_tag="$("$python" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
-cache="$repo/.cache/wheels/horovod-$horovod_version-torch$torch_version-$py_tag"
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/airflow-distributed/wheels/horovod-$horovod_version-torch$torch_version-$py_tag"
 
 log="$(mktemp)"
 work="$(mktemp -d)"
@@ -61,9 +61,11 @@ if [[ -z "$(wheel)" ]]; then
         "$python" -m pip wheel --no-build-isolation --no-deps --disable-pip-version-check \
         --wheel-dir "$work/dist" "$src" >"$log" 2>&1 || fail "building horovod"
     mkdir -p "$cache"
-    # Move into place only once complete, so an interrupted build never leaves a wheel that looks cached.
+    # Move into place only once complete (a name of its own first: two clones may build at once), so an interrupted
+    # build never leaves a wheel that looks cached.
     built="$(compgen -G "$work/dist/horovod-$horovod_version-*.whl" | head -n 1)"
-    mv "$built" "$cache/.partial" && mv "$cache/.partial" "$cache/$(basename "$built")"
+    partial="$(mktemp -p "$cache" .partial.XXXXXX)"
+    mv "$built" "$partial" && mv "$partial" "$cache/$(basename "$built")"
     [[ -n "$wheel_only" ]] || echo "built $(basename "$built") in $((SECONDS - start)) s"
 fi
 if [[ -n "$wheel_only" ]]; then

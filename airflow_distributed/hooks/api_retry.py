@@ -193,6 +193,14 @@ def _status_text(status: int, reason: str | None, body: Any) -> str:
     )
 
 
+def classified(what: str, error: BaseException) -> BaseException:
+    """What a request's last failure is raised as: an API answer or a lost connection as its ``job_error``, any other
+    error (a bug, a cancellation) as it came. The task's hooks and the triggers raise the same classes this way."""
+    if api_status(error) is not None or is_connection_error(error):
+        return job_error(what, error)
+    return error
+
+
 def job_error(what: str, error: BaseException) -> KubernetesJobError:
     """The error to raise ``from error``: ``<what>: <status> <reason>: <message>``; a ``ClusterRefusedError`` for a
     refusal, an ``ApiUnavailableError`` when the retries ran out on a transient failure."""

@@ -24,10 +24,8 @@ from kubernetes.stream import stream
 from airflow_distributed.hooks.api_retry import (
     KubernetesJobError,
     RetryPolicy,
-    api_status,
     call_with_retries,
-    is_connection_error,
-    job_error,
+    classified,
     short_error,
 )
 from airflow_distributed.jobstate.hang_watch import STACKS_COMMAND, STACKS_WAIT
@@ -130,9 +128,10 @@ class KubeApiHook(KubernetesHook):
         try:
             return call_with_retries(attempt, what=what, policy=self.retry, sleep=self._sleep, log=self.job_log)
         except Exception as error:
-            if api_status(error) is not None or is_connection_error(error):
-                raise job_error(what, error) from error
-            raise
+            failure = classified(what, error)
+            if failure is error:
+                raise
+            raise failure from error
 
     @staticmethod
     def _json(response: Any) -> Any:

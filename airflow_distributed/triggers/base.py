@@ -30,9 +30,7 @@ from airflow_distributed.hooks.api_retry import (
     KubernetesJobError,
     RetryPolicy,
     acall_with_retries,
-    api_status,
-    is_connection_error,
-    job_error,
+    classified,
     short_error,
 )
 from airflow_distributed.hooks.watch_loop import AsyncWatchCalls, WatchPolicy, arun_watch, lines
@@ -218,9 +216,10 @@ class JobWaitTrigger(BaseTrigger):
         try:
             return await acall_with_retries(call, what=what, policy=self.retry, log=self.log)
         except Exception as error:
-            if api_status(error) is not None or is_connection_error(error):
-                raise job_error(what, error) from error
-            raise
+            failure = classified(what, error)
+            if failure is error:
+                raise
+            raise failure from error
 
     @staticmethod
     async def _answer(call: Awaitable[Any]) -> Any:

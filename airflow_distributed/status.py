@@ -32,7 +32,8 @@ class ReplicaState(StrEnum):
     STOPPED = "stopped"
 
 
-#: Aliases of the members for modules that still import them by these names; to be replaced by ``ReplicaState.X``.
+#: Aliases of the members for the modules that still import them by these names (the Kubeflow waits and kinds, the
+#: Ray driver); to be replaced by ``ReplicaState.X``.
 PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED = (ReplicaState.PENDING, ReplicaState.RUNNING, ReplicaState.SUCCEEDED,
                                                 ReplicaState.FAILED, ReplicaState.STOPPED)
 

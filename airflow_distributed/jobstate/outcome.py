@@ -46,12 +46,12 @@ class Ending(StrEnum):
     QUEUED = "queue"
 
 
+#: Aliases of ``tuple(Ending)`` and of the members, for the modules that still import them by these names (``outcome
+#: as ending``: the Kubeflow and Ray waits, the Ray driver); to be replaced by ``Ending`` and ``Ending.X``.
 ENDINGS = tuple(Ending)
-#: Aliases of the members for modules that still import them by these names (``outcome as ending``); to be replaced
-#: by ``Ending.X``.
 SUCCEEDED, EXITED, POD_FAILED, DELETED = Ending.SUCCEEDED, Ending.EXITED, Ending.POD_FAILED, Ending.DELETED
 IMAGE, NOT_STARTED, STOPPED, TIMED_OUT = Ending.IMAGE, Ending.NOT_STARTED, Ending.STOPPED, Ending.TIMED_OUT
-GAVE_UP, FAILED, HUNG, QUEUED = Ending.GAVE_UP, Ending.FAILED, Ending.HUNG, Ending.QUEUED
+FAILED, HUNG, QUEUED = Ending.FAILED, Ending.HUNG, Ending.QUEUED
 #: Lines of the deciding replica's log a failure message quotes.
 MESSAGE_TAIL_LINES = 15
 #: Lines of each replica's log the message of a hung job quotes (its Python stacks, where it dumped them).
@@ -100,8 +100,8 @@ class JobOutcome:
     disruption: str | None = None
 
     def __post_init__(self) -> None:
-        if self.ending not in ENDINGS:
-            raise ValueError(f"ending {self.ending!r} is not one of {', '.join(ENDINGS)}")
+        if self.ending not in tuple(Ending):
+            raise ValueError(f"ending {self.ending!r} is not one of {', '.join(Ending)}")
         object.__setattr__(self, "ending", Ending(self.ending))  # a string given for it reads as the member
 
     @property
@@ -193,7 +193,6 @@ __all__ = [
     "ENDINGS",
     "EXITED",
     "FAILED",
-    "GAVE_UP",
     "HUNG",
     "IMAGE",
     "NOT_STARTED",

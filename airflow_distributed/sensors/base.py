@@ -257,8 +257,9 @@ class DistributedJobSensor(BaseSensorOperator):
         document = parse_output_document(text)
         if (warning := document_warning(document)) is not None:
             self.log.warning("job %s/%s succeeded; %s", namespace, self.job_name, warning)
-        result = job_result(job_name=self.job_name, framework=framework, backend=backend, state="succeeded",
-                            document=document, replicas=statuses, namespace=namespace)
+        result = job_result(job_name=self.job_name, framework=framework, backend=backend,
+                            state=ReplicaState.SUCCEEDED.value, document=document, replicas=statuses,
+                            namespace=namespace)
         if document["metrics"] == {} and document["model_path"] is None and warning is None:
             self.log.warning("job %s/%s succeeded without an output document: no metrics or model path", namespace,
                              self.job_name)

@@ -38,6 +38,7 @@ from airflow_distributed.hooks.api_retry import (
 from airflow_distributed.hooks.watch_loop import AsyncWatchCalls, WatchPolicy, arun_watch, lines
 from airflow_distributed.jobstate.job_event import EventKind, JobEvent
 from airflow_distributed.jobstate.watch_timings import WATCH_TIMEOUT, WatchTimings
+from airflow_distributed.status import plain
 from airflow_distributed.triggers.api_clients import client_configuration, shared_client
 from airflow_distributed.triggers.log_relay import LogRelay, MasterLog, api_read
 from airflow_distributed.triggers.shared_watch import Delivery, JobFeed, NamespaceWatch, WatchedKind, subscribe
@@ -123,8 +124,8 @@ class JobWaitTrigger(BaseTrigger):
             if relay is not None:
                 event = replace(event, log_cursor=relay.state())  # the resumed task shows only the lines after it
             payload = event.to_payload()
-        else:  # a subclass that still builds the payload's dict itself
-            payload = {**base, **event}
+        else:  # a subclass that still builds the payload's dict itself (a state as the bare word, as before)
+            payload = {key: plain(value) for key, value in {**base, **event}.items()}
             if relay is not None and (where := relay.state()) is not None:
                 payload["log_cursor"] = where
         self._fired = True

@@ -24,6 +24,7 @@ from airflow_distributed.hooks.pending_pods import PendingPods
 from airflow_distributed.jobstate.job_event import EventKind, JobEvent
 from airflow_distributed.jobstate.outcome import Ending, JobOutcome
 from airflow_distributed.jobstate.verdicts import JobVerdict
+from airflow_distributed.outputs import job_result, parse_output_document
 from airflow_distributed.status import ReplicaState, ReplicaStatus, render_table
 from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
 from airflow_distributed.triggers.kubernetes import DistributedJobTrigger
@@ -89,6 +90,11 @@ def test_the_enums_are_their_strings_in_json_messages_and_tables():
     row = ReplicaStatus("a", "master", 0, "pending", reason="Unschedulable")  # type: ignore[arg-type]
     assert row.state is ReplicaState.PENDING and row.as_dict()["state"].__class__ is str
     assert render_table([row]).splitlines()[1].split()[:5] == ["a", "master", "0", "pending", "(Unschedulable)"]
+    # The returned value (logged by Airflow as its repr) and the ``job`` XCom hold the bare words.
+    result = job_result(job_name=JOB, framework="pytorch", backend="kubernetes", state=ReplicaState.SUCCEEDED,
+                        document=parse_output_document(None), replicas=[row])
+    assert "ReplicaState" not in repr(result) and (result["state"], result["replicas"][0]["state"]) == (
+        "succeeded", "pending")
     assert JobOutcome("exit").ending is Ending.EXITED  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"ending 'exited' is not one of succeeded, exit, pod, deleted"):
         JobOutcome("exited")  # type: ignore[arg-type]

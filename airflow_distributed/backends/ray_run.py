@@ -181,7 +181,8 @@ def wait_for_job(hook: RayJobHook, name: str, interval: float, log: Any,
                  on_report: Callable[[str, dict[str, Any]], None] | None = None,
                  renew_every: float | None = None) -> dict[str, Any]:
     """The job's details once it is in a final state; the replicas' table in the task log as it changes. The Jobs
-    API may be unreachable for up to ``reconnect_budget`` seconds in a row: that is not a failure of the job.
+    API may be unreachable for up to ``reconnect_budget`` seconds in a row: that is not a failure of the job. Each
+    look is judged by ``jobstate.ray_poll``, as in the trigger; this function does its requests and the pause.
 
     :param on_report: called with the driver's log and the job's details at every poll while the job runs.
     :param renew_every: seconds between two renewals of the job's liveness (``None``: none), the first at once.

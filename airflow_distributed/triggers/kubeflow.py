@@ -19,21 +19,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, ClassVar
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 from kubernetes_asyncio import client as async_client
 
 from airflow_distributed.hooks.api_retry import KubernetesJobError
-from airflow_distributed.hooks.kubeflow import KubeflowJobHook
-from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
-from airflow_distributed.hooks.pending_pods import JOB_HUNG, PendingPods, pods_missing
+from airflow_distributed.hooks.kubeflow import POD_GROUP_UNKNOWN, KubeflowJobHook, pod_group_read
 from airflow_distributed.jobstate.disruption import TakenAway
+from airflow_distributed.jobstate.object_wait import ObjectWaitEnd, judge_object_wait
+from airflow_distributed.jobstate.object_watch import ObjectWatch, name_selector
+from airflow_distributed.jobstate.pending_pods import PendingPods, pods_missing
 from airflow_distributed.jobstate.pod_state import log_available
 from airflow_distributed.manifests.kubeflow_status import KUBEFLOW_KIND, JobKind
 from airflow_distributed.manifests.trainjob_status import is_launcher
-from airflow_distributed.status import FAILED, SUCCEEDED
+from airflow_distributed.status import FAILED
 from airflow_distributed.triggers.base import JobWaitTrigger
 from airflow_distributed.triggers.hang_watchdog import Sample, TriggerHangWatchdog
 from airflow_distributed.triggers.kubernetes import JOB_PODS
@@ -143,9 +144,12 @@ class KubeflowJobTrigger(JobWaitTrigger):
 
         hang: TriggerHangWatchdog | None = None
 
+        def judged() -> ObjectWaitEnd | None:
+            return judge_object_wait(watch, self.kind.status_of, pending.verdict,
+                                     hang.verdict() if hang is not None else None)
+
         def ended() -> bool:
-            return (watch.deleted or pending.verdict is not None or (hang is not None and hang.verdict() is not None)
-                    or (watch.obj is not None and self.kind.status_of(watch.obj).state in (SUCCEEDED, FAILED)))
+            return judged() is not None
 
         def apply(delivery: Delivery) -> None:
             # A one-object view for the object watch: the job as listed or as the event left it.
@@ -186,17 +190,25 @@ class KubeflowJobTrigger(JobWaitTrigger):
                 pending.on_pods(items, expected, group)
 
             async def read_pod_group() -> dict[str, Any] | None:
-                """The job's PodGroup (``KubeflowJobHook.read_pod_group``'s rules: missing or refused, ``None``)."""
+                """The job's PodGroup by ``KubeflowJobHook.read_pod_group``'s rule: missing, ``None``; a read that
+                fails (refused, or the retries ran out) is logged and tells nothing."""
                 ref = self.kind.pod_group_of(watch.obj)
                 if ref is None:
                     return None
+
+                async def read() -> dict[str, Any] | None:
+                    try:
+                        return await self._json(async_client.CustomObjectsApi(api).get_namespaced_custom_object(
+                            ref.group, ref.version, self.namespace, ref.plural, ref.name, _preload_content=False))
+                    except async_client.ApiException as error:
+                        if error.status == 404:
+                            return None
+                        raise
+
                 try:
-                    return await self._json(async_client.CustomObjectsApi(api).get_namespaced_custom_object(
-                        ref.group, ref.version, self.namespace, ref.plural, ref.name, _preload_content=False))
-                except async_client.ApiException as error:
-                    if error.status != 404:
-                        self.log.warning("could not read the job's PodGroup (%s %s): whether its gang scheduler "
-                                         "admitted it is not known", error.status, error.reason)
+                    return await self._call(read, pod_group_read(self.namespace, ref))
+                except KubernetesJobError as error:
+                    self.log.warning(POD_GROUP_UNKNOWN, error)
                     return None
 
             async def sample() -> Sample:
@@ -225,7 +237,7 @@ class KubeflowJobTrigger(JobWaitTrigger):
             await self._read(feed, apply, ended, wake_in=next_list_in, check=check)
             if watch.obj is not None and self.kind.status_of(watch.obj).state == FAILED:
                 await asyncio.sleep(TAKEN_AWAY_GRACE)  # the pod that caused it, deleted just before, may be on its way
-        event = self._ending(watch, pending, hang, ended)
+        event = self._ending(judged())
         if taken.pods:
             event["taken_away"] = taken.as_dict()  # the resumed task's verdict reads it (``KubeflowJobRun.finish``)
         return event
@@ -264,23 +276,9 @@ class KubeflowJobTrigger(JobWaitTrigger):
                 if delivery is not None:
                     record(delivery)
 
-    def _ending(self, watch: ObjectWatch, pending: PendingPods, hang: TriggerHangWatchdog | None,
-                ended: Callable[[], bool]) -> dict[str, Any]:
-        """The event of a wait that is over (or at the task's deadline)."""
-        if watch.obj is None and watch.deleted:
-            return {"status": "deleted", "message": f"{self.what} was deleted before it finished"}
-        if not ended():
-            return self._timeout_event()
-        hung = hang.verdict() if hang is not None else None
-        if hung is not None and not (watch.obj is not None and self.kind.status_of(watch.obj).state in (
-                SUCCEEDED, FAILED)):
-            return {"status": "failed", "reason": JOB_HUNG, "message": hung.message, "verdict": hung.as_dict()}
-        if pending.verdict is not None and not (watch.obj is not None and self.kind.status_of(watch.obj).state in (
-                SUCCEEDED, FAILED)):
-            state, reason, message = pending.status()
-            return {"status": state, "reason": reason, "message": message, "verdict": pending.verdict.as_dict()}
-        status = self.kind.status_of(watch.obj or {})
-        return {"status": status.state, "reason": status.reason, "message": status.message}
+    def _ending(self, end: ObjectWaitEnd | None) -> dict[str, Any]:
+        """The event of a wait that is over (``end``, ``judge_object_wait``'s), or at the task's deadline (``None``)."""
+        return self._timeout_event() if end is None else end.event(self.what)
 
     async def _master_log(self) -> MasterLog | None:
         """The newest started pod of the master (one LIST of its pods), once the job object is seen."""

@@ -11,7 +11,8 @@ event: ``succeeded`` or ``failed`` (with the status's reason and message, ``job_
 into the task log every ``logging_interval`` seconds (``log_relay``; the pod found by one LIST per relay).
 
 ``delete_on_kill``: the operator's trigger deletes the job when the user kills the deferred task (Airflow 3.3+
-``on_kill``); a sensor's does not, since the job is not the sensor's to stop.
+``on_kill``); a sensor's does not, since the job is not the sensor's to stop. Only the operator's trigger follows the
+job's pods (the namespace's shared pod watch) for the replicas the cluster takes away: a sensor does not read them.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from airflow_distributed.triggers.base import JobWaitTrigger
 from airflow_distributed.triggers.hang_watchdog import Sample, TriggerHangWatchdog
 from airflow_distributed.triggers.kubernetes import JOB_PODS
 from airflow_distributed.triggers.log_relay import READ_TIMEOUT, MasterLog
-from airflow_distributed.triggers.shared_watch import Delivery, JobFeed, WatchedKind
+from airflow_distributed.triggers.shared_watch import Delivery, WatchedKind
 
 #: Seconds a trigger waits, once its job failed, for the pod watch's last events (``TakenAwayWatch``'s grace).
 TAKEN_AWAY_GRACE = 0.5
@@ -170,8 +171,8 @@ class KubeflowJobTrigger(JobWaitTrigger):
             return _soonest(following, queue, hang.wake_in() if hang is not None else None)
 
         taken = TakenAway()
-        async with self._feed(self.watched_kind, self.job_name) as feed, self._feed(JOB_PODS, self.job_name) as pods, \
-                self.api_client() as api, self._recording(pods, taken):
+        async with self._feed(self.watched_kind, self.job_name) as feed, self.api_client() as api, \
+                self._recording(taken):
             list_pods = async_client.CoreV1Api(api).list_namespaced_pod
             list_objects = async_client.CustomObjectsApi(api).list_namespaced_custom_object
             unseen_checked = False
@@ -235,7 +236,7 @@ class KubeflowJobTrigger(JobWaitTrigger):
                 return True
 
             await self._read(feed, apply, ended, wake_in=next_list_in, check=check)
-            if watch.obj is not None and self.kind.status_of(watch.obj).state == FAILED:
+            if self.delete_on_kill and watch.obj is not None and self.kind.status_of(watch.obj).state == FAILED:
                 await asyncio.sleep(TAKEN_AWAY_GRACE)  # the pod that caused it, deleted just before, may be on its way
         event = self._ending(judged())
         if taken.pods:
@@ -243,10 +244,14 @@ class KubeflowJobTrigger(JobWaitTrigger):
         return event
 
     @contextlib.asynccontextmanager
-    async def _recording(self, pods: JobFeed, taken: TakenAway) -> AsyncIterator[None]:
+    async def _recording(self, taken: TakenAway) -> AsyncIterator[None]:
         """While the wait lasts, the job's pods from the namespace's shared pod watch go to ``taken`` (a pod deleted
         before the controller judges the job is seen only so); a pod watch that fails is logged and decides
-        nothing."""
+        nothing. Only the operator's trigger (``delete_on_kill``) watches them: the resumed task words its failure
+        with them (``KubeflowJobRun.finish``), while a sensor's event never reads them."""
+        if not self.delete_on_kill:
+            yield
+            return
 
         def record(delivery: Delivery) -> None:
             for pod in delivery.snapshot or ():
@@ -254,27 +259,29 @@ class KubeflowJobTrigger(JobWaitTrigger):
             for _, pod in delivery.events:
                 taken.observe(pod)
 
-        async def follow() -> None:
+        async with self._feed(JOB_PODS, self.job_name) as pods:
+
+            async def follow() -> None:
+                try:
+                    while True:
+                        delivery = await pods.next(None)
+                        if delivery is not None:
+                            record(delivery)
+                except KubernetesJobError as error:
+                    self.log.warning("%s: could not watch its pods (%s); a replica the cluster takes away from now "
+                                     "on may be reported as the controller words it", self.what, error)
+
+            task = asyncio.create_task(follow())
             try:
-                while True:
-                    delivery = await pods.next(None)
+                yield
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                with contextlib.suppress(KubernetesJobError):
+                    delivery = pods.take()
                     if delivery is not None:
                         record(delivery)
-            except KubernetesJobError as error:
-                self.log.warning("%s: could not watch its pods (%s); a replica the cluster takes away from now on "
-                                 "may be reported as the controller words it", self.what, error)
-
-        task = asyncio.create_task(follow())
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            with contextlib.suppress(KubernetesJobError):
-                delivery = pods.take()
-                if delivery is not None:
-                    record(delivery)
 
     def _ending(self, end: ObjectWaitEnd | None) -> dict[str, Any]:
         """The event of a wait that is over (``end``, ``judge_object_wait``'s), or at the task's deadline (``None``)."""

@@ -41,8 +41,8 @@ from airflow_distributed.backends.job_run import LIVE_JOB_XCOM_KEY, TAIL_LINES
 from airflow_distributed.hooks.api_retry import KubernetesJobError, RetryPolicy, is_connection_error
 from airflow_distributed.hooks.kubeflow import KubeflowJobHook
 from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
-from airflow_distributed.hooks.pending_pods import SUSPENDED, condition_since
 from airflow_distributed.hooks.trainjob import TRAINJOB, TrainJobHook
+from airflow_distributed.jobstate.pending_pods import SUSPENDED, condition_since
 from airflow_distributed.jobstate.pod_state import replica_status
 from airflow_distributed.jobstate.replica_table import queue_note_of, wait_note
 from airflow_distributed.jobstate.usage import usage_so_far

@@ -45,25 +45,25 @@ import threading
 import time
 from typing import Any
 
-from airflow_distributed import live_report
-from airflow_distributed.atomic_file import write_atomic
-from airflow_distributed.checkpoints import (
-    URL,
-    get_checkpoint_dir,
-    latest_checkpoint,
-    save_checkpoint,
-)
 from airflow_distributed.contract import (
     ENV_MODEL_DIR,
     ENV_RECORD_INTERVAL,
     REPORTED_AT,
     empty_document,
 )
-from airflow_distributed.live_report import record_line
-from airflow_distributed.replica_info import get_cluster_info, get_task_info, get_try_number, master_output_path
-from airflow_distributed.stack_dump import register_stack_dump
+from airflow_distributed.replica import live_report
+from airflow_distributed.replica.atomic_file import write_atomic
+from airflow_distributed.replica.checkpoints import (
+    URL,
+    get_checkpoint_dir,
+    latest_checkpoint,
+    save_checkpoint,
+)
+from airflow_distributed.replica.info import get_cluster_info, get_task_info, get_try_number, master_output_path
+from airflow_distributed.replica.live_report import record_line
+from airflow_distributed.replica.stack_dump import register_stack_dump
+from airflow_distributed.replica.trainer_status import report_to_trainer
 from airflow_distributed.strict_json import strict_number
-from airflow_distributed.trainer_status import report_to_trainer
 
 __all__ = [
     "get_checkpoint_dir",

@@ -8,9 +8,10 @@ import pickle
 
 import pytest
 
-from airflow_distributed import checkpoints, contract, tracking
+from airflow_distributed import contract, tracking
 from airflow_distributed.manifests.kubernetes import layout_for_kubernetes
 from airflow_distributed.plan import KubernetesAddressing, Layout, LocalAddressing, build_plan
+from airflow_distributed.replica import checkpoints
 from airflow_distributed.spec import load_spec
 
 SPEC = load_spec("pytorch", {"pytorch": {"n_workers": 2}})

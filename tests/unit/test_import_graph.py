@@ -19,7 +19,10 @@ PACKAGE = "airflow_distributed"
 ROOT = Path(__file__).resolve().parents[2] / PACKAGE
 
 PURE = {"contract", "spec", "frameworks", "plan", "elastic", "manifests", "jobstate", "naming", "status", "outputs",
-        "lineage", "strict_json", "live_report", "task_instance", "mlflow_run"}
+        "lineage", "strict_json", "task_instance", "mlflow_run"}
+#: what runs inside replicas, not in Airflow; ``replica.ray_driver`` is a program run in the Ray cluster
+REPLICA = f"{PACKAGE}.replica"
+RAY_DRIVER = f"{REPLICA}.ray_driver"
 IO = {"hooks", "triggers"}
 GLUE = {"operators", "sensors", "decorators", "plugins", "links"}
 #: layer -> the top-level parts of the package it must not import
@@ -166,6 +169,23 @@ def test_layer_imports_only_downwards(layer: str) -> None:
     assert wrong == []
 
 
+def test_replica_helpers_import_only_the_contract() -> None:
+    # Training images import them (through ``tracking``) with no Airflow: nothing of the provider above the contract.
+    allowed = {f"{PACKAGE}.contract", f"{PACKAGE}.strict_json", REPLICA}
+    wrong = sorted(
+        f"{module} imports {target}"
+        for module, targets in GRAPH_WITH_TYPES.items()
+        if module.startswith(REPLICA + ".") and module != RAY_DRIVER
+        for target in targets if target not in allowed and not target.startswith(REPLICA + ".")
+    )
+    assert wrong == []
+
+
+def test_nothing_imports_the_ray_driver() -> None:
+    # A program, run by its module name in the Ray cluster (``manifests.ray.DRIVER_MODULE``), not a library.
+    assert sorted(module for module, targets in GRAPH_WITH_TYPES.items() if RAY_DRIVER in targets) == []
+
+
 def external_imports(module: str) -> set[str]:
     """The top-level names of what ``module`` imports from outside the package."""
     tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
@@ -201,8 +221,8 @@ LAZY_BOUNDARIES = {
     (f"{PACKAGE}.operators.training", f"{PACKAGE}.retry_policy"): "raises ImportError on Airflow < 3.3",
     (f"{PACKAGE}.operators.training", f"{PACKAGE}.hooks.mlflow"): "the MLflow hook (requests): mlflow_conn_id only",
     (f"{PACKAGE}.hooks.ray", "ray.job_submission"): "Ray is an extra; waiting for a job needs none of it",
-    (f"{PACKAGE}.trainer_status", "ssl"): "a replica reporting to no Trainer endpoint does not pay for it",
-    (f"{PACKAGE}.trainer_status", "urllib.request"): "likewise",
+    (f"{PACKAGE}.replica.trainer_status", "ssl"): "a replica reporting to no Trainer endpoint does not pay for it",
+    (f"{PACKAGE}.replica.trainer_status", "urllib.request"): "likewise",
 }
 
 

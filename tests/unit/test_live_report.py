@@ -8,8 +8,8 @@ import pytest
 
 from airflow_distributed import contract, tracking
 from airflow_distributed.jobstate.last_lines import last_lines_block
-from airflow_distributed.live_report import PREFIX, RECORD_LIMIT, latest_record, record_line, without_records
 from airflow_distributed.outputs import sanitise_document
+from airflow_distributed.replica.live_report import PREFIX, RECORD_LIMIT, latest_record, record_line, without_records
 
 
 @pytest.fixture

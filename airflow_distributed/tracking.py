@@ -284,6 +284,16 @@ RECORD_INTERVAL = _record_interval()
 _records: dict[str, Any] = {"printed": -math.inf, "timer": None}
 
 
+def _new_process() -> None:
+    """Forget what this process recorded, as a new process of the replica starts: the document and its path, the
+    pace of ``log_progress`` and of the live records (a timer still pending then finds nothing to do). The one reset
+    of the module's state, for the tests; the model folder made outside a job is kept (one per process)."""
+    with _lock:
+        _state.update(path=None, document=None)
+        _progress.clear()
+        _records.update(printed=-math.inf, timer=None)
+
+
 def _print_record(document: dict[str, Any]) -> None:
     """The live record of the document on stdout (the container's log), where the job view of a running cluster
     job and the hang watchdog read it; the task log leaves it out (``live_report``). Paced: a master that logs every

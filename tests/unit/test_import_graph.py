@@ -19,18 +19,22 @@ PACKAGE = "airflow_distributed"
 ROOT = Path(__file__).resolve().parents[2] / PACKAGE
 
 PURE = {"contract", "spec", "frameworks", "cluster_plan", "plan", "elastic", "manifests", "jobstate", "naming",
-        "status", "outputs", "lineage", "strict_json", "task_instance", "mlflow_run"}
+        "status", "outputs", "strict_json", "task_instance", "mlflow_run"}
 #: what runs inside replicas, not in Airflow; ``replica.ray_driver`` is a program run in the Ray cluster
 REPLICA = f"{PACKAGE}.replica"
 RAY_DRIVER = f"{REPLICA}.ray_driver"
 IO = {"hooks", "triggers"}
-GLUE = {"operators", "sensors", "decorators", "plugins", "links"}
+GLUE = {"operators", "sensors", "decorators", "plugins", "airflow_features"}
 #: layer -> the top-level parts of the package it must not import
 FORBIDDEN = {
     **{layer: IO | {"backends"} | GLUE for layer in PURE},
-    **{layer: {"backends"} | GLUE - {"links"} for layer in IO},
-    "backends": GLUE - {"links"},
+    **{layer: {"backends"} | GLUE for layer in IO},
+    "backends": GLUE,
+    # what the operator hands to Airflow's features (links, lineage, assets, retry policy): used by the operator,
+    # never using it; ``links`` names the job view's paths (``plugins.urls``)
+    "airflow_features": IO | {"backends"} | GLUE - {"airflow_features", "plugins"},
 }
+FEATURES = f"{PACKAGE}.airflow_features"
 
 
 def module_name(path: Path) -> str:
@@ -215,8 +219,8 @@ LAZY_BOUNDARIES = {
        for name in ("kubernetes", "kubeflow", "trainjob", "ray", "local")},
     (f"{PACKAGE}.sensors.base", f"{PACKAGE}.sensors.job_reads"): "a poke's reads: the Kubernetes hooks and triggers",
     (f"{PACKAGE}.plugins.plugin", f"{PACKAGE}.plugins.app"): "the job view's pages: only the API server serves them",
-    (f"{PACKAGE}.operators.training", f"{PACKAGE}.lineage"): "the optional OpenLineage provider, about 1 s to load",
-    (f"{PACKAGE}.operators.training", f"{PACKAGE}.retry_policy"): "raises ImportError on Airflow < 3.3",
+    (f"{PACKAGE}.operators.training", f"{FEATURES}.lineage"): "the optional OpenLineage provider, about 1 s to load",
+    (f"{PACKAGE}.operators.training", f"{FEATURES}.retry_policy"): "raises ImportError on Airflow < 3.3",
     (f"{PACKAGE}.operators.training", f"{PACKAGE}.hooks.mlflow"): "the MLflow hook (requests): mlflow_conn_id only",
     (f"{PACKAGE}.hooks.ray", "ray.job_submission"): "Ray is an extra; waiting for a job needs none of it",
     (f"{PACKAGE}.replica.trainer_status", "ssl"): "a replica reporting to no Trainer endpoint does not pay for it",

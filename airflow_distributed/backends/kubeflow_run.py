@@ -48,11 +48,11 @@ from airflow_distributed.jobstate.startup import (
 )
 from airflow_distributed.jobstate.usage import pod_run
 from airflow_distributed.jobstate.verdicts import JobVerdict
-from airflow_distributed.live_report import without_records
 from airflow_distributed.manifests.kubeflow import KubeflowAddressing, KubeflowJobOptions, build_kubeflow_job
 from airflow_distributed.manifests.kubeflow_kinds import KubeflowResource, kubeflow_resource
 from airflow_distributed.manifests.kubernetes import layout_for_kubernetes
 from airflow_distributed.plan import Addressing, ClusterPlan, build_plan
+from airflow_distributed.replica.live_report import without_records
 from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from airflow_distributed.jobstate.log_cursor import parse_timestamp_ns
 from airflow_distributed.jobstate.outcome import HUNG
 from airflow_distributed.jobstate.progress_watch import ProgressWatch, document_step, report_time
 from airflow_distributed.jobstate.verdicts import FAILURE, JobVerdict
-from airflow_distributed.live_report import is_record, latest_record
+from airflow_distributed.replica.live_report import is_record, latest_record
 from airflow_distributed.status import RUNNING
 
 #: The longest wait between two looks at the master's log (a look costs one bounded pods/log request).

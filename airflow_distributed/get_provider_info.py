@@ -45,9 +45,9 @@ def get_provider_info() -> dict:
             {"name": "distributed", "class-name": "airflow_distributed.decorators.distributed.distributed_task"}
         ],
         "extra-links": [
-            "airflow_distributed.links.DistributedJobLink",
-            "airflow_distributed.links.JobUrlLink",
-            "airflow_distributed.links.MlflowRunLink",
+            "airflow_distributed.airflow_features.links.DistributedJobLink",
+            "airflow_distributed.airflow_features.links.JobUrlLink",
+            "airflow_distributed.airflow_features.links.MlflowRunLink",
         ],
         "hooks": [
             {

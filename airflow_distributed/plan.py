@@ -1,18 +1,19 @@
 """Spec + framework -> ``ClusterPlan``: every replica with its name, address, settings, command and variables.
 
 Pure: the same inputs give the same plan. Addresses come from an ``Addressing`` so one plan serves local
-processes (127.0.0.1 and ports the caller picked) and Kubernetes pods (stable DNS names).
+processes (127.0.0.1 and ports the caller picked) and Kubernetes pods (stable DNS names). The plan's types
+(``ClusterPlan``, ``Replica``, ``Layout``) are defined in ``cluster_plan``, below the frameworks that read them.
 """
 
 from __future__ import annotations
 
 import json
-import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Protocol
 
+from airflow_distributed.cluster_plan import ClusterPlan, Layout, Replica
 from airflow_distributed.contract import (
     ENV_CHECKPOINT_DIR,
     ENV_CLUSTER,
@@ -25,10 +26,10 @@ from airflow_distributed.contract import (
     ENV_TENSORBOARD_DIR,
     ENV_TRY_NUMBER,
 )
-from airflow_distributed.elastic import ElasticPlan, elastic_plan
+from airflow_distributed.elastic import elastic_plan
 from airflow_distributed.frameworks import get_framework
 from airflow_distributed.naming import replica_name
-from airflow_distributed.spec.models import IndexedReplica, PodSettings, PSCluster, Resources, TrainingSpec
+from airflow_distributed.spec.models import IndexedReplica, PodSettings, PSCluster, TrainingSpec
 
 #: Backends whose jobs a training operator in the cluster runs (the Kubeflow Training Operator, Kubeflow Trainer).
 #: It sets the framework's variables itself, so the plan asks the framework only for those it leaves out
@@ -65,21 +66,6 @@ class Addressing(Protocol):
 
 
 @dataclass(frozen=True)
-class Layout:
-    """Where a backend puts things a replica is told about."""
-
-    model_dir: str
-    output_path: str
-    files_dir: str
-    #: the same for every try of one task instance, so that a retry resumes from what the failed try saved
-    checkpoint_dir: str | None = None
-    #: where the plan's ``secret_files`` are (a Secret's volume on Kubernetes); ``files_dir`` when ``None``
-    secret_files_dir: str | None = None
-    #: the job's TensorBoard folder, the same for every try like the checkpoints'
-    tensorboard_dir: str | None = None
-
-
-@dataclass(frozen=True)
 class ReplicaProgram:
     """What every replica of a job runs, and the files it needs besides the framework's."""
 
@@ -88,66 +74,6 @@ class ReplicaProgram:
     files: Mapping[str, str] = field(default_factory=dict)
     #: for the layout's ``secret_files_dir``: contents that may be secret (a Secret on Kubernetes)
     secret_files: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Replica:
-    role: str
-    index: int
-    name: str
-    host: str
-    port: int
-    is_master: bool
-    settings: PodSettings
-    #: argv to run; ``None`` means standby (see ``Framework.replica_command``).
-    command: tuple[str, ...] | None = None
-    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    @property
-    def resources(self) -> Resources | None:
-        return self.settings.resources
-
-
-@dataclass(frozen=True)
-class ClusterPlan:
-    job_name: str
-    framework: str
-    backend: str
-    replicas: tuple[Replica, ...]
-    layout: Layout
-    files: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    #: files whose contents may be secret (a ``@task.distributed`` function's arguments), in
-    #: ``layout.secret_files_dir``: kept out of ConfigMaps and logs, readable by the job's user only
-    secret_files: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    #: the Airflow try the job runs in (1 for the first)
-    try_number: int = 1
-    #: replicas run under an elastic agent and are restarted within this budget (``environment.pytorch.elastic``)
-    elastic: ElasticPlan | None = None
-
-    @property
-    def master(self) -> Replica:
-        return self.replicas[0]
-
-    @property
-    def cluster(self) -> dict[str, list[str]]:
-        """``{role: [host:port, ...]}`` in index order; roles with no replicas are left out."""
-        roles: dict[str, list[str]] = {}
-        for replica in self.replicas:
-            roles.setdefault(replica.role, []).append(replica.address)
-        return roles
-
-    def file_path(self, name: str) -> str:
-        return posixpath.join(self.layout.files_dir, name)
-
-    def replica(self, name: str) -> Replica:
-        for replica in self.replicas:
-            if replica.name == name:
-                return replica
-        raise KeyError(name)
 
 
 def build_plan(

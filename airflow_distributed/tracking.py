@@ -45,25 +45,25 @@ import threading
 import time
 from typing import Any
 
-from airflow_distributed import live_report
-from airflow_distributed.atomic_file import write_atomic
-from airflow_distributed.checkpoints import (
-    URL,
-    get_checkpoint_dir,
-    latest_checkpoint,
-    save_checkpoint,
-)
 from airflow_distributed.contract import (
     ENV_MODEL_DIR,
     ENV_RECORD_INTERVAL,
     REPORTED_AT,
     empty_document,
 )
-from airflow_distributed.live_report import record_line
-from airflow_distributed.replica_info import get_cluster_info, get_task_info, get_try_number, master_output_path
-from airflow_distributed.stack_dump import register_stack_dump
+from airflow_distributed.replica import live_report
+from airflow_distributed.replica.atomic_file import write_atomic
+from airflow_distributed.replica.checkpoints import (
+    URL,
+    get_checkpoint_dir,
+    latest_checkpoint,
+    save_checkpoint,
+)
+from airflow_distributed.replica.info import get_cluster_info, get_task_info, get_try_number, master_output_path
+from airflow_distributed.replica.live_report import record_line
+from airflow_distributed.replica.stack_dump import register_stack_dump
+from airflow_distributed.replica.trainer_status import report_to_trainer
 from airflow_distributed.strict_json import strict_number
-from airflow_distributed.trainer_status import report_to_trainer
 
 __all__ = [
     "get_checkpoint_dir",
@@ -282,6 +282,16 @@ def _record_interval() -> float:
 #: At most one live record per interval (seconds); one held back is printed when the interval ends.
 RECORD_INTERVAL = _record_interval()
 _records: dict[str, Any] = {"printed": -math.inf, "timer": None}
+
+
+def _new_process() -> None:
+    """Forget what this process recorded, as a new process of the replica starts: the document and its path, the
+    pace of ``log_progress`` and of the live records (a timer still pending then finds nothing to do). The one reset
+    of the module's state, for the tests; the model folder made outside a job is kept (one per process)."""
+    with _lock:
+        _state.update(path=None, document=None)
+        _progress.clear()
+        _records.update(printed=-math.inf, timer=None)
 
 
 def _print_record(document: dict[str, Any]) -> None:

@@ -18,12 +18,12 @@ import time
 
 import psutil
 
+from airflow_distributed.contract import ENV_STACKS_SIGNAL
 from airflow_distributed.hooks.local import STACKS_SIGNAL, LocalProcessHook
 from airflow_distributed.jobstate.progress_watch import HangWatchdog
 from airflow_distributed.manifests.local import process_specs
 from airflow_distributed.plan import Layout, LocalAddressing, build_plan
 from airflow_distributed.spec import load_spec
-from airflow_distributed.tracking import ENV_STACKS_SIGNAL
 from tests.hang_scripts import GLOO_HANG, SLOW_BUT_REPORTING
 
 TIMEOUT = 10.0

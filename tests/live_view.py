@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from airflow_distributed.live_report import PREFIX
+from airflow_distributed.replica.live_report import PREFIX
 from tests.api_server import api_client, as_user, task_reads
 from tests.conftest import ROOT
 from tests.helpers import wait_until

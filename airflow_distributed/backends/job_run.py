@@ -19,9 +19,9 @@ from airflow_distributed.backends.base import BackendSettings, DistributedJobErr
 from airflow_distributed.contract import ENV_RECORD_INTERVAL, ENV_STACKS_DIR, ENV_STACKS_SIGNAL
 from airflow_distributed.exceptions import error_class_named
 from airflow_distributed.jobstate.hang_watch import STACKS_DIR, STACKS_SIGNAL
-from airflow_distributed.live_report import record_interval
 from airflow_distributed.manifests.gang_scheduling import GANG_SCHEDULERS
 from airflow_distributed.naming import DNS_LABEL_RULE, is_dns_label
+from airflow_distributed.replica.live_report import record_interval
 from airflow_distributed.spec import SpecValidationError
 
 if TYPE_CHECKING:

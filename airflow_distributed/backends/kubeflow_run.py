@@ -27,21 +27,17 @@ from airflow_distributed.backends.job_run import (
 )
 from airflow_distributed.backends.job_usage import usage_over_tries
 from airflow_distributed.exceptions import KubernetesJobError
-from airflow_distributed.hooks.kubeflow import (
-    KubeflowHandle,
-    KubeflowJobHook,
-    failed_replica,
-    lost_replica,
-    status_outcome,
-)
-from airflow_distributed.hooks.pending_pods import OWN_VERDICTS
+from airflow_distributed.hooks.kubeflow import KubeflowHandle, KubeflowJobHook
 from airflow_distributed.hooks.pod_logs import task_log_lines
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.disruption import TakenAway
 from airflow_distributed.jobstate.failures import job_failure
 from airflow_distributed.jobstate.hang_watch import HUNG_REPLICAS
+from airflow_distributed.jobstate.kubeflow_pods import failed_replica, lost_replica
 from airflow_distributed.jobstate.log_cursor import LogCursor
+from airflow_distributed.jobstate.object_wait import status_outcome
 from airflow_distributed.jobstate.outcome import HUNG_TAIL_LINES, JobOutcome
+from airflow_distributed.jobstate.pending_pods import OWN_VERDICTS
 from airflow_distributed.jobstate.startup import (
     admitted_at,
     custom_job_unknown,
@@ -52,11 +48,11 @@ from airflow_distributed.jobstate.startup import (
 )
 from airflow_distributed.jobstate.usage import pod_run
 from airflow_distributed.jobstate.verdicts import JobVerdict
-from airflow_distributed.live_report import without_records
 from airflow_distributed.manifests.kubeflow import KubeflowAddressing, KubeflowJobOptions, build_kubeflow_job
 from airflow_distributed.manifests.kubeflow_kinds import KubeflowResource, kubeflow_resource
 from airflow_distributed.manifests.kubernetes import layout_for_kubernetes
 from airflow_distributed.plan import Addressing, ClusterPlan, build_plan
+from airflow_distributed.replica.live_report import without_records
 from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
 
 if TYPE_CHECKING:

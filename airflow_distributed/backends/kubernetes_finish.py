@@ -31,9 +31,9 @@ from airflow_distributed.jobstate.outcome import HUNG_TAIL_LINES, Ending, JobOut
 from airflow_distributed.jobstate.pod_state import log_available
 from airflow_distributed.jobstate.startup import POD_UNKNOWN, first_moments, job_startup, pod_startup
 from airflow_distributed.jobstate.usage import pod_run
-from airflow_distributed.live_report import without_records
 from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER, job_secret_names
 from airflow_distributed.outputs import parse_output_document
+from airflow_distributed.replica.live_report import without_records
 from airflow_distributed.status import ReplicaState, ReplicaStatus
 
 if TYPE_CHECKING:

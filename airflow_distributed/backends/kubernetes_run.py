@@ -40,11 +40,11 @@ from airflow_distributed.jobstate.pod_state import log_available
 from airflow_distributed.jobstate.replica_table import replica_table
 from airflow_distributed.jobstate.startup import master_log_cursor
 from airflow_distributed.jobstate.verdicts import JobVerdict, ReplicaSlot, replica_slots, slots_from_json, slots_to_json
-from airflow_distributed.live_report import without_records
 from airflow_distributed.manifests.horovod_ssh import generate_ssh_key_pair
 from airflow_distributed.manifests.kubernetes import build_job_objects, layout_for_kubernetes, with_owner
 from airflow_distributed.manifests.pod_names import RESTARTS_ANNOTATION
 from airflow_distributed.plan import KubernetesAddressing, build_plan
+from airflow_distributed.replica.live_report import without_records
 from airflow_distributed.status import ReplicaState
 from airflow_distributed.triggers.kubernetes import DistributedJobTrigger
 from airflow_distributed.triggers.log_relay import new_lines_after

@@ -1,6 +1,6 @@
 """``backend="ray"``: the job runs in an existing Ray cluster, as one Ray Job whose driver starts the replicas.
 
-The driver (``hooks.ray_driver``) reserves a placement group of one bundle per replica, learns each replica's
+The driver (``replica.ray_driver``) reserves a placement group of one bundle per replica, learns each replica's
 node address and a free port from an actor in its bundle, and starts each replica's command there with the
 contract's variables; the task submits it through the Jobs API (``hooks.ray``) and waits for it, here or in the
 triggerer. The Ray Job's submission id is the job's deterministic name: a retry finds its job still running and

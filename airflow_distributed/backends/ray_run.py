@@ -13,17 +13,16 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import requests
-
 from airflow_distributed.backends.base import DistributedJobError, ForRay, Problem, TaskCalls, log_ignored
 from airflow_distributed.backends.job_end import end_job, log_startup, read_document
 from airflow_distributed.backends.job_run import deferral_deadline
 from airflow_distributed.backends.local import ignored_pod_settings
 from airflow_distributed.backends.local_live import LIVE_XCOM_KEY, LiveJobReport
-from airflow_distributed.hooks.ray import FINAL_STATES, RayJobHook, renew_liveness
+from airflow_distributed.hooks.ray import FINAL_STATES, UNREACHABLE, RayJobHook, renew_liveness
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.failures import job_failure
 from airflow_distributed.jobstate.outcome import JobOutcome
+from airflow_distributed.jobstate.ray_poll import FINAL, GONE, OUTAGE, RayLook, RayPoll, job_ending
 from airflow_distributed.jobstate.startup import BY_PROGRESS, started
 from airflow_distributed.manifests.ray import (
     DEFAULT_WORK_ROOT,
@@ -182,37 +181,39 @@ def wait_for_job(hook: RayJobHook, name: str, interval: float, log: Any,
                  on_report: Callable[[str, dict[str, Any]], None] | None = None,
                  renew_every: float | None = None) -> dict[str, Any]:
     """The job's details once it is in a final state; the replicas' table in the task log as it changes. The Jobs
-    API may be unreachable for up to ``reconnect_budget`` seconds in a row: that is not a failure of the job.
+    API may be unreachable for up to ``reconnect_budget`` seconds in a row: that is not a failure of the job. Each
+    look is judged by ``jobstate.ray_poll``, as in the trigger; this function does its requests and the pause.
 
     :param on_report: called with the driver's log and the job's details at every poll while the job runs.
     :param renew_every: seconds between two renewals of the job's liveness (``None``: none), the first at once.
     """
     last_rows: Any = None
-    unreachable_since: float | None = None
-    renewed_at: float | None = None
+    poll = RayPoll(reconnect_budget, renew_every)
     while True:
+        info: dict[str, Any] | None = None
+        report, renewed_at, failure = None, None, None
         try:
             info = hook.info(name)
-            if info is None:
-                raise DistributedJobError(f"Ray job {name} is gone from the cluster (deleted while it ran?)")
-            if info.get("status") in FINAL_STATES:
-                return info
-            if renew_every is not None and (renewed_at is None or time.monotonic() - renewed_at >= renew_every):
-                renewed_at = time.monotonic()
-                renew_liveness(hook, name, log)
-            logs = hook.logs(name)
-            report = last_report(logs, "replicas")
-            if on_report is not None:
-                on_report(logs, info)
-            unreachable_since = None
-        except (requests.ConnectionError, requests.Timeout) as error:
-            now = time.monotonic()
-            unreachable_since = unreachable_since or now
-            if now - unreachable_since > reconnect_budget:
-                raise DistributedJobError(f"the Ray Jobs API at {hook.address} stayed unreachable for "
-                                          f"{reconnect_budget:g}s while job {name} ran: {error}") from None
-            log.warning("the Ray Jobs API is unreachable (%s); trying again", type(error).__name__)
-            report = None
+            if info is not None and job_ending(info) is None:  # the job goes on
+                if poll.renewal_due(time.monotonic()):
+                    renewed_at = time.monotonic()
+                    renew_liveness(hook, name, log)
+                logs = hook.logs(name)
+                report = last_report(logs, "replicas")
+                if on_report is not None:
+                    on_report(logs, info)
+        except UNREACHABLE as error:
+            failure, report = error, None
+        poll, verdict = poll.step(RayLook(info, failure is not None, renewed_at), time.monotonic())
+        if verdict == FINAL and info is not None:
+            return info
+        if verdict == GONE:
+            raise DistributedJobError(f"Ray job {name} is gone from the cluster (deleted while it ran?)")
+        if verdict == OUTAGE:
+            raise DistributedJobError(f"the Ray Jobs API at {hook.address} stayed unreachable for "
+                                      f"{reconnect_budget:g}s while job {name} ran: {failure}") from None
+        if failure is not None:
+            log.warning("the Ray Jobs API is unreachable (%s); trying again", type(failure).__name__)
         if report is not None and report["replicas"] != last_rows:
             last_rows = report["replicas"]
             log.info("replicas of %s:\n%s", name, render_table(_statuses(last_rows)))

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
-    from airflow_distributed.plan import ClusterPlan, Replica
+    from airflow_distributed.cluster_plan import ClusterPlan, Replica
 
 
 @dataclass(frozen=True)

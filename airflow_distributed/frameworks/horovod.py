@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from airflow_distributed.frameworks.base import Framework, Role
 
 if TYPE_CHECKING:
-    from airflow_distributed.plan import Replica
+    from airflow_distributed.cluster_plan import Replica
 
 HOSTFILE = "hostfile"
 SSH_PORT = 22

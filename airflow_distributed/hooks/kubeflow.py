@@ -25,30 +25,35 @@ from kubernetes import client
 
 from airflow_distributed.hooks.api_retry import KubernetesJobError
 from airflow_distributed.hooks.kube_api import EXISTS, MISSING, KubeApiHook
-from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
-from airflow_distributed.hooks.pending_pods import PendingPods, pods_missing
 from airflow_distributed.hooks.pod_logs import LOCATE_TIMEOUT, MasterFollower
 from airflow_distributed.hooks.watch_loop import WatchCalls, WatchPolicy, run_watch
 from airflow_distributed.jobstate import outcome as ending
-from airflow_distributed.jobstate.disruption import TakenAway, pod_disruption
+from airflow_distributed.jobstate.disruption import TakenAway
 from airflow_distributed.jobstate.hang_watch import MasterLogWatch, all_running, hung_verdict
+from airflow_distributed.jobstate.kubeflow_pods import (
+    failed_replica,
+    lost_replica,
+    pod_matches,
+    replica_statuses_of_pods,
+)
 from airflow_distributed.jobstate.log_cursor import LogCursor
+from airflow_distributed.jobstate.object_wait import judge_object_wait, status_outcome
+from airflow_distributed.jobstate.object_watch import ObjectWatch, name_selector
 from airflow_distributed.jobstate.outcome import JobOutcome
-from airflow_distributed.jobstate.pod_state import ReplicaExit, container_state, deciding_exit, termination_message
-from airflow_distributed.jobstate.verdicts import JobVerdict
+from airflow_distributed.jobstate.pending_pods import PendingPods, pods_missing
+from airflow_distributed.jobstate.pod_state import termination_message
 from airflow_distributed.jobstate.watch_stream import ResumableWatch
 from airflow_distributed.jobstate.watch_timings import WatchTimings
 from airflow_distributed.manifests.kubeflow_kinds import KINDS, KubeflowKind, KubeflowResource
 from airflow_distributed.manifests.kubeflow_status import (
     KUBEFLOW_KIND,
-    REPLICA_INDEX_LABEL,
-    REPLICA_TYPE_LABEL,
     JobKind,
     JobStatus,
+    PodGroupRef,
     master_pod_selector,
 )
-from airflow_distributed.manifests.kubernetes import JOB_LABEL, ROLE_LABEL
-from airflow_distributed.status import FAILED, PENDING, RUNNING, SUCCEEDED, ReplicaStatus
+from airflow_distributed.manifests.kubernetes import JOB_LABEL
+from airflow_distributed.status import FAILED, ReplicaStatus
 
 #: The kinds by name (``TFJob`` -> its framework's ``KubeflowKind``).
 KIND_BY_NAME: dict[str, KubeflowKind] = {kind.kind: kind for kind in KINDS.values()}
@@ -66,91 +71,19 @@ def resource_of_kind(kind: str) -> KubeflowResource:
     return KubeflowResource(found.group, found.version, found.plural, found.kind)
 
 
+#: What a PodGroup read that fails logs (the task's and the trigger's): the job waits as if it had none.
+POD_GROUP_UNKNOWN = "could not read the job's PodGroup (%s): whether its gang scheduler admitted it is not known"
+
+
+def pod_group_read(namespace: str, ref: PodGroupRef) -> str:
+    """What a PodGroup read is called in its errors and retries' log lines."""
+    return f"reading PodGroup {namespace}/{ref.name}"
+
+
 def main_container(obj: Mapping[str, Any]) -> str:
     """The container whose exit the Kubeflow operator reads (``tensorflow``, ``pytorch``, ``mxnet``, ``mpi``,
     ``xgboost``)."""
     return KIND_BY_NAME[str(obj.get("kind"))].container
-
-
-# ------------------------------------------------------------------------------------------ pods, read back (pure)
-
-
-def _replica_of_pod(pod: Mapping[str, Any]) -> tuple[str, int]:
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    role = labels.get(ROLE_LABEL) or str(labels.get(REPLICA_TYPE_LABEL, "replica")).lower()
-    return role, int(labels.get(REPLICA_INDEX_LABEL) or 0)
-
-
-def replica_statuses_of_pods(
-    pods: Sequence[Mapping[str, Any]], container: str,
-    replica_of: Callable[[Mapping[str, Any]], tuple[str, int]] = _replica_of_pod,
-) -> tuple[ReplicaStatus, ...]:
-    """The table's rows for a Kubeflow job's pods, by replica type and index.
-
-    :param replica_of: a pod's (role, index); by default from the Training Operator's labels.
-    """
-    rows = []
-    for pod in pods:
-        role, index = replica_of(pod)
-        where = (pod.get("spec") or {}).get("nodeName") or ""
-        state, fields = container_state(pod, container)
-        name = pod["metadata"]["name"]
-        if state == "terminated":
-            code = fields.get("exitCode")
-            rows.append(ReplicaStatus(name, role, index, SUCCEEDED if code == 0 else FAILED, code, where,
-                                      reason=fields.get("reason") if code != 0 else None))
-        elif (pod.get("status") or {}).get("phase") == "Failed":
-            rows.append(ReplicaStatus(name, role, index, FAILED, None, where,
-                                      reason=(pod.get("status") or {}).get("reason")))
-        else:
-            rows.append(ReplicaStatus(name, role, index, RUNNING if state == "running" else PENDING, None, where))
-    return tuple(sorted(rows, key=lambda row: (row.role, row.index, row.name)))
-
-
-def failed_replica(pods: Sequence[Mapping[str, Any]], container: str) -> JobVerdict | None:
-    """The replica whose failure ended the job (its ``describe()``: ``replica <pod> exited with code 3
-    (OOMKilled)``), by the rule of every backend (``pod_state.deciding_exit``): one the cluster took away
-    (``disruption.pod_disruption``), else the first to fail, since its peers fail moments later when they lose it."""
-    exits = []
-    for pod in pods:
-        state, fields = container_state(pod, container)
-        if state == "terminated" and fields.get("exitCode") not in (None, 0):
-            exits.append(ReplicaExit(pod["metadata"]["name"], container, fields, pod_disruption(pod)))
-    found = deciding_exit(exits)
-    if found is not None:
-        fields = found.state
-        return JobVerdict(FAILED, found.replica, ending.EXITED, fields.get("exitCode"), fields.get("reason"),
-                          fields.get("message"), disruption=found.disruption)
-    # A pod taken away first, as above; ``sorted`` keeps the pods' order otherwise.
-    for pod in sorted(pods, key=lambda pod: pod_disruption(pod) is None):
-        status = pod.get("status") or {}
-        if status.get("phase") == "Failed":
-            return JobVerdict(FAILED, pod["metadata"]["name"], ending.POD_FAILED, None, status.get("reason"),
-                              status.get("message"), disruption=pod_disruption(pod))
-    return None
-
-
-def lost_replica(gone: Sequence[Mapping[str, Any]]) -> JobVerdict | None:
-    """The replica of the first pod the cluster took away and deleted before the job's end (``TakenAway.gone``),
-    when no exit of it was seen: its pod was deleted or evicted."""
-    if not gone:
-        return None
-    pod = gone[0]
-    return JobVerdict(FAILED, pod["metadata"]["name"], ending.DELETED, disruption=pod_disruption(pod))
-
-
-def pod_matches(pod: Mapping[str, Any], selector: str) -> bool:
-    """Whether a pod's labels satisfy an equality selector (``a=b,c=d``, as ``kubeflow_status`` builds them)."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    return all(labels.get(key) == value for key, _, value in (part.partition("=") for part in selector.split(",")))
-
-
-def status_outcome(status: JobStatus, obj: Mapping[str, Any] | None) -> JobOutcome:
-    """The ``JobOutcome`` of a job its controller judged (succeeded or failed, in its own words)."""
-    if status.state == SUCCEEDED:
-        return JobOutcome(ending.SUCCEEDED, job_object=obj)
-    return JobOutcome(ending.FAILED, judgement=": ".join(part for part in (status.reason, status.message) if part),
-                      job_object=obj)
 
 
 # ------------------------------------------------------------------------------------------ pods taken away (sync)
@@ -443,33 +376,22 @@ class KubeflowJobHook(KubeApiHook):
             interval=timings.pending_pods_interval, clock=self._clock, log=self.job_log, cursors=log_cursors)
 
         def done() -> bool:
-            if stopped():
-                outcome.append(JobOutcome(ending.STOPPED, job_object=watch.obj))
-                return True
-            if watch.obj is None:
-                if watch.deleted:  # or not found by the LIST: the same rule as the trigger's (ObjectWatch)
-                    outcome.append(JobOutcome(ending.DELETED))
-                    return True
-                return False
-            status = self.kind.status_of(watch.obj)
-            if status not in last[-1:]:
-                if on_change is not None:
-                    on_change(status)
-                if on_object is not None:
-                    on_object(watch.obj)
-            last[:] = [status]
-            if status.state in (SUCCEEDED, FAILED):
-                outcome.append(status_outcome(status, watch.obj))
-                return True
-            if pending.verdict is not None:
-                outcome.append(pending.verdict.outcome(job_object=watch.obj))
-                return True
+            is_stopped = stopped()
+            if not is_stopped and watch.obj is not None:
+                status = self.kind.status_of(watch.obj)
+                if status not in last[-1:]:
+                    if on_change is not None:
+                        on_change(status)
+                    if on_object is not None:
+                        on_object(watch.obj)
+                last[:] = [status]
+            # Every pod ran at the hang watchdog's last look, the freshest the wait has (``lambda: True``).
             hung = None if hang is None else hung_verdict(hang, master[-1] if master else None, lambda: True,
                                                           self._clock())
-            if hung is not None:  # every pod ran at the last look, the freshest the wait has
-                outcome.append(hung.outcome(job_object=watch.obj))
-                return True
-            return False
+            end = judge_object_wait(watch, self.kind.status_of, pending.verdict, hung, stopped=is_stopped)
+            if end is not None:
+                outcome.append(end.outcome())
+            return end is not None
 
         def list_job_pods() -> list[dict[str, Any]]:
             pods = self._json(self.core_v1_client.list_namespaced_pod(
@@ -542,17 +464,17 @@ class KubeflowJobHook(KubeApiHook):
 
     def read_pod_group(self, namespace: str, obj: Mapping[str, Any] | None) -> dict[str, Any] | None:
         """The job's PodGroup (``JobKind.pod_group_of``), ``None`` when it has none or the group is not there. A read
-        the cluster refuses (a Role without the rule) is logged and tells nothing: the job waits as before."""
+        the cluster refuses (a Role without the rule) is logged and tells nothing: the job waits as before. The
+        trigger reads it by the same rule (``POD_GROUP_UNKNOWN``)."""
         ref = self.kind.pod_group_of(obj)
         if ref is None:
             return None
         try:
-            response = self._call(f"reading PodGroup {namespace}/{ref.name}",
-                                  self.custom_objects.get_namespaced_custom_object, ref.group, ref.version, namespace,
-                                  ref.plural, ref.name, missing_ok=True, _preload_content=False)
+            response = self._call(pod_group_read(namespace, ref), self.custom_objects.get_namespaced_custom_object,
+                                  ref.group, ref.version, namespace, ref.plural, ref.name, missing_ok=True,
+                                  _preload_content=False)
         except KubernetesJobError as error:
-            self.job_log.warning("could not read the job's PodGroup (%s): whether its gang scheduler admitted it is "
-                                 "not known", error)
+            self.job_log.warning(POD_GROUP_UNKNOWN, error)
             return None
         return None if response is MISSING else self._json(response)
 
@@ -601,12 +523,14 @@ class KubeflowJobHook(KubeApiHook):
 
 __all__ = [
     "KIND_BY_NAME",
+    "POD_GROUP_UNKNOWN",
     "KubeflowHandle",
     "KubeflowJobHook",
     "TakenAwayWatch",
     "failed_replica",
     "lost_replica",
     "main_container",
+    "pod_group_read",
     "pod_matches",
     "replica_statuses_of_pods",
     "resource_of_kind",

@@ -18,12 +18,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import psutil
 
-from airflow_distributed.checkpoints import CHECKPOINT_FILE, written_checkpoints, written_list_path
 from airflow_distributed.elastic import CONTINUE, RESTART, ElasticPlan, after_replica_ended, agent_restarted
 from airflow_distributed.jobstate.outcome import Ending, JobOutcome
-from airflow_distributed.live_report import is_record, reports_progress
 from airflow_distributed.logs import TaskLog
 from airflow_distributed.manifests.local import ProcessSpec
+from airflow_distributed.replica.checkpoints import CHECKPOINT_FILE, written_checkpoints, written_list_path
+from airflow_distributed.replica.live_report import is_record, reports_progress
 from airflow_distributed.status import ReplicaState, ReplicaStatus
 
 log = logging.getLogger(__name__)

@@ -27,9 +27,9 @@ from airflow_distributed.hooks.kube_api import LOG_ACCEPT
 from airflow_distributed.jobstate.job_watch import JobTracker
 from airflow_distributed.jobstate.log_cursor import LogCursor
 from airflow_distributed.jobstate.pod_state import container_state, container_status, log_available
-from airflow_distributed.live_report import is_record
 from airflow_distributed.logs import TaskLog
 from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER
+from airflow_distributed.replica.live_report import is_record
 
 if TYPE_CHECKING:
     from airflow_distributed.hooks.kube_api import KubeApiHook

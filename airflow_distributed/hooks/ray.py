@@ -20,11 +20,12 @@ import requests
 from airflow.sdk import BaseHook
 
 import airflow_distributed
+from airflow_distributed.jobstate.ray_poll import FINAL_STATES
 from airflow_distributed.manifests.ray import liveness_key
 
-#: Ray's job states; the last three are final.
-PENDING, RUNNING, STOPPED, SUCCEEDED, FAILED = "PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"
-FINAL_STATES = frozenset({STOPPED, SUCCEEDED, FAILED})
+#: What a request raises when it finds the Jobs API unreachable (a dropped or refused connection, a timeout): a wait
+#: counts it against its outage budget (``jobstate.ray_poll``), never as a failure of the job.
+UNREACHABLE = (requests.ConnectionError, requests.Timeout)
 DEFAULT_PORT = 8265
 #: Seconds one HTTP call to the Jobs API may take.
 REQUEST_TIMEOUT = 30.0
@@ -174,4 +175,4 @@ def _raise_for(response: requests.Response, doing: str) -> None:
         raise RayJobsApiError(f"{doing}: the Ray Jobs API answered {response.status_code}: {response.text[:500]}")
 
 
-__all__ = ["FINAL_STATES", "RayJobHook", "RayJobsApiError", "jobs_api_address", "renew_liveness"]
+__all__ = ["FINAL_STATES", "UNREACHABLE", "RayJobHook", "RayJobsApiError", "jobs_api_address", "renew_liveness"]

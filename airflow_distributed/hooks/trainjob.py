@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_distributed.hooks.kubeflow import KubeflowJobHook, replica_statuses_of_pods
+from airflow_distributed.hooks.kubeflow import KubeflowJobHook
+from airflow_distributed.jobstate.kubeflow_pods import replica_statuses_of_pods
 from airflow_distributed.jobstate.pod_state import termination_message
 from airflow_distributed.manifests.kubeflow_kinds import KubeflowResource
 from airflow_distributed.manifests.kubeflow_status import JobKind

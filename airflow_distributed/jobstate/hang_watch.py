@@ -21,7 +21,7 @@ from airflow_distributed.jobstate.log_cursor import parse_timestamp_ns
 from airflow_distributed.jobstate.outcome import Ending
 from airflow_distributed.jobstate.progress_watch import ProgressWatch, document_step, report_time
 from airflow_distributed.jobstate.verdicts import JobVerdict
-from airflow_distributed.live_report import is_record, latest_record
+from airflow_distributed.replica.live_report import is_record, latest_record
 from airflow_distributed.status import ReplicaState
 
 #: The longest wait between two looks at the master's log (a look costs one bounded pods/log request).
@@ -165,7 +165,7 @@ def hung_verdict(hang: MasterLogWatch, master: str | None, still_running: Callab
 
 
 def all_running(states: Iterable[str]) -> bool:
-    """Whether every replica runs (``status.RUNNING``), the only time the watchdog's clock runs."""
+    """Whether every replica runs (``ReplicaState.RUNNING``), the only time the watchdog's clock runs."""
     found = list(states)
     return bool(found) and all(state == ReplicaState.RUNNING for state in found)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 
-from airflow_distributed.live_report import is_record
+from airflow_distributed.replica.live_report import is_record
 from airflow_distributed.strict_json import safe_text
 
 #: Bounds of the closing block (and of what the job view shows), whatever the job printed.

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_distributed.live_report import is_record, reports_progress
+from airflow_distributed.replica.live_report import is_record, reports_progress
 
 
 def parse_timestamp_ns(text: str) -> int:

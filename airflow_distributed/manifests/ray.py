@@ -1,6 +1,6 @@
 """``backend="ray"``: the Ray Job that runs a training job, and the driver's reports read back from its log (pure).
 
-The task submits one Ray Job whose entrypoint is the driver (``hooks.ray_driver``), started with the cluster's
+The task submits one Ray Job whose entrypoint is the driver (``replica.ray_driver``), started with the cluster's
 Python. The job's description travels in one variable of the job's ``runtime_env``: the spec, the command, the
 variables and folders of the replica contract; the driver expands it into a plan (``plan.build_plan``) once its
 actors have told it where each replica runs. The driver writes what it knows as marked lines of its log, the only
@@ -25,7 +25,7 @@ from airflow_distributed.spec.quantities import amount_in_base_units
 #: The variable of the job's ``runtime_env`` that carries its description to the driver.
 JOB_VARIABLE = "AIRFLOW_DISTRIBUTED_RAY_JOB"
 #: The module the entrypoint runs.
-DRIVER_MODULE = "airflow_distributed.hooks.ray_driver"
+DRIVER_MODULE = "airflow_distributed.replica.ray_driver"
 #: How a line of the driver's log that reports to the task starts; a JSON object follows.
 REPORT_MARK = "AIRFLOW_DISTRIBUTED_RAY_REPORT "
 #: Where the replicas' work folders are on every node, unless the job says otherwise.

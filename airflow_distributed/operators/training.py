@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from airflow.providers.common.compat.sdk import TaskDeferred, conf
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 
-from airflow_distributed.assets import alias_name, event_extra, model_uri, names_the_run, template_problems
+from airflow_distributed.airflow_features.assets import (
+    alias_name,
+    event_extra,
+    model_uri,
+    names_the_run,
+    template_problems,
+)
+from airflow_distributed.airflow_features.links import JobLinks, operator_links
 from airflow_distributed.backends.base import Backend as JobBackend
 from airflow_distributed.backends.base import (
     BackendSettings,
@@ -19,7 +26,6 @@ from airflow_distributed.backends.base import (
 )
 from airflow_distributed.backends.registry import REGISTRY, backend_named
 from airflow_distributed.jobstate.watch_timings import WatchTimings
-from airflow_distributed.links import JobLinks, operator_links
 from airflow_distributed.mlflow_run import RunKey, first_try_since_clear, job_params, try_tags
 from airflow_distributed.naming import job_name
 from airflow_distributed.plan import Layout, ReplicaProgram, role_summary
@@ -523,7 +529,7 @@ class DistributedTrainingOperator(BaseOperator):
     def _lineage(self, result: dict[str, Any] | None, state: str) -> Any:
         # The OpenLineage provider's modules are optional and heavy: loaded when the provider asks for facets, never
         # when a DAG is parsed.
-        from airflow_distributed.lineage import job_lineage
+        from airflow_distributed.airflow_features.lineage import job_lineage
 
         return job_lineage(self._spec_of_try(), self.backend, result, state, self._job_sections.get("usage"),
                            self._job_sections.get("startup"))
@@ -586,7 +592,7 @@ def _seconds(value: Any) -> Any:
 def default_retry_policy() -> Any:
     """The provider's retry policy, or ``None`` on an Airflow without retry policies (< 3.3)."""
     try:  # imported here: the module cannot be imported on an Airflow without retry policies
-        from airflow_distributed.retry_policy import DistributedRetryPolicy
+        from airflow_distributed.airflow_features.retry_policy import DistributedRetryPolicy
     except ImportError:  # no airflow.sdk.RetryPolicy: the errors' classes are raised all the same
         return None
     return DistributedRetryPolicy()

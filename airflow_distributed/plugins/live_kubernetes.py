@@ -41,19 +41,19 @@ from airflow_distributed.backends.job_run import LIVE_JOB_XCOM_KEY, TAIL_LINES
 from airflow_distributed.hooks.api_retry import KubernetesJobError, RetryPolicy, is_connection_error
 from airflow_distributed.hooks.kubeflow import KubeflowJobHook
 from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
-from airflow_distributed.hooks.pending_pods import SUSPENDED, condition_since
 from airflow_distributed.hooks.trainjob import TRAINJOB, TrainJobHook
+from airflow_distributed.jobstate.pending_pods import SUSPENDED, condition_since
 from airflow_distributed.jobstate.pod_state import replica_status
 from airflow_distributed.jobstate.replica_table import queue_note_of, wait_note
 from airflow_distributed.jobstate.usage import usage_so_far
 from airflow_distributed.jobstate.verdicts import ReplicaSlot
-from airflow_distributed.live_report import latest_record, without_records
 from airflow_distributed.manifests.kubeflow_kinds import kubeflow_resource
 from airflow_distributed.manifests.kubeflow_status import job_suspended
 from airflow_distributed.manifests.pod_names import INDEX_LABEL, MASTER_LABEL, ROLE_LABEL
 from airflow_distributed.manifests.trainjob_status import trainer_progress, trainjob_suspended
 from airflow_distributed.naming import job_name
 from airflow_distributed.outputs import DOCUMENT_LIMIT, sanitise_document
+from airflow_distributed.replica.live_report import latest_record, without_records
 from airflow_distributed.strict_json import StrictJson
 
 if TYPE_CHECKING:

@@ -11,7 +11,8 @@ event: ``succeeded`` or ``failed`` (with the status's reason and message, ``job_
 into the task log every ``logging_interval`` seconds (``log_relay``; the pod found by one LIST per relay).
 
 ``delete_on_kill``: the operator's trigger deletes the job when the user kills the deferred task (Airflow 3.3+
-``on_kill``); a sensor's does not, since the job is not the sensor's to stop.
+``on_kill``); a sensor's does not, since the job is not the sensor's to stop. Only the operator's trigger follows the
+job's pods (the namespace's shared pod watch) for the replicas the cluster takes away: a sensor does not read them.
 """
 
 from __future__ import annotations
@@ -19,26 +20,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, ClassVar
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 from kubernetes_asyncio import client as async_client
 
 from airflow_distributed.hooks.api_retry import KubernetesJobError
-from airflow_distributed.hooks.kubeflow import KubeflowJobHook
-from airflow_distributed.hooks.object_watch import ObjectWatch, name_selector
-from airflow_distributed.hooks.pending_pods import JOB_HUNG, PendingPods, pods_missing
+from airflow_distributed.hooks.kubeflow import POD_GROUP_UNKNOWN, KubeflowJobHook, pod_group_read
 from airflow_distributed.jobstate.disruption import TakenAway
+from airflow_distributed.jobstate.object_wait import ObjectWaitEnd, judge_object_wait
+from airflow_distributed.jobstate.object_watch import ObjectWatch, name_selector
+from airflow_distributed.jobstate.pending_pods import PendingPods, pods_missing
 from airflow_distributed.jobstate.pod_state import log_available
 from airflow_distributed.manifests.kubeflow_status import KUBEFLOW_KIND, JobKind
 from airflow_distributed.manifests.trainjob_status import is_launcher
-from airflow_distributed.status import FAILED, SUCCEEDED
+from airflow_distributed.status import FAILED
 from airflow_distributed.triggers.base import JobWaitTrigger
 from airflow_distributed.triggers.hang_watchdog import Sample, TriggerHangWatchdog
 from airflow_distributed.triggers.kubernetes import JOB_PODS
 from airflow_distributed.triggers.log_relay import READ_TIMEOUT, MasterLog
-from airflow_distributed.triggers.shared_watch import Delivery, JobFeed, WatchedKind
+from airflow_distributed.triggers.shared_watch import Delivery, WatchedKind
 
 #: Seconds a trigger waits, once its job failed, for the pod watch's last events (``TakenAwayWatch``'s grace).
 TAKEN_AWAY_GRACE = 0.5
@@ -143,9 +145,12 @@ class KubeflowJobTrigger(JobWaitTrigger):
 
         hang: TriggerHangWatchdog | None = None
 
+        def judged() -> ObjectWaitEnd | None:
+            return judge_object_wait(watch, self.kind.status_of, pending.verdict,
+                                     hang.verdict() if hang is not None else None)
+
         def ended() -> bool:
-            return (watch.deleted or pending.verdict is not None or (hang is not None and hang.verdict() is not None)
-                    or (watch.obj is not None and self.kind.status_of(watch.obj).state in (SUCCEEDED, FAILED)))
+            return judged() is not None
 
         def apply(delivery: Delivery) -> None:
             # A one-object view for the object watch: the job as listed or as the event left it.
@@ -166,8 +171,8 @@ class KubeflowJobTrigger(JobWaitTrigger):
             return _soonest(following, queue, hang.wake_in() if hang is not None else None)
 
         taken = TakenAway()
-        async with self._feed(self.watched_kind, self.job_name) as feed, self._feed(JOB_PODS, self.job_name) as pods, \
-                self.api_client() as api, self._recording(pods, taken):
+        async with self._feed(self.watched_kind, self.job_name) as feed, self.api_client() as api, \
+                self._recording(taken):
             list_pods = async_client.CoreV1Api(api).list_namespaced_pod
             list_objects = async_client.CustomObjectsApi(api).list_namespaced_custom_object
             unseen_checked = False
@@ -186,17 +191,25 @@ class KubeflowJobTrigger(JobWaitTrigger):
                 pending.on_pods(items, expected, group)
 
             async def read_pod_group() -> dict[str, Any] | None:
-                """The job's PodGroup (``KubeflowJobHook.read_pod_group``'s rules: missing or refused, ``None``)."""
+                """The job's PodGroup by ``KubeflowJobHook.read_pod_group``'s rule: missing, ``None``; a read that
+                fails (refused, or the retries ran out) is logged and tells nothing."""
                 ref = self.kind.pod_group_of(watch.obj)
                 if ref is None:
                     return None
+
+                async def read() -> dict[str, Any] | None:
+                    try:
+                        return await self._json(async_client.CustomObjectsApi(api).get_namespaced_custom_object(
+                            ref.group, ref.version, self.namespace, ref.plural, ref.name, _preload_content=False))
+                    except async_client.ApiException as error:
+                        if error.status == 404:
+                            return None
+                        raise
+
                 try:
-                    return await self._json(async_client.CustomObjectsApi(api).get_namespaced_custom_object(
-                        ref.group, ref.version, self.namespace, ref.plural, ref.name, _preload_content=False))
-                except async_client.ApiException as error:
-                    if error.status != 404:
-                        self.log.warning("could not read the job's PodGroup (%s %s): whether its gang scheduler "
-                                         "admitted it is not known", error.status, error.reason)
+                    return await self._call(read, pod_group_read(self.namespace, ref))
+                except KubernetesJobError as error:
+                    self.log.warning(POD_GROUP_UNKNOWN, error)
                     return None
 
             async def sample() -> Sample:
@@ -223,18 +236,22 @@ class KubeflowJobTrigger(JobWaitTrigger):
                 return True
 
             await self._read(feed, apply, ended, wake_in=next_list_in, check=check)
-            if watch.obj is not None and self.kind.status_of(watch.obj).state == FAILED:
+            if self.delete_on_kill and watch.obj is not None and self.kind.status_of(watch.obj).state == FAILED:
                 await asyncio.sleep(TAKEN_AWAY_GRACE)  # the pod that caused it, deleted just before, may be on its way
-        event = self._ending(watch, pending, hang, ended)
+        event = self._ending(judged())
         if taken.pods:
             event["taken_away"] = taken.as_dict()  # the resumed task's verdict reads it (``KubeflowJobRun.finish``)
         return event
 
     @contextlib.asynccontextmanager
-    async def _recording(self, pods: JobFeed, taken: TakenAway) -> AsyncIterator[None]:
+    async def _recording(self, taken: TakenAway) -> AsyncIterator[None]:
         """While the wait lasts, the job's pods from the namespace's shared pod watch go to ``taken`` (a pod deleted
         before the controller judges the job is seen only so); a pod watch that fails is logged and decides
-        nothing."""
+        nothing. Only the operator's trigger (``delete_on_kill``) watches them: the resumed task words its failure
+        with them (``KubeflowJobRun.finish``), while a sensor's event never reads them."""
+        if not self.delete_on_kill:
+            yield
+            return
 
         def record(delivery: Delivery) -> None:
             for pod in delivery.snapshot or ():
@@ -242,45 +259,33 @@ class KubeflowJobTrigger(JobWaitTrigger):
             for _, pod in delivery.events:
                 taken.observe(pod)
 
-        async def follow() -> None:
+        async with self._feed(JOB_PODS, self.job_name) as pods:
+
+            async def follow() -> None:
+                try:
+                    while True:
+                        delivery = await pods.next(None)
+                        if delivery is not None:
+                            record(delivery)
+                except KubernetesJobError as error:
+                    self.log.warning("%s: could not watch its pods (%s); a replica the cluster takes away from now "
+                                     "on may be reported as the controller words it", self.what, error)
+
+            task = asyncio.create_task(follow())
             try:
-                while True:
-                    delivery = await pods.next(None)
+                yield
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                with contextlib.suppress(KubernetesJobError):
+                    delivery = pods.take()
                     if delivery is not None:
                         record(delivery)
-            except KubernetesJobError as error:
-                self.log.warning("%s: could not watch its pods (%s); a replica the cluster takes away from now on "
-                                 "may be reported as the controller words it", self.what, error)
 
-        task = asyncio.create_task(follow())
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            with contextlib.suppress(KubernetesJobError):
-                delivery = pods.take()
-                if delivery is not None:
-                    record(delivery)
-
-    def _ending(self, watch: ObjectWatch, pending: PendingPods, hang: TriggerHangWatchdog | None,
-                ended: Callable[[], bool]) -> dict[str, Any]:
-        """The event of a wait that is over (or at the task's deadline)."""
-        if watch.obj is None and watch.deleted:
-            return {"status": "deleted", "message": f"{self.what} was deleted before it finished"}
-        if not ended():
-            return self._timeout_event()
-        hung = hang.verdict() if hang is not None else None
-        if hung is not None and not (watch.obj is not None and self.kind.status_of(watch.obj).state in (
-                SUCCEEDED, FAILED)):
-            return {"status": "failed", "reason": JOB_HUNG, "message": hung.message, "verdict": hung.as_dict()}
-        if pending.verdict is not None and not (watch.obj is not None and self.kind.status_of(watch.obj).state in (
-                SUCCEEDED, FAILED)):
-            state, reason, message = pending.status()
-            return {"status": state, "reason": reason, "message": message, "verdict": pending.verdict.as_dict()}
-        status = self.kind.status_of(watch.obj or {})
-        return {"status": status.state, "reason": status.reason, "message": status.message}
+    def _ending(self, end: ObjectWaitEnd | None) -> dict[str, Any]:
+        """The event of a wait that is over (``end``, ``judge_object_wait``'s), or at the task's deadline (``None``)."""
+        return self._timeout_event() if end is None else end.event(self.what)
 
     async def _master_log(self) -> MasterLog | None:
         """The newest started pod of the master (one LIST of its pods), once the job object is seen."""

@@ -31,8 +31,8 @@ from typing import Any
 
 from airflow_distributed.hooks.kube_api import LOG_ACCEPT
 from airflow_distributed.jobstate.log_cursor import LogCursor
-from airflow_distributed.live_report import PREFIX, latest_record
 from airflow_distributed.outputs import sanitise_document
+from airflow_distributed.replica.live_report import PREFIX, latest_record
 from airflow_distributed.status import progress_text
 
 #: The pieces a read of the master's log is handled in (and the ``limitBytes`` of the read of its last lines).

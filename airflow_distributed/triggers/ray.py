@@ -2,8 +2,9 @@
 
 It fires one event: ``final`` (the job ended; ``execute_complete`` reads its outcome from the driver's log),
 ``timeout`` (the task's ``execution_timeout`` passed) or ``error`` (the job is gone, or the Jobs API stayed
-unreachable for longer than ``reconnect_budget`` seconds in a row: a dropped or refused connection is retried
-meanwhile, never taken for a failure of the job). Every event makes ``execute_complete`` run, which stops the job
+unreachable for longer than ``reconnect_budget`` seconds in a row, whichever request found it so: a dropped or
+refused connection is retried meanwhile, never taken for a failure of the job). Each look is judged by
+``jobstate.ray_poll``, as in the synchronous wait. Every event makes ``execute_complete`` run, which stops the job
 unless it ended. A deferred task the user kills (Airflow 3.3+ calls the trigger's ``on_kill``) stops its job.
 """
 
@@ -14,10 +15,10 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import requests
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_distributed.hooks.ray import FINAL_STATES, RayJobHook, renew_liveness
+from airflow_distributed.hooks.ray import UNREACHABLE, RayJobHook, renew_liveness
+from airflow_distributed.jobstate.ray_poll import FINAL, GONE, OUTAGE, RayLook, RayPoll, job_ending
 
 
 class RayJobTrigger(BaseTrigger):
@@ -72,37 +73,38 @@ class RayJobTrigger(BaseTrigger):
     async def _wait(self) -> dict[str, Any]:
         hook = RayJobHook(ray_conn_id=self.ray_conn_id)
         started = time.time()
-        unreachable_since: float | None = None
-        renewed_at: float | None = None
+        poll = RayPoll(self.reconnect_budget, self.renew_every)
         while True:
             if self.execution_deadline is not None and time.time() >= self.execution_deadline:
                 return {"status": "timeout", "elapsed": time.time() - started,
                         "message": f"Ray job {self.job_name} reached the task's execution_timeout"}
+            info: dict[str, Any] | None = None
+            renewed_at: float | None = None
+            failure: BaseException | None = None
             try:
                 info = await asyncio.to_thread(hook.info, self.job_name)
-                unreachable_since = None
-            except (requests.ConnectionError, requests.Timeout) as error:
-                now = time.monotonic()
-                unreachable_since = unreachable_since or now
-                if now - unreachable_since > self.reconnect_budget:
-                    return {"status": "error", "message": f"the Ray Jobs API stayed unreachable for "
-                            f"{self.reconnect_budget:g}s while job {self.job_name} ran: {type(error).__name__}"}
-                self.log.warning("the Ray Jobs API is unreachable (%s); trying again", type(error).__name__)
-                info = {}
+            except UNREACHABLE as error:
+                failure = error
             except Exception as error:
                 return {"status": "error", "message": f"reading Ray job {self.job_name}: {error}"}
-            if info is None:
-                return {"status": "error", "message": f"Ray job {self.job_name} is gone from the cluster"}
-            if info.get("status") in FINAL_STATES:
-                return {"status": "final", "state": info["status"]}
-            if info and self.renew_every is not None and (renewed_at is None
-                                                          or time.monotonic() - renewed_at >= self.renew_every):
+            if failure is None and job_ending(info) is None and poll.renewal_due(time.monotonic()):
                 renewed_at = time.monotonic()
                 try:
                     await asyncio.to_thread(renew_liveness, hook, self.job_name, self.log)
-                except (requests.ConnectionError, requests.Timeout) as error:  # the next look counts the outage
+                except UNREACHABLE as error:
+                    failure = error
                     self.log.warning("could not renew the liveness of Ray job %s (%s)", self.job_name,
                                      type(error).__name__)
+            poll, verdict = poll.step(RayLook(info, failure is not None, renewed_at), time.monotonic())
+            if verdict == FINAL and info is not None:
+                return {"status": "final", "state": info["status"]}
+            if verdict == GONE:
+                return {"status": "error", "message": f"Ray job {self.job_name} is gone from the cluster"}
+            if verdict == OUTAGE:
+                return {"status": "error", "message": f"the Ray Jobs API stayed unreachable for "
+                        f"{self.reconnect_budget:g}s while job {self.job_name} ran: {type(failure).__name__}"}
+            if failure is not None and renewed_at is None:  # a failed renewal was said above
+                self.log.warning("the Ray Jobs API is unreachable (%s); trying again", type(failure).__name__)
             await asyncio.sleep(self.poll_interval)
 
 

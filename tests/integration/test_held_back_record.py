@@ -16,7 +16,7 @@ import threading
 import time
 
 from airflow_distributed.contract import ENV_OUTPUT, ENV_RECORD_INTERVAL
-from airflow_distributed.live_report import PREFIX
+from airflow_distributed.replica.live_report import PREFIX
 from tests.conftest import ROOT
 from tests.hang_scripts import BURST_THEN_HANG
 

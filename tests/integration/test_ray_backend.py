@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_distributed.checkpoints import CHECKPOINT_FILE
 from airflow_distributed.manifests.ray import DEFAULT_WORK_ROOT
+from airflow_distributed.replica.checkpoints import CHECKPOINT_FILE
 from tests.conftest import ROOT
 from tests.hang_scripts import gloo_hang_failure, last_report_named
 from tests.helpers import (

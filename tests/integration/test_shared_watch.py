@@ -9,6 +9,7 @@ made one of each per job.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 import uuid
@@ -18,13 +19,14 @@ from typing import Any
 import pytest
 from airflow.triggers.base import BaseTrigger
 
-from airflow_distributed.manifests.kubernetes import to_dict
+from airflow_distributed.manifests.kubernetes import JOB_LABEL, to_dict
 from airflow_distributed.triggers.api_clients import open_clients
 from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
 from airflow_distributed.triggers.shared_watch import open_watches
 from tests.helpers import wait_until
 from tests.integration.kubeflow_controller import GROUP, KubeflowController, register_kubeflow_crds
 from tests.k8s_emulator import KubeEmulator
+from tests.k8s_emulator.server import request_verb
 from tests.kubernetes_helpers import PODS, comes_to, lists_and_watches, make_job, now, trigger_for
 
 
@@ -306,4 +308,42 @@ def test_kubeflow_jobs_of_one_kind_in_a_namespace_share_one_watch_of_the_kind(em
     assert t.events["pt-fails"]["message"] == "worker-0 exited 1"
     counts = emulator.request_counts(jobs_path)
     assert (counts.get("list"), counts.get("watch")) == (1, 1)  # a watch per job: 3 and 3
+    closed(emulator, t)
+
+
+@pytest.mark.usefixtures("airflow_db", "kubernetes_connection")
+@pytest.mark.parametrize(("delete_on_kill", "pod_watches"), [(False, 0), (True, 1)], ids=["sensor", "operator"])
+def test_only_the_operators_kubeflow_trigger_watches_the_jobs_pods(emulator, kubeconfig, ns, delete_on_kill,
+                                                                   pod_watches):
+    """The pods the cluster takes away word the resumed task's failure; a sensor's event never reads them, so its
+    trigger opens no watch of the namespace's pods for them (its pending check's LIST of the job's pods aside)."""
+    controller = KubeflowController(emulator, ns, "pytorchjobs")
+    controller.submit("pt-sensed", {"Master": 1, "Worker": 1}, container="pytorch")
+    controller.create_pods()
+    controller.run_all()
+    controller.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""))
+    emulator.reset_requests()
+    pods_path = f"/namespaces/{ns}/pods$"
+
+    def shared_pod_watch() -> list:
+        """The requests of the namespace's shared pod watch (every pod of a job: the job label's selector)."""
+        return [r for r in emulator.requests if re.search(pods_path, r.path)
+                and r.query.get("labelSelector") == JOB_LABEL]
+
+    def script(t: Triggerer) -> None:
+        t.start(("pt-sensed", []), KubeflowJobTrigger(job_name="pt-sensed", namespace=ns, group=GROUP, version="v1",
+                                                      plural="pytorchjobs", kubernetes_conn_id="kubernetes_default",
+                                                      delete_on_kill=delete_on_kill))
+        emulator.wait_for_requests("watch", 1, f"/namespaces/{ns}/pytorchjobs$")
+        emulator.wait_for_requests("list", 1, pods_path)  # its pending check's, or the shared watch's first
+        if pod_watches:
+            emulator.wait_for_requests("watch", 1, pods_path)
+        controller.conditions(("Created", "PyTorchJobCreated", ""), ("Running", "PyTorchJobRunning", ""),
+                              ("Succeeded", "PyTorchJobSucceeded", "done"))
+        t.event("pt-sensed")
+
+    t = play(kubeconfig, ns, script)
+
+    assert t.events["pt-sensed"]["status"] == "succeeded"
+    assert [request_verb(r) for r in shared_pod_watch()] == ["list", "watch"][:2 * pod_watches]
     closed(emulator, t)

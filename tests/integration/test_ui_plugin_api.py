@@ -155,7 +155,7 @@ def test_extra_link_points_to_the_job_view_tab(client, trained):
 
 
 def test_template_link_is_filled_with_the_recorded_job_name(trained):
-    from airflow_distributed.links import JobUrlLink
+    from airflow_distributed.airflow_features.links import JobUrlLink
 
     run, job = trained
     ti = next(ti for ti in run.get_task_instances() if ti.task_id == TASK_ID)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from airflow_distributed.contract import ENV_OUTPUT, ENV_RECORD_INTERVAL, ENV_STACKS_DIR, ENV_STACKS_SIGNAL
-from airflow_distributed.live_report import PREFIX
+from airflow_distributed.replica.live_report import PREFIX
 from tests.conftest import ROOT
 from tests.hang_scripts import BURST_THEN_BLOCK, last_report_named
 from tests.helpers import run_dag_at

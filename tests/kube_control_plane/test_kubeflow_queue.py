@@ -14,8 +14,8 @@ import time
 from kubernetes import client
 
 from airflow_distributed.hooks.kubeflow import KubeflowJobHook
-from airflow_distributed.hooks.pending_pods import QUEUE_TIMED_OUT
 from airflow_distributed.jobstate.outcome import describe
+from airflow_distributed.jobstate.pending_pods import QUEUE_TIMED_OUT
 from airflow_distributed.jobstate.watch_timings import WatchTimings
 from airflow_distributed.manifests.kubeflow_kinds import KINDS, kubeflow_resource
 from airflow_distributed.manifests.kubeflow_status import pod_group_of

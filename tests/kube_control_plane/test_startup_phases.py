@@ -10,7 +10,7 @@ import time
 import pytest
 
 from airflow_distributed.jobstate.startup import epoch
-from airflow_distributed.live_report import record_line
+from airflow_distributed.replica.live_report import record_line
 from tests.helpers import run_dag_at, wait_until, xcom
 from tests.kube_control_plane.control_plane import ControlPlane
 from tests.kube_control_plane.kubelet import KubeletNode

@@ -8,9 +8,10 @@ import pickle
 
 import pytest
 
-from airflow_distributed import checkpoints, contract, tracking
+from airflow_distributed import contract, tracking
 from airflow_distributed.manifests.kubernetes import layout_for_kubernetes
 from airflow_distributed.plan import KubernetesAddressing, Layout, LocalAddressing, build_plan
+from airflow_distributed.replica import checkpoints
 from airflow_distributed.spec import load_spec
 
 SPEC = load_spec("pytorch", {"pytorch": {"n_workers": 2}})
@@ -42,29 +43,17 @@ def test_kubernetes_checkpoint_dir_is_per_task_instance_under_the_model_dir(mode
     assert plan.replica("job-1-worker-1").env["AIRFLOW_DISTRIBUTED_CHECKPOINT_DIR"] == expected
 
 
-@pytest.fixture
-def master(tmp_path, monkeypatch):
-    """This process as the master replica of a job with a checkpoint directory."""
-    monkeypatch.setenv(contract.ENV_OUTPUT, str(tmp_path / "output.json"))
-    monkeypatch.setenv(contract.ENV_CHECKPOINT_DIR, str(tmp_path / "ckpt"))
-    monkeypatch.setenv(contract.ENV_ROLE, "master")
-    monkeypatch.setenv(contract.ENV_INDEX, "0")
-    for variable in ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
-        monkeypatch.delenv(variable, raising=False)
-    return tmp_path / "ckpt"
-
-
 def test_save_then_latest_returns_the_newest_and_keeps_only_the_last_n(master):
     assert tracking.latest_checkpoint() is None
     for step in (10, 20, 30, 40):
         tracking.save_checkpoint({"w": [step, step]}, step, keep=2)
     assert tracking.latest_checkpoint() == (40, {"w": [40, 40]})
-    assert sorted(os.listdir(master)) == ["checkpoint-000000000030.pkl", "checkpoint-000000000040.pkl"]
+    assert sorted(os.listdir(master.checkpoints)) == ["checkpoint-000000000030.pkl", "checkpoint-000000000040.pkl"]
 
 
 def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(master):
     tracking.save_checkpoint("good", 5)
-    (master / "checkpoint-000000000006.pkl").write_bytes(pickle.dumps({"step": 6})[:5])
+    (master.checkpoints / "checkpoint-000000000006.pkl").write_bytes(pickle.dumps({"step": 6})[:5])
     assert tracking.latest_checkpoint() == (5, "good")
 
 
@@ -72,7 +61,7 @@ def test_only_the_master_saves_unless_every_replica_is_asked(master, monkeypatch
     monkeypatch.setenv("RANK", "1")  # a launcher's rank other than 0: not the master
     assert tracking.save_checkpoint("w", 1) is None
     path = tracking.save_checkpoint("mine", 1, every_replica=True)
-    assert path == str(master / "master-0" / "checkpoint-000000000001.pkl")
+    assert path == str(master.checkpoints / "master-0" / "checkpoint-000000000001.pkl")
     assert tracking.latest_checkpoint(every_replica=True) == (1, "mine")
     assert tracking.latest_checkpoint() is None
 
@@ -91,19 +80,17 @@ def test_bad_arguments_are_refused(master, step, keep):
         tracking.save_checkpoint("w", step, keep=keep)
 
 
-def test_a_restarted_elastic_worker_group_carries_on_the_masters_history(tmp_path, monkeypatch):
-    output = tmp_path / "output.json"
-    monkeypatch.setenv("AIRFLOW_DISTRIBUTED_OUTPUT", str(output))
+def test_a_restarted_elastic_worker_group_carries_on_the_masters_history(master, monkeypatch):
+    output = master.output
     monkeypatch.setenv("RANK", "0")
-    monkeypatch.setattr(tracking, "_state", {"path": None, "document": None})
     tracking.log_metrics(step=10, loss=0.5)
     # A new process of the same try (the agent restarted the group): the state of the old one is gone.
-    monkeypatch.setattr(tracking, "_state", {"path": None, "document": None})
+    tracking._new_process()
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-1")
     tracking.log_metrics(step=20, loss=0.25)
     assert [point["step"] for point in json.loads(output.read_text())["history"]] == [10, 20]
     # Outside the agent a new process starts a new document, as before.
-    monkeypatch.setattr(tracking, "_state", {"path": None, "document": None})
+    tracking._new_process()
     monkeypatch.delenv("TORCHELASTIC_RUN_ID")
     tracking.log_metrics(step=30, loss=0.125)
     assert [point["step"] for point in json.loads(output.read_text())["history"]] == [30]
@@ -111,15 +98,15 @@ def test_a_restarted_elastic_worker_group_carries_on_the_masters_history(tmp_pat
 
 def test_in_a_shared_directory_a_job_reads_and_prunes_only_its_own_checkpoints(master, monkeypatch):
     monkeypatch.setenv(contract.ENV_JOB, "job-a")
-    master.mkdir()
-    theirs = master / "checkpoint-000000000099.pkl"
+    master.checkpoints.mkdir()
+    theirs = master.checkpoints / "checkpoint-000000000099.pkl"
     theirs.write_bytes(pickle.dumps({"step": 99, "state": "another job's"}))
     assert tracking.latest_checkpoint() is None  # never resume from another job's state
     for step in (1, 2, 3):
         tracking.save_checkpoint(step, step, keep=2)
     assert tracking.latest_checkpoint() == (3, 3)
     assert theirs.exists()
-    assert checkpoints.written_checkpoints(str(master), "job-a") == (
+    assert checkpoints.written_checkpoints(str(master.checkpoints), "job-a") == (
         ["checkpoint-000000000001.pkl", "checkpoint-000000000002.pkl", "checkpoint-000000000003.pkl"], [])
 
 

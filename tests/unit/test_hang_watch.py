@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from airflow_distributed.jobstate.hang_watch import MasterLogWatch
-from airflow_distributed.live_report import PREFIX
+from airflow_distributed.replica.live_report import PREFIX
 
 T0 = 1_800_000_000  # epoch seconds of the log's first line
 

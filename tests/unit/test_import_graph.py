@@ -18,16 +18,23 @@ import pytest
 PACKAGE = "airflow_distributed"
 ROOT = Path(__file__).resolve().parents[2] / PACKAGE
 
-PURE = {"contract", "spec", "frameworks", "plan", "elastic", "manifests", "jobstate", "naming", "status", "outputs",
-        "lineage", "strict_json", "live_report", "task_instance", "mlflow_run"}
+PURE = {"contract", "spec", "frameworks", "cluster_plan", "plan", "elastic", "manifests", "jobstate", "naming",
+        "status", "outputs", "strict_json", "task_instance", "mlflow_run"}
+#: what runs inside replicas, not in Airflow; ``replica.ray_driver`` is a program run in the Ray cluster
+REPLICA = f"{PACKAGE}.replica"
+RAY_DRIVER = f"{REPLICA}.ray_driver"
 IO = {"hooks", "triggers"}
-GLUE = {"operators", "sensors", "decorators", "plugins", "links"}
+GLUE = {"operators", "sensors", "decorators", "plugins", "airflow_features"}
 #: layer -> the top-level parts of the package it must not import
 FORBIDDEN = {
     **{layer: IO | {"backends"} | GLUE for layer in PURE},
-    **{layer: {"backends"} | GLUE - {"links"} for layer in IO},
-    "backends": GLUE - {"links"},
+    **{layer: {"backends"} | GLUE for layer in IO},
+    "backends": GLUE,
+    # what the operator hands to Airflow's features (links, lineage, assets, retry policy): used by the operator,
+    # never using it; ``links`` names the job view's paths (``plugins.urls``)
+    "airflow_features": IO | {"backends"} | GLUE - {"airflow_features", "plugins"},
 }
+FEATURES = f"{PACKAGE}.airflow_features"
 
 
 def module_name(path: Path) -> str:
@@ -60,7 +67,9 @@ def imported(module: str, *, typing_only: bool) -> Iterator[str]:
                 here = module.split(".") if is_package else module.split(".")[:-1]
                 here = here[: len(here) - node.level + 1]
                 base = ".".join([*here, base] if base else here)
-            names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+            # ``from pkg import module`` needs ``pkg.module``; ``from pkg import name`` needs ``pkg`` (its
+            # ``__init__``, and through it what that imports: a package's own submodules are real edges).
+            names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names]
         else:
             continue
         for name in names:
@@ -75,14 +84,10 @@ def top(module: str) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
-def is_reexport(source: str, target: str) -> bool:
-    """A package's ``__init__`` and its own submodules: re-exports, not a dependency between layers."""
-    return target.startswith(source + ".") or source.startswith(target + ".")
-
-
 def graph(*, typing_only: bool) -> dict[str, set[str]]:
-    return {module: {target for target in imported(module, typing_only=typing_only)
-                     if not is_reexport(module, target)} for module in MODULES}
+    # Every edge counts, a package's ``__init__`` importing its own submodules included: importing the package
+    # loads them, so ``plan`` -> ``frameworks`` -> ``frameworks.base`` -> ``plan`` is a circle.
+    return {module: set(imported(module, typing_only=typing_only)) for module in MODULES}
 
 
 #: what runs: a cycle here is two modules that need each other loaded
@@ -166,6 +171,23 @@ def test_layer_imports_only_downwards(layer: str) -> None:
     assert wrong == []
 
 
+def test_replica_helpers_import_only_the_contract() -> None:
+    # Training images import them (through ``tracking``) with no Airflow: nothing of the provider above the contract.
+    allowed = {f"{PACKAGE}.contract", f"{PACKAGE}.strict_json", REPLICA}
+    wrong = sorted(
+        f"{module} imports {target}"
+        for module, targets in GRAPH_WITH_TYPES.items()
+        if module.startswith(REPLICA + ".") and module != RAY_DRIVER
+        for target in targets if target not in allowed and not target.startswith(REPLICA + ".")
+    )
+    assert wrong == []
+
+
+def test_nothing_imports_the_ray_driver() -> None:
+    # A program, run by its module name in the Ray cluster (``manifests.ray.DRIVER_MODULE``), not a library.
+    assert sorted(module for module, targets in GRAPH_WITH_TYPES.items() if RAY_DRIVER in targets) == []
+
+
 def external_imports(module: str) -> set[str]:
     """The top-level names of what ``module`` imports from outside the package."""
     tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
@@ -197,12 +219,12 @@ LAZY_BOUNDARIES = {
        for name in ("kubernetes", "kubeflow", "trainjob", "ray", "local")},
     (f"{PACKAGE}.sensors.base", f"{PACKAGE}.sensors.job_reads"): "a poke's reads: the Kubernetes hooks and triggers",
     (f"{PACKAGE}.plugins.plugin", f"{PACKAGE}.plugins.app"): "the job view's pages: only the API server serves them",
-    (f"{PACKAGE}.operators.training", f"{PACKAGE}.lineage"): "the optional OpenLineage provider, about 1 s to load",
-    (f"{PACKAGE}.operators.training", f"{PACKAGE}.retry_policy"): "raises ImportError on Airflow < 3.3",
+    (f"{PACKAGE}.operators.training", f"{FEATURES}.lineage"): "the optional OpenLineage provider, about 1 s to load",
+    (f"{PACKAGE}.operators.training", f"{FEATURES}.retry_policy"): "raises ImportError on Airflow < 3.3",
     (f"{PACKAGE}.operators.training", f"{PACKAGE}.hooks.mlflow"): "the MLflow hook (requests): mlflow_conn_id only",
     (f"{PACKAGE}.hooks.ray", "ray.job_submission"): "Ray is an extra; waiting for a job needs none of it",
-    (f"{PACKAGE}.trainer_status", "ssl"): "a replica reporting to no Trainer endpoint does not pay for it",
-    (f"{PACKAGE}.trainer_status", "urllib.request"): "likewise",
+    (f"{PACKAGE}.replica.trainer_status", "ssl"): "a replica reporting to no Trainer endpoint does not pay for it",
+    (f"{PACKAGE}.replica.trainer_status", "urllib.request"): "likewise",
 }
 
 

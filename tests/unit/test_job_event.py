@@ -19,10 +19,11 @@ from typing import Any
 import pytest
 import yaml
 
-from airflow_distributed.hooks.object_watch import ObjectWatch
-from airflow_distributed.hooks.pending_pods import PendingPods
 from airflow_distributed.jobstate.job_event import EventKind, JobEvent
+from airflow_distributed.jobstate.object_wait import judge_object_wait
+from airflow_distributed.jobstate.object_watch import ObjectWatch
 from airflow_distributed.jobstate.outcome import Ending, JobOutcome
+from airflow_distributed.jobstate.pending_pods import PendingPods
 from airflow_distributed.jobstate.verdicts import JobVerdict
 from airflow_distributed.outputs import job_result, parse_output_document
 from airflow_distributed.status import ReplicaState, ReplicaStatus, render_table
@@ -196,12 +197,14 @@ def _job(condition: str, reason: str | None = None) -> dict[str, Any]:
 
 
 def test_the_kubeflow_triggers_events_are_read(tmp_path):
-    """Each ending of the custom-object trigger (``KubeflowJobTrigger._ending``), as it builds it today."""
+    """Each ending of the custom-object trigger (``KubeflowJobTrigger._ending`` of the wait's one judge,
+    ``judge_object_wait``), as it builds it today."""
     clock = time.monotonic
     trigger = _kubeflow_trigger()
 
     def ending(watch: ObjectWatch, pending: PendingPods | None = None, ended: bool = True) -> JobEvent:
-        return _read_back(trigger._ending(watch, pending or PendingPods(1.0, 0.0, clock), None, lambda: ended))
+        end = judge_object_wait(watch, trigger.kind.status_of, pending.verdict if pending else None, None)
+        return _read_back(trigger._ending(end if ended else None))
 
     deleted = ObjectWatch(JOB)
     deleted.on_list({"items": [_job("Running")]})

@@ -13,7 +13,7 @@ from airflow_distributed.jobstate.last_lines import (
     lines_from_task_log,
     read_block,
 )
-from airflow_distributed.live_report import record_line
+from airflow_distributed.replica.live_report import record_line
 
 JOB = "train-1a2b3c4d"
 

@@ -4,41 +4,18 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
-from airflow_distributed import contract, tracking
+from airflow_distributed import tracking
 from airflow_distributed.jobstate.last_lines import last_lines_block
-from airflow_distributed.live_report import PREFIX, RECORD_LIMIT, latest_record, record_line, without_records
 from airflow_distributed.outputs import sanitise_document
-
-
-@pytest.fixture
-def master(tmp_path, monkeypatch):
-    monkeypatch.setenv(contract.ENV_OUTPUT, str(tmp_path / "output.json"))
-    for variable in ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
-        monkeypatch.delenv(variable, raising=False)
-    clock = [100.0]
-    monkeypatch.setattr(tracking.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(tracking, "_progress", {})
-    monkeypatch.setattr(tracking, "_records", {"printed": -float("inf"), "timer": None})
-    timers: list = []
-    monkeypatch.setattr(tracking.threading, "Timer", lambda wait, call: timers.append((wait, call)) or _Timer())
-    return clock, timers
-
-
-class _Timer:
-    daemon = False
-
-    def start(self) -> None:
-        """Started by the test (``timers``), not by time."""
+from airflow_distributed.replica.live_report import PREFIX, RECORD_LIMIT, latest_record, record_line, without_records
 
 
 def _records(out: str) -> list[dict]:
     return [json.loads(line[len(PREFIX):]) for line in out.splitlines() if line.startswith(PREFIX)]
 
 
-def test_tracking_prints_a_record_at_most_every_interval_and_the_held_back_one_when_it_ends(master, capsys):
-    clock, timers = master
+def test_tracking_prints_a_record_at_most_every_interval_and_the_held_back_one_when_it_ends(
+        master, clock, timers, capsys):
     tracking.log_metrics(step=1, loss=0.5)
     tracking.log_progress(10, 100)
     (first,) = _records(capsys.readouterr().out)

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from airflow_distributed.exceptions import ReplicaExitedError, ReplicaLostError, ReplicaOOMKilledError
-from airflow_distributed.hooks.kubeflow import failed_replica, lost_replica
 from airflow_distributed.jobstate.disruption import TakenAway
 from airflow_distributed.jobstate.failures import job_failure
 from airflow_distributed.jobstate.job_watch import JobTracker
+from airflow_distributed.jobstate.kubeflow_pods import failed_replica, lost_replica
 from airflow_distributed.jobstate.pod_state import pod_essentials
 from airflow_distributed.jobstate.verdicts import JobVerdict, ReplicaSlot
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from airflow.sdk import DAG
 
-from airflow_distributed.links import DistributedJobLink, JobUrlLink, MlflowRunLink
+from airflow_distributed.airflow_features.links import DistributedJobLink, JobUrlLink, MlflowRunLink
 from airflow_distributed.operators import DistributedTrainingOperator
 from airflow_distributed.spec.errors import SpecValidationError
 

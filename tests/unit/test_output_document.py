@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_distributed import contract, tracking
+from airflow_distributed import tracking
 from airflow_distributed.backends.local_live import LiveJobReport
 from airflow_distributed.outputs import (
     DOCUMENT_LIMIT,
@@ -256,20 +256,10 @@ class _Log:
 # ---------------------------------------------------------------------------------------------- the writer
 
 
-@pytest.fixture
-def master(tmp_path, monkeypatch):
-    output = tmp_path / "output.json"
-    monkeypatch.setenv(contract.ENV_OUTPUT, str(output))
-    for variable in ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "TORCHELASTIC_RUN_ID"):
-        monkeypatch.delenv(variable, raising=False)
-    monkeypatch.setattr(tracking, "_state", {"path": None, "document": None})
-    return output
-
-
 def test_log_metrics_writes_strict_json_for_nan_infinity_and_huge_integers(master):
     tracking.log_metrics(step=1, loss=float("nan"), grad=float("inf"), seen=10**400, deep={"a": [float("-inf")]})
 
-    text = master.read_text()
+    text = master.output.read_text()
     assert "NaN" not in text and "Infinity" not in text
     written = json.loads(text)
     assert written["metrics"] == {"loss": None, "grad": None, "seen": None, "deep": {"a": [None]}}
@@ -277,11 +267,11 @@ def test_log_metrics_writes_strict_json_for_nan_infinity_and_huge_integers(maste
 
 
 def test_an_elastic_restart_carries_on_a_history_written_by_hand_with_nan(master, monkeypatch):
-    master.write_text('{"metrics": {"loss": NaN}, "model_path": null, "history": [{"step": 1, "loss": NaN}]}')
+    master.output.write_text('{"metrics": {"loss": NaN}, "model_path": null, "history": [{"step": 1, "loss": NaN}]}')
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "run")
 
     tracking.log_metrics(step=2, loss=0.5)
 
-    written = json.loads(master.read_text())
+    written = json.loads(master.output.read_text())
     assert written["history"] == [{"step": 1, "loss": None}, {"step": 2, "loss": 0.5}]
     assert not math.isnan(written["metrics"]["loss"])

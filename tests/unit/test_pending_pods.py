@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from airflow_distributed.hooks.pending_pods import IMAGE_PULL_FAILED, PendingPods
+from airflow_distributed.jobstate.object_wait import OWN, ObjectWaitEnd, own_reason
+from airflow_distributed.jobstate.pending_pods import IMAGE_PULL_FAILED, PendingPods
 from airflow_distributed.jobstate.pod_state import image_failure, pod_essentials, replica_status
 from airflow_distributed.jobstate.verdicts import ReplicaSlot
 from airflow_distributed.manifests.kubeflow_status import expected_pods, job_suspended, pod_group_of
@@ -76,7 +77,9 @@ def test_a_failed_pull_is_the_verdict_at_once_without_grace(reason):
     check = PendingPods(interval=10.0, image_pull_grace=0.0, clock=Clock())
     verdict = check.on_pods([pod("j-master-0", running=True), pod("j-worker-1", reason, message="kubelet says")], 3)
     assert verdict is not None and (verdict.replica, verdict.reason, verdict.image) == ("j-worker-1", reason, IMAGE)
-    state, why, message = check.status()
+    # The trigger's event of it (``object_wait``): the task tells it from the Kubeflow operator's verdicts by it.
+    event = ObjectWaitEnd(OWN, verdict=verdict).event("pytorchjobs ns/j")
+    state, why, message = event["status"], event["reason"], event["message"]
     assert (state, why) == ("failed", IMAGE_PULL_FAILED)
     assert f'replica j-worker-1: image "{IMAGE}"' in message and f"({reason}: kubelet says)" in message
     assert not check.due()
@@ -196,7 +199,7 @@ def test_a_suspended_job_or_an_unschedulable_pod_past_queue_timeout_is_a_queue_v
     clock.now += 1
     verdict = pending.verdict
     assert verdict is not None and (verdict.cause, verdict.replica, verdict.reason) == ("queue", None, "Suspended")
-    assert pending.status()[1] == "QueueTimedOut"
+    assert own_reason(verdict) == "QueueTimedOut"
 
     admitted = PendingPods(10, 0, clock, job_suspended, queue_timeout=60)
     admitted.on_pods([_unschedulable("job-worker-0")], expected=1)

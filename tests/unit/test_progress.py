@@ -6,43 +6,12 @@ import json
 
 import pytest
 
-from airflow_distributed import contract, tracking
+from airflow_distributed import tracking
 from airflow_distributed.status import progress_text
 
 
-class _Timer:
-    """``threading.Timer`` as the tests see it: noted (``timers``), fired by the test, not by time."""
-
-    def __init__(self, noted: list, wait: float, call) -> None:
-        noted.append((wait, call))
-
-    def start(self) -> None:
-        pass
-
-
-@pytest.fixture
-def timers(monkeypatch) -> list:
-    """The timers ``tracking`` started, ``(wait, call)``; none is left to fire in another test."""
-    noted: list = []
-    monkeypatch.setattr(tracking.threading, "Timer", lambda wait, call: _Timer(noted, wait, call))
-    monkeypatch.setattr(tracking, "_records", {"printed": -float("inf"), "timer": None})
-    return noted
-
-
-@pytest.fixture
-def master(tmp_path, monkeypatch, timers):
-    output = tmp_path / "output.json"
-    monkeypatch.setenv(contract.ENV_OUTPUT, str(output))
-    for variable in ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
-        monkeypatch.delenv(variable, raising=False)
-    clock = [100.0]
-    monkeypatch.setattr(tracking.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(tracking, "_progress", {})
-    return output, clock
-
-
-def test_progress_gives_a_percentage_and_an_estimate_from_the_pace_so_far(master):
-    output, clock = master
+def test_progress_gives_a_percentage_and_an_estimate_from_the_pace_so_far(master, clock, timers):
+    output = master.output
     tracking.log_progress(100, 1000)
     assert json.loads(output.read_text())["progress"] == {"step": 100, "total": 1000, "percent": 10.0,
                                                          "eta_seconds": None}
@@ -59,7 +28,7 @@ def test_progress_gives_a_percentage_and_an_estimate_from_the_pace_so_far(master
 
 
 def test_progress_on_another_replica_does_nothing(master, monkeypatch):
-    output, _ = master
+    output = master.output
     monkeypatch.setenv("RANK", "2")
     tracking.log_progress(1, 10)
     assert not output.exists()
@@ -87,10 +56,10 @@ def test_progress_text(progress, text):
     assert progress_text(progress) == text
 
 
-def test_a_progress_held_back_is_written_when_its_second_ends_without_another_call(master, timers):
+def test_a_progress_held_back_is_written_when_its_second_ends_without_another_call(master, clock, timers):
     # The master reports steps within a second of its last write, then blocks (in a collective): no call comes to
     # write the last one, a timer thread does.
-    output, clock = master
+    output = master.output
     tracking.log_progress(1, 100)
     for step in range(2, 5):
         clock[0] += 0.2

@@ -54,7 +54,7 @@ def test_the_description_carries_the_spec_the_driver_parses_back_and_the_entrypo
                                                      accelerator_type="A100"))
     entrypoint, runtime_env = ray_job(description, "/opt/venv/bin/python")
 
-    assert shlex.split(entrypoint) == ["/opt/venv/bin/python", "-m", "airflow_distributed.hooks.ray_driver"]
+    assert shlex.split(entrypoint) == ["/opt/venv/bin/python", "-m", "airflow_distributed.replica.ray_driver"]
     sent = json.loads(runtime_env["env_vars"][JOB_VARIABLE])
     assert TrainingSpec.model_validate(sent["spec"]) == spec
     assert sent["layout"] == {"model_dir": "/shared/models/job-1", "output_path": "/tmp/root/jobs/job-1/output.json",

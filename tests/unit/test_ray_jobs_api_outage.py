@@ -24,6 +24,16 @@ from airflow_distributed.triggers.ray import RayJobTrigger
 JOB = "train-0123abcd"
 
 
+def answer(handler: BaseHTTPRequestHandler, body: dict) -> None:
+    """Answer as the Jobs API does: JSON."""
+    data = json.dumps(body).encode()
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 class JobsApi(BaseHTTPRequestHandler):
     """``GET /api/jobs/<id>``: the job has succeeded; ``/logs``: an empty log."""
 
@@ -31,13 +41,7 @@ class JobsApi(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         JobsApi.requests.append(self.path)
-        body = {"logs": ""} if self.path.endswith("/logs") else {"submission_id": JOB, "status": "SUCCEEDED"}
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        answer(self, {"logs": ""} if self.path.endswith("/logs") else {"submission_id": JOB, "status": "SUCCEEDED"})
 
     def log_message(self, *args: object) -> None:
         pass
@@ -137,3 +141,88 @@ def test_the_trigger_serializes_every_argument():
     path, arguments = trigger.serialize()
     assert path == "airflow_distributed.triggers.ray.RayJobTrigger"
     assert RayJobTrigger(**arguments).serialize() == (path, arguments)
+
+
+# --- One outage rule for both drivers: the same looks, the same verdict ----------------------------------------
+
+DROP = "drop"
+
+
+class ScriptedApi(BaseHTTPRequestHandler):
+    """The Jobs API of one job, answering from a script: each ``GET /api/jobs/<id>`` takes the next of ``states``
+    (a Ray state, or ``DROP``: the connection closed without an answer) and each liveness renewal (``PUT
+    /api/packages/...``) the next of ``renewals`` (``"ok"`` or ``DROP``); a script's last entry answers from then
+    on. The log is empty."""
+
+    states: list[str] = []
+    renewals: list[str] = []
+
+    def _next(self, script: list[str]) -> str:
+        return script.pop(0) if len(script) > 1 else script[0]
+
+    def do_GET(self) -> None:
+        if self.path.endswith("/logs"):
+            return answer(self, {"logs": ""})
+        state = self._next(ScriptedApi.states)
+        if state == DROP:
+            self.close_connection = True
+            return None
+        return answer(self, {"submission_id": JOB, "status": state})
+
+    def do_PUT(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self._next(ScriptedApi.renewals) == DROP:
+            self.close_connection = True
+            return None
+        return answer(self, {"result": True, "msg": "", "data": {}})
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def scripted_api(port) -> Iterator[type[ScriptedApi]]:
+    server = ThreadingHTTPServer(("127.0.0.1", port), ScriptedApi)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield ScriptedApi
+    server.shutdown()
+    server.server_close()
+
+
+#: Budget and pace of these waits: any two looks are further apart (the pause between them) than the budget, so a
+#: second look in a row that finds the API unreachable is past it, whatever the machine's speed.
+BUDGET, PAUSE = 0.01, 0.05
+
+
+def _sync_verdict(api: type[ScriptedApi], states: list[str], renewals: list[str]) -> tuple[str, str]:
+    api.states, api.renewals = list(states), list(renewals)
+    try:
+        info = wait_for_job(RayJobHook("ray_flaky"), JOB, PAUSE, Log(), reconnect_budget=BUDGET, renew_every=0.0)
+    except DistributedJobError as error:
+        return "error", "outage" if "stayed unreachable" in str(error) else str(error)
+    return "final", info["status"]
+
+
+def _trigger_verdict(api: type[ScriptedApi], states: list[str], renewals: list[str]) -> tuple[str, str]:
+    api.states, api.renewals = list(states), list(renewals)
+    event = _first_event(RayJobTrigger(job_name=JOB, ray_conn_id="ray_flaky", poll_interval=PAUSE,
+                                       reconnect_budget=BUDGET, renew_every=0.0))
+    if event["status"] == "final":
+        return "final", event["state"]
+    return event["status"], "outage" if "stayed unreachable" in event["message"] else event["message"]
+
+
+@pytest.mark.parametrize(("states", "renewals", "verdict"), [
+    # Every renewal finds the head unreachable while every read of the job is answered: past the budget, an outage.
+    (["RUNNING"] * 3 + ["SUCCEEDED"], [DROP], ("error", "outage")),
+    # The read finds it unreachable, then the next look's renewal: one outage, two requests, past the budget.
+    ([DROP, "RUNNING", "RUNNING", "SUCCEEDED"], [DROP, "ok"], ("error", "outage")),
+    # One failed renewal, then a look whose every request is answered: the outage is over, the job ends.
+    (["RUNNING", "RUNNING", "SUCCEEDED"], [DROP, "ok"], ("final", "SUCCEEDED")),
+    # One failed read, then answers: the same.
+    ([DROP, "RUNNING", "SUCCEEDED"], ["ok"], ("final", "SUCCEEDED")),
+])
+def test_the_synchronous_wait_and_the_trigger_judge_the_same_looks_alike(scripted_api, states, renewals, verdict):
+    assert _sync_verdict(scripted_api, states, renewals) == verdict
+    assert _trigger_verdict(scripted_api, states, renewals) == verdict

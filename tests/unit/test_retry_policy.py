@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from datetime import timedelta
@@ -66,6 +67,10 @@ def test_it_serialises_to_json_and_back() -> None:
     data = DistributedRetryPolicy().serialize()
     assert json.loads(json.dumps(data)) == data
     assert DistributedRetryPolicy.deserialize(data) == DistributedRetryPolicy()
+    # The type a serialised policy names is where DAGs import it, whichever module defines the class.
+    assert data == {"__type": "airflow_distributed.retry_policy.DistributedRetryPolicy"}
+    module, _, name = data["__type"].rpartition(".")
+    assert getattr(importlib.import_module(module), name) is DistributedRetryPolicy
 
 
 def operator(**kwargs) -> DistributedTrainingOperator:
@@ -103,7 +108,7 @@ def test_retries_from_default_args_count_and_the_dag_serialises() -> None:
 
 def test_without_retry_policies_in_airflow_there_is_none_and_no_error(monkeypatch) -> None:
     # As on Airflow < 3.3: ``from airflow.sdk import RetryPolicy`` fails, so the module cannot be imported.
-    monkeypatch.setitem(sys.modules, "airflow_distributed.retry_policy", None)
+    monkeypatch.setitem(sys.modules, "airflow_distributed.airflow_features.retry_policy", None)
     assert default_retry_policy() is None
     assert operator(retries=3).retry_policy is None
 

@@ -19,7 +19,7 @@ from airflow_distributed.jobstate.startup import (
     replica_lines,
     startup_line,
 )
-from airflow_distributed.live_report import record_line
+from airflow_distributed.replica.live_report import record_line
 
 T0 = epoch("2026-11-27T09:30:00Z")
 

@@ -11,7 +11,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
-from airflow_distributed.live_report import without_records
+from airflow_distributed.replica.live_report import without_records
 
 SCRIPT = """
 from airflow_distributed import tracking

@@ -9,9 +9,9 @@ import pickle
 import re
 from typing import Any
 
-from airflow_distributed.atomic_file import write_atomic
 from airflow_distributed.contract import ENV_CHECKPOINT_DIR, ENV_JOB, ENV_ROLE
-from airflow_distributed.replica_info import get_task_info, master_output_path
+from airflow_distributed.replica.atomic_file import write_atomic
+from airflow_distributed.replica.info import get_task_info, master_output_path
 
 #: Checkpoint files are ``checkpoint-<step>.pkl`` with the step zero-padded, so that names sort like steps.
 CHECKPOINT_FILE = re.compile(r"^checkpoint-(\d{12})\.pkl$")

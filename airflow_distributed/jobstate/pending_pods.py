@@ -37,7 +37,6 @@ from airflow_distributed.jobstate.outcome import QUEUED
 from airflow_distributed.jobstate.pod_state import image_failure, pod_queued, pod_started, waiting_reason
 from airflow_distributed.jobstate.replica_table import queue_note_of, wait_note
 from airflow_distributed.jobstate.verdicts import FAILURE, JobVerdict
-from airflow_distributed.status import FAILED
 
 #: The reason of a Kubeflow job failed by this check (its own status never says so), and how the task tells it
 #: from a verdict of the Kubeflow operator: the job did not end by itself, so the task deletes it.
@@ -191,13 +190,6 @@ class PendingPods:
         _, reason, message = self.queued
         return wait_note("the job waits for its PodGroup to be admitted",
                          self._since("PodGroup", condition_since(pod_group or {}, "Unschedulable")), reason, message)
-
-    def status(self) -> tuple[str, str, str]:
-        """The verdict as a Kubeflow ``JobStatus``'s (state, reason, message)."""
-        verdict = self.verdict
-        assert verdict is not None
-        own = QUEUE_TIMED_OUT if verdict.cause == QUEUED else IMAGE_PULL_FAILED
-        return FAILED, own, verdict.describe()
 
 
 def pods_missing(pods: Sequence[Any], expected: int | None) -> bool:

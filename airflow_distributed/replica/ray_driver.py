@@ -16,7 +16,7 @@ removes its actors and placement group, and a replica dies with its actor (``PR_
 is gone without stopping it (SIGKILLed, its worker lost) is stopped the same way once its liveness key has not
 been renewed for the job's liveness grace (``LivenessWatch``).
 
-Run as ``python -m airflow_distributed.hooks.ray_driver`` with the job's description in ``JOB_VARIABLE``. Needs
+Run as ``python -m airflow_distributed.replica.ray_driver`` with the job's description in ``JOB_VARIABLE``. Needs
 Ray and this package (shipped with the job) on the cluster, not Airflow.
 """
 
@@ -43,10 +43,10 @@ from airflow_distributed.contract import ENV_STACKS_DIR, ENV_STACKS_SIGNAL
 from airflow_distributed.hooks.local import STACKS_SIGNAL, STACKS_WAIT, TAIL_LINES, LocalProcessHook, die_with_parent
 from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.progress_watch import HangWatchdog
-from airflow_distributed.live_report import is_record, reports_progress
 from airflow_distributed.manifests.local import PYTHON_NAMES, STANDBY_CODE, resolve_python
 from airflow_distributed.manifests.ray import JOB_VARIABLE, ActorAddressing, report_line
 from airflow_distributed.plan import ClusterPlan, Layout, build_plan
+from airflow_distributed.replica.live_report import is_record, reports_progress
 from airflow_distributed.spec.models import TrainingSpec
 from airflow_distributed.status import FAILED, RUNNING, STOPPED, SUCCEEDED, ReplicaStatus
 

@@ -66,8 +66,8 @@ def log_ignored(log: Any, backend: str, ignored: Sequence[Problem]) -> None:
 
 
 @dataclass(frozen=True)
-class KubernetesSettings:
-    """The options of the Kubernetes-side backends (``kubernetes``, ``kubeflow``, ``trainjob``)."""
+class ClusterSettings:
+    """The options of the backends that run on a Kubernetes cluster (``kubernetes``, ``kubeflow``, ``trainjob``)."""
 
     image: str | None
     kubernetes_conn_id: str | None
@@ -86,7 +86,7 @@ class KubernetesSettings:
 
 
 @dataclass(frozen=True)
-class TrainJobSettings(KubernetesSettings):
+class TrainJobSettings(ClusterSettings):
     """The options of ``backend="trainjob"``: a Kubernetes-side backend's, and the training runtime's."""
 
     runtime: str | None
@@ -167,9 +167,12 @@ class BackendSettings(Generic[Options]):
 
 
 #: What each kind of backend receives.
-ForKubernetes = BackendSettings[KubernetesSettings]
+ForCluster = BackendSettings[ClusterSettings]
 ForProcesses = BackendSettings[ProcessSettings]
 ForRay = BackendSettings[RaySettings]
+#: The names these had when "kubernetes" named both the platform and the pods backend, still importable.
+KubernetesSettings = ClusterSettings
+ForKubernetes = ForCluster
 
 
 @dataclass(frozen=True)
@@ -220,6 +223,6 @@ class Backend(Protocol):
         ...
 
 
-__all__ = ["OPTION_NAMES", "Backend", "BackendSettings", "DistributedJobError", "ForKubernetes", "ForProcesses",
-           "ForRay", "KubernetesSettings", "Problem", "ProcessSettings", "RaySettings", "TaskCalls", "TrainJobSettings",
-           "has_template", "log_ignored", "trainjob_only", "trainjob_options"]
+__all__ = ["OPTION_NAMES", "Backend", "BackendSettings", "ClusterSettings", "DistributedJobError", "ForCluster",
+           "ForKubernetes", "ForProcesses", "ForRay", "KubernetesSettings", "Problem", "ProcessSettings", "RaySettings",
+           "TaskCalls", "TrainJobSettings", "has_template", "log_ignored", "trainjob_only", "trainjob_options"]

@@ -29,8 +29,6 @@ class Framework:
     #: Roles in launch order; the first is the master (Polyaxon always creates it, index 0).
     roles: ClassVar[tuple[Role, ...]]
     default_port: ClassVar[int]
-    #: The Kubeflow Training Operator's (v1) resource kind for the framework (``None``: it has none).
-    kubeflow_kind: ClassVar[str | None] = None
     #: Kubeflow Trainer v2: the built-in runtime this framework's TrainJobs reference when none is given.
     trainer_runtime: ClassVar[str | None] = None
     #: Kubeflow Trainer v2: the framework runs on an MPI runtime (``mlPolicy.mpi``), which Trainer does not ship

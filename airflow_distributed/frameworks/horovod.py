@@ -34,7 +34,6 @@ def slots(replica: Replica) -> int:
 
 class Horovod(Framework):
     name = "horovod"
-    kubeflow_kind = "MPIJob"
     roles = (Role("launcher", None), Role("worker", "worker"))
     default_port = 2222
     trainer_mpi = True

@@ -7,7 +7,6 @@ from airflow_distributed.frameworks.base import Framework, Role
 
 class MXNet(Framework):
     name = "mxnet"
-    kubeflow_kind = "MXJob"
     roles = (Role("scheduler", None), Role("server", "ps"), Role("worker", "worker"))
     default_port = 9091
     no_trainer_runtime = "MXNet has no Kubeflow Trainer v2 runtime"

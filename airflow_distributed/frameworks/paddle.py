@@ -24,7 +24,6 @@ PSERVER = "pserver"
 
 class Paddle(Framework):
     name = "paddle"
-    kubeflow_kind = "PaddleJob"
     # Pservers before workers, so that they are up when the trainers connect (as TensorFlow's ps).
     roles = (Role("master", None), Role(PSERVER, "ps"), Role("worker", "worker"))
     # PaddleJob's default port.

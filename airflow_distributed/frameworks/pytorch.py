@@ -17,7 +17,6 @@ _AGENT_COMMANDS = ("torchrun", "torch.distributed.run")
 
 class PyTorch(Framework):
     name = "pytorch"
-    kubeflow_kind = "PyTorchJob"
     roles = (Role("master", None), Role("worker", "worker"))
     default_port = 23456
     trainer_runtime = "torch-distributed"

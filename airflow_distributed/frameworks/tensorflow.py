@@ -9,7 +9,6 @@ from airflow_distributed.frameworks.base import Framework, Role
 
 class TensorFlow(Framework):
     name = "tensorflow"
-    kubeflow_kind = "TFJob"
     # ps before workers: with ParameterServerStrategy workers block until the servers answer.
     roles = (Role("chief", None), Role("ps", "ps"), Role("worker", "worker"))
     default_port = 2222

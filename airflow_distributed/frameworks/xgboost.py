@@ -24,7 +24,6 @@ def task_id(rank: int, world_size: int) -> str:
 
 class XGBoost(Framework):
     name = "xgboost"
-    kubeflow_kind = "XGBoostJob"
     roles = (Role("master", None), Role("worker", "worker"))
     # XGBoostJob's default port; the tracker listens on it.
     default_port = 9999

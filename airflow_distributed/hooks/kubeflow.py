@@ -44,7 +44,7 @@ from airflow_distributed.jobstate.pending_pods import PendingPods, pods_missing
 from airflow_distributed.jobstate.pod_state import termination_message
 from airflow_distributed.jobstate.watch_stream import ResumableWatch
 from airflow_distributed.jobstate.watch_timings import WatchTimings
-from airflow_distributed.manifests.kubeflow_kinds import KINDS, KubeflowKind, KubeflowResource
+from airflow_distributed.manifests.kubeflow_kinds import BY_KIND, KubeflowResource
 from airflow_distributed.manifests.kubeflow_status import (
     KUBEFLOW_KIND,
     JobKind,
@@ -55,9 +55,6 @@ from airflow_distributed.manifests.kubeflow_status import (
 from airflow_distributed.manifests.kubernetes import JOB_LABEL
 from airflow_distributed.status import FAILED, ReplicaStatus
 
-#: The kinds by name (``TFJob`` -> its framework's ``KubeflowKind``).
-KIND_BY_NAME: dict[str, KubeflowKind] = {kind.kind: kind for kind in KINDS.values()}
-
 
 def resource_of_kind(kind: str) -> KubeflowResource:
     """``TFJob`` -> its group, version and plural.
@@ -65,9 +62,9 @@ def resource_of_kind(kind: str) -> KubeflowResource:
     :raises ValueError: not a Kubeflow training job kind.
     """
     try:
-        found = KIND_BY_NAME[kind]
+        found = BY_KIND[kind]
     except KeyError:
-        raise ValueError(f"kind {kind!r} is not a Kubeflow training job; allowed: {', '.join(KIND_BY_NAME)}") from None
+        raise ValueError(f"kind {kind!r} is not a Kubeflow training job; allowed: {', '.join(BY_KIND)}") from None
     return KubeflowResource(found.group, found.version, found.plural, found.kind)
 
 
@@ -83,7 +80,7 @@ def pod_group_read(namespace: str, ref: PodGroupRef) -> str:
 def main_container(obj: Mapping[str, Any]) -> str:
     """The container whose exit the Kubeflow operator reads (``tensorflow``, ``pytorch``, ``mxnet``, ``mpi``,
     ``xgboost``)."""
-    return KIND_BY_NAME[str(obj.get("kind"))].container
+    return BY_KIND[str(obj.get("kind"))].container
 
 
 # ------------------------------------------------------------------------------------------ pods taken away (sync)
@@ -199,7 +196,7 @@ class KubeflowHandle:
 
 class KubeflowJobHook(KubeApiHook):
     """Run distributed training jobs as Kubeflow Training Operator resources (same arguments as ``KubeApiHook``
-    and ``DistributedTrainingHook``)."""
+    and ``PodJobHook``)."""
 
     hook_name = "Distributed training (Kubeflow)"
     #: How the watch, the reattach, the sensors and the trigger judge an object of the kind (a subclass's kind
@@ -522,7 +519,6 @@ class KubeflowJobHook(KubeApiHook):
 
 
 __all__ = [
-    "KIND_BY_NAME",
     "POD_GROUP_UNKNOWN",
     "KubeflowHandle",
     "KubeflowJobHook",

@@ -1,8 +1,8 @@
 """Kubernetes backend I/O: create a job's objects, watch its pods, read its logs and output, delete it.
 
-``DistributedTrainingHook`` is a ``KubeApiHook`` (the cncf provider's ``KubernetesHook``: same
-``kubernetes_default`` connection and extras, with the project's retries) with what a job of many coordinated pods
-needs on top:
+``PodJobHook`` (the hook of ``backend="kubernetes"``, whose jobs are plain pods) is a ``KubeApiHook`` (the cncf
+provider's ``KubernetesHook``: same ``kubernetes_default`` connection and extras, with the project's retries) with
+what a job of many coordinated pods needs on top:
 
 - creation is idempotent: a Service (the owner) first, then its dependents, pods concurrently over a bounded
   pool; a create answered 409 AlreadyExists counts as done, and a job already there (same task instance,
@@ -75,7 +75,7 @@ class JobHandle:
         return {"namespace": self.namespace, "name": self.name, "uid": self.uid}
 
 
-class DistributedTrainingHook(KubeApiHook):
+class PodJobHook(KubeApiHook):
     """Run a distributed training job's pods on Kubernetes (the arguments are ``KubeApiHook``'s;
     ``max_concurrency`` is the number of pods created at the same time)."""
 
@@ -462,4 +462,8 @@ class DistributedTrainingHook(KubeApiHook):
             self.job_log.error("could not delete job %s/%s after a failed creation: %s", namespace, name, error)
 
 
-__all__ = ["DistributedTrainingHook", "JobHandle", "JobLook", "JobStopped", "KubernetesJobError"]
+#: The pods backend's hook by its first name, still importable (DAGs and the connection form may name it).
+DistributedTrainingHook = PodJobHook
+
+
+__all__ = ["DistributedTrainingHook", "JobHandle", "JobLook", "JobStopped", "KubernetesJobError", "PodJobHook"]

@@ -52,7 +52,7 @@ def node_statuses(pods: Sequence[Mapping[str, Any]], container: str = NODE) -> t
 
 class TrainJobHook(KubeflowJobHook):
     """Run distributed training jobs as Kubeflow Trainer v2 ``TrainJob`` objects (same arguments as
-    ``DistributedTrainingHook``); pass ``TRAINJOB`` as the resource to the Kubeflow hook's calls."""
+    ``PodJobHook``); pass ``TRAINJOB`` as the resource to the Kubeflow hook's calls."""
 
     hook_name = "Distributed training (Kubeflow Trainer)"
     kind: JobKind = TRAINJOB_KIND

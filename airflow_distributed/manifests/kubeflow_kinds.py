@@ -1,5 +1,10 @@
 """The Kubeflow training resources, one per framework, and how the API addresses each (pure).
 
+``KINDS`` is the one table of the kinds: one ``KubeflowKind`` record per kind holds every fact of it (its name,
+framework, API version and plural, replica specs key, replica types, and which replica decides its success), and
+everything else (the manifests, ``kubeflow_status``, the hooks, the sensors) reads them from there. Standard
+library and ``frameworks`` only, since ``kubeflow_status`` imports it in the triggerer.
+
 The ``kubeflow`` backend submits the same spec as a custom resource, and the operator in the cluster creates
 the pods, their Services and the framework's variables. Resources, their replica types and the releases targeted:
 
@@ -34,20 +39,35 @@ from typing import Any
 from airflow_distributed.frameworks import get_framework
 from airflow_distributed.frameworks.horovod import SSH_DIR
 from airflow_distributed.frameworks.xgboost import task_id
-from airflow_distributed.manifests.kubeflow_status import (
-    GROUP,
-    REPLICA_SPECS_KEY,
-)
+
+GROUP = "kubeflow.org"
+
+
+@dataclass(frozen=True)
+class SuccessRule:
+    """Which replicas' success makes the job succeed, as the operator of the kind decides it.
+
+    ``index`` is the one replica of ``replica_type`` that decides, or ``None``: every replica of it
+    (``all_replicas``) or any one (elastic PyTorch).
+    """
+
+    replica_type: str
+    index: int | None
+    all_replicas: bool
+    description: str
 
 
 @dataclass(frozen=True)
 class KubeflowKind:
-    """How one framework is written as a Kubeflow resource."""
+    """One Kubeflow kind, all its facts: how a framework is written as it, how the API addresses it, how its
+    objects are read back (``kubeflow_status``) and which replica's end decides its success."""
 
     framework: str
     kind: str
     version: str
     plural: str
+    #: the spec key of the replica specs, e.g. ``tfReplicaSpecs``
+    replica_specs_key: str
     #: our role -> the operator's replica type
     replica_types: Mapping[str, str]
     #: the container the operator gives its variables to and whose exit it reads
@@ -68,6 +88,11 @@ class KubeflowKind:
     #: an MPI job (mpi-operator): one Service for the whole job, the hostfile written by the operator, every host
     #: given the same ``slotsPerWorker``
     mpi: bool = False
+    #: replica types the operator also takes for the master (jobs written by others), after ``master_type``
+    older_master_types: tuple[str, ...] = ()
+    #: the success rule of a job without any master replica, from its spec (``None``: the operator refuses to
+    #: decide such a job, and so does ``kubeflow_status.success_rule``)
+    success_without_master: Callable[[Mapping[str, Any]], SuccessRule] | None = None
 
     @property
     def group(self) -> str:
@@ -78,13 +103,14 @@ class KubeflowKind:
         return f"{GROUP}/{self.version}"
 
     @property
-    def replica_specs_key(self) -> str:
-        """The spec key of the replica specs, e.g. ``tfReplicaSpecs``."""
-        return REPLICA_SPECS_KEY[self.kind]
+    def master_type(self) -> str:
+        """The replica type of the framework's master role (``Framework.master_role``)."""
+        return self.replica_types[get_framework(self.framework).master_role]
 
     @property
-    def master_type(self) -> str:
-        return self.replica_types[get_framework(self.framework).master_role]
+    def master_types(self) -> tuple[str, ...]:
+        """The replica types that decide the job's success when the job has one, the first found deciding."""
+        return (self.master_type, *self.older_master_types)
 
     def replica_type(self, role: str) -> str:
         return self.replica_types[role]
@@ -129,33 +155,44 @@ def derive_trainer_id_command(argv: Sequence[str]) -> list[str]:
     return ["sh", "-c", script, "sh", *argv]
 
 
-def _kind(framework: str, version: str, plural: str, *args: Any, **kwargs: Any) -> KubeflowKind:
-    """The framework's entry, its kind named by the framework (``Framework.kubeflow_kind``)."""
-    kind = get_framework(framework).kubeflow_kind
-    if kind is None:
-        raise ValueError(f"framework {framework!r} has no Kubeflow kind")
-    return KubeflowKind(framework, kind, version, plural, *args, **kwargs)
+def _tfjob_workers(spec: Mapping[str, Any]) -> SuccessRule:
+    if spec.get("successPolicy") == "AllWorkers":
+        return SuccessRule("Worker", None, True, "every Worker succeeded (successPolicy AllWorkers)")
+    return SuccessRule("Worker", 0, False, "worker 0 succeeded (a TFJob without a Chief)")
+
+
+def _pytorchjob_workers(spec: Mapping[str, Any]) -> SuccessRule:
+    if spec.get("elasticPolicy"):
+        return SuccessRule("Worker", None, False, "a Worker succeeded (elastic, without a Master)")
+    return SuccessRule("Worker", None, True, "every Worker succeeded (a PyTorchJob without a Master)")
+
+
+def _paddlejob_workers(spec: Mapping[str, Any]) -> SuccessRule:
+    return SuccessRule("Worker", None, True, "every Worker succeeded (a PaddleJob without a Master)")
 
 
 KINDS: dict[str, KubeflowKind] = {
-    "tensorflow": _kind(
-        "tensorflow", "v1", "tfjobs",
+    "tensorflow": KubeflowKind(
+        "tensorflow", "TFJob", "v1", "tfjobs", "tfReplicaSpecs",
         MappingProxyType({"chief": "Chief", "ps": "PS", "worker": "Worker"}),
         container="tensorflow", port_name="tfjob-port", operator_env=frozenset({"TF_CONFIG"}),
+        # The operator still takes a Master for the chief, as older TFJobs named it.
+        older_master_types=("Master",), success_without_master=_tfjob_workers,
     ),
-    "pytorch": _kind(
-        "pytorch", "v1", "pytorchjobs",
+    "pytorch": KubeflowKind(
+        "pytorch", "PyTorchJob", "v1", "pytorchjobs", "pytorchReplicaSpecs",
         MappingProxyType({"master": "Master", "worker": "Worker"}),
         container="pytorch", port_name="pytorchjob-port", operator_env=_PYTORCH_ENV,
+        success_without_master=_pytorchjob_workers,
     ),
-    "mxnet": _kind(
-        "mxnet", "v1", "mxjobs",
+    "mxnet": KubeflowKind(
+        "mxnet", "MXJob", "v1", "mxjobs", "mxReplicaSpecs",
         MappingProxyType({"scheduler": "Scheduler", "server": "Server", "worker": "Worker"}),
         container="mxnet", port_name="mxjob-port", operator_env=_MXNET_ENV,
         fixed_spec=MappingProxyType({"jobMode": "MXTrain"}),
     ),
-    "horovod": _kind(
-        "horovod", "v2beta1", "mpijobs",
+    "horovod": KubeflowKind(
+        "horovod", "MPIJob", "v2beta1", "mpijobs", "mpiReplicaSpecs",
         MappingProxyType({"launcher": "Launcher", "worker": "Worker"}),
         # mpi-operator sets OMPI_MCA_orte_default_hostfile (and its other MPI variables) itself.
         container="mpi", port_name=None, operator_env=frozenset({"OMPI_MCA_orte_default_hostfile"}),
@@ -163,15 +200,15 @@ KINDS: dict[str, KubeflowKind] = {
         fixed_spec=MappingProxyType({"runLauncherAsWorker": True, "sshAuthMountPath": SSH_DIR}),
         mpi=True,
     ),
-    "xgboost": _kind(
-        "xgboost", "v1", "xgboostjobs",
+    "xgboost": KubeflowKind(
+        "xgboost", "XGBoostJob", "v1", "xgboostjobs", "xgbReplicaSpecs",
         MappingProxyType({"master": "Master", "worker": "Worker"}),
         container="xgboost", port_name="xgboostjob-port",
         operator_env=frozenset({"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"}),
         rank_derived_env=frozenset({"DMLC_TASK_ID"}), derive_rank_env=derive_task_id_command,
     ),
-    "paddle": _kind(
-        "paddle", "v1", "paddlejobs",
+    "paddle": KubeflowKind(
+        "paddle", "PaddleJob", "v1", "paddlejobs", "paddleReplicaSpecs",
         MappingProxyType({"master": "Master", "worker": "Worker"}),
         container="paddle", port_name="master", operator_env=frozenset({"PYTHONUNBUFFERED"}),
         rank_derived_env=frozenset({"PADDLE_TRAINER_ID", "PADDLE_CURRENT_ENDPOINT"}),
@@ -181,8 +218,14 @@ KINDS: dict[str, KubeflowKind] = {
             "pservers serve until stopped and trainer 0 decides the job; backend='kubeflow' takes Paddle's "
             "collective mode only (n_ps: 0); use backend='kubernetes' for parameter-server mode"
         ),
+        # Without a Master the operator runs the job in its collective mode.
+        success_without_master=_paddlejob_workers,
     ),
 }
+
+
+#: The kinds by name (``TFJob`` -> its ``KubeflowKind``), in the order of ``KINDS``.
+BY_KIND: Mapping[str, KubeflowKind] = MappingProxyType({kind.kind: kind for kind in KINDS.values()})
 
 
 def kubeflow_kind(framework: str) -> KubeflowKind:
@@ -207,4 +250,5 @@ def kubeflow_resource(framework: str) -> KubeflowResource:
     return KubeflowResource(kind.group, kind.version, kind.plural, kind.kind)
 
 
-__all__ = ["KINDS", "KubeflowKind", "KubeflowResource", "kubeflow_kind", "kubeflow_resource"]
+__all__ = ["BY_KIND", "GROUP", "KINDS", "KubeflowKind", "KubeflowResource", "SuccessRule", "kubeflow_kind",
+           "kubeflow_resource"]

@@ -1,7 +1,8 @@
 """A Kubeflow training job read back: its state, its replicas' counts, and which replica decides success (pure).
 
 For the sensors and the watcher of the ``kubeflow`` backend, on the objects ``CustomObjectsApi`` returns (dicts).
-Light on purpose (standard library only), since triggers import it in the triggerer.
+Light on purpose (standard library, the kinds' table ``kubeflow_kinds`` and ``frameworks`` only), since triggers
+import it in the triggerer.
 
 States are those of ``airflow_distributed.status``. The operators write ``status.conditions`` of types
 ``Created``, ``Running``, ``Restarting``, ``Succeeded``, ``Failed`` (and ``Suspended`` for a suspended job), each
@@ -22,22 +23,16 @@ from airflow_distributed.manifests.gang_scheduling import (
     VOLCANO_API_VERSION,
     VOLCANO_SCHEDULER,
 )
+from airflow_distributed.manifests.kubeflow_kinds import BY_KIND, SuccessRule
 from airflow_distributed.status import FAILED, PENDING, RUNNING, SUCCEEDED
 
-GROUP = "kubeflow.org"
 # Labels the operators put on the pods (and Services) they create for a job.
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 
-REPLICA_SPECS_KEY: dict[str, str] = {
-    "TFJob": "tfReplicaSpecs",
-    "PyTorchJob": "pytorchReplicaSpecs",
-    "MXJob": "mxReplicaSpecs",
-    "MPIJob": "mpiReplicaSpecs",
-    "XGBoostJob": "xgbReplicaSpecs",
-    "PaddleJob": "paddleReplicaSpecs",
-}
+#: Kind -> the spec key of its replica specs (``TFJob`` -> ``tfReplicaSpecs``), from the kinds' table.
+REPLICA_SPECS_KEY: Mapping[str, str] = {name: kind.replica_specs_key for name, kind in BY_KIND.items()}
 
 CONDITION_STATES: dict[str, str] = {
     "Created": PENDING,
@@ -65,20 +60,6 @@ class ReplicaCounts:
     active: int = 0
     succeeded: int = 0
     failed: int = 0
-
-
-@dataclass(frozen=True)
-class SuccessRule:
-    """Which replicas' success makes the job succeed, as the operator of the kind decides it.
-
-    ``index`` is the one replica of ``replica_type`` that decides, or ``None``: every replica of it
-    (``all_replicas``) or any one (elastic PyTorch).
-    """
-
-    replica_type: str
-    index: int | None
-    all_replicas: bool
-    description: str
 
 
 def job_status(obj: Mapping[str, Any]) -> JobStatus:
@@ -193,32 +174,18 @@ def success_rule(obj: Mapping[str, Any]) -> SuccessRule:
 
     :raises ValueError: a kind that is not one of these, or a job without the replica type that would decide.
     """
-    kind = obj.get("kind")
-    if kind not in REPLICA_SPECS_KEY:
-        raise ValueError(f"{kind!r} is not a Kubeflow training job kind; known: {', '.join(REPLICA_SPECS_KEY)}")
+    name = obj.get("kind")
+    if name not in BY_KIND:
+        raise ValueError(f"{name!r} is not a Kubeflow training job kind; known: {', '.join(BY_KIND)}")
+    kind = BY_KIND[str(name)]
     spec = obj.get("spec") or {}
-    types = set(spec.get(REPLICA_SPECS_KEY[kind]) or {})
-    if kind == "TFJob":
-        for master in ("Chief", "Master"):
-            if master in types:
-                return SuccessRule(master, 0, False, f"the {master} succeeded")
-        if spec.get("successPolicy") == "AllWorkers":
-            return SuccessRule("Worker", None, True, "every Worker succeeded (successPolicy AllWorkers)")
-        return SuccessRule("Worker", 0, False, "worker 0 succeeded (a TFJob without a Chief)")
-    if kind == "PaddleJob":
-        if "Master" in types:
-            return SuccessRule("Master", 0, False, "the Master succeeded")
-        return SuccessRule("Worker", None, True, "every Worker succeeded (a PaddleJob without a Master)")
-    if kind == "PyTorchJob":
-        if "Master" in types:
-            return SuccessRule("Master", 0, False, "the Master succeeded")
-        if spec.get("elasticPolicy"):
-            return SuccessRule("Worker", None, False, "a Worker succeeded (elastic, without a Master)")
-        return SuccessRule("Worker", None, True, "every Worker succeeded (a PyTorchJob without a Master)")
-    deciding = {"MXJob": "Scheduler", "MPIJob": "Launcher", "XGBoostJob": "Master"}[kind]
-    if deciding not in types:
-        raise ValueError(f"{kind} {_name(obj)} has no {deciding}, whose end decides its success")
-    return SuccessRule(deciding, 0, False, f"the {deciding} succeeded")
+    types = set(spec.get(kind.replica_specs_key) or {})
+    for master in kind.master_types:
+        if master in types:
+            return SuccessRule(master, 0, False, f"the {master} succeeded")
+    if kind.success_without_master is None:
+        raise ValueError(f"{kind.kind} {_name(obj)} has no {kind.master_type}, whose end decides its success")
+    return kind.success_without_master(spec)
 
 
 def pod_selector(job_name: str, replica_type: str | None = None, index: int | None = None) -> str:

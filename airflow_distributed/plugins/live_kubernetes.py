@@ -38,9 +38,10 @@ from sqlalchemy import select
 
 from airflow_distributed.backends.base import has_template
 from airflow_distributed.backends.job_run import LIVE_JOB_XCOM_KEY, TAIL_LINES
+from airflow_distributed.frameworks import all_frameworks
 from airflow_distributed.hooks.api_retry import KubernetesJobError, RetryPolicy, is_connection_error
 from airflow_distributed.hooks.kubeflow import KubeflowJobHook
-from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
+from airflow_distributed.hooks.kubernetes import PodJobHook
 from airflow_distributed.hooks.trainjob import TRAINJOB, TrainJobHook
 from airflow_distributed.jobstate.pending_pods import SUSPENDED, condition_since
 from airflow_distributed.jobstate.pod_state import replica_status
@@ -61,6 +62,9 @@ if TYPE_CHECKING:
 
     from airflow_distributed.task_instance import TaskInstanceRef
 
+#: The master's role of each framework (``Framework.master_role``): a Kubeflow job's replica rows and a TrainJob's
+#: node rows name their replicas by role, so the row of one of these is the master's.
+MASTER_ROLES = frozenset(fw.master_role for fw in all_frameworks())
 #: Seconds the view waits for the Kubernetes API, unless ``[distributed] live_view_timeout`` says otherwise.
 DEFAULT_TIMEOUT = 5.0
 #: The backends whose running jobs the view reads from the cluster.
@@ -282,9 +286,9 @@ def _master_tail(hook: Any, namespace: str, pod: str, container: str | None = No
 
 
 def _connection_hook(extras: Mapping[str, Any], conn_id: str | None, timeout: float, base: Any = None) -> Any:
-    """A ``DistributedTrainingHook`` (or ``base``, a Kubeflow kind's hook) on already resolved extras, one try per
+    """A ``PodJobHook`` (or ``base``, a Kubeflow kind's hook) on already resolved extras, one try per
     call (the view reloads itself), each request bounded by ``timeout``."""
-    class ResolvedConnectionHook(base or DistributedTrainingHook):  # type: ignore[misc]
+    class ResolvedConnectionHook(base or PodJobHook):  # type: ignore[misc]
         @cached_property
         def conn_extras(self) -> dict[str, Any]:
             return dict(extras)
@@ -377,7 +381,7 @@ def read_kubeflow_pods(location: JobLocation, extras: Mapping[str, Any], timeout
         queued = queue_note_of(sorted(named, key=lambda pair: pair[0]))
         logs: dict[str, list[str]] = {}
         report: dict[str, Any] | None = None
-        master = next((row for row in rows if row.role in ("master", "chief", "launcher")), rows[0] if rows else None)
+        master = next((row for row in rows if row.role in MASTER_ROLES), rows[0] if rows else None)
         if master is not None:
             logs[master.name], report = _master_tail(hook, namespace, master.name, container)
     except KubernetesJobError as error:

@@ -40,6 +40,7 @@ from airflow_distributed.jobstate.pod_state import image_failure, pod_started
 from airflow_distributed.jobstate.replica_table import replica_table
 from airflow_distributed.jobstate.verdicts import ReplicaSlot, slots_to_json
 from airflow_distributed.jobstate.watch_timings import WatchTimings
+from airflow_distributed.manifests.kubeflow_kinds import KINDS
 from airflow_distributed.manifests.kubeflow_status import success_rule
 from airflow_distributed.manifests.pod_names import INDEX_LABEL, MAIN_CONTAINER, MASTER_LABEL, ROLE_LABEL
 from airflow_distributed.outputs import document_warning, job_result, parse_output_document
@@ -53,8 +54,9 @@ if TYPE_CHECKING:
     from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
     from airflow_distributed.sensors.job_reads import JobReads
 
-#: Kubeflow kind -> framework, from the frameworks (``Framework.kubeflow_kind``).
-KIND_FRAMEWORK: dict[str, str] = {fw.kubeflow_kind: fw.name for fw in all_frameworks() if fw.kubeflow_kind}
+#: Kubeflow kind -> framework, from the kinds' table (``kubeflow_kinds.KINDS``), in the frameworks' order (the order
+#: the sensors' messages list the kinds in).
+KIND_FRAMEWORK: dict[str, str] = {KINDS[fw.name].kind: fw.name for fw in all_frameworks() if fw.name in KINDS}
 #: Kubeflow Trainer v2's one kind; any framework with a Trainer runtime (TensorFlow and MXNet have none).
 TRAINJOB_KIND = "TrainJob"
 _NO_TRAINER_RUNTIME = frozenset(fw.name for fw in all_frameworks() if fw.no_trainer_runtime)

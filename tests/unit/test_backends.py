@@ -102,3 +102,17 @@ def test_a_backend_receives_its_own_options_typed_and_the_others_only_by_name(ba
     assert all(hasattr(operator, name) for name in OPTION_NAMES)
     assert settings.argument("startup_timeout") == operator.startup_timeout
     assert settings.argument("ray_conn_id") == "ray_default" and settings.argument("namespace") is None
+
+
+def test_kubernetes_names_the_platform_and_the_first_names_still_import():
+    """``ClusterSettings`` holds the options of the three backends on a cluster and ``PodJobHook`` is the pods
+    backend's hook; DAGs written against the first names (``KubernetesSettings``, ``DistributedTrainingHook``) work."""
+    from airflow_distributed.backends import base
+    from airflow_distributed.hooks import kubernetes
+
+    assert base.KubernetesSettings is base.ClusterSettings and base.ForKubernetes == base.ForCluster
+    assert issubclass(TrainJobSettings, base.ClusterSettings)
+    assert kubernetes.DistributedTrainingHook is kubernetes.PodJobHook
+    assert kubernetes.PodJobHook.hook_name == "Distributed training (Kubernetes)"
+    assert {"ClusterSettings", "KubernetesSettings", "ForCluster", "ForKubernetes"} <= set(base.__all__)
+    assert {"PodJobHook", "DistributedTrainingHook"} <= set(kubernetes.__all__)

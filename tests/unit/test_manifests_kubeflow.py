@@ -24,6 +24,7 @@ import jsonschema
 import pytest
 from referencing import Registry, Resource
 
+from airflow_distributed.frameworks import get_framework
 from airflow_distributed.manifests.kubeflow import (
     MPI_HOSTFILE,
     KubeflowAddressing,
@@ -32,7 +33,7 @@ from airflow_distributed.manifests.kubeflow import (
     build_kubeflow_job,
 )
 from airflow_distributed.manifests.kubeflow_checks import kubeflow_problems
-from airflow_distributed.manifests.kubeflow_kinds import KINDS, kubeflow_kind, kubeflow_resource
+from airflow_distributed.manifests.kubeflow_kinds import BY_KIND, KINDS, kubeflow_kind, kubeflow_resource
 from airflow_distributed.manifests.kubeflow_status import (
     REPLICA_INDEX_LABEL,
     ReplicaCounts,
@@ -126,10 +127,9 @@ def _build(framework, environment, kubeflow: dict[str, Any] | None = None, model
 
 
 def _specs(body: dict[str, Any]) -> dict[str, Any]:
-    return body["spec"][KINDS_BY_NAME[body["kind"]].replica_specs_key]
+    return body["spec"][BY_KIND[body["kind"]].replica_specs_key]
 
 
-KINDS_BY_NAME = {kind.kind: kind for kind in KINDS.values()}
 
 
 def _container(body: dict[str, Any], rtype: str) -> dict[str, Any]:
@@ -599,7 +599,7 @@ def test_an_mpijob_launcher_needs_as_many_slots_as_a_worker():
 @pytest.mark.parametrize("case", ALL_CASES, ids=[c.name for c in ALL_CASES])
 def test_templates_carry_the_contract_variables_and_none_the_operator_sets(case: JobCase):
     body = _build(case.framework, case.environment, case.kubeflow, case.model_dir, **case.pods)
-    kind = KINDS_BY_NAME[body["kind"]]
+    kind = BY_KIND[body["kind"]]
     for rtype, spec in _specs(body).items():
         env = _env(body, rtype)
         names = [var["name"] for var in _container(body, rtype).get("env", [])]
@@ -898,7 +898,7 @@ def test_replica_statuses():
 
 def _job(kind: str, rtypes: list[str], **spec: Any) -> dict[str, Any]:
     specs = {rtype: {"replicas": 1} for rtype in rtypes}
-    return {"kind": kind, "metadata": {"name": "x"}, "spec": {**spec, KINDS_BY_NAME[kind].replica_specs_key: specs}}
+    return {"kind": kind, "metadata": {"name": "x"}, "spec": {**spec, BY_KIND[kind].replica_specs_key: specs}}
 
 
 @pytest.mark.parametrize("obj, rule", [
@@ -928,11 +928,30 @@ def test_success_rule_per_kind(obj, rule):
 @pytest.mark.parametrize("obj, message", [
     (_job("MXJob", ["Server", "Worker"]), "MXJob x has no Scheduler"),
     (_job("XGBoostJob", ["Worker"]), "XGBoostJob x has no Master"),
-    ({"kind": "TrainJob"}, "'TrainJob' is not a Kubeflow training job kind"),
+    (_job("MPIJob", ["Worker"]), "MPIJob x has no Launcher, whose end decides its success"),
+    ({"kind": "TrainJob"}, "'TrainJob' is not a Kubeflow training job kind; known: TFJob, PyTorchJob, MXJob, MPIJob, "
+                           "XGBoostJob, PaddleJob"),
 ])
 def test_success_rule_refuses_what_it_cannot_decide(obj, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=re.escape(message)):
         success_rule(obj)
+
+
+@pytest.mark.parametrize("framework", sorted(KINDS))
+def test_a_kind_is_one_record_that_the_readers_read(framework):
+    """The kind's record holds its facts; the read-back side, the sensors and the framework's master agree with it."""
+    from airflow_distributed.manifests.kubeflow_status import REPLICA_SPECS_KEY
+    from airflow_distributed.sensors.base import KIND_FRAMEWORK
+
+    kind = kubeflow_kind(framework)
+    assert BY_KIND[kind.kind] is kind
+    assert REPLICA_SPECS_KEY[kind.kind] == kind.replica_specs_key
+    assert KIND_FRAMEWORK[kind.kind] == framework
+    assert kind.master_types[0] == kind.replica_types[get_framework(framework).master_role]
+    # Each type the record takes for the master decides a job that has it, whatever else the job has.
+    for master in kind.master_types:
+        job = _job(kind.kind, [master, *(t for t in kind.replica_types.values() if t not in kind.master_types)])
+        assert success_rule(job) == SuccessRule(master, 0, False, f"the {master} succeeded")
 
 
 @pytest.mark.parametrize("framework, environment, selector", [

@@ -21,7 +21,7 @@ from typing import Any
 
 from airflow_distributed.contract import REPORTED_AT, empty_document
 from airflow_distributed.manifests.container_scripts import TERMINATION_MESSAGE_LIMIT
-from airflow_distributed.status import ReplicaStatus
+from airflow_distributed.status import ReplicaStatus, plain
 from airflow_distributed.strict_json import DROPPED, StrictJson, downsample, strict_number
 
 #: The key the output relay adds to a document it cut to fit a termination message
@@ -191,11 +191,11 @@ def job_result(
         "job_name": job_name,
         "framework": framework,
         "backend": backend,
-        "state": state,
+        "state": plain(state),  # the bare word: the returned value is logged, and a member's repr is not it
         "metrics": dict(document.get("metrics") or {}),
         "model_path": document.get("model_path"),
         "replicas": [
-            {"name": r.name, "role": r.role, "index": r.index, "state": r.state, "exit_code": r.exit_code,
+            {"name": r.name, "role": r.role, "index": r.index, "state": plain(r.state), "exit_code": r.exit_code,
              "restarts": r.restarts}
             for r in replicas
         ],

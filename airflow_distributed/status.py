@@ -1,12 +1,47 @@
-"""Replica states and the per-replica table written to the task log (shared by every backend)."""
+"""Replica states and the per-replica table written to the task log (shared by every backend).
+
+``ReplicaState`` is the one set of these words: a replica's state, and a job's (a verdict's ``state``, a result's
+``state``, what a reattaching try finds) where a job's is said in the same words.
+"""
 
 from __future__ import annotations
 
+import enum
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED = "pending", "running", "succeeded", "failed", "stopped"
+if sys.version_info >= (3, 11):
+    from enum import StrEnum
+else:  # Python 3.10 (what a replica's image may run): ``str()`` of a member is its value, as 3.11's StrEnum
+
+    class StrEnum(str, enum.Enum):
+        def __str__(self) -> str:
+            return str(self.value)
+
+
+class ReplicaState(StrEnum):
+    """A replica's state (and a job's, in the same words). A member is its string (``ReplicaState.FAILED ==
+    "failed"``), so JSON, XCom and messages read as before."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+
+#: Aliases of the members for the modules that still import them by these names (the Kubeflow waits and kinds, the
+#: Ray driver); to be replaced by ``ReplicaState.X``.
+PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED = (ReplicaState.PENDING, ReplicaState.RUNNING, ReplicaState.SUCCEEDED,
+                                                ReplicaState.FAILED, ReplicaState.STOPPED)
+
+
+def plain(value: Any) -> Any:
+    """``value`` with a member of one of these string enums as its bare string: what goes into JSON, XCom or a
+    trigger's event is exactly what it was before the enums."""
+    return value.value if isinstance(value, enum.Enum) else value
 
 
 @dataclass(frozen=True)
@@ -14,14 +49,17 @@ class ReplicaStatus:
     name: str
     role: str
     index: int
-    state: str
+    state: ReplicaState
     exit_code: int | None = None
     where: str = ""
     restarts: int = 0
     reason: str | None = None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state", ReplicaState(self.state))  # read back from JSON: the word is the member
+
     def as_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        return {k: plain(v) for k, v in asdict(self).items() if v is not None}
 
 
 def progress_text(progress: Mapping[str, Any]) -> str:
@@ -54,7 +92,7 @@ def render_table(rows: Sequence[ReplicaStatus]) -> str:
             r.role,
             str(r.index),
             # Why a replica waits (Unschedulable, ErrImagePull, ...) is the first thing to look at.
-            f"{r.state} ({r.reason})" if r.state == PENDING and r.reason else r.state,
+            f"{r.state} ({r.reason})" if r.state == ReplicaState.PENDING and r.reason else r.state,
             r.where or "-",
             str(r.restarts),
             "-" if r.exit_code is None else str(r.exit_code) + (f" ({r.reason})" if r.reason else ""),

@@ -17,6 +17,7 @@ from airflow_distributed.jobstate.last_lines import last_lines_block
 from airflow_distributed.jobstate.replica_table import replica_table
 from airflow_distributed.jobstate.startup import replica_lines, startup_line
 from airflow_distributed.outputs import document_warning, job_record, job_result, parse_output_document
+from airflow_distributed.status import ReplicaState
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -56,8 +57,8 @@ def end_job(context: Context, log: Any, *, name: str, framework: str, backend: s
     if replicas:
         log.info("replicas of %s (final):\n%s", name, replica_table(replicas))
     result = job_result(job_name=name, framework=framework, backend=backend,
-                        state="succeeded" if outcome.succeeded else "failed", document=document, replicas=replicas,
-                        namespace=namespace)
+                        state=(ReplicaState.SUCCEEDED if outcome.succeeded else ReplicaState.FAILED).value,
+                        document=document, replicas=replicas, namespace=namespace)
     if startup and not startup_logged:
         log_startup(log, name, startup)
     if (block := last_lines_block(name, logs)) is not None:

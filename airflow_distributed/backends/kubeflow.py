@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow_distributed.backends.base import KubernetesSettings, log_ignored, trainjob_only
 from airflow_distributed.backends.job_run import LIVE_JOB_XCOM_KEY, check_kubernetes_arguments, ignored_in_cluster
 from airflow_distributed.manifests.kubeflow_checks import kubeflow_problems
+from airflow_distributed.status import ReplicaState
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -93,7 +94,7 @@ class KubeflowBackend:
             "job_name": run.name, "namespace": run.namespace, "kubernetes_conn_id": settings.options.kubernetes_conn_id,
             "framework": run.framework,
         })
-        if settings.deferrable and handle.reattached != "succeeded":
+        if settings.deferrable and handle.reattached != ReplicaState.SUCCEEDED:
             run.defer()
         return run.wait()
 

@@ -15,14 +15,13 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from airflow_distributed.elastic import CONTINUE, RESTART, ElasticPlan, after_replica_ended
-from airflow_distributed.jobstate import outcome as ending
-from airflow_distributed.jobstate.outcome import JobOutcome
+from airflow_distributed.jobstate.outcome import Ending, JobOutcome
 from airflow_distributed.jobstate.usage import ReplicaRun, Requests, pod_run
 from airflow_distributed.jobstate.verdicts import ReplicaSlot
-from airflow_distributed.status import PENDING, RUNNING, ReplicaStatus
+from airflow_distributed.status import ReplicaState, ReplicaStatus
 
 #: Endings of a replica an elastic job may restart or carry on without.
-LOST_REPLICA_ENDINGS = (ending.EXITED, ending.POD_FAILED, ending.DELETED)
+LOST_REPLICA_ENDINGS = (Ending.EXITED, Ending.POD_FAILED, Ending.DELETED)
 
 
 @dataclass
@@ -74,9 +73,10 @@ class ElasticRestarts:
         slot = next(s for s in slots if s.name == outcome.replica)
         rows = {row.name: row for row in outcome.replicas}
         restarts = rows[slot.name].restarts
-        left = sum(1 for name, row in rows.items() if name != slot.name and row.state in (RUNNING, PENDING))
+        left = sum(1 for name, row in rows.items()
+                   if name != slot.name and row.state in (ReplicaState.RUNNING, ReplicaState.PENDING))
         decision = after_replica_ended(self.plan, name=slot.name, is_master=slot.is_master,
-                                       exit_code=outcome.exit_code if outcome.ending == ending.EXITED else None,
+                                       exit_code=outcome.exit_code if outcome.ending == Ending.EXITED else None,
                                        restarts=restarts, left=left)
         log.warning("%s", decision.message)
         if decision.action in (RESTART, CONTINUE):  # the lost pod's run is over: it counts in the job's usage
@@ -92,7 +92,7 @@ class ElasticRestarts:
 
     def failed(self, outcome: JobOutcome) -> JobOutcome:
         """A failed ``outcome`` as the job's: it gave up, when its budget was spent."""
-        return replace(outcome, ending=ending.GAVE_UP, reason=self.failure) if self.failure else outcome
+        return replace(outcome, ending=Ending.GAVE_UP, reason=self.failure) if self.failure else outcome
 
 
 def _run_from_json(row: Mapping[str, Any]) -> ReplicaRun:

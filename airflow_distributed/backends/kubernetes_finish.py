@@ -25,17 +25,16 @@ from airflow_distributed.backends.job_run import TAIL_LINES, clean_pod_policy, l
 from airflow_distributed.backends.job_usage import usage_over_tries
 from airflow_distributed.backends.kubernetes_elastic import ElasticRestarts
 from airflow_distributed.exceptions import KubernetesJobError
-from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.hang_watch import HUNG_REPLICAS
 from airflow_distributed.jobstate.log_cursor import LogCursor
-from airflow_distributed.jobstate.outcome import HUNG_TAIL_LINES, JobOutcome
+from airflow_distributed.jobstate.outcome import HUNG_TAIL_LINES, Ending, JobOutcome
 from airflow_distributed.jobstate.pod_state import log_available
 from airflow_distributed.jobstate.startup import POD_UNKNOWN, first_moments, job_startup, pod_startup
 from airflow_distributed.jobstate.usage import pod_run
 from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER, job_secret_names
 from airflow_distributed.outputs import parse_output_document
 from airflow_distributed.replica.live_report import without_records
-from airflow_distributed.status import PENDING, RUNNING, STOPPED, ReplicaStatus
+from airflow_distributed.status import ReplicaState, ReplicaStatus
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -97,8 +96,8 @@ class KubernetesJobFinish:
 
     def finish(self, outcome: JobOutcome, elapsed: float) -> dict[str, Any]:
         """Output, logs, clean-up, XCom; raises ``DistributedJobError`` unless the job succeeded."""
-        killed = outcome.ending == ending.STOPPED
-        hung = outcome.ending == ending.HUNG  # deleted whole, as a kill: a hung job's pods hold their GPUs
+        killed = outcome.ending == Ending.STOPPED
+        hung = outcome.ending == Ending.HUNG  # deleted whole, as a kill: a hung job's pods hold their GPUs
         outcome = self.settled(outcome)
         try:
             if hung:
@@ -125,10 +124,10 @@ class KubernetesJobFinish:
         waited for; a look that fails keeps the states as they were (the clean-up says ``stopped``)."""
         grace = watch_timings(self.settings).grace_after_success()
         if (not outcome.succeeded or grace <= 0 or self.policy(True) == "none"
-                or not any(row.state == RUNNING for row in outcome.replicas)):
+                or not any(row.state == ReplicaState.RUNNING for row in outcome.replicas)):
             return outcome
         slots = self.elastic.watched(self.slots)
-        running = sum(row.state == RUNNING for row in outcome.replicas)
+        running = sum(row.state == ReplicaState.RUNNING for row in outcome.replicas)
         self.log.info("job %s/%s succeeded: waiting up to %gs for its %d replica(s) still running to end",
                       self.namespace, self.name, grace, running)
         deadline = time.monotonic() + grace
@@ -136,7 +135,7 @@ class KubernetesJobFinish:
             while True:
                 tracker = self.hook.job_tracker(self.namespace, self.name, slots)
                 rows = tracker.statuses()
-                if not any(row.state == RUNNING for row in rows) or time.monotonic() >= deadline:
+                if not any(row.state == ReplicaState.RUNNING for row in rows) or time.monotonic() >= deadline:
                     break
                 time.sleep(SETTLE_PAUSE)
         except KubernetesJobError as error:
@@ -182,9 +181,9 @@ class KubernetesJobFinish:
         tail: list[str] = []
         events: list[str] = []
         if outcome.replica is not None:
-            if outcome.ending == ending.EXITED:
+            if outcome.ending == Ending.EXITED:
                 tail = logs[outcome.replica] = self.tail(outcome.replica, pods, outcome.container)
-            elif outcome.ending in (ending.NOT_STARTED, ending.QUEUED) and pods.get(outcome.replica) is not None:
+            elif outcome.ending in (Ending.NOT_STARTED, Ending.QUEUED) and pods.get(outcome.replica) is not None:
                 events = self.hook.pod_events(self.namespace, outcome.replica)
         if not killed and self.master.name not in logs and log_available(pods.get(self.master.name)):
             logs[self.master.name] = self.tail(self.master.name, pods)
@@ -245,7 +244,8 @@ def after_cleanup(rows: Sequence[ReplicaStatus], deleted: bool) -> tuple[Replica
     """Replicas still pending or running when their pods were deleted are ``stopped``."""
     if not deleted:
         return tuple(rows)
-    return tuple(replace(row, state=STOPPED) if row.state in (PENDING, RUNNING) else row for row in rows)
+    return tuple(replace(row, state=ReplicaState.STOPPED) if row.state in (ReplicaState.PENDING, ReplicaState.RUNNING)
+                 else row for row in rows)
 
 
 __all__ = ["SETTLE_PAUSE", "KubernetesJobFinish", "after_cleanup", "delete_secrets"]

@@ -22,7 +22,6 @@ from airflow_distributed.backends.job_run import (
     NOT_CLEANED_UP,
     TAIL_LINES,
     deferral_deadline,
-    event_error_class,
     job_namespace,
     require_image,
     stacks_env,
@@ -30,12 +29,13 @@ from airflow_distributed.backends.job_run import (
 from airflow_distributed.backends.kubernetes_elastic import ElasticRestarts
 from airflow_distributed.backends.kubernetes_finish import KubernetesJobFinish, delete_secrets
 from airflow_distributed.elastic import elastic_plan
+from airflow_distributed.exceptions import error_class_named
 from airflow_distributed.hooks.kubernetes import DistributedTrainingHook, JobHandle, JobLook
 from airflow_distributed.hooks.pod_logs import task_log_lines
-from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.failures import job_failure
+from airflow_distributed.jobstate.job_event import EventKind, JobEvent
 from airflow_distributed.jobstate.log_cursor import strip_timestamps
-from airflow_distributed.jobstate.outcome import JobOutcome
+from airflow_distributed.jobstate.outcome import Ending, JobOutcome
 from airflow_distributed.jobstate.pod_state import log_available
 from airflow_distributed.jobstate.replica_table import replica_table
 from airflow_distributed.jobstate.startup import master_log_cursor
@@ -45,6 +45,7 @@ from airflow_distributed.manifests.kubernetes import build_job_objects, layout_f
 from airflow_distributed.manifests.pod_names import RESTARTS_ANNOTATION
 from airflow_distributed.plan import KubernetesAddressing, build_plan
 from airflow_distributed.replica.live_report import without_records
+from airflow_distributed.status import ReplicaState
 from airflow_distributed.triggers.kubernetes import DistributedJobTrigger
 from airflow_distributed.triggers.log_relay import new_lines_after
 
@@ -57,6 +58,8 @@ if TYPE_CHECKING:
     from airflow_distributed.spec import TrainingSpec
     from airflow_distributed.status import ReplicaStatus
 
+#: What ``status_of`` says of a job this task does not have (``ResumableJobMixin``: submit one).
+ABSENT = "absent"
 #: How many replicas' logs may be followed at once (one connection each).
 MAX_FOLLOWED_LOGS = 32
 
@@ -117,7 +120,8 @@ class KubernetesJobRun(KubernetesJobFinish):
         """The run of a job after a deferral, from the trigger's event: its replicas, framework and elastic budget
         ride along in it, so the spec is not parsed again (see ``_defer``)."""
         hook = DistributedTrainingHook(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
-        state = event.get("resume_state")
+        fired = JobEvent.from_payload(event)
+        state = dict(fired.resume_state) if fired.resume_state is not None else None
         if state is None:  # a trigger deferred by a release that did not hand them back: the spec has them
             spec = task.spec()
             plan = elastic_plan(spec)
@@ -125,12 +129,12 @@ class KubernetesJobRun(KubernetesJobFinish):
         elastic = ElasticRestarts.of_state(state)
         # The trigger watched the replicas the job still has; those it carries on without (workers, never the
         # master) go back among the job's slots, in plan order, for the final table.
-        slots = sorted([*slots_from_json(event["replicas"]),
+        slots = sorted([*slots_from_json(fired.replicas or ()),
                         *(ReplicaSlot(row.name, row.role, row.index) for row in elastic.dropped.values())],
                        key=lambda slot: (not slot.is_master, slot.role, slot.index))
-        run = cls(task, settings, context, event["namespace"], event["job_name"], slots, state["framework"], hook)
+        run = cls(task, settings, context, str(fired.namespace), str(fired.job_name), slots, state["framework"], hook)
         run.elastic = elastic
-        run.log_cursor = event.get("log_cursor")
+        run.log_cursor = dict(fired.log_cursor) if fired.log_cursor is not None else None
         if state.get("secrets") is not None:
             run.secrets = tuple(state["secrets"])
         return run
@@ -150,16 +154,16 @@ class KubernetesJobRun(KubernetesJobFinish):
         return handle
 
     def status_of(self, external_id: dict[str, Any]) -> str:
-        """``running``, ``succeeded``, ``failed`` or ``absent`` (for ``ResumableJobMixin``)."""
+        """``running``, ``succeeded``, ``failed`` (``ReplicaState``) or ``absent`` (for ``ResumableJobMixin``)."""
         namespace, name = external_id.get("namespace"), external_id.get("name")
         if (namespace, name) != (self.namespace, self.name):
-            return "absent"  # another namespace or name since: not this task's job any more
+            return ABSENT  # another namespace or name since: not this task's job any more
         look = self.look = self.hook.look_at_job(self.namespace, self.name)  # the submit that follows takes it
         if look.pods is None:
-            return "absent"
+            return ABSENT
         verdict = self.hook.job_verdict(self.namespace, self.name, self.slots, pods=look.pods)
         if verdict is None:
-            return "running"
+            return ReplicaState.RUNNING
         return verdict.state
 
     def wait(self) -> dict[str, Any]:
@@ -172,7 +176,7 @@ class KubernetesJobRun(KubernetesJobFinish):
             "job_name": self.name, "namespace": self.namespace,
             "kubernetes_conn_id": self.settings.options.kubernetes_conn_id, "framework": self.framework,
         })
-        if self.settings.deferrable and self.handle.reattached != "succeeded":  # type: ignore[union-attr]
+        if self.settings.deferrable and self.handle.reattached != ReplicaState.SUCCEEDED:  # type: ignore[union-attr]
             self._defer()
         # Each followed log's place, across the waits of an elastic job: no line twice after a pod is recreated.
         log_cursors = self.log_cursors
@@ -202,15 +206,15 @@ class KubernetesJobRun(KubernetesJobFinish):
     def complete(self, event: dict[str, Any]) -> dict[str, Any]:
         """``execute_complete``: the trigger's verdict -> output, logs, clean-up and XCom, as in the synchronous
         wait."""
-        status = event.get("status")
-        elapsed = max(0.0, time.time() - float(event.get("started_at") or time.time()))
-        if status in ("succeeded", "failed"):
+        fired = JobEvent.from_payload(event)
+        elapsed = max(0.0, time.time() - float(fired.started_at or time.time()))
+        if fired.ended:
             try:
                 tracker = self.hook.job_tracker(self.namespace, self.name, self.slots)
             except BaseException:
                 self.clean_up_quietly()
                 raise
-            verdict = JobVerdict.from_dict(event.get("verdict") or {"state": status})
+            verdict = fired.verdict or JobVerdict(ReplicaState(fired.kind))
             pods = tracker.last_pods()
             outcome = verdict.outcome(tracker.statuses(), pods=pods)
             if not verdict.succeeded:
@@ -220,10 +224,10 @@ class KubernetesJobRun(KubernetesJobFinish):
             master = pods.get(self.master.name)
             stamped = self.tail(self.master.name, pods, timestamps=True) if log_available(master) else []
             # The trigger showed the master's lines as they came (``log_relay``): only those after its last relay.
-            for line in new_lines_after(event.get("log_cursor"), ((master or {}).get("metadata") or {}).get("uid"),
-                                        stamped):
+            cursor = dict(fired.log_cursor) if fired.log_cursor is not None else None
+            for line in new_lines_after(cursor, ((master or {}).get("metadata") or {}).get("uid"), stamped):
                 self.log.info("[%s] %s", self.master.name, line)
-            self._note_master_log(event.get("log_cursor"), master, stamped)
+            self._note_master_log(cursor, master, stamped)
             tail = without_records(strip_timestamps(stamped))
             return self.finish(replace(outcome, logs={self.master.name: tail}), elapsed)
         # timeout (execution_timeout reached in the triggerer) or error (the trigger could not watch): clean up,
@@ -231,11 +235,12 @@ class KubernetesJobRun(KubernetesJobFinish):
         # The trigger's error is the one to fail with, as the synchronous wait's is: nothing is read first, and a
         # clean-up that fails is logged (after a refused watch every request may be refused: the task's rights were
         # taken away).
-        timed_out = status == "timeout"
+        timed_out = fired.kind == EventKind.TIMEOUT
         cleaned = self.clean_up_quietly(kill=timed_out)
         note = ("the job was deleted" if timed_out else self.cleanup_note(False)) if cleaned else NOT_CLEANED_UP
-        outcome = JobOutcome(ending.TIMED_OUT if timed_out else ending.FAILED, message=event.get("message") or status)
-        raise job_failure(f"{self.namespace}/{self.name}", outcome, elapsed, note, default=event_error_class(event))
+        outcome = JobOutcome(Ending.TIMED_OUT if timed_out else Ending.FAILED, message=fired.text)
+        raise job_failure(f"{self.namespace}/{self.name}", outcome, elapsed, note,
+                          default=error_class_named(fired.error_class))
 
     def _note_master_log(self, relayed: dict[str, Any] | None, master: Any, stamped: Sequence[str]) -> None:
         """Where the master's first line and first progress record were, for the startup phases

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from airflow_distributed.outputs import UNREADABLE, job_record, job_result, parse_output_document
-from airflow_distributed.status import ReplicaStatus, progress_text
+from airflow_distributed.status import ReplicaState, ReplicaStatus, progress_text
 
 #: XCom key of the running job's record (the final one is ``job``).
 LIVE_XCOM_KEY = "job_live"
@@ -52,8 +52,8 @@ class LiveJobReport:
         if progress and progress != self._last_progress:
             self._log.info("progress of %s: %s", self.job_name, progress_text(progress))
         self._last_progress = progress
-        result = job_result(job_name=self.job_name, framework=self.framework, backend=self.backend, state="running",
-                            document=document, replicas=replicas)
+        result = job_result(job_name=self.job_name, framework=self.framework, backend=self.backend,
+                            state=ReplicaState.RUNNING.value, document=document, replicas=replicas)
         # The history is downsampled to a fixed number of points: its newest point, not its length, tells of a new one.
         state = (result["replicas"], result["metrics"], progress, document["history"][-1:])
         if state == self._last_published:

@@ -20,8 +20,7 @@ from airflow_distributed.backends.job_usage import usage_over_tries
 from airflow_distributed.backends.local_live import LIVE_XCOM_KEY, LiveJobReport
 from airflow_distributed.contract import ENV_STACKS_SIGNAL
 from airflow_distributed.hooks.local import STACKS_SIGNAL, LocalJob, LocalProcessHook
-from airflow_distributed.jobstate import outcome as ending
-from airflow_distributed.jobstate.outcome import JobOutcome
+from airflow_distributed.jobstate.outcome import Ending, JobOutcome
 from airflow_distributed.jobstate.progress_watch import HangWatchdog
 from airflow_distributed.jobstate.startup import BY_PROGRESS, PROCESS_UNKNOWN, job_startup, process_startup, started
 from airflow_distributed.jobstate.usage import ReplicaRun, plan_requests
@@ -191,9 +190,9 @@ def local_dirs(settings: ForProcesses, name: str) -> tuple[str, str, str, str]:
 
 def cleanup_note(outcome: JobOutcome) -> str:
     """What became of the replicas of a job that did not succeed (``stop()`` has run whatever the ending)."""
-    if outcome.ending == ending.STOPPED:
+    if outcome.ending == Ending.STOPPED:
         return "no replica is left running"
-    if outcome.ending in (ending.TIMED_OUT, ending.HUNG):
+    if outcome.ending in (Ending.TIMED_OUT, Ending.HUNG):
         return "every replica was stopped"
     return "every other replica was stopped"
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from airflow_distributed.status import ReplicaState
+
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
@@ -50,10 +52,10 @@ class ResumableKubernetesJob(ResumableJobMixin):
         return self.run.status_of(external_id if isinstance(external_id, dict) else {})
 
     def is_job_active(self, status: str) -> bool:
-        return status == "running"
+        return status == ReplicaState.RUNNING
 
     def is_job_succeeded(self, status: str) -> bool:
-        return status == "succeeded"
+        return status == ReplicaState.SUCCEEDED
 
     def poll_until_complete(self, external_id: Any, context: Context) -> Any:
         # The mixin returns this value itself when it reconnects, so it is the whole result.

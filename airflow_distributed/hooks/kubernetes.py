@@ -33,10 +33,10 @@ from airflow_distributed.hooks.watch_loop import WatchCalls, WatchPolicy, run_wa
 from airflow_distributed.jobstate.hang_watch import MasterLogWatch, all_running, hung_verdict
 from airflow_distributed.jobstate.job_watch import JobTracker, JobWatch
 from airflow_distributed.jobstate.log_cursor import LogCursor
-from airflow_distributed.jobstate.outcome import JobOutcome
-from airflow_distributed.jobstate.pod_state import container_state, termination_message
+from airflow_distributed.jobstate.outcome import Ending, JobOutcome
+from airflow_distributed.jobstate.pod_state import ContainerState, container_state, termination_message
 from airflow_distributed.jobstate.replica_table import TABLE_INTERVAL, TABLE_ROWS, TableReporter
-from airflow_distributed.jobstate.verdicts import FAILURE, JobVerdict, ReplicaSlot
+from airflow_distributed.jobstate.verdicts import JobVerdict, ReplicaSlot
 from airflow_distributed.jobstate.watch_timings import WatchTimings
 from airflow_distributed.manifests.kubernetes import (
     JOB_LABEL,
@@ -44,7 +44,7 @@ from airflow_distributed.manifests.kubernetes import (
     SIDECAR_CONTAINER,
     JobObjects,
 )
-from airflow_distributed.status import ReplicaStatus
+from airflow_distributed.status import ReplicaState, ReplicaStatus
 
 
 class JobStopped(KubernetesJobError):
@@ -68,7 +68,7 @@ class JobHandle:
     namespace: str
     name: str
     uid: str
-    reattached: str | None = None
+    reattached: ReplicaState | None = None
     created: int = 0
 
     def as_id(self) -> dict[str, str]:
@@ -175,7 +175,7 @@ class PodJobHook(KubeApiHook):
             return None
         if verdict is not None:
             self.job_log.info("job %s/%s already succeeded (earlier try); collecting its result", namespace, name)
-            return JobHandle(namespace, name, uid, reattached="succeeded")
+            return JobHandle(namespace, name, uid, reattached=ReplicaState.SUCCEEDED)
         missing = tracker.missing()
         created = 0
         if missing:
@@ -183,7 +183,7 @@ class PodJobHook(KubeApiHook):
                               len(slots) - len(missing), len(slots), len(missing))
             created = self._create_dependents(namespace, objects.owned_by(uid), pods=set(missing), stopped=stopped)
         self.job_log.info("reattached to running job %s/%s", namespace, name)
-        return JobHandle(namespace, name, uid, reattached="running", created=created)
+        return JobHandle(namespace, name, uid, reattached=ReplicaState.RUNNING, created=created)
 
     def create_job(self, namespace: str, objects: JobObjects, *,
                    stopped: Callable[[], bool] | None = None) -> JobHandle:
@@ -320,7 +320,7 @@ class PodJobHook(KubeApiHook):
         def done() -> bool:
             if stopped():
                 # Before the verdict: a kill deletes the pods, which would read as a failure of the job.
-                verdict.append(JobVerdict(FAILURE, cause="stopped"))
+                verdict.append(JobVerdict(ReplicaState.FAILED, cause=Ending.STOPPED))
                 return True
             followers.start_ready()
             report.flush(tracker)
@@ -401,13 +401,13 @@ class PodJobHook(KubeApiHook):
         """
         name = pod["metadata"]["name"]
         sidecar, fields = container_state(pod, SIDECAR_CONTAINER)
-        if sidecar == "waiting":
+        if sidecar == ContainerState.WAITING:
             # Its image could not be pulled, typically: say so, or the fallback's 4 KiB limit would go unexplained.
             self.job_log.warning("the XCom sidecar of %s/%s did not start (%s: %s): the output comes from the master's "
                                  "termination message (4 KiB at most); the connection's xcom_sidecar_container_image "
                                  "names an image the cluster can pull", namespace, name, fields.get("reason"),
                                  fields.get("message") or "no message")
-        if sidecar == "running":
+        if sidecar == ContainerState.RUNNING:
             try:
                 text = PodManager(self.core_v1_client).extract_xcom(self._model(pod, "V1Pod"))
                 if text and text.strip() != EMPTY_XCOM_RESULT:

@@ -19,13 +19,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import psutil
 
 from airflow_distributed.elastic import CONTINUE, RESTART, ElasticPlan, after_replica_ended, agent_restarted
-from airflow_distributed.jobstate import outcome as ending
-from airflow_distributed.jobstate.outcome import JobOutcome
+from airflow_distributed.jobstate.outcome import Ending, JobOutcome
 from airflow_distributed.logs import TaskLog
 from airflow_distributed.manifests.local import ProcessSpec
 from airflow_distributed.replica.checkpoints import CHECKPOINT_FILE, written_checkpoints, written_list_path
 from airflow_distributed.replica.live_report import is_record, reports_progress
-from airflow_distributed.status import FAILED, RUNNING, STOPPED, SUCCEEDED, ReplicaStatus
+from airflow_distributed.status import ReplicaState, ReplicaStatus
 
 log = logging.getLogger(__name__)
 
@@ -127,12 +126,12 @@ class LocalReplicaProcess:
     def pid(self) -> int:
         return self.process.pid
 
-    def state(self) -> str:
+    def state(self) -> ReplicaState:
         if self.exit_code is None:
-            return RUNNING
+            return ReplicaState.RUNNING
         if self.stopped and self.exit_code != 0:
-            return STOPPED
-        return SUCCEEDED if self.exit_code == 0 else FAILED
+            return ReplicaState.STOPPED
+        return ReplicaState.SUCCEEDED if self.exit_code == 0 else ReplicaState.FAILED
 
     def status(self) -> ReplicaStatus:
         return ReplicaStatus(
@@ -246,18 +245,18 @@ class LocalJob:
                     reason = decision
                 self.stop()
                 first.join_output(1.0)
-                return JobOutcome(ending.GAVE_UP if reason else ending.EXITED, self.statuses(), first.spec.name,
+                return JobOutcome(Ending.GAVE_UP if reason else Ending.EXITED, self.statuses(), first.spec.name,
                                   first.exit_code, reason, tail=tuple(first.tail))
             if self.master.exit_code == 0:
                 self._settle(settle)
                 self.stop()
-                return JobOutcome(ending.SUCCEEDED, self.statuses())
+                return JobOutcome(Ending.SUCCEEDED, self.statuses())
             if all(r.exit_code is not None for r in self.replicas):
                 # Everything exited without the master succeeding: the job was stopped (on_kill) under us.
-                return JobOutcome(ending.STOPPED, self.statuses())
+                return JobOutcome(Ending.STOPPED, self.statuses())
             if deadline is not None and self._clock() >= deadline:
                 self.stop()
-                return JobOutcome(ending.TIMED_OUT, self.statuses())
+                return JobOutcome(Ending.TIMED_OUT, self.statuses())
             why = hung() if hung is not None and all(r.exit_code is None for r in self.replicas) else None
             if why is not None:
                 return self._hung(why)
@@ -278,7 +277,7 @@ class LocalJob:
                 pass
         self._sleep(STACKS_WAIT)
         self.stop()
-        return JobOutcome(ending.HUNG, self.statuses(), message=why,
+        return JobOutcome(Ending.HUNG, self.statuses(), message=why,
                           logs={r.spec.name: tuple(r.tail) for r in running})
 
     def _after_failure(self, replica: LocalReplicaProcess) -> str | None:

@@ -16,25 +16,24 @@ from airflow_distributed.exceptions import (
     ReplicaNotStartedError,
     ReplicaOOMKilledError,
 )
-from airflow_distributed.jobstate import outcome as ending
-from airflow_distributed.jobstate.outcome import JobOutcome, failure_message
+from airflow_distributed.jobstate.outcome import Ending, JobOutcome, failure_message
 
 #: The class of each ending; ``failure_class`` refines it with the outcome's facts (below).
 FAILURE_CLASSES: dict[str, type[DistributedJobError]] = {
-    ending.EXITED: ReplicaExitedError,
-    ending.POD_FAILED: DistributedJobError,
-    ending.DELETED: ReplicaLostError,
-    ending.IMAGE: ImagePullError,
-    ending.NOT_STARTED: ReplicaNotStartedError,
-    ending.STOPPED: DistributedJobError,
-    ending.TIMED_OUT: DistributedJobError,
-    ending.GAVE_UP: DistributedJobError,
-    ending.FAILED: DistributedJobError,
-    ending.HUNG: JobHungError,
-    ending.QUEUED: ReplicaNotScheduledError,
+    Ending.EXITED: ReplicaExitedError,
+    Ending.POD_FAILED: DistributedJobError,
+    Ending.DELETED: ReplicaLostError,
+    Ending.IMAGE: ImagePullError,
+    Ending.NOT_STARTED: ReplicaNotStartedError,
+    Ending.STOPPED: DistributedJobError,
+    Ending.TIMED_OUT: DistributedJobError,
+    Ending.GAVE_UP: DistributedJobError,
+    Ending.FAILED: DistributedJobError,
+    Ending.HUNG: JobHungError,
+    Ending.QUEUED: ReplicaNotScheduledError,
 }
 #: Endings of one replica that the cluster may have caused by taking the replica away (``JobOutcome.disruption``).
-REPLICA_ENDINGS = (ending.EXITED, ending.POD_FAILED, ending.DELETED)
+REPLICA_ENDINGS = (Ending.EXITED, Ending.POD_FAILED, Ending.DELETED)
 #: Kubernetes' reason of a container or pod killed for its memory.
 OOM_REASON = "OOMKilled"
 
@@ -49,9 +48,9 @@ def failure_class(outcome: JobOutcome) -> type[DistributedJobError]:
     """
     if outcome.ending in REPLICA_ENDINGS and outcome.disruption is not None:
         return ReplicaLostError
-    if outcome.ending in (ending.EXITED, ending.POD_FAILED) and outcome.reason == OOM_REASON:
+    if outcome.ending in (Ending.EXITED, Ending.POD_FAILED) and outcome.reason == OOM_REASON:
         return ReplicaOOMKilledError
-    if outcome.ending == ending.DELETED and outcome.replica is None:
+    if outcome.ending == Ending.DELETED and outcome.replica is None:
         return DistributedJobError
     return FAILURE_CLASSES.get(outcome.ending, DistributedJobError)
 

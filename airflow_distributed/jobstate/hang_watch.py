@@ -18,11 +18,11 @@ from datetime import datetime, timezone
 
 from airflow_distributed.contract import REPORTED_AT
 from airflow_distributed.jobstate.log_cursor import parse_timestamp_ns
-from airflow_distributed.jobstate.outcome import HUNG
+from airflow_distributed.jobstate.outcome import Ending
 from airflow_distributed.jobstate.progress_watch import ProgressWatch, document_step, report_time
-from airflow_distributed.jobstate.verdicts import FAILURE, JobVerdict
+from airflow_distributed.jobstate.verdicts import JobVerdict
 from airflow_distributed.replica.live_report import is_record, latest_record
-from airflow_distributed.status import RUNNING
+from airflow_distributed.status import ReplicaState
 
 #: The longest wait between two looks at the master's log (a look costs one bounded pods/log request).
 LOOK_INTERVAL = 15.0
@@ -161,13 +161,13 @@ def hung_verdict(hang: MasterLogWatch, master: str | None, still_running: Callab
     why = hang.hung(now)
     if why is None or master is None or not still_running():
         return None
-    return JobVerdict(FAILURE, master, HUNG, message=why)
+    return JobVerdict(ReplicaState.FAILED, master, Ending.HUNG, message=why)
 
 
 def all_running(states: Iterable[str]) -> bool:
-    """Whether every replica runs (``status.RUNNING``), the only time the watchdog's clock runs."""
+    """Whether every replica runs (``ReplicaState.RUNNING``), the only time the watchdog's clock runs."""
     found = list(states)
-    return bool(found) and all(state == RUNNING for state in found)
+    return bool(found) and all(state == ReplicaState.RUNNING for state in found)
 
 
 __all__ = ["HUNG_REPLICAS", "LOOK_INTERVAL", "STACKS_COMMAND", "STACKS_DIR", "STACKS_SIGNAL", "STACKS_WAIT",

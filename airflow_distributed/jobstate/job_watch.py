@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from airflow_distributed.jobstate.disruption import pod_disruption
+from airflow_distributed.jobstate.outcome import Ending
 from airflow_distributed.jobstate.pod_state import (
     ReplicaExit,
     container_exit,
@@ -37,10 +38,10 @@ from airflow_distributed.jobstate.pod_state import (
     training_started,
     waiting_reason,
 )
-from airflow_distributed.jobstate.verdicts import FAILURE, SUCCESS, JobVerdict, ReplicaSlot
+from airflow_distributed.jobstate.verdicts import JobVerdict, ReplicaSlot
 from airflow_distributed.jobstate.watch_stream import ResumableWatch
 from airflow_distributed.manifests.pod_names import MAIN_CONTAINER
-from airflow_distributed.status import ReplicaStatus
+from airflow_distributed.status import ReplicaState, ReplicaStatus
 
 
 class JobTracker:
@@ -147,7 +148,7 @@ class JobTracker:
         if master is not None:
             exited = container_exit(master)
             if exited is not None and exited[0] == MAIN_CONTAINER and exited[1].get("exitCode") == 0:
-                return JobVerdict(SUCCESS, self.master.name)
+                return JobVerdict(ReplicaState.SUCCEEDED, self.master.name)
         self._failure = self._first_failure(now)
         return self._failure
 
@@ -168,21 +169,22 @@ class JobTracker:
             taken = next((slot.name for slot in self.slots
                           if slot.name in self._disruptions and slot.name not in exited_names), None)
             if taken is not None:
-                return JobVerdict(FAILURE, taken, "deleted", disruption=self._disruptions[taken])
+                return JobVerdict(ReplicaState.FAILED, taken, Ending.DELETED, disruption=self._disruptions[taken])
         if found is not None:
             fields = found.state
-            return JobVerdict(FAILURE, found.replica, "exit", fields.get("exitCode"), fields.get("reason"),
-                              fields.get("message"), found.container, disruption=found.disruption)
+            return JobVerdict(ReplicaState.FAILED, found.replica, Ending.EXITED, fields.get("exitCode"),
+                              fields.get("reason"), fields.get("message"), found.container, disruption=found.disruption)
         for slot in self.slots:
             pod = self._pods.get(slot.name)
             if slot.name in self._deleted and (pod is None or container_exit(pod) is None):
-                return JobVerdict(FAILURE, slot.name, "deleted", disruption=self.disruption(slot.name))
+                return JobVerdict(ReplicaState.FAILED, slot.name, Ending.DELETED, disruption=self.disruption(slot.name))
             if pod is None:
                 continue
             status = pod.get("status") or {}
             if status.get("phase") == "Failed" and container_exit(pod) is None:
-                return JobVerdict(FAILURE, slot.name, "pod", None, status.get("reason") or "Failed",
-                                  status.get("message"), disruption=self.disruption(slot.name))
+                return JobVerdict(ReplicaState.FAILED, slot.name, Ending.POD_FAILED, None,
+                                  status.get("reason") or "Failed", status.get("message"),
+                                  disruption=self.disruption(slot.name))
         image = self._image_failure(now)
         if image is not None:
             return image
@@ -193,7 +195,8 @@ class JobTracker:
                 if now < self.started_at + self.queue_timeout:
                     return None
                 reason, message = waiting_reason(self._pods[queued[0]])
-                return JobVerdict(FAILURE, queued[0], "queue", None, reason or "Unschedulable", message)
+                return JobVerdict(ReplicaState.FAILED, queued[0], Ending.QUEUED, None, reason or "Unschedulable",
+                                  message)
             if self.scheduled_at is None:
                 self.scheduled_at = now
         if now < self.startup_deadline:
@@ -201,10 +204,12 @@ class JobTracker:
         for slot in self.slots:
             pod = self._pods.get(slot.name)
             if pod is None:
-                return JobVerdict(FAILURE, slot.name, "startup", None, "NotCreated", "the pod does not exist")
+                return JobVerdict(ReplicaState.FAILED, slot.name, Ending.NOT_STARTED, None, "NotCreated",
+                                  "the pod does not exist")
             if not training_started(pod):
                 reason, message = startup_wait(pod)
-                return JobVerdict(FAILURE, slot.name, "startup", None, reason or "Pending", message)
+                return JobVerdict(ReplicaState.FAILED, slot.name, Ending.NOT_STARTED, None, reason or "Pending",
+                                  message)
         return None
 
     def _image_failure(self, now: float) -> JobVerdict | None:

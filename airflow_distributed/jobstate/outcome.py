@@ -20,28 +20,38 @@ from typing import Any
 
 from airflow_distributed.jobstate.disruption import taken_away
 from airflow_distributed.manifests.pod_names import MAIN_CONTAINER
-from airflow_distributed.status import ReplicaStatus
+from airflow_distributed.status import ReplicaStatus, StrEnum
 
-#: The endings. A replica's container exited non-zero (``exit``), its pod failed without an exit code (``pod``),
-#: it or the whole job was deleted (``deleted``), its image cannot be pulled (``image``), it did not start in
-#: time (``startup``), the task was killed (``stopped``), the wait ran out of time (``timeout``), an elastic job
-#: gave up (``gave_up``), a controller or the waiter said ``failed`` without naming a replica (``failed``), or the job
-#: reported no progress for ``progress_timeout`` while every replica ran (``hung``), or a replica was not scheduled
-#: within ``queue_timeout`` (``queue``: no capacity or quota for it).
-SUCCEEDED = "succeeded"
-EXITED = "exit"
-POD_FAILED = "pod"
-DELETED = "deleted"
-IMAGE = "image"
-NOT_STARTED = "startup"
-STOPPED = "stopped"
-TIMED_OUT = "timeout"
-GAVE_UP = "gave_up"
-FAILED = "failed"
-HUNG = "hung"
-QUEUED = "queue"
-ENDINGS = (SUCCEEDED, EXITED, POD_FAILED, DELETED, IMAGE, NOT_STARTED, STOPPED, TIMED_OUT, GAVE_UP, FAILED, HUNG,
-           QUEUED)
+
+class Ending(StrEnum):
+    """How a job ended. A replica's container exited non-zero (``exit``), its pod failed without an exit code
+    (``pod``), it or the whole job was deleted (``deleted``), its image cannot be pulled (``image``), it did not start
+    in time (``startup``), the task was killed (``stopped``), the wait ran out of time (``timeout``), an elastic job
+    gave up (``gave_up``), a controller or the waiter said ``failed`` without naming a replica (``failed``), or the
+    job reported no progress for ``progress_timeout`` while every replica ran (``hung``), or a replica was not
+    scheduled within ``queue_timeout`` (``queue``: no capacity or quota for it). A member is its string
+    (``Ending.EXITED == "exit"``)."""
+
+    SUCCEEDED = "succeeded"
+    EXITED = "exit"
+    POD_FAILED = "pod"
+    DELETED = "deleted"
+    IMAGE = "image"
+    NOT_STARTED = "startup"
+    STOPPED = "stopped"
+    TIMED_OUT = "timeout"
+    GAVE_UP = "gave_up"
+    FAILED = "failed"
+    HUNG = "hung"
+    QUEUED = "queue"
+
+
+#: Aliases of ``tuple(Ending)`` and of the members, for the modules that still import them by these names (``outcome
+#: as ending``: the Kubeflow and Ray waits, the Ray driver); to be replaced by ``Ending`` and ``Ending.X``.
+ENDINGS = tuple(Ending)
+SUCCEEDED, EXITED, POD_FAILED, DELETED = Ending.SUCCEEDED, Ending.EXITED, Ending.POD_FAILED, Ending.DELETED
+IMAGE, NOT_STARTED, STOPPED, TIMED_OUT = Ending.IMAGE, Ending.NOT_STARTED, Ending.STOPPED, Ending.TIMED_OUT
+FAILED, HUNG, QUEUED = Ending.FAILED, Ending.HUNG, Ending.QUEUED
 #: Lines of the deciding replica's log a failure message quotes.
 MESSAGE_TAIL_LINES = 15
 #: Lines of each replica's log the message of a hung job quotes (its Python stacks, where it dumped them).
@@ -52,7 +62,7 @@ HUNG_TAIL_LINES = 40
 class JobOutcome:
     """How a wait for a job ended.
 
-    :param ending: one of ``ENDINGS``.
+    :param ending: how it ended (its string is read as the member: ``"exit"`` is ``Ending.EXITED``).
     :param replicas: every replica's last status.
     :param replica: the replica whose end decided the job, when one did.
     :param exit_code: its exit code (``exit``; negative: killed by that signal on the local backend).
@@ -73,7 +83,7 @@ class JobOutcome:
         ``disruption.pod_disruption``). It picks the error's class, and the message says what took the replica.
     """
 
-    ending: str
+    ending: Ending
     replicas: tuple[ReplicaStatus, ...] = ()
     replica: str | None = None
     exit_code: int | None = None
@@ -90,12 +100,13 @@ class JobOutcome:
     disruption: str | None = None
 
     def __post_init__(self) -> None:
-        if self.ending not in ENDINGS:
-            raise ValueError(f"ending {self.ending!r} is not one of {', '.join(ENDINGS)}")
+        if self.ending not in tuple(Ending):
+            raise ValueError(f"ending {self.ending!r} is not one of {', '.join(Ending)}")
+        object.__setattr__(self, "ending", Ending(self.ending))  # a string given for it reads as the member
 
     @property
     def succeeded(self) -> bool:
-        return self.ending == SUCCEEDED
+        return self.ending == Ending.SUCCEEDED
 
 
 def _detail(*parts: str | None) -> str:
@@ -114,39 +125,39 @@ def describe(outcome: JobOutcome, startup_timeout: float | None = None, queue_ti
 
 def _describe(outcome: JobOutcome, startup_timeout: float | None, queue_timeout: float | None) -> str:
     ending, replica = outcome.ending, outcome.replica
-    if ending == SUCCEEDED:
+    if ending == Ending.SUCCEEDED:
         return "the master succeeded"
     taken = f" was {taken_away(outcome.disruption)}" if outcome.disruption else ""
-    if ending == EXITED:
+    if ending == Ending.EXITED:
         where = "" if outcome.container in (None, MAIN_CONTAINER) else f" (container {outcome.container})"
         reason = f" ({outcome.reason})" if outcome.reason and outcome.reason != "Error" else ""
         # Taken away, its exit code is how it went (143 after SIGTERM, 137 after a kill), not what went wrong.
         return f"replica {replica}{taken}{' and' if taken else ''} exited with code {outcome.exit_code}{reason}{where}"
-    if ending == IMAGE:
+    if ending == Ending.IMAGE:
         what = "is not a valid image name" if outcome.reason == "InvalidImageName" else "could not be pulled"
         return (f"replica {replica}: image {json.dumps(outcome.image or '?')} {what} "
                 f"({_detail(outcome.reason, outcome.message)})")
-    if ending == NOT_STARTED:
+    if ending == Ending.NOT_STARTED:
         within = f" within {startup_timeout:g}s" if startup_timeout is not None else ""
         who = f"replica {replica}" if replica else "the job's replicas"  # a Ray job's placement group: all at once
         return f"{who} did not start{within}: {_detail(outcome.reason, outcome.message) or 'Pending'}"
-    if ending == DELETED:
+    if ending == Ending.DELETED:
         if not replica:
             return "the job was deleted before it finished"
         return f"the pod of replica {replica}{taken or ' was deleted'}"
-    if ending == STOPPED:
+    if ending == Ending.STOPPED:
         return "the job was stopped (task killed)"
-    if ending == TIMED_OUT:
+    if ending == Ending.TIMED_OUT:
         return outcome.message or "the job timed out"
-    if ending == GAVE_UP:
+    if ending == Ending.GAVE_UP:
         return outcome.reason or f"the elastic job gave up after replica {replica} ended"
-    if ending == HUNG:
+    if ending == Ending.HUNG:
         return outcome.message or "the job hung"
-    if ending == QUEUED:
+    if ending == Ending.QUEUED:
         within = f" within {queue_timeout:g}s (queue_timeout)" if queue_timeout is not None else ""
         return (f"{f'replica {replica}' if replica else 'the job'} was not scheduled{within}: "
                 f"{_detail(outcome.reason, outcome.message) or 'Unschedulable'}")
-    if ending == POD_FAILED:
+    if ending == Ending.POD_FAILED:
         detail = _detail(outcome.reason, outcome.message) or "Failed"
         return f"the pod of replica {replica}{taken or ' failed'}: {detail}"
     return "" if outcome.judgement else (_detail(outcome.reason, outcome.message) or "failed")
@@ -160,17 +171,17 @@ def failure_message(job: str, outcome: JobOutcome, elapsed: float, cleanup: str,
     :param job: the job as the backend names it (``name``, or ``namespace/name``).
     :param cleanup: what was done with the job's replicas (``every other replica was stopped``).
     """
-    if outcome.ending == STOPPED:
+    if outcome.ending == Ending.STOPPED:
         return f"job {job} was stopped after {elapsed:.1f}s (task killed); {cleanup}"
     message = f"job {job} failed after {elapsed:.1f}s: {describe(outcome, startup_timeout, queue_timeout)}; {cleanup}"
     if outcome.events:
         message += "\n  events:\n" + "\n".join(f"    {line}" for line in outcome.events)
     # A replica that exited has last lines worth reading, even none ("(no output)" says it printed nothing).
-    exited = outcome.ending == EXITED or (outcome.ending == GAVE_UP and outcome.exit_code is not None)
+    exited = outcome.ending == Ending.EXITED or (outcome.ending == Ending.GAVE_UP and outcome.exit_code is not None)
     if outcome.tail or exited:
         lines = "\n".join(f"    {line}" for line in outcome.tail[-MESSAGE_TAIL_LINES:]) or "    (no output)"
         message += f". Its last lines:\n{lines}"
-    if outcome.ending == HUNG:
+    if outcome.ending == Ending.HUNG:
         for name, tail in outcome.logs.items():
             lines = "\n".join(f"    {line}" for line in list(tail)[-HUNG_TAIL_LINES:]) or "    (no output)"
             message += f"\n  {name}, last lines:\n{lines}"
@@ -182,7 +193,6 @@ __all__ = [
     "ENDINGS",
     "EXITED",
     "FAILED",
-    "GAVE_UP",
     "HUNG",
     "IMAGE",
     "NOT_STARTED",
@@ -191,6 +201,7 @@ __all__ = [
     "STOPPED",
     "SUCCEEDED",
     "TIMED_OUT",
+    "Ending",
     "JobOutcome",
     "describe",
     "failure_message",

@@ -11,9 +11,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_distributed.jobstate.verdicts import FAILURE, JobVerdict, ReplicaSlot
+from airflow_distributed.jobstate.outcome import Ending
+from airflow_distributed.jobstate.verdicts import JobVerdict, ReplicaSlot
 from airflow_distributed.manifests.pod_names import MAIN_CONTAINER, READINESS_CONTAINER, RESTARTS_ANNOTATION
-from airflow_distributed.status import FAILED, PENDING, RUNNING, STOPPED, SUCCEEDED, ReplicaStatus
+from airflow_distributed.status import ReplicaState, ReplicaStatus, StrEnum
 
 # Waiting reasons that no amount of waiting fixes: fail at once instead of at the end of startup_timeout, whatever
 # the grace. The kubelet never retries an image reference it cannot parse, nor a pull that imagePullPolicy Never
@@ -27,6 +28,14 @@ PULL_FAILURE_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff"})
 # Waiting reasons that only say "starting", not why a pod is stuck.
 _STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
 
+class ContainerState(StrEnum):
+    """Kubernetes' state of a container (the key of its ``state``): its words, not a replica's (``ReplicaState``)."""
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    TERMINATED = "terminated"
+
+
 def container_status(pod: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
     status = pod.get("status") or {}
     for entry in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []):
@@ -35,11 +44,11 @@ def container_status(pod: Mapping[str, Any], name: str) -> Mapping[str, Any] | N
     return None
 
 
-def container_state(pod: Mapping[str, Any], name: str) -> tuple[str | None, Mapping[str, Any]]:
+def container_state(pod: Mapping[str, Any], name: str) -> tuple[ContainerState | None, Mapping[str, Any]]:
     """(``running`` | ``terminated`` | ``waiting`` | ``None``, the state's fields) of one container."""
     entry = container_status(pod, name) or {}
     state = entry.get("state") or {}
-    for key in ("terminated", "running", "waiting"):
+    for key in (ContainerState.TERMINATED, ContainerState.RUNNING, ContainerState.WAITING):
         if state.get(key) is not None:
             return key, state[key]
     return None, {}
@@ -47,12 +56,12 @@ def container_state(pod: Mapping[str, Any], name: str) -> tuple[str | None, Mapp
 
 def termination_message(pod: Mapping[str, Any], container: str = MAIN_CONTAINER) -> str | None:
     kind, fields = container_state(pod, container)
-    return fields.get("message") if kind == "terminated" else None
+    return fields.get("message") if kind == ContainerState.TERMINATED else None
 
 
 def log_available(pod: Mapping[str, Any] | None, container: str = MAIN_CONTAINER) -> bool:
     """The API answers a container's log only once it has started (running or terminated)."""
-    return pod is not None and container_state(pod, container)[0] in ("running", "terminated")
+    return pod is not None and container_state(pod, container)[0] in (ContainerState.RUNNING, ContainerState.TERMINATED)
 
 
 def pod_started(pod: Mapping[str, Any]) -> bool:
@@ -71,7 +80,7 @@ def training_started(pod: Mapping[str, Any]) -> bool:
     """Started as ``startup_timeout`` counts it: past the readiness step too. A replica whose step still waits for
     its peers (a master that never listens) has not started, or it would wait out the step's own limit
     (``readiness_timeout_seconds``, minutes) instead of ``startup_timeout``."""
-    return container_state(pod, READINESS_CONTAINER)[0] != "running" and pod_started(pod)
+    return container_state(pod, READINESS_CONTAINER)[0] != ContainerState.RUNNING and pod_started(pod)
 
 
 #: Why a replica not started is waiting, when its readiness step still runs.
@@ -81,7 +90,7 @@ READINESS_WAIT = ("WaitingForPeers", f"its readiness step ({READINESS_CONTAINER}
 
 def startup_wait(pod: Mapping[str, Any]) -> tuple[str | None, str | None]:
     """Why a replica has not started (``training_started``): its readiness step's wait, else ``waiting_reason``."""
-    if container_state(pod, READINESS_CONTAINER)[0] == "running":
+    if container_state(pod, READINESS_CONTAINER)[0] == ContainerState.RUNNING:
         return READINESS_WAIT
     return _waiting(pod)
 
@@ -124,7 +133,7 @@ def image_failure(pods: Iterable[tuple[str, Mapping[str, Any] | None]], pull_fai
         reason, message, image = failing[name]
         since = pull_failures.setdefault(name, now)
         if reason in PERMANENT_WAITING_REASONS or now - since >= grace:
-            return JobVerdict(FAILURE, name, "image", None, reason, message, image=image)
+            return JobVerdict(ReplicaState.FAILED, name, Ending.IMAGE, None, reason, message, image=image)
     return None
 
 
@@ -207,10 +216,10 @@ def _scheduled(pod: Mapping[str, Any]) -> bool:
 def container_exit(pod: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
     """(container, terminated state) of the container whose exit decides this replica, if one has exited."""
     kind, fields = container_state(pod, READINESS_CONTAINER)
-    if kind == "terminated" and fields.get("exitCode") not in (None, 0):
+    if kind == ContainerState.TERMINATED and fields.get("exitCode") not in (None, 0):
         return READINESS_CONTAINER, fields
     kind, fields = container_state(pod, MAIN_CONTAINER)
-    if kind == "terminated":
+    if kind == ContainerState.TERMINATED:
         return MAIN_CONTAINER, fields
     return None
 
@@ -243,7 +252,8 @@ def recreated(pod: Mapping[str, Any]) -> int:
 def replica_status(slot: ReplicaSlot, pod: Mapping[str, Any] | None, *, deleted: bool = False) -> ReplicaStatus:
     """A slot's row of the table, from its pod (``None``: not created yet)."""
     if pod is None:
-        return ReplicaStatus(slot.name, slot.role, slot.index, STOPPED if deleted else PENDING)
+        return ReplicaStatus(slot.name, slot.role, slot.index,
+                             ReplicaState.STOPPED if deleted else ReplicaState.PENDING)
     where = (pod.get("spec") or {}).get("nodeName") or ""
     entry = container_status(pod, MAIN_CONTAINER) or {}
     restarts = int(entry.get("restartCount") or 0) + recreated(pod)
@@ -251,16 +261,16 @@ def replica_status(slot: ReplicaSlot, pod: Mapping[str, Any] | None, *, deleted:
     if exited is not None:
         _, fields = exited
         code = fields.get("exitCode")
-        state = SUCCEEDED if code == 0 else FAILED
+        state = ReplicaState.SUCCEEDED if code == 0 else ReplicaState.FAILED
         reason = fields.get("reason") if code != 0 else None
         return ReplicaStatus(slot.name, slot.role, slot.index, state, code, where, restarts, reason)
     if deleted:
-        return ReplicaStatus(slot.name, slot.role, slot.index, STOPPED, None, where, restarts)
+        return ReplicaStatus(slot.name, slot.role, slot.index, ReplicaState.STOPPED, None, where, restarts)
     phase = (pod.get("status") or {}).get("phase")
     if phase == "Failed":
         reason, _ = _waiting(pod)
-        return ReplicaStatus(slot.name, slot.role, slot.index, FAILED, None, where, restarts, reason)
-    if container_state(pod, MAIN_CONTAINER)[0] == "running":
-        return ReplicaStatus(slot.name, slot.role, slot.index, RUNNING, None, where, restarts)
+        return ReplicaStatus(slot.name, slot.role, slot.index, ReplicaState.FAILED, None, where, restarts, reason)
+    if container_state(pod, MAIN_CONTAINER)[0] == ContainerState.RUNNING:
+        return ReplicaStatus(slot.name, slot.role, slot.index, ReplicaState.RUNNING, None, where, restarts)
     reason, _ = _waiting(pod)
-    return ReplicaStatus(slot.name, slot.role, slot.index, PENDING, None, where, restarts, reason)
+    return ReplicaStatus(slot.name, slot.role, slot.index, ReplicaState.PENDING, None, where, restarts, reason)

@@ -6,11 +6,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from airflow_distributed.jobstate import outcome as ending
-from airflow_distributed.jobstate.outcome import JobOutcome, describe
-from airflow_distributed.status import ReplicaStatus
+from airflow_distributed.jobstate.outcome import Ending, JobOutcome, describe
+from airflow_distributed.status import ReplicaState, ReplicaStatus, plain
 
-SUCCESS, FAILURE = "succeeded", "failed"
+#: Alias of ``ReplicaState.FAILED`` for modules that still import it by this name; to be replaced by the member.
+FAILURE = ReplicaState.FAILED
 
 
 @dataclass(frozen=True)
@@ -39,17 +39,17 @@ def slots_from_json(data: Sequence[Sequence[Any]]) -> tuple[ReplicaSlot, ...]:
 
 @dataclass(frozen=True)
 class JobVerdict:
-    """How a job ended: ``state`` is ``succeeded`` or ``failed``; a failure names the replica and why.
+    """How a job ended: ``state`` is ``ReplicaState.SUCCEEDED`` or ``FAILED``; a failure names the replica and why.
 
-    ``cause`` is ``exit`` (a container exited non-zero), ``pod`` (the pod failed without an exit code),
+    ``cause`` (an ``Ending``) is ``exit`` (a container exited non-zero), ``pod`` (the pod failed without an exit code),
     ``deleted``, ``image`` (its image cannot be pulled; ``image`` names it), ``startup`` (it did not start within
     the startup timeout) or ``stopped`` (the task was killed). ``disruption`` says how the cluster took the replica
     away, when it did (``pod_disruption``).
     """
 
-    state: str
+    state: ReplicaState
     replica: str | None = None
-    cause: str | None = None
+    cause: Ending | None = None
     exit_code: int | None = None
     reason: str | None = None
     message: str | None = None
@@ -57,12 +57,18 @@ class JobVerdict:
     image: str | None = None
     disruption: str | None = None
 
+    def __post_init__(self) -> None:
+        # Read from JSON (a trigger's event), the words become the members; a word that is none raises here.
+        object.__setattr__(self, "state", ReplicaState(self.state))
+        if self.cause is not None:
+            object.__setattr__(self, "cause", Ending(self.cause))
+
     @property
     def succeeded(self) -> bool:
-        return self.state == SUCCESS
+        return self.state == ReplicaState.SUCCEEDED
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        return {k: plain(v) for k, v in asdict(self).items() if v is not None}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobVerdict:
@@ -71,7 +77,7 @@ class JobVerdict:
     def outcome(self, replicas: Sequence[ReplicaStatus] = (), **found: Any) -> JobOutcome:
         """The ``JobOutcome`` of this verdict, with the replicas' last statuses and what else was found (``tail``,
         ``events``, ``logs``, ``pods``...)."""
-        how = ending.SUCCEEDED if self.succeeded else (self.cause or ending.FAILED)
+        how = Ending.SUCCEEDED if self.succeeded else (self.cause or Ending.FAILED)
         return JobOutcome(how, tuple(replicas), self.replica, self.exit_code, self.reason, self.message,
                           self.container, self.image, disruption=self.disruption, **found)
 

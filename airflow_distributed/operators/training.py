@@ -32,6 +32,7 @@ from airflow_distributed.plan import Layout, ReplicaProgram, role_summary
 from airflow_distributed.spec import SpecValidationError, TrainingSpec, load_spec
 from airflow_distributed.spec.kubernetes_rules import env_name_problems
 from airflow_distributed.spec.limits import name_shown, shape_problems, shown, type_shown
+from airflow_distributed.status import ReplicaState
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -440,7 +441,7 @@ class DistributedTrainingOperator(BaseOperator):
         record = _recorded_job(ti)
         self._job_sections = _sections_of(record)
         model_version = None
-        if mlflow_run is not None and result.get("state") == "succeeded":
+        if mlflow_run is not None and result.get("state") == ReplicaState.SUCCEEDED:
             mlflow_run.close(record, succeeded=True, try_number=ti.try_number,
                              register_model=self.register_model or None)
             model_version = mlflow_run.model_version
@@ -500,7 +501,7 @@ class DistributedTrainingOperator(BaseOperator):
     def _succeeded(self, context: Context, result: dict[str, Any], model_version: int | None = None) -> dict[str, Any]:
         """After a job that succeeded: its model's asset events carry the model path and metrics (and the model's
         registered version, when ``register_model`` registered one)."""
-        if result.get("state") != "succeeded":
+        if result.get("state") != ReplicaState.SUCCEEDED:
             return result  # started without waiting (wait_for_completion=False): nothing is known yet
         self._job_result = result
         extra = event_extra(result)
@@ -519,11 +520,11 @@ class DistributedTrainingOperator(BaseOperator):
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage (when its provider is installed): the job's shape as a run facet, the model as output."""
-        return self._lineage(self._job_result, "succeeded")
+        return self._lineage(self._job_result, ReplicaState.SUCCEEDED.value)
 
     def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
         """OpenLineage for a failed try: the job's shape, no output."""
-        return self._lineage(None, "failed")
+        return self._lineage(None, ReplicaState.FAILED.value)
 
     def _lineage(self, result: dict[str, Any] | None, state: str) -> Any:
         # The OpenLineage provider's modules are optional and heavy: loaded when the provider asks for facets, never

@@ -33,17 +33,18 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from airflow_distributed.contract import ENV_FRAMEWORK
 from airflow_distributed.frameworks import all_frameworks
+from airflow_distributed.jobstate.job_event import EventKind, JobEvent
 from airflow_distributed.jobstate.job_watch import JobTracker
 from airflow_distributed.jobstate.log_cursor import parse_timestamp_ns
 from airflow_distributed.jobstate.pod_state import image_failure, pod_started
 from airflow_distributed.jobstate.replica_table import replica_table
-from airflow_distributed.jobstate.verdicts import JobVerdict, ReplicaSlot, slots_to_json
+from airflow_distributed.jobstate.verdicts import ReplicaSlot, slots_to_json
 from airflow_distributed.jobstate.watch_timings import WatchTimings
 from airflow_distributed.manifests.kubeflow_kinds import KINDS
 from airflow_distributed.manifests.kubeflow_status import success_rule
 from airflow_distributed.manifests.pod_names import INDEX_LABEL, MAIN_CONTAINER, MASTER_LABEL, ROLE_LABEL
 from airflow_distributed.outputs import document_warning, job_result, parse_output_document
-from airflow_distributed.status import FAILED, SUCCEEDED
+from airflow_distributed.status import ReplicaState
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -211,12 +212,12 @@ class DistributedJobSensor(BaseSensorOperator):
             self.log.info("%s does not exist (yet)", what)
             return False
         status = hook.kind.status_of(obj)
-        if status.state not in (SUCCEEDED, FAILED):
+        if status.state not in (ReplicaState.SUCCEEDED, ReplicaState.FAILED):
             self._check_pulls(hook, namespace, obj, what)
             self.log.info("%s is %s: %s", what, status.state, status.message or status.reason)
             return False
         pods = hook.kubeflow_pods(namespace, obj)
-        if status.state == FAILED:
+        if status.state == ReplicaState.FAILED:
             replica = self._reads().failed_replica(pods, hook.main_container(obj))
             detail = ": ".join(part for part in (status.reason, status.message) if part)
             raise AirflowFailException(f"{what} failed: {detail}" + (f"; {replica.describe()}" if replica else ""))
@@ -258,8 +259,9 @@ class DistributedJobSensor(BaseSensorOperator):
         document = parse_output_document(text)
         if (warning := document_warning(document)) is not None:
             self.log.warning("job %s/%s succeeded; %s", namespace, self.job_name, warning)
-        result = job_result(job_name=self.job_name, framework=framework, backend=backend, state="succeeded",
-                            document=document, replicas=statuses, namespace=namespace)
+        result = job_result(job_name=self.job_name, framework=framework, backend=backend,
+                            state=ReplicaState.SUCCEEDED.value, document=document, replicas=statuses,
+                            namespace=namespace)
         if document["metrics"] == {} and document["model_path"] is None and warning is None:
             self.log.warning("job %s/%s succeeded without an output document: no metrics or model path", namespace,
                              self.job_name)
@@ -322,16 +324,15 @@ class DistributedJobSensor(BaseSensorOperator):
         """The trigger fired: the job ended (read it once more, for its output or its failed replica), or it is
         time to look again for a job that did not exist yet."""
         deadline = deadline if deadline is not None else time.time() + self.timeout
-        if isinstance(event, Mapping) and "status" in event:
-            status = event["status"]
-            if status == "failed" and event.get("verdict"):
-                verdict = JobVerdict.from_dict(event["verdict"])
-                raise AirflowFailException(f"job {event.get('namespace')}/{self.job_name} failed: "
-                                           f"{verdict.describe()}")
-            if status == "deleted":
-                raise AirflowFailException(event.get("message") or f"job {self.job_name} was deleted")
-            if status in ("error", "timeout"):
-                raise AirflowException(f"waiting for job {self.job_name}: {event.get('message') or status}")
+        fired = JobEvent.read(event)  # None: the wait for a job not there yet is over (a TimeDeltaTrigger's)
+        if fired is not None:
+            if fired.kind == EventKind.FAILED and fired.verdict is not None:
+                raise AirflowFailException(f"job {fired.namespace}/{self.job_name} failed: "
+                                           f"{fired.verdict.describe()}")
+            if fired.kind == EventKind.DELETED:
+                raise AirflowFailException(fired.message or f"job {self.job_name} was deleted")
+            if fired.kind in (EventKind.ERROR, EventKind.TIMEOUT):
+                raise AirflowException(f"waiting for job {self.job_name}: {fired.text}")
         # resume_execution applies soft_fail to whatever this raises.
         return self._check_or_defer(context, deadline)
 

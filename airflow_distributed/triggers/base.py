@@ -3,9 +3,10 @@
 Every trigger of one connection in a triggerer process shares one API client (``api_clients``). A subclass hands
 its constructor arguments to ``JobWaitTrigger.__init__`` (they become attributes and what
 ``serialize`` writes back), says what it waits for (``what``, used in logs and messages) and implements
-``_wait()``, which returns the event's status fields; ``run`` turns any error into an ``error`` event, so that
-``execute_complete`` always gets to clean up. A trigger does not watch on its own: it reads the feed of its job
-from the watch its namespace's triggers share (``_feed``, ``_read``; ``shared_watch``).
+``_wait()``, which returns the event (``JobEvent``: its kind and what goes with it); ``run`` adds the fields every
+event carries and turns any error into an ``error`` event, so that ``execute_complete`` always gets to clean up. A
+trigger does not watch on its own: it reads the feed of its job from the watch its namespace's triggers share
+(``_feed``, ``_read``; ``shared_watch``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
+from dataclasses import replace
 from functools import cached_property
 from typing import Any
 
@@ -34,7 +36,9 @@ from airflow_distributed.hooks.api_retry import (
     short_error,
 )
 from airflow_distributed.hooks.watch_loop import AsyncWatchCalls, WatchPolicy, arun_watch, lines
+from airflow_distributed.jobstate.job_event import EventKind, JobEvent
 from airflow_distributed.jobstate.watch_timings import WATCH_TIMEOUT, WatchTimings
+from airflow_distributed.status import plain
 from airflow_distributed.triggers.api_clients import client_configuration, shared_client
 from airflow_distributed.triggers.log_relay import LogRelay, MasterLog, api_read
 from airflow_distributed.triggers.shared_watch import Delivery, JobFeed, NamespaceWatch, WatchedKind, subscribe
@@ -94,7 +98,7 @@ class JobWaitTrigger(BaseTrigger):
         raise NotImplementedError
 
     def _event_base(self) -> dict[str, Any]:
-        """Fields of every event: ``execute_complete`` needs nothing but the event."""
+        """Fields of every event (``JobEvent``'s): ``execute_complete`` needs nothing but the event."""
         base = {"job_name": self.job_name, "namespace": self.namespace, "started_at": self.started_at}
         if self.resume_state is not None:
             base["resume_state"] = self.resume_state
@@ -103,23 +107,32 @@ class JobWaitTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         base = self._event_base()
         relay = self._log_relay()
+        event: JobEvent | dict[str, Any]
         try:
             async with relay.running() if relay is not None else contextlib.nullcontext():
-                payload = {**base, **await self._wait()}
+                event = await self._wait()
         except Exception as error:
             self.log.exception("waiting for %s failed", self.what)
             # A KubernetesJobError says already what was waited for and why it ended.
             message = str(error) if isinstance(error, KubernetesJobError) else short_error(error)
-            payload = {**base, "status": "error", "message": message}
-            if error_class_named(type(error).__name__) is type(error):  # the resumed task raises the same class
-                payload["error_class"] = type(error).__name__
-        if relay is not None and (where := relay.state()) is not None:
-            payload["log_cursor"] = where  # the resumed task shows only the lines after it
+            named = type(error).__name__
+            # The resumed task raises the same class, where it is one of the package's.
+            event = JobEvent(EventKind.ERROR, message=message,
+                             error_class=named if error_class_named(named) is type(error) else None)
+        if isinstance(event, JobEvent):
+            event = replace(event, **{key: value for key, value in base.items() if getattr(event, key) is None})
+            if relay is not None:
+                event = replace(event, log_cursor=relay.state())  # the resumed task shows only the lines after it
+            payload = event.to_payload()
+        else:  # a subclass that still builds the payload's dict itself (a state as the bare word, as before)
+            payload = {key: plain(value) for key, value in {**base, **event}.items()}
+            if relay is not None and (where := relay.state()) is not None:
+                payload["log_cursor"] = where
         self._fired = True
         yield TriggerEvent(payload)
 
-    async def _wait(self) -> dict[str, Any]:
-        """The event's ``status`` and what goes with it."""
+    async def _wait(self) -> JobEvent | dict[str, Any]:
+        """The event, without the fields every event carries (``_event_base``)."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------ the master's log
@@ -150,8 +163,12 @@ class JobWaitTrigger(BaseTrigger):
     def _deadline_passed(self) -> bool:
         return self.execution_deadline is not None and time.time() >= self.execution_deadline
 
+    def _timeout(self) -> JobEvent:
+        return JobEvent(EventKind.TIMEOUT, message=f"{self.what} reached the task's execution_timeout")
+
     def _timeout_event(self) -> dict[str, Any]:
-        return {"status": "timeout", "message": f"{self.what} reached the task's execution_timeout"}
+        """``_timeout()`` as a payload's fields, for a subclass that still builds the payload's dict itself."""
+        return self._timeout().to_payload()
 
     def _feed(self, kind: WatchedKind, job: str) -> AbstractAsyncContextManager[JobFeed]:
         """The feed of ``job`` from the watch of ``kind`` in this trigger's namespace, shared by the triggers of

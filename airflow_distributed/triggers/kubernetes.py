@@ -29,6 +29,7 @@ from asgiref.sync import sync_to_async
 from kubernetes_asyncio import client as async_client
 from packaging.version import Version
 
+from airflow_distributed.jobstate.job_event import EventKind, JobEvent
 from airflow_distributed.jobstate.job_watch import JobTracker
 from airflow_distributed.jobstate.pod_state import log_available, pod_essentials
 from airflow_distributed.jobstate.replica_table import TABLE_INTERVAL, TABLE_ROWS, TableReporter, replica_table
@@ -160,11 +161,11 @@ class DistributedJobTrigger(JobWaitTrigger):
         # The replicas ride along so that execute_complete needs nothing but the event.
         return {**super()._event_base(), "replicas": self.replicas}
 
-    async def _wait(self) -> dict[str, Any]:
+    async def _wait(self) -> JobEvent:
         verdict = await self._verdict()
         if verdict is None:
-            return self._timeout_event()
-        return {"status": verdict.state, "verdict": verdict.as_dict()}
+            return self._timeout()
+        return JobEvent(EventKind(verdict.state), verdict=verdict)
 
     async def _verdict(self) -> JobVerdict | None:
         """The job's verdict; ``None`` once the task's execution_timeout is over."""

@@ -13,7 +13,8 @@ import uuid
 
 import pytest
 
-from airflow_distributed.jobstate.verdicts import slots_to_json
+from airflow_distributed.jobstate.job_event import JobEvent
+from airflow_distributed.jobstate.verdicts import JobVerdict, slots_to_json
 from airflow_distributed.triggers.api_clients import open_clients
 from airflow_distributed.triggers.kubernetes import DistributedJobTrigger
 from tests.helpers import wait_until
@@ -69,6 +70,9 @@ def test_the_trigger_reports_the_verdict_from_one_resumed_watch(emulator, kubeco
 
     assert (event["status"], event["job_name"], event["namespace"]) == (outcome, name, ns)
     assert event["replicas"] == slots_to_json(slots)
+    # The task reads the same event back (``JobEvent``), and the event is the one the trigger fired.
+    assert JobEvent.from_payload(event).to_payload() == event
+    assert JobEvent.from_payload(event).verdict == JobVerdict.from_dict(event["verdict"])
     if outcome == "succeeded":
         assert event["verdict"] == {"state": "succeeded", "replica": slots[0].name}
     else:

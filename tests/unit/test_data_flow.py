@@ -140,7 +140,7 @@ def test_a_resumed_kubernetes_job_takes_its_framework_and_elastic_budget_from_th
     operator = _unparseable("kubernetes")
     task, settings = operator._task_calls(), operator._settings()
     event = {"job_name": "train-1", "namespace": "ml", "replicas": [["train-1-master-0", "master", 0]],
-             "resume_state": {"framework": "pytorch", "elastic": ELASTIC}}
+             "resume_state": {"framework": "pytorch", "elastic": ELASTIC}, "status": "succeeded"}
     run = KubernetesJobRun.resume(task, settings, {"ti": TI()}, event)  # type: ignore[arg-type]
     assert (run.framework, run.elastic.plan, run.name, run.namespace) == ("pytorch", ElasticPlan(**ELASTIC),
                                                                            "train-1", "ml")
@@ -170,7 +170,7 @@ def test_an_elastic_restart_after_a_deferral_builds_the_pods_once_and_watches_th
     # worker-0 was lost before the deferral and the job carried on without it: the trigger watched the others.
     watched = [["train-1-master-0", "master", 0], ["train-1-worker-1", "worker", 1]]
     event = {"job_name": "train-1", "namespace": "ml", "replicas": watched,
-             "resume_state": {"framework": "pytorch", "elastic": ELASTIC}}
+             "resume_state": {"framework": "pytorch", "elastic": ELASTIC}, "status": "failed"}
     ti = type("TI", (TI,), {"try_number": 2})()
     run = KubernetesJobRun.resume(task, settings, {"ti": ti}, event)  # type: ignore[arg-type]
     pod = run._pod_manifest("train-1-worker-1")

@@ -26,11 +26,10 @@ from airflow_distributed.exceptions import (
 )
 from airflow_distributed.hooks.api_retry import KubernetesJobError as FromApiRetry
 from airflow_distributed.hooks.api_retry import job_error
-from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.disruption import pod_disruption
 from airflow_distributed.jobstate.failures import FAILURE_CLASSES, job_failure
 from airflow_distributed.jobstate.job_watch import JobTracker
-from airflow_distributed.jobstate.outcome import JobOutcome, failure_message
+from airflow_distributed.jobstate.outcome import Ending, JobOutcome, failure_message
 from airflow_distributed.jobstate.verdicts import ReplicaSlot
 
 NOTE = "every other replica was stopped"
@@ -44,33 +43,33 @@ class Case:
 
 
 CASES = [
-    Case("a script exited 2", JobOutcome(ending.EXITED, replica="j-worker-1", exit_code=2, tail=("boom",)),
+    Case("a script exited 2", JobOutcome(Ending.EXITED, replica="j-worker-1", exit_code=2, tail=("boom",)),
          ReplicaExitedError),
-    Case("killed by the kernel", JobOutcome(ending.EXITED, replica="j-worker-1", exit_code=137, reason="OOMKilled"),
+    Case("killed by the kernel", JobOutcome(Ending.EXITED, replica="j-worker-1", exit_code=137, reason="OOMKilled"),
          ReplicaOOMKilledError),
-    Case("its pod failed for memory", JobOutcome(ending.POD_FAILED, replica="j-worker-1", reason="OOMKilled"),
+    Case("its pod failed for memory", JobOutcome(Ending.POD_FAILED, replica="j-worker-1", reason="OOMKilled"),
          ReplicaOOMKilledError),
-    Case("killed as its pod was evicted", JobOutcome(ending.EXITED, replica="j-worker-1", exit_code=143,
+    Case("killed as its pod was evicted", JobOutcome(Ending.EXITED, replica="j-worker-1", exit_code=143,
                                                      reason="Error", disruption="EvictionByEvictionAPI"),
          ReplicaLostError),
-    Case("its pod evicted by the kubelet", JobOutcome(ending.POD_FAILED, replica="j-worker-0", reason="Evicted",
+    Case("its pod evicted by the kubelet", JobOutcome(Ending.POD_FAILED, replica="j-worker-0", reason="Evicted",
                                                       message="low on memory", disruption="Evicted"),
          ReplicaLostError),
-    Case("its pod failed otherwise", JobOutcome(ending.POD_FAILED, replica="j-worker-0", reason="DeadlineExceeded"),
+    Case("its pod failed otherwise", JobOutcome(Ending.POD_FAILED, replica="j-worker-0", reason="DeadlineExceeded"),
          DistributedJobError),
-    Case("its pod preempted and deleted", JobOutcome(ending.DELETED, replica="j-worker-0",
+    Case("its pod preempted and deleted", JobOutcome(Ending.DELETED, replica="j-worker-0",
                                                      disruption="PreemptionByScheduler"), ReplicaLostError),
-    Case("its pod deleted", JobOutcome(ending.DELETED, replica="j-worker-0"), ReplicaLostError),
-    Case("the job deleted", JobOutcome(ending.DELETED), DistributedJobError),
-    Case("image pull failed", JobOutcome(ending.IMAGE, replica="j-worker-1", reason="ErrImagePull",
+    Case("its pod deleted", JobOutcome(Ending.DELETED, replica="j-worker-0"), ReplicaLostError),
+    Case("the job deleted", JobOutcome(Ending.DELETED), DistributedJobError),
+    Case("image pull failed", JobOutcome(Ending.IMAGE, replica="j-worker-1", reason="ErrImagePull",
                                          message="not found", image="reg/t:1"), ImagePullError),
-    Case("did not start", JobOutcome(ending.NOT_STARTED, replica="j-worker-1", reason="Unschedulable",
+    Case("did not start", JobOutcome(Ending.NOT_STARTED, replica="j-worker-1", reason="Unschedulable",
                                      message="0/3 nodes"), ReplicaNotStartedError),
-    Case("stopped", JobOutcome(ending.STOPPED), DistributedJobError),
-    Case("timed out", JobOutcome(ending.TIMED_OUT), DistributedJobError),
-    Case("an elastic job gave up", JobOutcome(ending.GAVE_UP, replica="j-worker-0", exit_code=1,
+    Case("stopped", JobOutcome(Ending.STOPPED), DistributedJobError),
+    Case("timed out", JobOutcome(Ending.TIMED_OUT), DistributedJobError),
+    Case("an elastic job gave up", JobOutcome(Ending.GAVE_UP, replica="j-worker-0", exit_code=1,
                                               reason="no restarts left"), DistributedJobError),
-    Case("a controller said failed", JobOutcome(ending.FAILED, judgement="BackoffLimitExceeded"),
+    Case("a controller said failed", JobOutcome(Ending.FAILED, judgement="BackoffLimitExceeded"),
          DistributedJobError),
 ]
 
@@ -89,16 +88,16 @@ def test_each_ending_raises_its_class_with_its_facts_and_the_same_message(case: 
 
 
 def test_every_ending_but_success_is_in_the_table() -> None:
-    assert set(FAILURE_CLASSES) == set(ending.ENDINGS) - {ending.SUCCEEDED}
+    assert set(FAILURE_CLASSES) == set(Ending) - {Ending.SUCCEEDED}
 
 
 def test_a_class_named_by_a_trigger_stands_in_for_an_ending_that_names_none() -> None:
-    outcome = JobOutcome(ending.FAILED, message="pods of ns/j: 403 Forbidden")
+    outcome = JobOutcome(Ending.FAILED, message="pods of ns/j: 403 Forbidden")
     error = job_failure("ns/j", outcome, 1.0, NOTE, default=ClusterRefusedError)
     assert type(error) is ClusterRefusedError and isinstance(error, KubernetesJobError)
     assert str(error) == failure_message("ns/j", outcome, 1.0, NOTE)
     # An ending with a class of its own keeps it.
-    exited = JobOutcome(ending.EXITED, replica="j-master-0", exit_code=2)
+    exited = JobOutcome(Ending.EXITED, replica="j-master-0", exit_code=2)
     assert type(job_failure("ns/j", exited, 1.0, NOTE, default=ClusterRefusedError)) is ReplicaExitedError
 
 
@@ -241,7 +240,7 @@ def test_a_recreated_pod_that_nobody_disrupts_is_no_longer_marked() -> None:
 
 
 def test_a_hung_job_is_a_job_hung_error_quoting_every_replicas_last_lines() -> None:
-    outcome = JobOutcome(ending.HUNG, message="the job hung: no progress for 30s",
+    outcome = JobOutcome(Ending.HUNG, message="the job hung: no progress for 30s",
                          logs={"j-master-0": ("step 1", 'File "t.py", line 9 in block'), "j-worker-0": ()})
     error = job_failure("ns/j", outcome, 31.0, "every replica was stopped")
     assert type(error) is errors.JobHungError

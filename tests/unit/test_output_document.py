@@ -27,7 +27,7 @@ from airflow_distributed.outputs import (
     parse_output_document,
     sanitise_document,
 )
-from airflow_distributed.status import RUNNING, ReplicaStatus, progress_text
+from airflow_distributed.status import ReplicaState, ReplicaStatus, progress_text
 from airflow_distributed.strict_json import MAX_DEPTH, MAX_STRING, strict_number
 
 # A hand-written document with everything a master can get wrong while its job still succeeds.
@@ -235,7 +235,7 @@ def test_the_live_record_of_a_running_job_is_strict_json_whatever_the_master_wro
     live = LiveJobReport(job_name="j", framework="pytorch", read_document=lambda: next(texts),
                          publish=lambda record: published.append(json.dumps(record, allow_nan=False)),
                          log=_Log(), interval=1.0, clock=lambda: clock[0])
-    replicas = [ReplicaStatus("master-0", "master", 0, RUNNING)]
+    replicas = [ReplicaStatus("master-0", "master", 0, ReplicaState.RUNNING)]
     for _ in range(3):
         live(replicas)
         clock[0] += 1.0

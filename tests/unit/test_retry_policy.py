@@ -22,9 +22,8 @@ from airflow_distributed.exceptions import (
     ReplicaNotStartedError,
     ReplicaOOMKilledError,
 )
-from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.failures import job_failure
-from airflow_distributed.jobstate.outcome import JobOutcome
+from airflow_distributed.jobstate.outcome import Ending, JobOutcome
 from airflow_distributed.operators import DistributedTrainingOperator
 from airflow_distributed.operators.training import default_retry_policy
 from airflow_distributed.retry_policy import DistributedRetryPolicy
@@ -54,11 +53,11 @@ def test_what_the_policy_decides(error, action, delay) -> None:
 
 
 def test_its_reason_names_the_replica_and_why() -> None:
-    outcome = JobOutcome(ending.DELETED, replica="j-worker-1", disruption="EvictionByEvictionAPI")
+    outcome = JobOutcome(Ending.DELETED, replica="j-worker-1", disruption="EvictionByEvictionAPI")
     decision = DistributedRetryPolicy().evaluate(job_failure("ns/j", outcome, 1.0, "gone"), 1, 4)
     assert decision.reason is not None
     assert decision.reason.endswith("(replica j-worker-1: EvictionByEvictionAPI)")
-    image = JobOutcome(ending.IMAGE, replica="j-master-0", reason="ErrImagePull", image="reg/t:1")
+    image = JobOutcome(Ending.IMAGE, replica="j-master-0", reason="ErrImagePull", image="reg/t:1")
     decision = DistributedRetryPolicy().evaluate(job_failure("ns/j", image, 1.0, "gone"), 1, 4)
     assert decision.reason is not None and "a retry pulls the same image (replica j-master-0: ErrImagePull)" in (
         decision.reason)

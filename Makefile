@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: example test test-slow lint wheel mxnet paddle paddle-ps mlflow tensorboard browser kube bench clean
+.PHONY: example test test-slow test-all horovod lint wheel mxnet paddle paddle-ps mlflow tensorboard browser kube bench clean
 
 # pip's output goes to a log that is shown only when the install fails.
 PIP_INSTALL = $(PY) -m pip install --quiet --disable-pip-version-check
@@ -70,9 +70,18 @@ lint: $(VENV)/.installed-test
 wheel:
 	bash scripts/check-wheel.sh $(PYTHON)
 
-test-slow: $(VENV)/.installed-test mxnet paddle paddle-ps tensorboard
+# Horovod for torch 2.13, built once per machine (2-10 min) and cached outside the checkout.
+horovod: $(VENV)/.installed-test
 	bash scripts/build-horovod.sh $(PY)
+
+test-slow: $(VENV)/.installed-test mxnet paddle paddle-ps tensorboard horovod
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+# The default and the slow tests in one pytest session (CI's run): the same tests as `make test` then `make test-slow`,
+# but what each session sets up is set up once: the collection (it imports TensorFlow, torch and JAX: 30-90 s on 2
+# busy cores), the Airflow database, the control planes, the real node, the Ray cluster and each module's servers.
+test-all: $(VENV)/.installed-test mxnet paddle paddle-ps mlflow tensorboard browser kube horovod
+	$(PY) -m pytest --durations=30 $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed-test
 	$(PY) bench/run.py

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_distributed.backends.base import BackendSettings, DistributedJobError, ForKubernetes, Problem, has_template
 from airflow_distributed.contract import ENV_RECORD_INTERVAL, ENV_STACKS_DIR, ENV_STACKS_SIGNAL
-from airflow_distributed.exceptions import error_class_named
 from airflow_distributed.jobstate.hang_watch import STACKS_DIR, STACKS_SIGNAL
 from airflow_distributed.manifests.gang_scheduling import GANG_SCHEDULERS
 from airflow_distributed.naming import DNS_LABEL_RULE, is_dns_label
@@ -64,11 +63,6 @@ NOT_CLEANED_UP = "it could not be cleaned up (see the error above): delete it by
 
 def job_error(message: str) -> Exception:
     return DistributedJobError(message)
-
-
-def event_error_class(event: dict[str, Any]) -> type[DistributedJobError] | None:
-    """The class of the error that ended a trigger's wait (``ClusterRefusedError``...), which its event names."""
-    return error_class_named(event.get("error_class"))
 
 
 def require_image(settings: ForKubernetes, backend: str) -> None:
@@ -148,5 +142,5 @@ def clean_pod_policy(settings: ForKubernetes, succeeded: bool, context: Context)
 
 
 __all__ = ["CLEAN_POD_POLICIES", "LIVE_JOB_XCOM_KEY", "NOT_CLEANED_UP", "TAIL_LINES", "check_kubernetes_arguments",
-           "clean_pod_policy", "deferral_deadline", "event_error_class", "ignored_in_cluster", "job_error",
+           "clean_pod_policy", "deferral_deadline", "ignored_in_cluster", "job_error",
            "job_namespace", "last_try", "namespace_problems", "require_image", "stacks_env"]

@@ -204,7 +204,7 @@ def test_the_kubeflow_triggers_events_are_read(tmp_path):
 
     def ending(watch: ObjectWatch, pending: PendingPods | None = None, ended: bool = True) -> JobEvent:
         end = judge_object_wait(watch, trigger.kind.status_of, pending.verdict if pending else None, None)
-        return _read_back(trigger._ending(end if ended else None))
+        return _read_back(trigger._ending(end if ended else None).to_payload())
 
     deleted = ObjectWatch(JOB)
     deleted.on_list({"items": [_job("Running")]})

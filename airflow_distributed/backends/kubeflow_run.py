@@ -58,7 +58,7 @@ from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_distributed.backends.base import ForKubernetes, TaskCalls
+    from airflow_distributed.backends.base import ForCluster, TaskCalls
     from airflow_distributed.spec import TrainingSpec
 
 
@@ -74,7 +74,7 @@ class KubeflowJobRun:
     hook_class: ClassVar[type[KubeflowJobHook]] = KubeflowJobHook
     trigger_class: ClassVar[type[KubeflowJobTrigger]] = KubeflowJobTrigger
 
-    def __init__(self, task: TaskCalls, settings: ForKubernetes, context: Context, hook: KubeflowJobHook,
+    def __init__(self, task: TaskCalls, settings: ForCluster, context: Context, hook: KubeflowJobHook,
                  namespace: str, name: str, framework: str, started_at: float | None = None) -> None:
         self.task, self.settings, self.context, self.hook = task, settings, context, hook
         self.namespace, self.name, self.framework = namespace, name, framework
@@ -101,7 +101,7 @@ class KubeflowJobRun:
         return self.hook_class(kubernetes_conn_id=self.settings.options.kubernetes_conn_id, logger=self.log)
 
     @classmethod
-    def start(cls, task: TaskCalls, settings: ForKubernetes, context: Context, spec: TrainingSpec, job_name: str,
+    def start(cls, task: TaskCalls, settings: ForCluster, context: Context, spec: TrainingSpec, job_name: str,
               command: Sequence[str]) -> KubeflowJobRun:
         require_image(settings, cls.backend)
         hook = cls.hook_class(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
@@ -130,7 +130,7 @@ class KubeflowJobRun:
         return build_kubeflow_job(plan, options)
 
     @classmethod
-    def resume(cls, task: TaskCalls, settings: ForKubernetes, context: Context,
+    def resume(cls, task: TaskCalls, settings: ForCluster, context: Context,
                event: dict[str, Any]) -> KubeflowJobRun:
         hook = cls.hook_class(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
         fired = JobEvent.from_payload(event)

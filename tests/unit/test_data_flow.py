@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from airflow_distributed.backends.base import KubernetesSettings
+from airflow_distributed.backends.base import ClusterSettings
 from airflow_distributed.backends.registry import REGISTRY
 from airflow_distributed.frameworks import get_framework
 from airflow_distributed.manifests.kubeflow import KubeflowAddressing
@@ -39,7 +39,7 @@ class RecordingBackend:
     """Starts nothing; keeps the spec each step was given."""
 
     name = "recording"
-    options_class = KubernetesSettings
+    options_class = ClusterSettings
 
     def __init__(self) -> None:
         self.checked: Any = None

@@ -273,6 +273,7 @@ def test_the_ray_triggers_events_are_read(port):  # noqa: F811 (the imported fix
 
 
 def test_a_ray_event_with_no_resume_state_reads_as_one_without():
-    """The Ray trigger writes ``resume_state`` even when it is ``None``: read, it is a key the event lacks."""
+    """A Ray trigger of an earlier release wrote ``resume_state`` even when it was ``None``: read, it is a key the
+    event lacks."""
     event = JobEvent.from_payload({"job_name": JOB, "resume_state": None, "status": "final", "state": "STOPPED"})
     assert event == JobEvent(EventKind.FINAL, JOB, state="STOPPED")

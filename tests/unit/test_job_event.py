@@ -259,16 +259,25 @@ def test_the_ray_triggers_events_are_read(port):  # noqa: F811 (the imported fix
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
-        event = _read_back(_fired(_ray_trigger(reconnect_budget=5.0)))
+        payload = _fired(_ray_trigger(reconnect_budget=5.0))
     finally:
         server.shutdown()
         server.server_close()
+    # The payload as the trigger wrote it before ``JobEvent``, key for key and in that order.
+    assert json.dumps(payload) == json.dumps({"job_name": JOB, "resume_state": {"framework": "pytorch"},
+                                              "status": "final", "state": "SUCCEEDED"})
+    event = _read_back(payload)
     assert (event.kind, event.state, event.resume_state) == (EventKind.FINAL, "SUCCEEDED", {"framework": "pytorch"})
 
-    event = _read_back(_fired(_ray_trigger(reconnect_budget=0.0)))  # nothing listens any more
+    payload = _fired(_ray_trigger(reconnect_budget=0.0))  # nothing listens any more
+    assert list(payload) == ["job_name", "resume_state", "status", "message"]
+    event = _read_back(payload)
     assert event.kind == EventKind.ERROR and "stayed unreachable" in (event.message or "")
 
-    event = _read_back(_fired(_ray_trigger(reconnect_budget=5.0, execution_deadline=time.time() - 1)))
+    payload = _fired(_ray_trigger(reconnect_budget=5.0, execution_deadline=time.time() - 1))
+    assert list(payload) == ["job_name", "resume_state", "status", "elapsed", "message"]
+    assert payload["message"] == f"Ray job {JOB} reached the task's execution_timeout"
+    event = _read_back(payload)
     assert event.kind == EventKind.TIMEOUT and event.elapsed is not None and event.namespace is None
 
 

@@ -32,12 +32,6 @@ class ReplicaState(StrEnum):
     STOPPED = "stopped"
 
 
-#: Aliases of the members for the modules that still import them by these names (the Kubeflow waits and kinds, the
-#: Ray driver); to be replaced by ``ReplicaState.X``.
-PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED = (ReplicaState.PENDING, ReplicaState.RUNNING, ReplicaState.SUCCEEDED,
-                                                ReplicaState.FAILED, ReplicaState.STOPPED)
-
-
 def plain(value: Any) -> Any:
     """``value`` with a member of one of these string enums as its bare string: what goes into JSON, XCom or a
     trigger's event is exactly what it was before the enums."""

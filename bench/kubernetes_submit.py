@@ -2,7 +2,7 @@
 
 Side by side in one run, each in a namespace of its own:
 
-- ``hook``: ``DistributedTrainingHook.ensure_job`` (look-up, Service, dependents, pods concurrently, bounded);
+- ``hook``: ``PodJobHook.ensure_job`` (look-up, Service, dependents, pods concurrently, bounded);
 - ``plain_same_pods``: the same pod bodies (ownerReference included, built outside the timing) created one by
   one with the plain ``CoreV1Api`` (no Service, no retries): what any submitter has to send;
 - ``plain_bare_pods``: as many one-container pods with no environment, one by one.
@@ -33,7 +33,7 @@ import psutil  # noqa: E402 (an Airflow dependency)
 from kubernetes import client  # noqa: E402
 from kubernetes import config as kube_config  # noqa: E402
 
-from airflow_distributed.hooks.kubernetes import DistributedTrainingHook  # noqa: E402
+from airflow_distributed.hooks.kubernetes import PodJobHook  # noqa: E402
 from airflow_distributed.jobstate.verdicts import replica_slots  # noqa: E402
 from airflow_distributed.manifests.kubernetes import (  # noqa: E402
     JobManifestOptions,
@@ -138,7 +138,7 @@ def measure(sizes: tuple[int, ...] = SIZES, rounds: int = ROUNDS, real: bool = F
 def _size(emu: EmulatorProcess, config: str, replicas: int, rounds: int) -> dict:
     """``rounds`` rounds of the three submitters, in a rotating order; medians, and every round's seconds."""
     plain = client.CoreV1Api(kube_config.new_client_from_config(config_file=config))
-    hook = DistributedTrainingHook(kubernetes_conn_id=None, config_file=config,
+    hook = PodJobHook(kubernetes_conn_id=None, config_file=config,
                                    client_configuration=client.Configuration())
     hook.get_service("default", "warm-up")  # connection set-up, as plain's client has it after its first round
     plain.list_namespaced_pod("default")

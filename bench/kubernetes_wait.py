@@ -3,7 +3,7 @@
 The job runs for ``seconds`` on the API emulator (the benchmark plays the kubelet: pods run, the master logs a
 line every half second, then succeeds). Measured from the first request of the wait to its verdict:
 
-- ``sync``: ``DistributedTrainingHook.wait_for_job`` with the master's log followed into the task log;
+- ``sync``: ``PodJobHook.wait_for_job`` with the master's log followed into the task log;
 - ``deferrable``: ``DistributedJobTrigger`` (the triggerer's side);
 - ``sync_short_watch``: the sync wait with a 5 s watch timeout, to show what reconnects cost: one request each.
 
@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from kubernetes import client  # noqa: E402
 
-from airflow_distributed.hooks.kubernetes import DistributedTrainingHook  # noqa: E402
+from airflow_distributed.hooks.kubernetes import PodJobHook  # noqa: E402
 from airflow_distributed.jobstate.verdicts import slots_to_json  # noqa: E402
 from airflow_distributed.jobstate.watch_timings import WATCH_TIMEOUT  # noqa: E402
 from airflow_distributed.triggers.kubernetes import DistributedJobTrigger  # noqa: E402
@@ -82,7 +82,7 @@ def _run(emu: KubeEmulator, config: str, mode: str, seconds: float) -> dict:
     namespace = f"wait-{mode.replace('_', '-')}"
     emu.create_namespace(namespace)
     build, slots = _job(namespace, REPLICAS)
-    hook = DistributedTrainingHook(kubernetes_conn_id=None, config_file=config,
+    hook = PodJobHook(kubernetes_conn_id=None, config_file=config,
                                    client_configuration=client.Configuration())
     handle = hook.ensure_job(namespace, build(None), slots)
     stop = threading.Event()

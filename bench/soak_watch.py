@@ -3,7 +3,7 @@
 The client runs at the project's defaults (``WatchTimings()``: ``timeoutSeconds`` 300, read timeout 330 s). Two jobs
 of three replicas run at once against one server, so that both modes take the time once:
 
-- ``sync``: ``DistributedTrainingHook.wait_for_job`` (the operator's wait in a worker), in a thread;
+- ``sync``: ``PodJobHook.wait_for_job`` (the operator's wait in a worker), in a thread;
 - ``deferrable``: ``DistributedJobTrigger`` (the triggerer's side), in an event loop.
 
 The server is a choice:
@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from kubernetes import client  # noqa: E402
 
-from airflow_distributed.hooks.kubernetes import DistributedTrainingHook  # noqa: E402
+from airflow_distributed.hooks.kubernetes import PodJobHook  # noqa: E402
 from airflow_distributed.jobstate.verdicts import slots_to_json  # noqa: E402
 from airflow_distributed.jobstate.watch_stream import ResumableWatch  # noqa: E402
 from airflow_distributed.jobstate.watch_timings import WatchTimings  # noqa: E402
@@ -193,7 +193,7 @@ def soak(minutes: float, real: bool = False) -> dict:
         for mode in MODES:
             namespace = f"soak-{mode}"
             config = server.namespace(namespace)
-            hook = DistributedTrainingHook(kubernetes_conn_id=None, config_file=config,
+            hook = PodJobHook(kubernetes_conn_id=None, config_file=config,
                                            client_configuration=client.Configuration())
             build, slots = _job(namespace, REPLICAS)
             handle = hook.ensure_job(namespace, build(None), slots)

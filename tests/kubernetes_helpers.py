@@ -24,7 +24,7 @@ import pytest
 from kubernetes import client
 
 from airflow_distributed.hooks.api_retry import RetryPolicy
-from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
+from airflow_distributed.hooks.kubernetes import PodJobHook
 from airflow_distributed.jobstate.verdicts import replica_slots, slots_to_json
 from airflow_distributed.manifests.horovod_ssh import generate_ssh_key_pair
 from airflow_distributed.manifests.kubernetes import (
@@ -302,8 +302,8 @@ def make_job(namespace: str, environment: dict | None = None, framework: str = "
     return (lambda uid: build_job_objects(plan, settings, owner_uid=uid, ssh_key=key)), replica_slots(plan), name
 
 
-def new_hook(kubeconfig: str, sleep=None, **kwargs) -> DistributedTrainingHook:
-    return DistributedTrainingHook(kubernetes_conn_id=None, config_file=kubeconfig,
+def new_hook(kubeconfig: str, sleep=None, **kwargs) -> PodJobHook:
+    return PodJobHook(kubernetes_conn_id=None, config_file=kubeconfig,
                                    client_configuration=client.Configuration(), retry=FAST,
                                    sleep=sleep or (lambda seconds: None), **kwargs)
 

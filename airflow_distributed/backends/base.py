@@ -170,7 +170,8 @@ class BackendSettings(Generic[Options]):
 ForCluster = BackendSettings[ClusterSettings]
 ForProcesses = BackendSettings[ProcessSettings]
 ForRay = BackendSettings[RaySettings]
-#: The names these had when "kubernetes" named both the platform and the pods backend, still importable.
+#: The old public names of these, from when "kubernetes" named both the platform and the pods backend: kept for
+#: the users who import them.
 KubernetesSettings = ClusterSettings
 ForKubernetes = ForCluster
 
@@ -196,7 +197,7 @@ class Backend(Protocol):
 
     #: the ``backend=`` name it is registered under (``backends.registry``)
     name: ClassVar[str]
-    #: its options (``KubernetesSettings``...): what of the operator's arguments it receives as ``settings.options``
+    #: its options (``ClusterSettings``...): what of the operator's arguments it receives as ``settings.options``
     options_class: ClassVar[type]
 
     def check(self, settings: BackendSettings, spec: TrainingSpec | None) -> list[Problem]:

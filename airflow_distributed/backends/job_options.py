@@ -17,13 +17,13 @@ from airflow_distributed.task_instance import TaskInstanceRef
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_distributed.backends.base import ForKubernetes
+    from airflow_distributed.backends.base import ForCluster
 
 #: Past the task's execution_timeout, how long a pod may still run if nothing deletes it (a worker that died).
 DEADLINE_MARGIN_SECONDS = 120
 
 
-def manifest_options(settings: ForKubernetes, context: Context, namespace: str,
+def manifest_options(settings: ForCluster, context: Context, namespace: str,
                      xcom_sidecar_image: str | None = None) -> JobManifestOptions:
     """What the manifests of every Kubernetes-side backend take from the operator's arguments and the task, and the
     image of the XCom sidecar (the connection's ``xcom_sidecar_container_image``, read by the caller's hook)."""
@@ -45,7 +45,7 @@ def manifest_options(settings: ForKubernetes, context: Context, namespace: str,
     )
 
 
-def watch_timings(settings: ForKubernetes) -> WatchTimings:
+def watch_timings(settings: ForCluster) -> WatchTimings:
     """The operator's ``watch_timings`` (checked at parse time) with the defaults filled in."""
     return WatchTimings.of(settings.options.watch_timings)
 

@@ -15,9 +15,8 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_distributed.backends.base import BackendSettings, DistributedJobError, ForKubernetes, Problem, has_template
+from airflow_distributed.backends.base import BackendSettings, DistributedJobError, ForCluster, Problem, has_template
 from airflow_distributed.contract import ENV_RECORD_INTERVAL, ENV_STACKS_DIR, ENV_STACKS_SIGNAL
-from airflow_distributed.exceptions import error_class_named
 from airflow_distributed.jobstate.hang_watch import STACKS_DIR, STACKS_SIGNAL
 from airflow_distributed.manifests.gang_scheduling import GANG_SCHEDULERS
 from airflow_distributed.naming import DNS_LABEL_RULE, is_dns_label
@@ -36,7 +35,7 @@ LIVE_JOB_XCOM_KEY = "kubernetes_job"
 TAIL_LINES = 30
 
 
-def check_kubernetes_arguments(settings: ForKubernetes) -> list[Problem]:
+def check_kubernetes_arguments(settings: ForCluster) -> list[Problem]:
     """Problems with the Kubernetes arguments every Kubernetes-side backend takes, as ``(argument, message)``."""
     problems = namespace_problems(settings.options.namespace)
     policy = settings.options.clean_pod_policy
@@ -48,7 +47,7 @@ def check_kubernetes_arguments(settings: ForKubernetes) -> list[Problem]:
     return problems
 
 
-def stacks_env(settings: ForKubernetes) -> Mapping[str, str] | None:
+def stacks_env(settings: ForCluster) -> Mapping[str, str] | None:
     """The replicas' variables: with ``progress_timeout``, those on which ``tracking`` prints its process's stacks
     and notes its pid for the hang watchdog's exec, and paces its live records within reach of the watchdog's
     deadline (the watchdog reads the master's report in its log)."""
@@ -66,12 +65,7 @@ def job_error(message: str) -> Exception:
     return DistributedJobError(message)
 
 
-def event_error_class(event: dict[str, Any]) -> type[DistributedJobError] | None:
-    """The class of the error that ended a trigger's wait (``ClusterRefusedError``...), which its event names."""
-    return error_class_named(event.get("error_class"))
-
-
-def require_image(settings: ForKubernetes, backend: str) -> None:
+def require_image(settings: ForCluster, backend: str) -> None:
     if not settings.options.image:
         raise job_error(f"backend={backend!r} runs every replica from an image: set image=")
 
@@ -84,7 +78,7 @@ def namespace_problems(namespace: Any) -> list[Problem]:
     return [("namespace", f"is not a valid namespace: it must be {DNS_LABEL_RULE}")]
 
 
-def job_namespace(settings: ForKubernetes, hook: KubeApiHook, task_id: str) -> str:
+def job_namespace(settings: ForCluster, hook: KubeApiHook, task_id: str) -> str:
     """The namespace of the job: ``namespace`` as rendered, else the connection's; refused unless a DNS-1123 label,
     before anything is created (it is also part of every replica's address)."""
     options = settings.options
@@ -96,7 +90,7 @@ def job_namespace(settings: ForKubernetes, hook: KubeApiHook, task_id: str) -> s
     return namespace
 
 
-def ignored_in_cluster(settings: ForKubernetes, backend: str) -> list[Problem]:
+def ignored_in_cluster(settings: ForCluster, backend: str) -> list[Problem]:
     """Settings a Kubernetes-side ``backend`` accepts and does not use, harmless to ignore: said once per try
     (``log_ignored``)."""
     ignored: list[Problem] = []
@@ -137,7 +131,7 @@ def last_try(context: Context) -> bool:
     return try_number > max_tries
 
 
-def clean_pod_policy(settings: ForKubernetes, succeeded: bool, context: Context) -> str:
+def clean_pod_policy(settings: ForCluster, succeeded: bool, context: Context) -> str:
     """What the end of a job deletes (``clean_pod_policy``): the user's choice when they made one; else ``all``
     after success or after the last try (nothing would ever delete what it kept), and ``running`` after a failed
     try that a retry follows (it finds the finished pods, their logs)."""
@@ -148,5 +142,5 @@ def clean_pod_policy(settings: ForKubernetes, succeeded: bool, context: Context)
 
 
 __all__ = ["CLEAN_POD_POLICIES", "LIVE_JOB_XCOM_KEY", "NOT_CLEANED_UP", "TAIL_LINES", "check_kubernetes_arguments",
-           "clean_pod_policy", "deferral_deadline", "event_error_class", "ignored_in_cluster", "job_error",
+           "clean_pod_policy", "deferral_deadline", "ignored_in_cluster", "job_error",
            "job_namespace", "last_try", "namespace_problems", "require_image", "stacks_env"]

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_distributed.backends.base import KubernetesSettings, log_ignored, trainjob_only
+from airflow_distributed.backends.base import ClusterSettings, log_ignored, trainjob_only
 from airflow_distributed.backends.job_run import LIVE_JOB_XCOM_KEY, check_kubernetes_arguments, ignored_in_cluster
 from airflow_distributed.manifests.kubeflow_checks import kubeflow_problems
 from airflow_distributed.status import ReplicaState
@@ -36,12 +36,12 @@ from airflow_distributed.status import ReplicaState
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_distributed.backends.base import ForKubernetes, TaskCalls
+    from airflow_distributed.backends.base import ForCluster, TaskCalls
     from airflow_distributed.backends.kubeflow_run import KubeflowJobRun
     from airflow_distributed.spec import TrainingSpec
 
 
-def check_kubeflow_arguments(settings: ForKubernetes, spec: TrainingSpec | None) -> list[tuple[str, str]]:
+def check_kubeflow_arguments(settings: ForCluster, spec: TrainingSpec | None) -> list[tuple[str, str]]:
     """Problems with the operator's arguments for ``backend="kubeflow"``, as ``(path, message)``.
 
     Adds ``kubeflow_problems(spec)`` (per-index settings one pod template cannot express) for a spec that is not a
@@ -57,7 +57,7 @@ class KubeflowBackend:
     """``backend="kubeflow"``: one Kubeflow Training Operator v1 job, judged by that operator."""
 
     name: ClassVar[str] = "kubeflow"
-    options_class: ClassVar[type] = KubernetesSettings
+    options_class: ClassVar[type] = ClusterSettings
 
     def __init__(self) -> None:
         #: the job being waited for, for ``kill``
@@ -71,10 +71,10 @@ class KubeflowBackend:
 
         return KubeflowJobRun
 
-    def check(self, settings: ForKubernetes, spec: TrainingSpec | None) -> list[tuple[str, str]]:
+    def check(self, settings: ForCluster, spec: TrainingSpec | None) -> list[tuple[str, str]]:
         return check_kubeflow_arguments(settings, spec) + trainjob_only(settings, spec, self.name)
 
-    def run(self, task: TaskCalls, settings: ForKubernetes, context: Context, spec: TrainingSpec, job_name: str,
+    def run(self, task: TaskCalls, settings: ForCluster, context: Context, spec: TrainingSpec, job_name: str,
             command: Sequence[str]) -> dict[str, Any]:
         """Submit (or reattach) the job, then wait here or deferred.
 
@@ -98,7 +98,7 @@ class KubeflowBackend:
             run.defer()
         return run.wait()
 
-    def resume(self, task: TaskCalls, settings: ForKubernetes, context: Context,
+    def resume(self, task: TaskCalls, settings: ForCluster, context: Context,
                event: dict[str, Any]) -> dict[str, Any]:
         run = self.current = self.run_class().resume(task, settings, context, event)
         return run.complete(event)

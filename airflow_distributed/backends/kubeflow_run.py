@@ -8,7 +8,7 @@ Run-time: it imports the hook, the trigger and the manifests (so the Kubernetes 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -19,24 +19,23 @@ from airflow_distributed.backends.job_run import (
     TAIL_LINES,
     clean_pod_policy,
     deferral_deadline,
-    event_error_class,
     job_namespace,
     last_try,
     require_image,
     stacks_env,
 )
 from airflow_distributed.backends.job_usage import usage_over_tries
-from airflow_distributed.exceptions import KubernetesJobError
+from airflow_distributed.exceptions import KubernetesJobError, error_class_named
 from airflow_distributed.hooks.kubeflow import KubeflowHandle, KubeflowJobHook
 from airflow_distributed.hooks.pod_logs import task_log_lines
-from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.disruption import TakenAway
 from airflow_distributed.jobstate.failures import job_failure
 from airflow_distributed.jobstate.hang_watch import HUNG_REPLICAS
+from airflow_distributed.jobstate.job_event import EventKind, JobEvent
 from airflow_distributed.jobstate.kubeflow_pods import failed_replica, lost_replica
 from airflow_distributed.jobstate.log_cursor import LogCursor
 from airflow_distributed.jobstate.object_wait import status_outcome
-from airflow_distributed.jobstate.outcome import HUNG_TAIL_LINES, JobOutcome
+from airflow_distributed.jobstate.outcome import HUNG_TAIL_LINES, Ending, JobOutcome
 from airflow_distributed.jobstate.pending_pods import OWN_VERDICTS
 from airflow_distributed.jobstate.startup import (
     admitted_at,
@@ -53,12 +52,13 @@ from airflow_distributed.manifests.kubeflow_kinds import KubeflowResource, kubef
 from airflow_distributed.manifests.kubernetes import layout_for_kubernetes
 from airflow_distributed.plan import Addressing, ClusterPlan, build_plan
 from airflow_distributed.replica.live_report import without_records
+from airflow_distributed.status import ReplicaState
 from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_distributed.backends.base import ForKubernetes, TaskCalls
+    from airflow_distributed.backends.base import ForCluster, TaskCalls
     from airflow_distributed.spec import TrainingSpec
 
 
@@ -74,7 +74,7 @@ class KubeflowJobRun:
     hook_class: ClassVar[type[KubeflowJobHook]] = KubeflowJobHook
     trigger_class: ClassVar[type[KubeflowJobTrigger]] = KubeflowJobTrigger
 
-    def __init__(self, task: TaskCalls, settings: ForKubernetes, context: Context, hook: KubeflowJobHook,
+    def __init__(self, task: TaskCalls, settings: ForCluster, context: Context, hook: KubeflowJobHook,
                  namespace: str, name: str, framework: str, started_at: float | None = None) -> None:
         self.task, self.settings, self.context, self.hook = task, settings, context, hook
         self.namespace, self.name, self.framework = namespace, name, framework
@@ -101,7 +101,7 @@ class KubeflowJobRun:
         return self.hook_class(kubernetes_conn_id=self.settings.options.kubernetes_conn_id, logger=self.log)
 
     @classmethod
-    def start(cls, task: TaskCalls, settings: ForKubernetes, context: Context, spec: TrainingSpec, job_name: str,
+    def start(cls, task: TaskCalls, settings: ForCluster, context: Context, spec: TrainingSpec, job_name: str,
               command: Sequence[str]) -> KubeflowJobRun:
         require_image(settings, cls.backend)
         hook = cls.hook_class(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
@@ -130,19 +130,20 @@ class KubeflowJobRun:
         return build_kubeflow_job(plan, options)
 
     @classmethod
-    def resume(cls, task: TaskCalls, settings: ForKubernetes, context: Context,
+    def resume(cls, task: TaskCalls, settings: ForCluster, context: Context,
                event: dict[str, Any]) -> KubeflowJobRun:
         hook = cls.hook_class(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
-        state = event.get("resume_state")
+        fired = JobEvent.from_payload(event)
+        state = fired.resume_state
         # The framework rides along in the event (see ``defer``); a trigger deferred by a release that did not hand
         # it back leaves it to the spec.
         framework = state["framework"] if state is not None else task.spec().framework
-        run = cls(task, settings, context, hook, event["namespace"], event["job_name"], framework,
-                  started_at=event.get("started_at"))
-        relayed = event.get("log_cursor")  # where the trigger relayed the master's log: its first line among it
-        if isinstance(relayed, dict) and relayed.get("uid"):
+        run = cls(task, settings, context, hook, str(fired.namespace), str(fired.job_name), framework,
+                  started_at=fired.started_at)
+        relayed = fired.log_cursor  # where the trigger relayed the master's log: its first line among it
+        if isinstance(relayed, Mapping) and relayed.get("uid"):
             run.log_cursors[str(relayed["uid"])] = LogCursor.from_dict(relayed)
-        run.taken = TakenAway.from_dict(event.get("taken_away"))
+        run.taken = TakenAway.from_dict(fired.taken_away)
         return run
 
     # ------------------------------------------------------------------ submit, wait
@@ -195,24 +196,25 @@ class KubeflowJobRun:
 
     def complete(self, event: dict[str, Any]) -> dict[str, Any]:
         """``execute_complete``: the trigger's event -> output, clean-up and XCom, as in the synchronous wait."""
-        status = event.get("status")
-        if status == "failed" and event.get("reason") in OWN_VERDICTS:
+        fired = JobEvent.from_payload(event)
+        if fired.kind == EventKind.FAILED and fired.reason in OWN_VERDICTS:
             # The trigger's own verdict: the job's status does not show it, so it is not read back.
-            verdict = JobVerdict.from_dict(event.get("verdict") or {"state": "failed", "cause": ending.IMAGE})
+            verdict = fired.verdict or JobVerdict(ReplicaState.FAILED, cause=Ending.IMAGE)
             obj = self.hook.get_kubeflow_job(self.namespace, self.resource, self.name)
             return self.finish(verdict.outcome(job_object=obj))
-        if status in ("succeeded", "failed"):
+        if fired.ended:
             obj = self.hook.get_kubeflow_job(self.namespace, self.resource, self.name)
             return self.finish(status_outcome(self.hook.kind.status_of(obj), obj) if obj is not None
-                               else JobOutcome(ending.DELETED))
-        if status == "deleted":
-            return self.finish(JobOutcome(ending.DELETED))
+                               else JobOutcome(Ending.DELETED))
+        if fired.kind == EventKind.DELETED:
+            return self.finish(JobOutcome(Ending.DELETED))
         # timeout (execution_timeout in the triggerer) or error (the trigger could not watch): the job must go.
         deleted = self.delete_quietly()
-        outcome = JobOutcome(ending.TIMED_OUT if status == "timeout" else ending.FAILED,
-                             message=event.get("message") or status)
+        outcome = JobOutcome(Ending.TIMED_OUT if fired.kind == EventKind.TIMEOUT else Ending.FAILED,
+                             message=fired.text)
         raise job_failure(f"{self.namespace}/{self.name}", outcome, self.elapsed(),
-                          "the job was deleted" if deleted else NOT_CLEANED_UP, default=event_error_class(event))
+                          "the job was deleted" if deleted else NOT_CLEANED_UP,
+                          default=error_class_named(fired.error_class))
 
     def kill(self) -> None:
         """``on_kill``: stop waiting and delete the job object (the Kubeflow operator's pods go with it)."""
@@ -231,7 +233,7 @@ class KubeflowJobRun:
         """Output, clean-up, XCom; raises ``DistributedJobError`` unless the job succeeded."""
         elapsed = self.elapsed()
         job = f"{self.namespace}/{self.name}"
-        if outcome.ending == ending.STOPPED:
+        if outcome.ending == Ending.STOPPED:
             self.delete_quietly()
             raise job_failure(job, outcome, elapsed, "the job was deleted")
         succeeded = outcome.succeeded
@@ -241,20 +243,20 @@ class KubeflowJobRun:
             container = self.hook.main_container(obj) if obj is not None else ""
             document = self._document(obj)
             found = None
-            if outcome.ending == ending.FAILED:
+            if outcome.ending == Ending.FAILED:
                 # A pod taken away is often deleted before its controller marks the job failed: as last seen.
                 gone = self.taken.gone(pods)
                 found = failed_replica([*gone, *pods], container) or lost_replica(gone)
             if found is not None:  # the controller's words, and the replica whose end they are about
                 outcome = found.outcome(judgement=outcome.judgement, job_object=obj)
-            logs = self.hung_logs(pods, container) if outcome.ending == ending.HUNG else self._tails(
+            logs = self.hung_logs(pods, container) if outcome.ending == Ending.HUNG else self._tails(
                 pods, container, outcome)
         except BaseException:
             self.delete_quietly()
             raise
         statuses = self.hook.replica_statuses(pods, container)
         deleted = self.clean_up(succeeded, exists=obj is not None, unfinished=outcome.ending in (
-            ending.IMAGE, ending.QUEUED, ending.HUNG))
+            Ending.IMAGE, Ending.QUEUED, Ending.HUNG))
         if not succeeded:
             outcome = replace(outcome, replicas=statuses, tail=tuple(logs.get(outcome.replica or "", ())), logs=logs)
         now = time.time()
@@ -291,7 +293,7 @@ class KubeflowJobRun:
         """The last lines of the replica that failed the job, best effort: a log that cannot be read decides
         nothing."""
         logs: dict[str, list[str]] = {}
-        if outcome.ending not in (ending.EXITED, ending.POD_FAILED):
+        if outcome.ending not in (Ending.EXITED, Ending.POD_FAILED):
             return logs
         for pod in pods:
             name = pod["metadata"]["name"]

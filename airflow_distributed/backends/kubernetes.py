@@ -3,7 +3,7 @@
 ``KubernetesBackend`` checks the operator's Kubernetes arguments when the DAG is parsed and drives one
 ``KubernetesJobRun`` (``kubernetes_run``) per try: ``run`` (``execute``) creates or reattaches the job and waits for
 it here or in the triggerer, ``resume`` (``execute_complete``) finishes it from the trigger's event, ``kill``
-(``on_kill``) deletes it. The Kubernetes I/O is the hook's (``DistributedTrainingHook``) and the trigger's
+(``on_kill``) deletes it. The Kubernetes I/O is the hook's (``PodJobHook``) and the trigger's
 (``DistributedJobTrigger``); the job's end and its clean-up policy are described in ``kubernetes_finish``.
 
 Reattach: on Airflow 3.3+ the job's identity is also kept in the task's ``task_state_store`` (``resumable``); on
@@ -18,14 +18,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_distributed.backends.base import KubernetesSettings, log_ignored, trainjob_only
+from airflow_distributed.backends.base import ClusterSettings, log_ignored, trainjob_only
 from airflow_distributed.backends.job_run import check_kubernetes_arguments, ignored_in_cluster
 from airflow_distributed.backends.resumable import ResumableKubernetesJob
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_distributed.backends.base import ForKubernetes, Problem, TaskCalls
+    from airflow_distributed.backends.base import ForCluster, Problem, TaskCalls
     from airflow_distributed.backends.kubernetes_run import KubernetesJobRun
     from airflow_distributed.spec import TrainingSpec
 
@@ -34,7 +34,7 @@ class KubernetesBackend:
     """``backend="kubernetes"``: one pod per replica and a headless Service, watched by the task."""
 
     name: ClassVar[str] = "kubernetes"
-    options_class: ClassVar[type] = KubernetesSettings
+    options_class: ClassVar[type] = ClusterSettings
 
     def __init__(self) -> None:
         #: the job being waited for, for ``kill``
@@ -47,10 +47,10 @@ class KubernetesBackend:
 
         return KubernetesJobRun
 
-    def check(self, settings: ForKubernetes, spec: TrainingSpec | None) -> list[Problem]:
+    def check(self, settings: ForCluster, spec: TrainingSpec | None) -> list[Problem]:
         return check_kubernetes_arguments(settings) + trainjob_only(settings, spec, self.name)
 
-    def run(self, task: TaskCalls, settings: ForKubernetes, context: Context, spec: TrainingSpec, job_name: str,
+    def run(self, task: TaskCalls, settings: ForCluster, context: Context, spec: TrainingSpec, job_name: str,
             command: Sequence[str]) -> dict[str, Any]:
         """Create or reattach the job, then wait (here or deferred).
 
@@ -67,7 +67,7 @@ class KubernetesBackend:
             return {"job_name": handle.name, "namespace": handle.namespace}
         return ResumableKubernetesJob(run).execute_resumable(context)
 
-    def resume(self, task: TaskCalls, settings: ForKubernetes, context: Context,
+    def resume(self, task: TaskCalls, settings: ForCluster, context: Context,
                event: dict[str, Any]) -> dict[str, Any]:
         run = self.current = self.run_class().resume(task, settings, context, event)
         return run.complete(event)

@@ -39,8 +39,8 @@ from airflow_distributed.status import ReplicaState, ReplicaStatus
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_distributed.backends.base import ForKubernetes, TaskCalls
-    from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
+    from airflow_distributed.backends.base import ForCluster, TaskCalls
+    from airflow_distributed.hooks.kubernetes import PodJobHook
     from airflow_distributed.jobstate.verdicts import ReplicaSlot
 
 CLEANUP_NOTES = {
@@ -58,8 +58,8 @@ KEPT_AFTER_LAST_TRY = ("its pods still running were deleted; the finished ones a
 class KubernetesJobFinish:
     """One job of one task instance (its replicas, its hook), and what its end does."""
 
-    def __init__(self, task: TaskCalls, settings: ForKubernetes, context: Context, namespace: str, name: str,
-                 slots: Sequence[ReplicaSlot], framework: str, hook: DistributedTrainingHook) -> None:
+    def __init__(self, task: TaskCalls, settings: ForCluster, context: Context, namespace: str, name: str,
+                 slots: Sequence[ReplicaSlot], framework: str, hook: PodJobHook) -> None:
         self.task, self.settings, self.context = task, settings, context
         self.namespace, self.name = namespace, name
         self.slots = tuple(slots)
@@ -228,7 +228,7 @@ class KubernetesJobFinish:
         return CLEANUP_NOTES[policy]
 
 
-def delete_secrets(hook: DistributedTrainingHook, namespace: str, name: str, secrets: Sequence[str] | None) -> None:
+def delete_secrets(hook: PodJobHook, namespace: str, name: str, secrets: Sequence[str] | None) -> None:
     """Delete the Secrets of job ``name`` (its SSH key pair, its secret files) by name: the cascade from the Service
     does it only when the Service goes, which a clean-up policy that keeps pods does not do.
 

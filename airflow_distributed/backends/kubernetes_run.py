@@ -30,7 +30,7 @@ from airflow_distributed.backends.kubernetes_elastic import ElasticRestarts
 from airflow_distributed.backends.kubernetes_finish import KubernetesJobFinish, delete_secrets
 from airflow_distributed.elastic import elastic_plan
 from airflow_distributed.exceptions import error_class_named
-from airflow_distributed.hooks.kubernetes import DistributedTrainingHook, JobHandle, JobLook
+from airflow_distributed.hooks.kubernetes import JobHandle, JobLook, PodJobHook
 from airflow_distributed.hooks.pod_logs import task_log_lines
 from airflow_distributed.jobstate.failures import job_failure
 from airflow_distributed.jobstate.job_event import EventKind, JobEvent
@@ -52,7 +52,7 @@ from airflow_distributed.triggers.log_relay import new_lines_after
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_distributed.backends.base import ForKubernetes, TaskCalls
+    from airflow_distributed.backends.base import ForCluster, TaskCalls
     from airflow_distributed.manifests.kubernetes import JobObjects
     from airflow_distributed.plan import ClusterPlan
     from airflow_distributed.spec import TrainingSpec
@@ -67,8 +67,8 @@ MAX_FOLLOWED_LOGS = 32
 class KubernetesJobRun(KubernetesJobFinish):
     """One job of one task instance: its plan, its hook, and the steps of its life."""
 
-    def __init__(self, task: TaskCalls, settings: ForKubernetes, context: Context, namespace: str, name: str,
-                 slots: Sequence[ReplicaSlot], framework: str, hook: DistributedTrainingHook) -> None:
+    def __init__(self, task: TaskCalls, settings: ForCluster, context: Context, namespace: str, name: str,
+                 slots: Sequence[ReplicaSlot], framework: str, hook: PodJobHook) -> None:
         super().__init__(task, settings, context, namespace, name, slots, framework, hook)
         self.stopped = False
         #: the job's objects: built once per try (at start, or for an elastic restart after a deferral) and used for
@@ -80,14 +80,14 @@ class KubernetesJobRun(KubernetesJobFinish):
         #: where the trigger stopped relaying the master's log (``log_relay``): a trigger deferred again goes on there
         self.log_cursor: dict[str, Any] | None = None
 
-    def new_hook(self) -> DistributedTrainingHook:
-        return DistributedTrainingHook(kubernetes_conn_id=self.settings.options.kubernetes_conn_id, logger=self.log)
+    def new_hook(self) -> PodJobHook:
+        return PodJobHook(kubernetes_conn_id=self.settings.options.kubernetes_conn_id, logger=self.log)
 
     @classmethod
-    def start(cls, task: TaskCalls, settings: ForKubernetes, context: Context, spec: TrainingSpec, job_name: str,
+    def start(cls, task: TaskCalls, settings: ForCluster, context: Context, spec: TrainingSpec, job_name: str,
               command: Sequence[str]) -> KubernetesJobRun:
         require_image(settings, "kubernetes")
-        hook = DistributedTrainingHook(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
+        hook = PodJobHook(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
         namespace = job_namespace(settings, hook, context["ti"].task_id)  # before anything is created
         run = cls(task, settings, context, namespace, job_name, (), spec.framework, hook)
         plan = run.build_objects(spec, command)  # a setting Kubernetes would refuse fails here, before any is created
@@ -115,11 +115,11 @@ class KubernetesJobRun(KubernetesJobFinish):
         return plan
 
     @classmethod
-    def resume(cls, task: TaskCalls, settings: ForKubernetes, context: Context,
+    def resume(cls, task: TaskCalls, settings: ForCluster, context: Context,
                event: dict[str, Any]) -> KubernetesJobRun:
         """The run of a job after a deferral, from the trigger's event: its replicas, framework and elastic budget
         ride along in it, so the spec is not parsed again (see ``_defer``)."""
-        hook = DistributedTrainingHook(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
+        hook = PodJobHook(kubernetes_conn_id=settings.options.kubernetes_conn_id, logger=task.log)
         fired = JobEvent.from_payload(event)
         state = dict(fired.resume_state) if fired.resume_state is not None else None
         if state is None:  # a trigger deferred by a release that did not hand them back: the spec has them

@@ -19,10 +19,10 @@ from airflow_distributed.backends.job_run import deferral_deadline
 from airflow_distributed.backends.local import ignored_pod_settings
 from airflow_distributed.backends.local_live import LIVE_XCOM_KEY, LiveJobReport
 from airflow_distributed.hooks.ray import FINAL_STATES, UNREACHABLE, RayJobHook, renew_liveness
-from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.failures import job_failure
-from airflow_distributed.jobstate.outcome import JobOutcome
-from airflow_distributed.jobstate.ray_poll import FINAL, GONE, OUTAGE, RayLook, RayPoll, job_ending
+from airflow_distributed.jobstate.job_event import EventKind, JobEvent
+from airflow_distributed.jobstate.outcome import Ending, JobOutcome
+from airflow_distributed.jobstate.ray_poll import FINAL, GONE, OUTAGE, STOPPED, SUCCEEDED, RayLook, RayPoll, job_ending
 from airflow_distributed.jobstate.startup import BY_PROGRESS, started
 from airflow_distributed.manifests.ray import (
     DEFAULT_WORK_ROOT,
@@ -147,14 +147,16 @@ class RayJobRun:
         self.task.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
 
     def resume(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
-        hook, log, name = self.hook, self.log, event["job_name"]
-        if event.get("status") != "final":  # timeout or a cluster that stayed unreachable: nothing may go on running
+        fired = JobEvent.from_payload(event)
+        hook, log, name = self.hook, self.log, str(fired.job_name)
+        if fired.kind != EventKind.FINAL:  # timeout or a cluster that stayed unreachable: nothing may go on running
             stop_job(hook, name, log)
-            outcome = JobOutcome(ending.TIMED_OUT if event.get("status") == "timeout" else ending.FAILED,
-                                 message=event.get("message") or str(event.get("status")))
-            raise job_failure(name, outcome, float(event.get("elapsed") or 0.0), "the Ray job was stopped")
-        info = hook.info(name) or {"status": event.get("state")}
-        return finish(context, log, self.settings, hook, name, event["resume_state"]["framework"], info)
+            outcome = JobOutcome(Ending.TIMED_OUT if fired.kind == EventKind.TIMEOUT else Ending.FAILED,
+                                 message=fired.text)
+            raise job_failure(name, outcome, float(fired.elapsed or 0.0), "the Ray job was stopped")
+        info = hook.info(name) or {"status": fired.state}
+        assert fired.resume_state is not None  # the deferral hands the framework to the trigger (``_defer``)
+        return finish(context, log, self.settings, hook, name, fired.resume_state["framework"], info)
 
 
 def _live_report(context: Context, log: Any, name: str, framework: str) -> Callable[[str], None]:
@@ -253,9 +255,9 @@ def finish(context: Context, log: Any, settings: ForRay, hook: RayJobHook, name:
     logs = hook.logs(name)
     report = last_report(logs, "outcome") or {}
     rows = _statuses(report.get("replicas") or [])
-    succeeded = info.get("status") == "SUCCEEDED" and report.get("ending") == ending.SUCCEEDED
+    succeeded = info.get("status") == SUCCEEDED and report.get("ending") == Ending.SUCCEEDED
     return end_job(context, log, name=name, framework=framework, backend="ray",
-                   outcome=JobOutcome(ending.SUCCEEDED, rows) if succeeded else _outcome(info, report, logs),
+                   outcome=JobOutcome(Ending.SUCCEEDED, rows) if succeeded else _outcome(info, report, logs),
                    document=read_document(report.get("document"), log), replicas=rows,
                    logs=report.get("logs") or {}, elapsed=_elapsed(info),
                    cleanup="no replica is left running and its placement group is removed",
@@ -266,15 +268,15 @@ def finish(context: Context, log: Any, settings: ForRay, hook: RayJobHook, name:
 def _outcome(info: dict[str, Any], report: dict[str, Any], logs: str) -> JobOutcome:
     """How a job that did not succeed ended: the driver's verdict, else the Ray Job's own state and last lines."""
     rows = _statuses(report.get("replicas") or [])
-    if report.get("ending") in ending.ENDINGS and report["ending"] != ending.SUCCEEDED:
+    if report.get("ending") in tuple(Ending) and report["ending"] != Ending.SUCCEEDED:
         return JobOutcome(report["ending"], rows, report.get("replica"), report.get("exit_code"),
                           message=report.get("message"), tail=tuple(report.get("tail") or ()),
-                          logs=(report.get("logs") or {}) if report["ending"] == ending.HUNG else {})
-    if info.get("status") == "STOPPED":
-        return JobOutcome(ending.STOPPED, rows)
+                          logs=(report.get("logs") or {}) if report["ending"] == Ending.HUNG else {})
+    if info.get("status") == STOPPED:
+        return JobOutcome(Ending.STOPPED, rows)
     # The driver itself failed (the package or Ray missing on the cluster, a bad interpreter...): its own lines.
     tail = tuple(line for line in logs.splitlines() if line.strip())[-15:]
-    return JobOutcome(ending.FAILED, rows, reason=f"the Ray job's driver {str(info.get('status')).lower()}",
+    return JobOutcome(Ending.FAILED, rows, reason=f"the Ray job's driver {str(info.get('status')).lower()}",
                       message=info.get("message"), tail=tail)
 
 

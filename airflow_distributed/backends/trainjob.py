@@ -29,7 +29,7 @@ from airflow_distributed.backends.kubeflow import KubeflowBackend
 from airflow_distributed.manifests.trainjob_checks import RUNTIME_KINDS, trainjob_problems
 
 if TYPE_CHECKING:
-    from airflow_distributed.backends.base import ForKubernetes
+    from airflow_distributed.backends.base import ForCluster
     from airflow_distributed.backends.kubeflow_run import KubeflowJobRun
     from airflow_distributed.spec import TrainingSpec
 
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 MODELS_PACKAGE = "kubeflow_trainer_api"
 
 
-def check_trainjob_arguments(settings: ForKubernetes, spec: TrainingSpec | None) -> list[tuple[str, str]]:
+def check_trainjob_arguments(settings: ForCluster, spec: TrainingSpec | None) -> list[tuple[str, str]]:
     """Problems with the operator's arguments for ``backend="trainjob"``, as ``(path, message)``, found when the
     DAG is parsed: the framework has a Trainer v2 runtime, one pod template serves every node, and the options
     a TrainJob cannot carry are not set. Light: the typed models are imported only when a job is built."""
@@ -72,7 +72,7 @@ class TrainJobBackend(KubeflowBackend):
 
         return TrainJobRun
 
-    def check(self, settings: ForKubernetes, spec: TrainingSpec | None) -> list[tuple[str, str]]:
+    def check(self, settings: ForCluster, spec: TrainingSpec | None) -> list[tuple[str, str]]:
         return check_trainjob_arguments(settings, spec)
 
 

@@ -16,6 +16,7 @@ from airflow_distributed.backends.local_live import LIVE_XCOM_KEY
 from airflow_distributed.hooks.trainjob import TRAINJOB, TrainJobHook
 from airflow_distributed.manifests.trainjob import TrainJobAddressing, TrainJobOptions, build_trainjob
 from airflow_distributed.manifests.trainjob_status import trainer_progress, trainjob_status
+from airflow_distributed.status import plain
 from airflow_distributed.triggers.trainjob import TrainJobTrigger
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ def live_record(run: TrainJobRun, obj: dict[str, Any]) -> dict[str, Any]:
     progress = trainer_progress(obj)
     record: dict[str, Any] = {
         "job_name": run.name, "framework": run.framework, "backend": "trainjob", "namespace": run.namespace,
-        "state": status.state, "metrics": dict(progress.metrics) if progress else {}, "model_path": None,
+        "state": plain(status.state), "metrics": dict(progress.metrics) if progress else {}, "model_path": None,
         "history": [], "replicas": [],
     }
     if progress is not None:

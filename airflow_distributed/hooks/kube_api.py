@@ -3,7 +3,7 @@
 ``KubeApiHook`` is the cncf provider's ``KubernetesHook`` (same ``kubernetes_default`` connection and extras)
 with one retry loop for every call (``api_retry``: transient failures retried with backoff, the rest raised as a
 ``KubernetesJobError`` naming the object), injectable clock and sleep (tests do not wait), the task's logger, and
-the create-or-reattach helpers. The pod hook (``kubernetes.DistributedTrainingHook``), the Kubeflow hook
+the create-or-reattach helpers. The pod hook (``kubernetes.PodJobHook``), the Kubeflow hook
 (``kubeflow.KubeflowJobHook``) and the TrainJob hook (``trainjob.TrainJobHook``, a Kubeflow hook) derive from it.
 """
 

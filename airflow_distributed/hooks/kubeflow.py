@@ -27,7 +27,6 @@ from airflow_distributed.hooks.api_retry import KubernetesJobError
 from airflow_distributed.hooks.kube_api import EXISTS, MISSING, KubeApiHook
 from airflow_distributed.hooks.pod_logs import LOCATE_TIMEOUT, MasterFollower
 from airflow_distributed.hooks.watch_loop import WatchCalls, WatchPolicy, run_watch
-from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.disruption import TakenAway
 from airflow_distributed.jobstate.hang_watch import MasterLogWatch, all_running, hung_verdict
 from airflow_distributed.jobstate.kubeflow_pods import (
@@ -39,7 +38,7 @@ from airflow_distributed.jobstate.kubeflow_pods import (
 from airflow_distributed.jobstate.log_cursor import LogCursor
 from airflow_distributed.jobstate.object_wait import judge_object_wait, status_outcome
 from airflow_distributed.jobstate.object_watch import ObjectWatch, name_selector
-from airflow_distributed.jobstate.outcome import JobOutcome
+from airflow_distributed.jobstate.outcome import Ending, JobOutcome
 from airflow_distributed.jobstate.pending_pods import PendingPods, pods_missing
 from airflow_distributed.jobstate.pod_state import termination_message
 from airflow_distributed.jobstate.watch_stream import ResumableWatch
@@ -53,7 +52,7 @@ from airflow_distributed.manifests.kubeflow_status import (
     master_pod_selector,
 )
 from airflow_distributed.manifests.kubernetes import JOB_LABEL
-from airflow_distributed.status import FAILED, ReplicaStatus
+from airflow_distributed.status import ReplicaState, ReplicaStatus
 
 
 def resource_of_kind(kind: str) -> KubeflowResource:
@@ -304,7 +303,7 @@ class KubeflowJobHook(KubeApiHook):
                 raise KubernetesJobError(f"{resource.kind} {namespace}/{name} exists and is not a distributed training "
                                          f"job's (no label {JOB_LABEL}={name}); delete or rename it")
             status = self.kind.status_of(existing)
-            if existing["metadata"].get("deletionTimestamp") is None and status.state != FAILED:
+            if existing["metadata"].get("deletionTimestamp") is None and status.state != ReplicaState.FAILED:
                 self.job_log.info("%s %s/%s from an earlier try is %s; reattaching", resource.kind, namespace, name,
                                   status.state)
                 return KubeflowHandle(existing, reattached=status.state)
@@ -452,8 +451,8 @@ class KubeflowJobHook(KubeApiHook):
                 pod_watch.stop()
             raise
         if pod_watch is not None:
-            pod_watch.stop(settle=outcome[-1].ending == ending.FAILED)
-        if follower is not None and (watch.obj is None or outcome[-1].ending == ending.STOPPED):
+            pod_watch.stop(settle=outcome[-1].ending == Ending.FAILED)
+        if follower is not None and (watch.obj is None or outcome[-1].ending == Ending.STOPPED):
             follower.stop()  # killed: the job is being deleted, nothing to drain
         elif follower is not None:
             follower.finish(lambda: self.master_pods(namespace, watch.obj or {}))

@@ -462,7 +462,7 @@ class PodJobHook(KubeApiHook):
             self.job_log.error("could not delete job %s/%s after a failed creation: %s", namespace, name, error)
 
 
-#: The pods backend's hook by its first name, still importable (DAGs and the connection form may name it).
+#: The old public name of the pods backend's hook, kept for the users who import it (DAGs, the connection form).
 DistributedTrainingHook = PodJobHook
 
 

@@ -26,7 +26,7 @@ from airflow_distributed.hooks.api_retry import api_status, is_transient, short_
 from airflow_distributed.hooks.kube_api import LOG_ACCEPT
 from airflow_distributed.jobstate.job_watch import JobTracker
 from airflow_distributed.jobstate.log_cursor import LogCursor
-from airflow_distributed.jobstate.pod_state import container_state, container_status, log_available
+from airflow_distributed.jobstate.pod_state import ContainerState, container_state, container_status, log_available
 from airflow_distributed.logs import TaskLog
 from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER
 from airflow_distributed.replica.live_report import is_record
@@ -206,7 +206,7 @@ class LogFollowers:
 
     def _finished(self, name: str) -> bool:
         pod = self.tracker.pod(name)
-        return pod is None or container_state(pod, MAIN_CONTAINER)[0] == "terminated"
+        return pod is None or container_state(pod, MAIN_CONTAINER)[0] == ContainerState.TERMINATED
 
     def finish(self, drain_seconds: float = 5.0) -> None:
         """Let followers of ended containers read to the end (briefly); stop the others."""
@@ -300,7 +300,8 @@ class MasterFollower:
         if found is None or self.following:
             return
         pod, container = found
-        if not log_available(pod, container) or (ended_only and container_state(pod, container)[0] != "terminated"):
+        ended = container_state(pod, container)[0] == ContainerState.TERMINATED
+        if not log_available(pod, container) or (ended_only and not ended):
             return
         meta = pod.get("metadata") or {}
         uid = str(meta.get("uid") or "")
@@ -337,7 +338,7 @@ class MasterFollower:
         """Whether the container has ended: one read of its pod (a 404, the pod gone, ends the follow)."""
         read = self.hook.core_v1_client.read_namespaced_pod(pod, self.namespace, _preload_content=False,
                                                             _request_timeout=LOCATE_TIMEOUT)
-        return container_state(self.hook._json(read), container)[0] == "terminated"
+        return container_state(self.hook._json(read), container)[0] == ContainerState.TERMINATED
 
     def _ended_quietly(self, pod: str, container: str) -> bool:
         try:

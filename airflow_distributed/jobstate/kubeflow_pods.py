@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.disruption import pod_disruption
-from airflow_distributed.jobstate.pod_state import ReplicaExit, container_state, deciding_exit
+from airflow_distributed.jobstate.outcome import Ending
+from airflow_distributed.jobstate.pod_state import ContainerState, ReplicaExit, container_state, deciding_exit
 from airflow_distributed.jobstate.verdicts import JobVerdict
 from airflow_distributed.manifests.kubeflow_status import REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
 from airflow_distributed.manifests.kubernetes import ROLE_LABEL
-from airflow_distributed.status import FAILED, PENDING, RUNNING, SUCCEEDED, ReplicaStatus
+from airflow_distributed.status import ReplicaState, ReplicaStatus
 
 
 def _replica_of_pod(pod: Mapping[str, Any]) -> tuple[str, int]:
@@ -38,15 +38,18 @@ def replica_statuses_of_pods(
         where = (pod.get("spec") or {}).get("nodeName") or ""
         state, fields = container_state(pod, container)
         name = pod["metadata"]["name"]
-        if state == "terminated":
+        if state == ContainerState.TERMINATED:
             code = fields.get("exitCode")
-            rows.append(ReplicaStatus(name, role, index, SUCCEEDED if code == 0 else FAILED, code, where,
+            ended = ReplicaState.SUCCEEDED if code == 0 else ReplicaState.FAILED
+            rows.append(ReplicaStatus(name, role, index, ended, code, where,
                                       reason=fields.get("reason") if code != 0 else None))
         elif (pod.get("status") or {}).get("phase") == "Failed":
-            rows.append(ReplicaStatus(name, role, index, FAILED, None, where,
+            rows.append(ReplicaStatus(name, role, index, ReplicaState.FAILED, None, where,
                                       reason=(pod.get("status") or {}).get("reason")))
         else:
-            rows.append(ReplicaStatus(name, role, index, RUNNING if state == "running" else PENDING, None, where))
+            running = state == ContainerState.RUNNING
+            rows.append(ReplicaStatus(name, role, index, ReplicaState.RUNNING if running else ReplicaState.PENDING,
+                                      None, where))
     return tuple(sorted(rows, key=lambda row: (row.role, row.index, row.name)))
 
 
@@ -57,19 +60,19 @@ def failed_replica(pods: Sequence[Mapping[str, Any]], container: str) -> JobVerd
     exits = []
     for pod in pods:
         state, fields = container_state(pod, container)
-        if state == "terminated" and fields.get("exitCode") not in (None, 0):
+        if state == ContainerState.TERMINATED and fields.get("exitCode") not in (None, 0):
             exits.append(ReplicaExit(pod["metadata"]["name"], container, fields, pod_disruption(pod)))
     found = deciding_exit(exits)
     if found is not None:
         fields = found.state
-        return JobVerdict(FAILED, found.replica, ending.EXITED, fields.get("exitCode"), fields.get("reason"),
-                          fields.get("message"), disruption=found.disruption)
+        return JobVerdict(ReplicaState.FAILED, found.replica, Ending.EXITED, fields.get("exitCode"),
+                          fields.get("reason"), fields.get("message"), disruption=found.disruption)
     # A pod taken away first, as above; ``sorted`` keeps the pods' order otherwise.
     for pod in sorted(pods, key=lambda pod: pod_disruption(pod) is None):
         status = pod.get("status") or {}
         if status.get("phase") == "Failed":
-            return JobVerdict(FAILED, pod["metadata"]["name"], ending.POD_FAILED, None, status.get("reason"),
-                              status.get("message"), disruption=pod_disruption(pod))
+            return JobVerdict(ReplicaState.FAILED, pod["metadata"]["name"], Ending.POD_FAILED, None,
+                              status.get("reason"), status.get("message"), disruption=pod_disruption(pod))
     return None
 
 
@@ -79,7 +82,7 @@ def lost_replica(gone: Sequence[Mapping[str, Any]]) -> JobVerdict | None:
     if not gone:
         return None
     pod = gone[0]
-    return JobVerdict(FAILED, pod["metadata"]["name"], ending.DELETED, disruption=pod_disruption(pod))
+    return JobVerdict(ReplicaState.FAILED, pod["metadata"]["name"], Ending.DELETED, disruption=pod_disruption(pod))
 
 
 def pod_matches(pod: Mapping[str, Any], selector: str) -> bool:

@@ -26,13 +26,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_distributed.jobstate import outcome as ending
+from airflow_distributed.jobstate.job_event import EventKind, JobEvent
 from airflow_distributed.jobstate.object_watch import ObjectWatch
-from airflow_distributed.jobstate.outcome import JobOutcome
+from airflow_distributed.jobstate.outcome import Ending, JobOutcome
 from airflow_distributed.jobstate.pending_pods import IMAGE_PULL_FAILED, JOB_HUNG, QUEUE_TIMED_OUT
 from airflow_distributed.jobstate.verdicts import JobVerdict
 from airflow_distributed.manifests.kubeflow_status import JobStatus
-from airflow_distributed.status import FAILED, SUCCEEDED
+from airflow_distributed.status import ReplicaState
 
 #: How a wait ended (``ObjectWaitEnd.how``).
 STOPPED, DELETED, JUDGED, OWN = "stopped", "deleted", "judged", "own"
@@ -40,18 +40,18 @@ STOPPED, DELETED, JUDGED, OWN = "stopped", "deleted", "judged", "own"
 
 def status_outcome(status: JobStatus, obj: Mapping[str, Any] | None) -> JobOutcome:
     """The ``JobOutcome`` of a job its controller judged (succeeded or failed, in its own words)."""
-    if status.state == SUCCEEDED:
-        return JobOutcome(ending.SUCCEEDED, job_object=obj)
-    return JobOutcome(ending.FAILED, judgement=": ".join(part for part in (status.reason, status.message) if part),
+    if status.state == ReplicaState.SUCCEEDED:
+        return JobOutcome(Ending.SUCCEEDED, job_object=obj)
+    return JobOutcome(Ending.FAILED, judgement=": ".join(part for part in (status.reason, status.message) if part),
                       job_object=obj)
 
 
 def own_reason(verdict: JobVerdict) -> str:
     """The reason a wait's own verdict (one the job's status does not show) is fired with: ``JobHung``,
     ``QueueTimedOut`` or ``ImagePullFailed`` (``pending_pods.OWN_VERDICTS``)."""
-    if verdict.cause == ending.HUNG:
+    if verdict.cause == Ending.HUNG:
         return JOB_HUNG
-    return QUEUE_TIMED_OUT if verdict.cause == ending.QUEUED else IMAGE_PULL_FAILED
+    return QUEUE_TIMED_OUT if verdict.cause == Ending.QUEUED else IMAGE_PULL_FAILED
 
 
 @dataclass(frozen=True)
@@ -67,30 +67,30 @@ class ObjectWaitEnd:
     def outcome(self) -> JobOutcome:
         """The synchronous wait's ``JobOutcome``."""
         if self.how == STOPPED:
-            return JobOutcome(ending.STOPPED, job_object=self.obj)
+            return JobOutcome(Ending.STOPPED, job_object=self.obj)
         if self.how == DELETED:
-            return JobOutcome(ending.DELETED)
+            return JobOutcome(Ending.DELETED)
         if self.how == JUDGED:
             assert self.status is not None
             return status_outcome(self.status, self.obj)
         assert self.verdict is not None
         return self.verdict.outcome(job_object=self.obj)
 
-    def event(self, what: str) -> dict[str, Any]:
+    def event(self, what: str) -> JobEvent:
         """The trigger's event (``what``: the job as its messages name it); read back by ``KubeflowJobRun.complete``.
 
         :raises ValueError: a stopped wait, which only the synchronous wait has.
         """
         if self.how == DELETED:
-            return {"status": "deleted", "message": f"{what} was deleted before it finished"}
+            return JobEvent(EventKind.DELETED, message=f"{what} was deleted before it finished")
         if self.how == JUDGED:
             assert self.status is not None
-            return {"status": self.status.state, "reason": self.status.reason, "message": self.status.message}
+            return JobEvent(EventKind(self.status.state), reason=self.status.reason, message=self.status.message)
         if self.how == OWN:
             assert self.verdict is not None
             reason = own_reason(self.verdict)
             message = self.verdict.message if reason == JOB_HUNG else self.verdict.describe()
-            return {"status": FAILED, "reason": reason, "message": message, "verdict": self.verdict.as_dict()}
+            return JobEvent(EventKind.FAILED, reason=reason, message=message, verdict=self.verdict)
         raise ValueError(f"a {self.how} wait has no trigger event")
 
 
@@ -110,7 +110,7 @@ def judge_object_wait(watch: ObjectWatch, status_of: Callable[[Mapping[str, Any]
     if watch.obj is None:
         return ObjectWaitEnd(DELETED) if watch.deleted else None
     status = status_of(watch.obj)
-    if status.state in (SUCCEEDED, FAILED):
+    if status.state in (ReplicaState.SUCCEEDED, ReplicaState.FAILED):
         return ObjectWaitEnd(JUDGED, watch.obj, status=status)
     for verdict in (pending, hung):
         if verdict is not None:

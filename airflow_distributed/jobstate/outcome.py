@@ -46,12 +46,6 @@ class Ending(StrEnum):
     QUEUED = "queue"
 
 
-#: Aliases of ``tuple(Ending)`` and of the members, for the modules that still import them by these names (``outcome
-#: as ending``: the Kubeflow and Ray waits, the Ray driver); to be replaced by ``Ending`` and ``Ending.X``.
-ENDINGS = tuple(Ending)
-SUCCEEDED, EXITED, POD_FAILED, DELETED = Ending.SUCCEEDED, Ending.EXITED, Ending.POD_FAILED, Ending.DELETED
-IMAGE, NOT_STARTED, STOPPED, TIMED_OUT = Ending.IMAGE, Ending.NOT_STARTED, Ending.STOPPED, Ending.TIMED_OUT
-FAILED, HUNG, QUEUED = Ending.FAILED, Ending.HUNG, Ending.QUEUED
 #: Lines of the deciding replica's log a failure message quotes.
 MESSAGE_TAIL_LINES = 15
 #: Lines of each replica's log the message of a hung job quotes (its Python stacks, where it dumped them).
@@ -188,21 +182,4 @@ def failure_message(job: str, outcome: JobOutcome, elapsed: float, cleanup: str,
     return message
 
 
-__all__ = [
-    "DELETED",
-    "ENDINGS",
-    "EXITED",
-    "FAILED",
-    "HUNG",
-    "IMAGE",
-    "NOT_STARTED",
-    "POD_FAILED",
-    "QUEUED",
-    "STOPPED",
-    "SUCCEEDED",
-    "TIMED_OUT",
-    "Ending",
-    "JobOutcome",
-    "describe",
-    "failure_message",
-]
+__all__ = ["HUNG_TAIL_LINES", "MESSAGE_TAIL_LINES", "Ending", "JobOutcome", "describe", "failure_message"]

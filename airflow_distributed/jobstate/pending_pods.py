@@ -33,10 +33,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from airflow_distributed.jobstate.outcome import QUEUED
+from airflow_distributed.jobstate.outcome import Ending
 from airflow_distributed.jobstate.pod_state import image_failure, pod_queued, pod_started, waiting_reason
 from airflow_distributed.jobstate.replica_table import queue_note_of, wait_note
-from airflow_distributed.jobstate.verdicts import FAILURE, JobVerdict
+from airflow_distributed.jobstate.verdicts import JobVerdict
+from airflow_distributed.status import ReplicaState
 
 #: The reason of a Kubeflow job failed by this check (its own status never says so), and how the task tells it
 #: from a verdict of the Kubeflow operator: the job did not end by itself, so the task deletes it.
@@ -127,7 +128,7 @@ class PendingPods:
             return self._pull_verdict
         if self.queued is not None and self.queue_deadline is not None and self.clock() >= self.queue_deadline:
             replica, reason, message = self.queued
-            return JobVerdict(FAILURE, replica, QUEUED, None, reason, message)
+            return JobVerdict(ReplicaState.FAILED, replica, Ending.QUEUED, None, reason, message)
         return None
 
     def seconds_to_queue_deadline(self) -> float | None:

@@ -9,9 +9,6 @@ from typing import Any
 from airflow_distributed.jobstate.outcome import Ending, JobOutcome, describe
 from airflow_distributed.status import ReplicaState, ReplicaStatus, plain
 
-#: Alias of ``ReplicaState.FAILED`` for modules that still import it by this name; to be replaced by the member.
-FAILURE = ReplicaState.FAILED
-
 
 @dataclass(frozen=True)
 class ReplicaSlot:

@@ -24,7 +24,7 @@ from airflow_distributed.manifests.gang_scheduling import (
     VOLCANO_SCHEDULER,
 )
 from airflow_distributed.manifests.kubeflow_kinds import BY_KIND, SuccessRule
-from airflow_distributed.status import FAILED, PENDING, RUNNING, SUCCEEDED
+from airflow_distributed.status import ReplicaState
 
 # Labels the operators put on the pods (and Services) they create for a job.
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
@@ -35,13 +35,13 @@ REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 REPLICA_SPECS_KEY: Mapping[str, str] = {name: kind.replica_specs_key for name, kind in BY_KIND.items()}
 
 CONDITION_STATES: dict[str, str] = {
-    "Created": PENDING,
-    "Suspended": PENDING,
-    "Running": RUNNING,
+    "Created": ReplicaState.PENDING,
+    "Suspended": ReplicaState.PENDING,
+    "Running": ReplicaState.RUNNING,
     # A replica failed and is being replaced; with restartPolicy Never only another controller's jobs get here.
-    "Restarting": RUNNING,
-    "Succeeded": SUCCEEDED,
-    "Failed": FAILED,
+    "Restarting": ReplicaState.RUNNING,
+    "Succeeded": ReplicaState.SUCCEEDED,
+    "Failed": ReplicaState.FAILED,
 }
 _TERMINAL = ("Succeeded", "Failed")
 _EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
@@ -71,7 +71,7 @@ def job_status(obj: Mapping[str, Any]) -> JobStatus:
         if condition.get("status") == "True" and condition.get("type") in CONDITION_STATES
     ]
     if not conditions:
-        return JobStatus(PENDING, "", "the operator has not reported on the job yet")
+        return JobStatus(ReplicaState.PENDING, "", "the operator has not reported on the job yet")
     terminal = [item for item in conditions if item[1]["type"] in _TERMINAL]
     _, chosen = max(terminal or conditions, key=lambda item: (_transition_time(item[1]), item[0]))
     message = chosen.get("message") or ""

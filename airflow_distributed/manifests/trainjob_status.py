@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_distributed.manifests.kubeflow_status import JobKind, JobStatus, suspended_condition
-from airflow_distributed.status import FAILED, PENDING, RUNNING, SUCCEEDED
+from airflow_distributed.status import ReplicaState
 
 GROUP = "trainer.kubeflow.org"
 VERSION = "v1alpha1"
@@ -84,21 +84,21 @@ def trainjob_status(obj: Mapping[str, Any]) -> JobStatus:
     Kueue to admit it); else running once a child Job is active, with the trainer's progress as the message."""
     status = obj.get("status") or {}
     conditions = {c.get("type"): c for c in status.get("conditions") or [] if isinstance(c, Mapping)}
-    for kind, state in (("Failed", FAILED), ("Complete", SUCCEEDED)):
+    for kind, state in (("Failed", ReplicaState.FAILED), ("Complete", ReplicaState.SUCCEEDED)):
         condition = conditions.get(kind)
         if condition is not None and condition.get("status") == "True":
             return JobStatus(state, condition.get("reason") or kind, condition.get("message") or "")
     suspended = conditions.get("Suspended")
     if suspended is not None and suspended.get("status") == "True":
-        return JobStatus(PENDING, suspended.get("reason") or "Suspended", suspended.get("message") or "")
+        return JobStatus(ReplicaState.PENDING, suspended.get("reason") or "Suspended", suspended.get("message") or "")
     progress = trainer_progress(obj)
     message = progress.describe() if progress is not None else ""
     jobs = [job for job in status.get("jobsStatus") or [] if isinstance(job, Mapping)]
     if any(_int(job.get("active")) or _int(job.get("ready")) for job in jobs):
-        return JobStatus(RUNNING, "Running", message)
+        return JobStatus(ReplicaState.RUNNING, "Running", message)
     if suspended is not None:  # resumed, nodes not started yet
-        return JobStatus(PENDING, suspended.get("reason") or "Resumed", suspended.get("message") or "")
-    return JobStatus(PENDING, "", message or "the Trainer controller has not started the nodes yet")
+        return JobStatus(ReplicaState.PENDING, suspended.get("reason") or "Resumed", suspended.get("message") or "")
+    return JobStatus(ReplicaState.PENDING, "", message or "the Trainer controller has not started the nodes yet")
 
 
 def trainjob_suspended(obj: Mapping[str, Any] | None) -> bool:

@@ -41,14 +41,14 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from airflow_distributed.contract import ENV_STACKS_DIR, ENV_STACKS_SIGNAL
 from airflow_distributed.hooks.local import STACKS_SIGNAL, STACKS_WAIT, TAIL_LINES, LocalProcessHook, die_with_parent
-from airflow_distributed.jobstate import outcome as ending
+from airflow_distributed.jobstate.outcome import Ending
 from airflow_distributed.jobstate.progress_watch import HangWatchdog
 from airflow_distributed.manifests.local import PYTHON_NAMES, STANDBY_CODE, resolve_python
 from airflow_distributed.manifests.ray import JOB_VARIABLE, ActorAddressing, report_line
 from airflow_distributed.plan import ClusterPlan, Layout, build_plan
 from airflow_distributed.replica.live_report import is_record, reports_progress
 from airflow_distributed.spec.models import TrainingSpec
-from airflow_distributed.status import FAILED, RUNNING, STOPPED, SUCCEEDED, ReplicaStatus
+from airflow_distributed.status import ReplicaState, ReplicaStatus
 
 #: Seconds between two live reports (the master's document), when it changed.
 LIVE_INTERVAL = 2.0
@@ -259,7 +259,7 @@ class Driver:
         self._asked = time.time()
         self.group = placement_group(job["bundles"], strategy=job["strategy"], name=job["job_name"])
         if not self.group.wait(timeout_seconds=job["startup_timeout"]):
-            return {"kind": "outcome", "ending": ending.NOT_STARTED, "replicas": [],
+            return {"kind": "outcome", "ending": Ending.NOT_STARTED, "replicas": [],
                     "message": f"the cluster did not reserve the job's placement group ({job['strategy']}, "
                                f"bundles {json.dumps(job['bundles'])}) within {job['startup_timeout']:g}s: "
                                f"{self._unplaced_reason()}"}
@@ -327,8 +327,8 @@ class Driver:
         rows = []
         for position, (replica, poll) in enumerate(zip(self.plan.replicas, polls)):
             code = poll["exit_code"]
-            state = (RUNNING if code is None else SUCCEEDED if code == 0
-                     else STOPPED if position in stopped else FAILED)
+            state = (ReplicaState.RUNNING if code is None else ReplicaState.SUCCEEDED if code == 0
+                     else ReplicaState.STOPPED if position in stopped else ReplicaState.FAILED)
             rows.append(ReplicaStatus(replica.name, replica.role, replica.index, state, code,
                                       where=replica.address).as_dict())
         return rows
@@ -379,7 +379,7 @@ class Driver:
                 first = failed[0]
                 stopped = self._stop_all(job["stop_grace_period"], polls)
                 polls = ray.get([actor.poll.remote() for actor in self.actors])
-                return self._outcome(ending.EXITED, polls, stopped, deciding=first)
+                return self._outcome(Ending.EXITED, polls, stopped, deciding=first)
             self._report_live()
             self._master_lines = polls[0]["lines"]
             why = self.hang() if self.hang is not None and all(poll["exit_code"] is None for poll in polls) else None
@@ -398,7 +398,7 @@ class Driver:
                     if removed:
                         print(f"job {job['job_name']} succeeded: removed its {removed} checkpoint files "
                               "(keep_checkpoints=False)", flush=True)
-                return self._outcome(ending.SUCCEEDED, polls, stopped)
+                return self._outcome(Ending.SUCCEEDED, polls, stopped)
             time.sleep(job["poll_interval"])
 
     def _hung(self, why: str, polls: list[dict[str, Any]]) -> dict[str, Any]:
@@ -411,7 +411,7 @@ class Driver:
         time.sleep(STACKS_WAIT)
         stopped = self._stop_all(self.job["stop_grace_period"], polls)
         polls = ray.get([actor.poll.remote() for actor in self.actors])
-        report = self._outcome(ending.HUNG, polls, stopped)
+        report = self._outcome(Ending.HUNG, polls, stopped)
         report["message"] = why
         return report
 
@@ -471,7 +471,7 @@ def main() -> int:
             watch.start()
         report = driver.run()
     except JobStopped:
-        report = {"kind": "outcome", "ending": ending.STOPPED, "replicas": driver._last,
+        report = {"kind": "outcome", "ending": Ending.STOPPED, "replicas": driver._last,
                   **({"startup": driver.startup_sent} if driver.startup_sent is not None else {})}
         if watch is not None and watch.abandoned:  # no Ray SIGKILL follows: the replicas get their whole grace
             report["message"] = (f"no task renewed the job's liveness for {watch.grace:g}s (liveness_grace): the "
@@ -484,7 +484,7 @@ def main() -> int:
         if watch is not None:
             watch.remove()
     print(report_line(report), flush=True)
-    return 0 if report["ending"] == ending.SUCCEEDED else 1
+    return 0 if report["ending"] == Ending.SUCCEEDED else 1
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
     from airflow_distributed.hooks.kube_api import KubeApiHook
     from airflow_distributed.hooks.kubeflow import KubeflowJobHook
-    from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
+    from airflow_distributed.hooks.kubernetes import PodJobHook
     from airflow_distributed.sensors.job_reads import JobReads
 
 #: Kubeflow kind -> framework, from the kinds' table (``kubeflow_kinds.KINDS``), in the frameworks' order (the order
@@ -161,7 +161,7 @@ class DistributedJobSensor(BaseSensorOperator):
     def hook(self) -> KubeflowJobHook:
         return self._reads().hook()
 
-    def pods_hook(self) -> DistributedTrainingHook:
+    def pods_hook(self) -> PodJobHook:
         """The hook of a job of the ``kubernetes`` backend (``kind=None``): its pods, read as the operator does."""
         return self._reads().pods_hook()
 
@@ -175,7 +175,7 @@ class DistributedJobSensor(BaseSensorOperator):
         hook = self.hook()
         return self._poke_kubeflow(hook, self._namespace(hook), context)
 
-    def _poke_pods(self, hook: DistributedTrainingHook, namespace: str, context: Context) -> bool | PokeReturnValue:
+    def _poke_pods(self, hook: PodJobHook, namespace: str, context: Context) -> bool | PokeReturnValue:
         tracker = self._tracker(hook, namespace)
         if tracker is None:
             self.log.info("job %s/%s has no pods (yet)", namespace, self.job_name)
@@ -192,7 +192,7 @@ class DistributedJobSensor(BaseSensorOperator):
         text = hook.read_output(namespace, master)
         return self._succeed(context, text, framework, "kubernetes", namespace, tracker.statuses())
 
-    def _tracker(self, hook: DistributedTrainingHook, namespace: str) -> JobTracker | None:
+    def _tracker(self, hook: PodJobHook, namespace: str) -> JobTracker | None:
         pods = hook.list_job_pods(namespace, self.job_name).get("items") or []
         slots = slots_of_pods(pods)
         if not slots:

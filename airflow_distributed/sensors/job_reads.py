@@ -13,7 +13,7 @@ from typing import Any
 from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
 
 from airflow_distributed.hooks.kubeflow import KubeflowJobHook, failed_replica, resource_of_kind
-from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
+from airflow_distributed.hooks.kubernetes import PodJobHook
 from airflow_distributed.hooks.trainjob import TRAINJOB, TrainJobHook
 from airflow_distributed.jobstate.verdicts import JobVerdict
 from airflow_distributed.manifests.kubeflow_kinds import KubeflowResource
@@ -33,9 +33,9 @@ class JobReads:
         self.kind, self.kubernetes_conn_id, self.log = kind, kubernetes_conn_id, log
         self.trainjob = kind == TRAINJOB.kind
 
-    def pods_hook(self) -> DistributedTrainingHook:
+    def pods_hook(self) -> PodJobHook:
         """The hook of a job of the ``kubernetes`` backend (``kind=None``): its pods, read as the operator does."""
-        return DistributedTrainingHook(kubernetes_conn_id=self.kubernetes_conn_id, logger=self.log)
+        return PodJobHook(kubernetes_conn_id=self.kubernetes_conn_id, logger=self.log)
 
     def hook(self) -> KubeflowJobHook:
         """The hook of a Kubeflow job or a TrainJob, as the ``kubeflow`` or ``trainjob`` backend's."""

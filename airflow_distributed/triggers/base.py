@@ -38,7 +38,6 @@ from airflow_distributed.hooks.api_retry import (
 from airflow_distributed.hooks.watch_loop import AsyncWatchCalls, WatchPolicy, arun_watch, lines
 from airflow_distributed.jobstate.job_event import EventKind, JobEvent
 from airflow_distributed.jobstate.watch_timings import WATCH_TIMEOUT, WatchTimings
-from airflow_distributed.status import plain
 from airflow_distributed.triggers.api_clients import client_configuration, shared_client
 from airflow_distributed.triggers.log_relay import LogRelay, MasterLog, api_read
 from airflow_distributed.triggers.shared_watch import Delivery, JobFeed, NamespaceWatch, WatchedKind, subscribe
@@ -107,7 +106,7 @@ class JobWaitTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         base = self._event_base()
         relay = self._log_relay()
-        event: JobEvent | dict[str, Any]
+        event: JobEvent
         try:
             async with relay.running() if relay is not None else contextlib.nullcontext():
                 event = await self._wait()
@@ -119,19 +118,13 @@ class JobWaitTrigger(BaseTrigger):
             # The resumed task raises the same class, where it is one of the package's.
             event = JobEvent(EventKind.ERROR, message=message,
                              error_class=named if error_class_named(named) is type(error) else None)
-        if isinstance(event, JobEvent):
-            event = replace(event, **{key: value for key, value in base.items() if getattr(event, key) is None})
-            if relay is not None:
-                event = replace(event, log_cursor=relay.state())  # the resumed task shows only the lines after it
-            payload = event.to_payload()
-        else:  # a subclass that still builds the payload's dict itself (a state as the bare word, as before)
-            payload = {key: plain(value) for key, value in {**base, **event}.items()}
-            if relay is not None and (where := relay.state()) is not None:
-                payload["log_cursor"] = where
+        event = replace(event, **{key: value for key, value in base.items() if getattr(event, key) is None})
+        if relay is not None:
+            event = replace(event, log_cursor=relay.state())  # the resumed task shows only the lines after it
         self._fired = True
-        yield TriggerEvent(payload)
+        yield TriggerEvent(event.to_payload())
 
-    async def _wait(self) -> JobEvent | dict[str, Any]:
+    async def _wait(self) -> JobEvent:
         """The event, without the fields every event carries (``_event_base``)."""
         raise NotImplementedError
 
@@ -165,10 +158,6 @@ class JobWaitTrigger(BaseTrigger):
 
     def _timeout(self) -> JobEvent:
         return JobEvent(EventKind.TIMEOUT, message=f"{self.what} reached the task's execution_timeout")
-
-    def _timeout_event(self) -> dict[str, Any]:
-        """``_timeout()`` as a payload's fields, for a subclass that still builds the payload's dict itself."""
-        return self._timeout().to_payload()
 
     def _feed(self, kind: WatchedKind, job: str) -> AbstractAsyncContextManager[JobFeed]:
         """The feed of ``job`` from the watch of ``kind`` in this trigger's namespace, shared by the triggers of

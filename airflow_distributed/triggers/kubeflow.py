@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
@@ -29,13 +30,14 @@ from kubernetes_asyncio import client as async_client
 from airflow_distributed.hooks.api_retry import KubernetesJobError
 from airflow_distributed.hooks.kubeflow import POD_GROUP_UNKNOWN, KubeflowJobHook, pod_group_read
 from airflow_distributed.jobstate.disruption import TakenAway
+from airflow_distributed.jobstate.job_event import JobEvent
 from airflow_distributed.jobstate.object_wait import ObjectWaitEnd, judge_object_wait
 from airflow_distributed.jobstate.object_watch import ObjectWatch, name_selector
 from airflow_distributed.jobstate.pending_pods import PendingPods, pods_missing
 from airflow_distributed.jobstate.pod_state import log_available
 from airflow_distributed.manifests.kubeflow_status import KUBEFLOW_KIND, JobKind
 from airflow_distributed.manifests.trainjob_status import is_launcher
-from airflow_distributed.status import FAILED
+from airflow_distributed.status import ReplicaState
 from airflow_distributed.triggers.base import JobWaitTrigger
 from airflow_distributed.triggers.hang_watchdog import Sample, TriggerHangWatchdog
 from airflow_distributed.triggers.kubernetes import JOB_PODS
@@ -134,7 +136,7 @@ class KubeflowJobTrigger(JobWaitTrigger):
         """Every object of this trigger's kind in the namespace, by name: one watch for the kind's triggers."""
         return WatchedKind(self.group, self.version, self.plural, None, _name_of)
 
-    async def _wait(self) -> dict[str, Any]:
+    async def _wait(self) -> JobEvent:
         watch = self._watch = ObjectWatch(self.job_name)
         timings = self.timings
         # The queue limit counts from the start of the task's wait, not of this trigger (a triggerer restart).
@@ -236,11 +238,13 @@ class KubeflowJobTrigger(JobWaitTrigger):
                 return True
 
             await self._read(feed, apply, ended, wake_in=next_list_in, check=check)
-            if self.delete_on_kill and watch.obj is not None and self.kind.status_of(watch.obj).state == FAILED:
+            if (self.delete_on_kill and watch.obj is not None
+                    and self.kind.status_of(watch.obj).state == ReplicaState.FAILED):
                 await asyncio.sleep(TAKEN_AWAY_GRACE)  # the pod that caused it, deleted just before, may be on its way
         event = self._ending(judged())
         if taken.pods:
-            event["taken_away"] = taken.as_dict()  # the resumed task's verdict reads it (``KubeflowJobRun.finish``)
+            # The resumed task's verdict reads it (``KubeflowJobRun.finish``).
+            event = replace(event, taken_away=taken.as_dict())
         return event
 
     @contextlib.asynccontextmanager
@@ -283,9 +287,9 @@ class KubeflowJobTrigger(JobWaitTrigger):
                     if delivery is not None:
                         record(delivery)
 
-    def _ending(self, end: ObjectWaitEnd | None) -> dict[str, Any]:
+    def _ending(self, end: ObjectWaitEnd | None) -> JobEvent:
         """The event of a wait that is over (``end``, ``judge_object_wait``'s), or at the task's deadline (``None``)."""
-        return self._timeout_event() if end is None else end.event(self.what)
+        return self._timeout() if end is None else end.event(self.what)
 
     async def _master_log(self) -> MasterLog | None:
         """The newest started pod of the master (one LIST of its pods), once the job object is seen."""

@@ -3,7 +3,7 @@
 The job's pods are followed by the one LIST + watch of the provider's pods (``airflow-distributed/job`` label) that
 every trigger of the namespace shares in the triggerer (``shared_watch``: the ``watch_loop`` policy, resumed,
 relisted after 410), through ``kubernetes_asyncio`` and the cncf provider's ``AsyncKubernetesHook``; the trigger
-keeps its own ``job_watch.JobTracker`` of its job's pods, as ``DistributedTrainingHook.wait_for_job`` does with a
+keeps its own ``job_watch.JobTracker`` of its job's pods, as ``PodJobHook.wait_for_job`` does with a
 watch of its own. It fires one event: ``succeeded``, ``failed`` (with the verdict), ``timeout`` (the
 task's ``execution_timeout``) or ``error``; the operator's ``execute_complete`` collects the output and cleans up.
 Meanwhile it relays the master's new lines and progress into the task log every ``logging_interval`` seconds

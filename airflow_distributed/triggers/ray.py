@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_distributed.hooks.ray import UNREACHABLE, RayJobHook, renew_liveness
+from airflow_distributed.jobstate.job_event import EventKind, JobEvent
 from airflow_distributed.jobstate.ray_poll import FINAL, GONE, OUTAGE, RayLook, RayPoll, job_ending
 
 
@@ -52,8 +54,10 @@ class RayJobTrigger(BaseTrigger):
         })
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        base = {"job_name": self.job_name, "resume_state": self.resume_state}
-        payload = {**base, **await self._wait()}
+        # A trigger built without ``resume_state`` (the backend always gives one) fires no such key: read back, an
+        # absent key and one set to ``None`` are the same event.
+        event = replace(await self._wait(), job_name=self.job_name, resume_state=self.resume_state)
+        payload = event.to_payload()
         self._fired = True
         yield TriggerEvent(payload)
 
@@ -70,14 +74,14 @@ class RayJobTrigger(BaseTrigger):
             self.log.exception("could not stop Ray job %s; stop it with `ray job stop %s`", self.job_name,
                                self.job_name)
 
-    async def _wait(self) -> dict[str, Any]:
+    async def _wait(self) -> JobEvent:
         hook = RayJobHook(ray_conn_id=self.ray_conn_id)
         started = time.time()
         poll = RayPoll(self.reconnect_budget, self.renew_every)
         while True:
             if self.execution_deadline is not None and time.time() >= self.execution_deadline:
-                return {"status": "timeout", "elapsed": time.time() - started,
-                        "message": f"Ray job {self.job_name} reached the task's execution_timeout"}
+                return JobEvent(EventKind.TIMEOUT, elapsed=time.time() - started,
+                                message=f"Ray job {self.job_name} reached the task's execution_timeout")
             info: dict[str, Any] | None = None
             renewed_at: float | None = None
             failure: BaseException | None = None
@@ -86,7 +90,7 @@ class RayJobTrigger(BaseTrigger):
             except UNREACHABLE as error:
                 failure = error
             except Exception as error:
-                return {"status": "error", "message": f"reading Ray job {self.job_name}: {error}"}
+                return JobEvent(EventKind.ERROR, message=f"reading Ray job {self.job_name}: {error}")
             if failure is None and job_ending(info) is None and poll.renewal_due(time.monotonic()):
                 renewed_at = time.monotonic()
                 try:
@@ -97,12 +101,12 @@ class RayJobTrigger(BaseTrigger):
                                      type(error).__name__)
             poll, verdict = poll.step(RayLook(info, failure is not None, renewed_at), time.monotonic())
             if verdict == FINAL and info is not None:
-                return {"status": "final", "state": info["status"]}
+                return JobEvent(EventKind.FINAL, state=info["status"])
             if verdict == GONE:
-                return {"status": "error", "message": f"Ray job {self.job_name} is gone from the cluster"}
+                return JobEvent(EventKind.ERROR, message=f"Ray job {self.job_name} is gone from the cluster")
             if verdict == OUTAGE:
-                return {"status": "error", "message": f"the Ray Jobs API stayed unreachable for "
-                        f"{self.reconnect_budget:g}s while job {self.job_name} ran: {type(failure).__name__}"}
+                return JobEvent(EventKind.ERROR, message=f"the Ray Jobs API stayed unreachable for "
+                                f"{self.reconnect_budget:g}s while job {self.job_name} ran: {type(failure).__name__}")
             if failure is not None and renewed_at is None:  # a failed renewal was said above
                 self.log.warning("the Ray Jobs API is unreachable (%s); trying again", type(failure).__name__)
             await asyncio.sleep(self.poll_interval)

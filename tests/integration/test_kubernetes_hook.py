@@ -1,4 +1,4 @@
-"""``DistributedTrainingHook`` against the API emulator: creation, one watch per job, retries, reattach, logs.
+"""``PodJobHook`` against the API emulator: creation, one watch per job, retries, reattach, logs.
 
 Every call crosses HTTP through the real ``kubernetes`` client behind the cncf provider's ``KubernetesHook``.
 The hook's sleep is a recorder, so retry paths take no time; the emulator's request log says what was sent.
@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 
 from airflow_distributed.hooks.api_retry import KubernetesJobError
-from airflow_distributed.hooks.kubernetes import DistributedTrainingHook
+from airflow_distributed.hooks.kubernetes import PodJobHook
 from airflow_distributed.hooks.pod_logs import PodLogFollower
 from airflow_distributed.jobstate.outcome import describe
 from airflow_distributed.manifests.kubernetes import job_secret_names, to_dict
@@ -49,7 +49,7 @@ def sleeps() -> list[float]:
 
 
 @pytest.fixture
-def hook(kubeconfig, sleeps) -> DistributedTrainingHook:
+def hook(kubeconfig, sleeps) -> PodJobHook:
     return new_hook(kubeconfig, sleeps.append)
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from airflow_distributed.backends.base import (
     OPTION_NAMES,
-    KubernetesSettings,
+    ClusterSettings,
     ProcessSettings,
     RaySettings,
     TrainJobSettings,
@@ -46,7 +46,7 @@ def test_a_new_backend_needs_only_a_registration(monkeypatch):
 
     class EchoBackend:
         name = "echo"
-        options_class = KubernetesSettings  # it receives the Kubernetes-side backends' options
+        options_class = ClusterSettings  # it receives the Kubernetes-side backends' options
 
         def check(self, settings, spec):
             calls.append(("check", spec.framework if spec else None))
@@ -88,8 +88,8 @@ def test_settings_are_frozen_and_hold_the_operators_arguments():
         settings.options.image = "other"  # type: ignore[misc]
 
 
-@pytest.mark.parametrize("backend, options", [("local", ProcessSettings), ("kubernetes", KubernetesSettings),
-                                              ("kubeflow", KubernetesSettings), ("trainjob", TrainJobSettings),
+@pytest.mark.parametrize("backend, options", [("local", ProcessSettings), ("kubernetes", ClusterSettings),
+                                              ("kubeflow", ClusterSettings), ("trainjob", TrainJobSettings),
                                               ("ray", RaySettings)])
 def test_a_backend_receives_its_own_options_typed_and_the_others_only_by_name(backend, options):
     operator = DistributedTrainingOperator(task_id="t", framework="pytorch", command=["python", "x.py"],

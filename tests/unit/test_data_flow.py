@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from airflow_distributed.backends.base import KubernetesSettings
+from airflow_distributed.backends.base import ClusterSettings
 from airflow_distributed.backends.registry import REGISTRY
 from airflow_distributed.frameworks import get_framework
 from airflow_distributed.manifests.kubeflow import KubeflowAddressing
@@ -39,7 +39,7 @@ class RecordingBackend:
     """Starts nothing; keeps the spec each step was given."""
 
     name = "recording"
-    options_class = KubernetesSettings
+    options_class = ClusterSettings
 
     def __init__(self) -> None:
         self.checked: Any = None
@@ -189,7 +189,8 @@ def test_an_elastic_restart_after_a_deferral_builds_the_pods_once_and_watches_th
 def test_a_resumed_kubeflow_job_takes_its_framework_from_the_event(backend, framework, kind):
     operator = _unparseable(backend)
     run_class = type(operator._backend).run_class()  # type: ignore[attr-defined]
-    event = {"job_name": "train-1", "namespace": "ml", "started_at": 1.5, "resume_state": {"framework": framework}}
+    event = {"job_name": "train-1", "namespace": "ml", "started_at": 1.5, "resume_state": {"framework": framework},
+             "status": "succeeded"}
     run = run_class.resume(operator._task_calls(), operator._settings(), {"ti": TI()}, event)
     assert (run.framework, run.resource.kind, run.started_at) == (framework, kind, 1.5)
 

@@ -204,7 +204,7 @@ def test_the_kubeflow_triggers_events_are_read(tmp_path):
 
     def ending(watch: ObjectWatch, pending: PendingPods | None = None, ended: bool = True) -> JobEvent:
         end = judge_object_wait(watch, trigger.kind.status_of, pending.verdict if pending else None, None)
-        return _read_back(trigger._ending(end if ended else None))
+        return _read_back(trigger._ending(end if ended else None).to_payload())
 
     deleted = ObjectWatch(JOB)
     deleted.on_list({"items": [_job("Running")]})
@@ -259,20 +259,30 @@ def test_the_ray_triggers_events_are_read(port):  # noqa: F811 (the imported fix
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
-        event = _read_back(_fired(_ray_trigger(reconnect_budget=5.0)))
+        payload = _fired(_ray_trigger(reconnect_budget=5.0))
     finally:
         server.shutdown()
         server.server_close()
+    # The payload as the trigger wrote it before ``JobEvent``, key for key and in that order.
+    assert json.dumps(payload) == json.dumps({"job_name": JOB, "resume_state": {"framework": "pytorch"},
+                                              "status": "final", "state": "SUCCEEDED"})
+    event = _read_back(payload)
     assert (event.kind, event.state, event.resume_state) == (EventKind.FINAL, "SUCCEEDED", {"framework": "pytorch"})
 
-    event = _read_back(_fired(_ray_trigger(reconnect_budget=0.0)))  # nothing listens any more
+    payload = _fired(_ray_trigger(reconnect_budget=0.0))  # nothing listens any more
+    assert list(payload) == ["job_name", "resume_state", "status", "message"]
+    event = _read_back(payload)
     assert event.kind == EventKind.ERROR and "stayed unreachable" in (event.message or "")
 
-    event = _read_back(_fired(_ray_trigger(reconnect_budget=5.0, execution_deadline=time.time() - 1)))
+    payload = _fired(_ray_trigger(reconnect_budget=5.0, execution_deadline=time.time() - 1))
+    assert list(payload) == ["job_name", "resume_state", "status", "elapsed", "message"]
+    assert payload["message"] == f"Ray job {JOB} reached the task's execution_timeout"
+    event = _read_back(payload)
     assert event.kind == EventKind.TIMEOUT and event.elapsed is not None and event.namespace is None
 
 
 def test_a_ray_event_with_no_resume_state_reads_as_one_without():
-    """The Ray trigger writes ``resume_state`` even when it is ``None``: read, it is a key the event lacks."""
+    """A Ray trigger of an earlier release wrote ``resume_state`` even when it was ``None``: read, it is a key the
+    event lacks."""
     event = JobEvent.from_payload({"job_name": JOB, "resume_state": None, "status": "final", "state": "STOPPED"})
     assert event == JobEvent(EventKind.FINAL, JOB, state="STOPPED")

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from airflow_distributed.jobstate import outcome as ending
 from airflow_distributed.jobstate.hang_watch import MasterLogWatch, hung_verdict
+from airflow_distributed.jobstate.job_event import EventKind, JobEvent
 from airflow_distributed.jobstate.object_wait import judge_object_wait, status_outcome
 from airflow_distributed.jobstate.object_watch import ObjectWatch
-from airflow_distributed.jobstate.outcome import JobOutcome
+from airflow_distributed.jobstate.outcome import Ending, JobOutcome
 from airflow_distributed.jobstate.pending_pods import IMAGE_PULL_FAILED, JOB_HUNG, QUEUE_TIMED_OUT, PendingPods
 from airflow_distributed.jobstate.verdicts import JobVerdict
 from airflow_distributed.manifests.kubeflow_status import KUBEFLOW_KIND, expected_pods, job_suspended
@@ -145,19 +145,20 @@ class TriggerWait(Wait):
         end = self.judged()
         if end is None:
             return None
-        return read_back(self.trigger._ending(end), self.watch.obj)
+        return read_back(self.trigger._ending(end).to_payload(), self.watch.obj)
 
 
 def read_back(event: dict[str, Any], obj: dict[str, Any] | None) -> JobOutcome:
-    """``KubeflowJobRun.complete``'s reading of an event (the object as its GET finds it: ``obj``)."""
-    status = event["status"]
-    if status == "failed" and event.get("reason") in (IMAGE_PULL_FAILED, QUEUE_TIMED_OUT, JOB_HUNG):
-        return JobVerdict.from_dict(event["verdict"]).outcome(job_object=obj)
-    if status in ("succeeded", "failed"):
+    """``KubeflowJobRun.complete``'s reading of an event's payload (the object as its GET finds it: ``obj``)."""
+    fired = JobEvent.from_payload(event)
+    if fired.kind == EventKind.FAILED and fired.reason in (IMAGE_PULL_FAILED, QUEUE_TIMED_OUT, JOB_HUNG):
+        assert fired.verdict is not None
+        return fired.verdict.outcome(job_object=obj)
+    if fired.ended:
         assert obj is not None
         return status_outcome(KUBEFLOW_KIND.status_of(obj), obj)
-    assert status == "deleted", event
-    return JobOutcome(ending.DELETED)
+    assert fired.kind == EventKind.DELETED, event
+    return JobOutcome(Ending.DELETED)
 
 
 Step = Callable[[Wait], None]
@@ -196,22 +197,22 @@ PENDING_AND_HUNG: list[Step] = [
 def test_a_pending_pod_and_a_hung_clock_at_once_end_both_waits_with_the_pending_verdict():
     sync, trigger = run(PENDING_AND_HUNG)
     assert sync == trigger, (sync, trigger)
-    assert sync is not None and (sync.ending, sync.replica, sync.reason) == (ending.IMAGE, WORKER, "InvalidImageName")
+    assert sync is not None and (sync.ending, sync.replica, sync.reason) == (Ending.IMAGE, WORKER, "InvalidImageName")
 
 
 @pytest.mark.parametrize(("steps", "expected"), [
-    pytest.param(PENDING_AND_HUNG[:-1], (ending.HUNG, MASTER, None), id="hung-alone"),
+    pytest.param(PENDING_AND_HUNG[:-1], (Ending.HUNG, MASTER, None), id="hung-alone"),
     pytest.param([*PENDING_AND_HUNG[:2], later(10),
                   lambda w: w.pods([pod(MASTER), pod(WORKER, running=False, waiting="InvalidImageName")])],
-                 (ending.IMAGE, WORKER, "InvalidImageName"), id="pending-alone"),
+                 (Ending.IMAGE, WORKER, "InvalidImageName"), id="pending-alone"),
     pytest.param([*PENDING_AND_HUNG, lambda w: w.event("MODIFIED", job("Succeeded"))],
-                 (ending.SUCCEEDED, None, None), id="the-controllers-word-first"),
+                 (Ending.SUCCEEDED, None, None), id="the-controllers-word-first"),
     pytest.param([*PENDING_AND_HUNG, lambda w: w.event("MODIFIED", job("Failed"))],
-                 (ending.FAILED, None, None), id="failed-by-its-controller"),
-    pytest.param([*PENDING_AND_HUNG, lambda w: w.event("DELETED", job())], (ending.DELETED, None, None),
+                 (Ending.FAILED, None, None), id="failed-by-its-controller"),
+    pytest.param([*PENDING_AND_HUNG, lambda w: w.event("DELETED", job())], (Ending.DELETED, None, None),
                  id="deleted"),
     pytest.param([lambda w: w.event("ADDED", job(suspend=True)), lambda w: w.pods([]), later(31),
-                  lambda w: w.pods([])], (ending.QUEUED, None, "Suspended"), id="queued-past-queue_timeout"),
+                  lambda w: w.pods([])], (Ending.QUEUED, None, "Suspended"), id="queued-past-queue_timeout"),
 ])
 def test_each_end_is_the_same_for_both_waits(steps: list[Step], expected: tuple[str, str | None, str | None]):
     sync, trigger = run(steps)
@@ -223,7 +224,7 @@ def test_a_wait_that_saw_nothing_decisive_goes_on_and_the_trigger_times_out():
     sync, trigger = run(PENDING_AND_HUNG[:3])
     assert sync is None and trigger is None
     wait = TriggerWait(Clock())
-    assert wait.trigger._ending(None)["status"] == "timeout"
+    assert wait.trigger._ending(None).to_payload()["status"] == "timeout"
 
 
 def test_a_stopped_wait_ends_stopped_before_anything_else():
@@ -232,7 +233,7 @@ def test_a_stopped_wait_ends_stopped_before_anything_else():
         step(wait)
     wait.stopped = True
     found = wait.ending()
-    assert found is not None and found.ending == ending.STOPPED
+    assert found is not None and found.ending == Ending.STOPPED
     end = wait.judged()
     assert end is not None
     with pytest.raises(ValueError, match="a stopped wait has no trigger event"):
@@ -246,7 +247,7 @@ def test_the_triggers_events_keep_their_words():
         step(wait)
     end = wait.judged()
     assert end is not None
-    event = wait.trigger._ending(end)
+    event = wait.trigger._ending(end).to_payload()
     assert (event["status"], event["reason"]) == ("failed", IMAGE_PULL_FAILED)
     assert event["message"] == JobVerdict.from_dict(event["verdict"]).describe()
     hung = TriggerWait(Clock())
@@ -254,12 +255,12 @@ def test_the_triggers_events_keep_their_words():
         step(hung)
     end = hung.judged()
     assert end is not None and end.verdict is not None
-    event = hung.trigger._ending(end)
+    event = hung.trigger._ending(end).to_payload()
     assert (event["status"], event["reason"], event["message"]) == ("failed", JOB_HUNG, end.verdict.message)
     gone = TriggerWait(Clock())
     gone.event("ADDED", job())
     gone.event("DELETED", job())
     end = gone.judged()
     assert end is not None
-    assert gone.trigger._ending(end) == {"status": "deleted",
-                                         "message": "pytorchjobs ml/train-1 was deleted before it finished"}
+    assert gone.trigger._ending(end).to_payload() == {
+        "status": "deleted", "message": "pytorchjobs ml/train-1 was deleted before it finished"}

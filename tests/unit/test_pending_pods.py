@@ -78,7 +78,7 @@ def test_a_failed_pull_is_the_verdict_at_once_without_grace(reason):
     verdict = check.on_pods([pod("j-master-0", running=True), pod("j-worker-1", reason, message="kubelet says")], 3)
     assert verdict is not None and (verdict.replica, verdict.reason, verdict.image) == ("j-worker-1", reason, IMAGE)
     # The trigger's event of it (``object_wait``): the task tells it from the Kubeflow operator's verdicts by it.
-    event = ObjectWaitEnd(OWN, verdict=verdict).event("pytorchjobs ns/j")
+    event = ObjectWaitEnd(OWN, verdict=verdict).event("pytorchjobs ns/j").to_payload()
     state, why, message = event["status"], event["reason"], event["message"]
     assert (state, why) == ("failed", IMAGE_PULL_FAILED)
     assert f'replica j-worker-1: image "{IMAGE}"' in message and f"({reason}: kubelet says)" in message

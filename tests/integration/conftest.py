@@ -6,6 +6,7 @@ A module that needs another emulator (a bookmark interval of its own, Kubeflow's
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 
@@ -17,6 +18,14 @@ def emulator():
     with KubeEmulator(kubernetes_version="1.31", bookmark_interval=0.5) as emu:
         yield emu
         assert emu.errors == [], "\n".join(emu.errors)
+
+
+@pytest.fixture
+def ns(emulator) -> str:
+    """A fresh namespace of the module's emulator: each test's objects apart from the others'."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    emulator.create_namespace(name)
+    return name
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
 
 import pytest
 from kubernetes import client
@@ -34,13 +33,6 @@ from tests.kubernetes_helpers import (
     task_requests,
     train_and_succeed,
 )
-
-
-@pytest.fixture
-def ns(emulator) -> str:
-    name = f"h-{uuid.uuid4().hex[:8]}"
-    emulator.create_namespace(name)
-    return name
 
 
 @pytest.fixture

@@ -35,13 +35,6 @@ from tests.kubernetes_helpers import (
 )
 
 
-@pytest.fixture
-def ns(emulator) -> str:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    emulator.create_namespace(name)
-    return name
-
-
 def start_job(config: str, namespace: str, environment: dict | None = None):
     build, slots, name = make_job(namespace, environment)
     new_hook(config).ensure_job(namespace, build(None), slots)

@@ -12,7 +12,6 @@ import asyncio
 import re
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -37,13 +36,6 @@ def emulator():
         register_kubeflow_crds(emu)
         yield emu
         assert emu.errors == [], "\n".join(emu.errors)
-
-
-@pytest.fixture
-def ns(emulator) -> str:
-    name = f"s-{uuid.uuid4().hex[:8]}"
-    emulator.create_namespace(name)
-    return name
 
 
 Job = tuple[str, list]

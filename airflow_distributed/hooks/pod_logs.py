@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 TAIL_LINES = 40
 #: Client-side read timeout of a follow: a quiet log is reconnected after this long (cheap), never hung on.
 FOLLOW_READ_TIMEOUT = 300.0
+#: Seconds a stopped follower's thread is given to end before its last read (its read is unblocked at once).
+STOP_JOIN = 2.0
 #: Client-side time limit of a look for the master's pod, and of a read of its state.
 LOCATE_TIMEOUT = (10.0, 30.0)
 
@@ -137,8 +139,22 @@ class PodLogFollower:
             finally:
                 self.cursor.reconnecting()
 
-    def _follow_once(self) -> None:
-        query = [("container", self.container), ("follow", "true"), ("timestamps", "true")]
+    def catch_up(self) -> None:
+        """One read, without following, of what the container wrote since the cursor: the lines a follower stopped
+        while its replica still ran had not read yet (a follow opened a moment before the job ended). Best effort:
+        only once the follow's thread has ended (one cursor, one reader), and a read that fails decides nothing."""
+        if self.alive:
+            return
+        try:
+            self._follow_once(follow=False)
+        except Exception as error:
+            self._log.debug("could not read the last lines of %s/%s: %s", self.namespace, self.pod,
+                            short_error(error))
+        finally:
+            self.cursor.reconnecting()
+
+    def _follow_once(self, follow: bool = True) -> None:
+        query = [("container", self.container), *([("follow", "true")] if follow else []), ("timestamps", "true")]
         since = self.cursor.since_time()
         if since is not None:
             query.append(("sinceTime", since))
@@ -157,7 +173,7 @@ class PodLogFollower:
         self._response = response
         try:
             for raw in iter_resp_lines(response):
-                if self._stop.is_set():
+                if follow and self._stop.is_set():
                     return
                 text = self.cursor.accept(raw)
                 if text is not None:
@@ -195,25 +211,42 @@ class LogFollowers:
         for name in self.names:
             pod = self.tracker.pod(name)
             if name not in self.followers and log_available(pod):
-                uid = str(((pod or {}).get("metadata") or {}).get("uid") or "")
-                kept = self.cursors.get(name)
-                cursor = kept[1] if kept is not None and kept[0] == uid else LogCursor()
-                self.cursors[name] = (uid, cursor)
-                self.followers[name] = PodLogFollower(
-                    self.hook, self.namespace, name, self.emit,  # type: ignore[arg-type]
-                    finished=functools.partial(self._finished, name), log=self.log, cursor=cursor,
-                ).start()
+                self.followers[name] = self._follower(name, pod).start()
+
+    def _follower(self, name: str, pod: Mapping[str, Any] | None) -> PodLogFollower:
+        uid = str(((pod or {}).get("metadata") or {}).get("uid") or "")
+        kept = self.cursors.get(name)
+        cursor = kept[1] if kept is not None and kept[0] == uid else LogCursor()
+        self.cursors[name] = (uid, cursor)
+        return PodLogFollower(self.hook, self.namespace, name, self.emit,  # type: ignore[arg-type]
+                              finished=functools.partial(self._finished, name), log=self.log, cursor=cursor)
 
     def _finished(self, name: str) -> bool:
         pod = self.tracker.pod(name)
         return pod is None or container_state(pod, MAIN_CONTAINER)[0] == ContainerState.TERMINATED
 
     def finish(self, drain_seconds: float = 5.0) -> None:
-        """Let followers of ended containers read to the end (briefly); stop the others."""
+        """Let followers of ended containers read to the end (briefly); stop the others, then read once what those
+        wrote that their follow had not read yet (a worker still running when the master ended has printed lines
+        its follower, opened a moment before, may not have had), and the log of a replica never seen started."""
+        running = []
         for name, follower in self.followers.items():
             if self._finished(name):
                 follower.join(drain_seconds)
+            else:
+                running.append(follower)
             follower.stop()
+        for follower in running:
+            follower.join(STOP_JOIN)
+            follower.catch_up()
+        # A pod the watch last saw pending may have run all the same: a real kubelet reports a container's start a
+        # moment late, and a short replica can end before the report. Its log is read once (one that never started
+        # answers 400, which decides nothing).
+        for name in self.names:
+            pod = self.tracker.pod(name)
+            if name not in self.followers and pod is not None:
+                self.followers[name] = follower = self._follower(name, pod)
+                follower.catch_up()
 
     def tails(self) -> Mapping[str, list[str]]:
         return {name: list(follower.tail) for name, follower in self.followers.items()}

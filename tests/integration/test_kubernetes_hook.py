@@ -15,7 +15,7 @@ from kubernetes import client
 
 from airflow_distributed.hooks.api_retry import KubernetesJobError
 from airflow_distributed.hooks.kubernetes import PodJobHook
-from airflow_distributed.hooks.pod_logs import PodLogFollower
+from airflow_distributed.hooks.pod_logs import LogFollowers, PodLogFollower
 from airflow_distributed.jobstate.outcome import describe
 from airflow_distributed.manifests.kubernetes import job_secret_names, to_dict
 from tests.helpers import wait_until
@@ -298,6 +298,43 @@ def test_a_followed_log_reconnects_after_a_quiet_spell_without_repeating_lines(e
     assert seen == ["a1", "a2", "a3", "b1", "b2"]
     follows = [r for r in task_requests(emulator, ns) if r.path.endswith(f"/{master}/log")]
     assert len(follows) >= 2 and all(r.query.get("sinceTime") for r in follows[1:])
+
+
+def test_a_replica_still_running_when_the_wait_ends_has_its_lines_read_once_though_its_follow_had_not(
+        emulator, hook, ns):
+    """A worker's follow opened a moment before the master ended (a real node reports a pod running a second or
+    so after it started): the wait's end stops it before it read a line. The lines the worker wrote are read once
+    more, without following, each once."""
+    build, slots, name = make_job(ns, environment={})
+    hook.ensure_job(ns, build(None), slots)
+    worker = slots[0].name  # any replica still running: this job has one
+    emulator.run_pod(ns, worker)
+    emulator.append_log(ns, worker, "w1\nw2", container="base")
+    seen: list[tuple[str, str]] = []
+    followers = LogFollowers(hook, ns, [worker], lambda pod, line: seen.append((pod, line)),
+                             hook.job_tracker(ns, name, slots))
+    followers.start_ready()
+    followers.finish()
+
+    assert seen == [(worker, "w1"), (worker, "w2")]
+    assert followers.tails() == {worker: ["w1", "w2"]}
+
+
+def test_a_replica_the_wait_last_saw_pending_has_its_log_read_at_the_end(emulator, hook, ns):
+    """A real kubelet reports a container's start a moment late: a short replica can run and end while the wait
+    still sees its pod pending. Its lines are read once at the end; a pod that never started decides nothing."""
+    build, slots, name = make_job(ns, environment={"pytorch": {"n_workers": 1}})
+    hook.ensure_job(ns, build(None), slots)
+    tracker = hook.job_tracker(ns, name, slots)  # both pending
+    ran, never = slots[0].name, slots[1].name
+    emulator.run_pod(ns, ran)
+    emulator.append_log(ns, ran, "r1\nr2", container="base")
+    seen: list[tuple[str, str]] = []
+    followers = LogFollowers(hook, ns, [ran, never], lambda pod, line: seen.append((pod, line)), tracker)
+    followers.start_ready()
+    followers.finish()
+
+    assert seen == [(ran, "r1"), (ran, "r2")]
 
 
 def test_a_followed_master_goes_on_after_a_reconnect_and_a_replaced_one_is_followed_from_its_start(

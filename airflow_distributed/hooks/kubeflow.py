@@ -29,14 +29,9 @@ from airflow_distributed.hooks.pod_logs import LOCATE_TIMEOUT, MasterFollower
 from airflow_distributed.hooks.watch_loop import WatchCalls, WatchPolicy, run_watch
 from airflow_distributed.jobstate.disruption import TakenAway
 from airflow_distributed.jobstate.hang_watch import MasterLogWatch, all_running, hung_verdict
-from airflow_distributed.jobstate.kubeflow_pods import (
-    failed_replica,
-    lost_replica,
-    pod_matches,
-    replica_statuses_of_pods,
-)
+from airflow_distributed.jobstate.kubeflow_pods import pod_matches, replica_statuses_of_pods
 from airflow_distributed.jobstate.log_cursor import LogCursor
-from airflow_distributed.jobstate.object_wait import judge_object_wait, status_outcome
+from airflow_distributed.jobstate.object_wait import judge_object_wait
 from airflow_distributed.jobstate.object_watch import ObjectWatch, name_selector
 from airflow_distributed.jobstate.outcome import Ending, JobOutcome
 from airflow_distributed.jobstate.pending_pods import PendingPods, pods_missing
@@ -522,12 +517,7 @@ __all__ = [
     "KubeflowHandle",
     "KubeflowJobHook",
     "TakenAwayWatch",
-    "failed_replica",
-    "lost_replica",
     "main_container",
     "pod_group_read",
-    "pod_matches",
-    "replica_statuses_of_pods",
     "resource_of_kind",
-    "status_outcome",
 ]

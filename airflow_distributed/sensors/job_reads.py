@@ -12,9 +12,10 @@ from typing import Any
 
 from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
 
-from airflow_distributed.hooks.kubeflow import KubeflowJobHook, failed_replica, resource_of_kind
+from airflow_distributed.hooks.kubeflow import KubeflowJobHook, resource_of_kind
 from airflow_distributed.hooks.kubernetes import PodJobHook
 from airflow_distributed.hooks.trainjob import TRAINJOB, TrainJobHook
+from airflow_distributed.jobstate.kubeflow_pods import failed_replica
 from airflow_distributed.jobstate.verdicts import JobVerdict
 from airflow_distributed.manifests.kubeflow_kinds import KubeflowResource
 from airflow_distributed.triggers.kubeflow import KubeflowJobTrigger

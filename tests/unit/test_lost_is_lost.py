@@ -1,7 +1,7 @@
 """Lost is lost: a replica whose pod the cluster is taking away (being deleted or evicted, marked for disruption, its
 node lost) is ``ReplicaLostError`` whatever exit code its container died with, and the message says what took it,
 through every verdict that reads pods: the ``kubernetes`` tracker (the whole pod in the task, ``pod_essentials`` in
-the triggerer) and the Kubeflow and TrainJob one (``hooks.kubeflow.failed_replica``).
+the triggerer) and the Kubeflow and TrainJob one (``jobstate.kubeflow_pods.failed_replica``).
 
 The pods are shaped as a 1.20 API server returns them (what ``tests/kube_control_plane`` reads back): a graceful
 deletion or an Eviction API eviction sets ``deletionTimestamp`` and ``deletionGracePeriodSeconds`` and nothing else

@@ -4,6 +4,8 @@ from the plan; only global rank 0 reports."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.helpers import run_dag, xcom
@@ -25,3 +27,16 @@ def test_two_replicas_of_three_processes_train_one_ddp_model_with_every_rank_var
     assert result["metrics"]["world_size"] == 6
     assert result["metrics"]["final_loss"] < result["metrics"]["initial_loss"]
     assert [r["state"] for r in result["replicas"]] == ["succeeded", "succeeded"]
+
+
+def test_a_hung_replica_of_several_processes_prints_the_stacks_of_each(capfd):
+    _, states = run_dag("local_nproc_hung")
+
+    out = capfd.readouterr().out
+    assert states == {"train": "failed"}, out[-6000:]
+    assert "JobHungError: " in out, out[-6000:]
+    # The replica's lines as the task log printed them live, one per line of its processes' output: faulthandler's
+    # stack of each rank's main thread names the function it is blocked in.
+    live = [line for line in out.splitlines() if re.search(r"\] \[train-[0-9a-f]+-master-0\] ", line)]
+    assert sum("in block_in_all_reduce" in line for line in live) == 2, "\n".join(live[-60:])
+    assert sum("in never_join" in line for line in live) == 1, "\n".join(live[-60:])

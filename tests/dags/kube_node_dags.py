@@ -12,6 +12,7 @@ from airflow.sdk import DAG, task
 from airflow_distributed.operators import DistributedTrainingOperator
 from tests.hang_scripts import GLOO_HANG
 from tests.kube_node.images import TRAINING_DIR, trainer_image
+from tests.process_variables import PRELUDE
 
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 for dag_id, deferrable in (("node_ddp", False), ("node_ddp_deferrable", True)):
@@ -24,6 +25,17 @@ for dag_id, deferrable in (("node_ddp", False), ("node_ddp_deferrable", True)):
             namespace=dag_id.replace("_", "-"), deferrable=deferrable, startup_timeout=180, logging_interval=1,
             # Every replica's lines in the task log (followed by the synchronous wait; deferred, the master's only).
             log_replicas="all")
+
+
+# The same training by 2 replicas of 3 processes each (environment.pytorch.n_proc_per_node): torch's launcher in each
+# pod starts the processes, each printing its rank variables first (tests/process_variables.py).
+with DAG(dag_id="node_nproc_ddp", schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]):
+    DistributedTrainingOperator(
+        task_id="train", framework="pytorch", image=trainer_image(), backend="kubernetes",
+        command=["python3", "-c", PRELUDE, f"{TRAINING_DIR}/pytorch_ddp.py"], args=["--steps", "5"],
+        environment={"resources": {"cpu": {"requests": 0.1}, "memory": {"requests": 64, "limits": 2048}},
+                     "pytorch": {"n_workers": 1, "n_proc_per_node": 3}},
+        namespace="node-nproc-ddp", startup_timeout=180, logging_interval=1, log_replicas="all")
 
 
 # The same training as a PyTorchJob (its pods made by the stand-in operator, tests/kube_node/training_operator.py)

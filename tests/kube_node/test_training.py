@@ -10,6 +10,7 @@ from airflow_distributed.manifests.kubernetes import FILES_DIR, SECRET_FILES_DIR
 from tests.helpers import replica_lines, run_dag, run_dag_at, xcom
 from tests.kube_node.node import RealNode
 from tests.kube_node.training_operator import JobOperator, PyTorchJobOperator, TrainJobOperator
+from tests.process_variables import ranks_expected, ranks_seen
 
 pytestmark = [pytest.mark.usefixtures("airflow_db")]
 
@@ -43,6 +44,26 @@ def test_pytorch_ddp_over_gloo_trains_in_real_pods_and_leaves_nothing(node: Real
     table = {r["name"]: (r["state"], r["exit_code"]) for r in result["replicas"]}
     assert table == {master: ("succeeded", 0), f"{job}-worker-0": ("succeeded", 0),
                      f"{job}-worker-1": ("succeeded", 0)}, table
+    node.control_plane.assert_clean(namespace, user, timeout=90)
+
+
+@pytest.mark.parametrize("dag_namespace", ["node_nproc_ddp"], indirect=True)
+def test_replicas_of_several_processes_train_one_ddp_model_in_real_pods_and_leave_nothing(node: RealNode,
+                                                                                          dag_namespace, capfd):
+    namespace, user = dag_namespace
+    run, states = run_dag_at(namespace.replace("-", "_"))
+
+    out = capfd.readouterr().out
+    assert states == {"train": "success"}, out[-6000:]
+    # torch's launcher in each of the 2 pods started 3 processes, each with its global and local ranks.
+    assert ranks_seen(out) == ranks_expected(2, 3), out[-6000:]
+    result = xcom(run, "train")
+    assert result["metrics"]["world_size"] == 6
+    job = result["job_name"]
+    # The script fails unless all 6 ranks ended with the same parameters; rank 0 says so once they were compared.
+    assert any("parameters identical on all ranks" in line for line in replica_lines(out, job)[f"{job}-master-0"])
+    table = {r["name"]: (r["state"], r["exit_code"]) for r in result["replicas"]}
+    assert table == {f"{job}-master-0": ("succeeded", 0), f"{job}-worker-0": ("succeeded", 0)}, table
     node.control_plane.assert_clean(namespace, user, timeout=90)
 
 

@@ -71,9 +71,9 @@ class ClusterPlan:
     #: training processes each replica runs under its framework's launcher (``environment.pytorch.n_proc_per_node``
     #: resolved; the same on every replica, as torchrun needs)
     processes_per_replica: int = 1
-    #: a training operator in the cluster starts each replica's launcher and sets the framework's variables itself
-    #: (``plan.OPERATOR_BACKENDS``): the plan's commands are not wrapped in one
-    operator_launches: bool = False
+    #: a training operator in the cluster sets the framework's variables itself, per pod from one template per role
+    #: (``plan.OPERATOR_BACKENDS``): what differs between replicas comes from those variables, not from the plan
+    operator_sets_env: bool = False
 
     @property
     def master(self) -> Replica:

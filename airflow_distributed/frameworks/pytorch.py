@@ -76,8 +76,9 @@ class PyTorch(Framework):
         if any(part.endswith(_AGENT_COMMANDS) for part in command[:3]):
             return tuple(command)
         if elastic is None:
-            return tuple(command) if plan.processes_per_replica == 1 or plan.operator_launches else _launched(
-                replica, plan, command)
+            if plan.processes_per_replica == 1:
+                return tuple(command)
+            return _launched_by_operator(plan, command) if plan.operator_sets_env else _launched(replica, plan, command)
         # Every replica's address resolves to this machine on the local backend, so torchrun cannot tell which
         # agent hosts the rendezvous by its hostname: it is said outright (the master's).
         rdzv_conf = f"is_host={str(replica.is_master).lower()},join_timeout={elastic.rdzv_timeout}"
@@ -95,6 +96,20 @@ class PyTorch(Framework):
             "--no-python",
             *command,
         )
+
+
+def _launched_by_operator(plan: ClusterPlan, command: Sequence[str]) -> tuple[str, ...]:
+    """``command`` under torch's launcher where a training operator runs one pod template per role and sets the node's
+    ``RANK`` (its node rank), ``MASTER_ADDR`` and ``MASTER_PORT`` (a TrainJob's node program sets them from Trainer's
+    ``PET_*``): the per-node values are read from those when the pod runs, the counts are said outright, so that an
+    operator that sets no ``PET_NNODES`` or ``PET_NPROC_PER_NODE`` cannot leave a node training alone. Neither the
+    Training Operator nor Trainer starts the launcher itself."""
+    launch = (
+        'export NODE_RANK="$RANK"; exec python3 -m torch.distributed.run '
+        f'--nnodes {len(plan.replicas)} --node-rank "$RANK" --nproc-per-node {plan.processes_per_replica} '
+        '--master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" --no-python "$@"'
+    )
+    return ("sh", "-c", launch, "sh", *command)
 
 
 def _launched(replica: Replica, plan: ClusterPlan, command: Sequence[str]) -> tuple[str, ...]:

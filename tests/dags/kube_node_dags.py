@@ -49,6 +49,14 @@ for backend, kind in (("kubeflow", "pytorchjob"), ("trainjob", "trainjob")):
             environment={"resources": {"cpu": {"requests": 0.1}, "memory": {"requests": 64, "limits": 1024}},
                          "pytorch": {"n_workers": 2}},
             namespace=f"node-{kind}", logging_interval=1)
+    # 2 replicas x 3 processes: the operator's pods each run torch's launcher, from the variables it sets.
+    with DAG(dag_id=f"node_{kind}_nproc", schedule=None, start_date=START, catchup=False, tags=["test", backend]):
+        DistributedTrainingOperator(
+            task_id="train", framework="pytorch", image=trainer_image(), backend=backend,
+            command=["python3", "-c", PRELUDE, f"{TRAINING_DIR}/pytorch_ddp.py"], args=["--steps", "5"],
+            environment={"resources": {"cpu": {"requests": 0.1}, "memory": {"requests": 64, "limits": 2048}},
+                         "pytorch": {"n_workers": 1, "n_proc_per_node": 3}},
+            namespace=f"node-{kind}-nproc", logging_interval=1)
 
 # A PyTorchJob's master (alone) reporting 400 steps: its output document is far longer than the 4 KiB a
 # termination message holds, the only way out on this backend (no XCom sidecar); the relay cuts it to its brief.

@@ -163,6 +163,30 @@ def test_a_job_whose_pods_its_controller_makes_trains_over_gloo_in_real_pods(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(("dag_namespace", "operator"), [
+    ("node_pytorchjob_nproc", PyTorchJobOperator), ("node_trainjob_nproc", TrainJobOperator),
+], indirect=["dag_namespace"])
+def test_replicas_of_several_processes_train_one_ddp_model_in_pods_a_controller_makes(
+        node: RealNode, dag_namespace, operator: type[JobOperator], capfd):
+    namespace, user = dag_namespace
+    controller = operator(node.control_plane, namespace).start()
+    try:
+        run, states = run_dag_at(namespace.replace("-", "_"))
+    finally:
+        controller.stop()
+
+    out = capfd.readouterr().out
+    assert controller.errors == []
+    assert states == {"train": "success"}, out[-6000:]
+    result = xcom(run, "train")
+    # The script fails unless all 6 ranks ended with the same parameters; global rank 0 reports the group's size.
+    assert result["metrics"]["world_size"] == 6 and result["metrics"]["parameters_identical"], result
+    # The variables of the master's processes, from its log as the wait follows it (the only one followed here).
+    assert ranks_seen(out) == ranks_expected(2, 3)[:3], out[-6000:]
+    node.control_plane.assert_clean(namespace, user, timeout=120)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("dag_namespace", ["node_hung"], indirect=True)
 def test_a_hung_job_in_real_pods_fails_with_the_real_processes_stacks(node: RealNode, dag_namespace, capfd):
     namespace, user = dag_namespace

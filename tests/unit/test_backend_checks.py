@@ -100,7 +100,7 @@ def test_the_trainjob_runtime_is_refused_on_the_other_backends_naming_it(backend
 N_PROC = {"pytorch": {"n_workers": 1, "n_proc_per_node": 4}}
 
 
-@pytest.mark.parametrize("backend", ["kubeflow", "ray"])
+@pytest.mark.parametrize("backend", ["ray"])
 @pytest.mark.parametrize("form", ["dict", "yaml", "file", "polyaxonfile"])
 def test_n_proc_per_node_is_refused_where_replicas_run_one_process_whatever_form_the_environment_has(
         backend, form, tmp_path):
@@ -120,7 +120,7 @@ def test_n_proc_per_node_is_refused_where_replicas_run_one_process_whatever_form
     error = refused(backend=backend, environment=environment, **({"image": None} if backend == "ray" else {}))
     assert error.paths == ["environment.pytorch.n_proc_per_node"]
     assert f"backend={backend!r} runs one process per replica" in str(error)
-    for backend in ("trainjob", "local", "kubernetes"):
+    for backend in ("trainjob", "local", "kubernetes", "kubeflow"):
         operator(backend=backend, environment=environment)
 
 

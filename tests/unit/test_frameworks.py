@@ -299,10 +299,14 @@ def test_a_command_that_starts_torchrun_itself_is_not_wrapped_again(command):
     assert plan.master.env["PET_NPROC_PER_NODE"] == "2"
 
 
-def test_a_trainjob_runs_the_command_as_given_its_runtime_starts_the_processes():
-    plan = _plan("pytorch", {"pytorch": {"n_workers": 1, "n_proc_per_node": 3}}, KubernetesAddressing("ns"),
-                 backend="trainjob")
-    assert plan.processes_per_replica == 3 and plan.master.command == ("python", "train.py")
+@pytest.mark.parametrize("backend", ["kubeflow", "trainjob"])
+def test_under_a_training_operator_every_pod_of_a_role_runs_one_launch_line_reading_its_node_rank_when_it_runs(
+        backend):
+    plan = _plan("pytorch", {"pytorch": {"n_workers": 2, "n_proc_per_node": 3}}, KubernetesAddressing("ns"),
+                 backend=backend)
+    launch = ('export NODE_RANK="$RANK"; exec python3 -m torch.distributed.run --nnodes 3 --node-rank "$RANK" '
+              '--nproc-per-node 3 --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" --no-python "$@"')
+    assert {r.command for r in plan.replicas} == {("sh", "-c", launch, "sh", "python", "train.py")}
 
 
 def test_elastic_replicas_start_the_processes_asked_for_under_their_agent():

@@ -36,6 +36,7 @@ from kubernetes import client
 from airflow_distributed.contract import ENV_CLUSTER
 from airflow_distributed.frameworks import get_framework
 from airflow_distributed.frameworks.horovod import SSH_PORT
+from airflow_distributed.launch import Launch
 from airflow_distributed.manifests import horovod_ssh
 from airflow_distributed.manifests.container_scripts import (
     TERMINATION_MESSAGE_PATH,
@@ -77,6 +78,9 @@ from airflow_distributed.plan import ClusterPlan, Layout, Replica
 from airflow_distributed.task_instance import TaskInstanceRef
 
 # Layout of the Kubernetes backend: where a replica finds its model dir, output path and the plan's files.
+#: How the kubernetes backend starts replicas (``plan.build_plan``'s ``launch``): one pod each, which the plan
+#: describes whole (every variable, an MPI launcher's hostfile and its SSH port to the replicas' sshd).
+POD_LAUNCH = Launch(pods=True)
 MODEL_DIR = "/airflow-distributed/model"
 FILES_DIR = "/airflow-distributed/files"
 SECRET_FILES_DIR = "/airflow-distributed/secret-files"

@@ -213,7 +213,7 @@ def build_kubeflow_job(plan: ClusterPlan, options: KubeflowJobOptions) -> dict[s
 
 
 def _check_plan(plan: ClusterPlan, options: KubeflowJobOptions, kind: KubeflowKind) -> None:
-    check_plan_layout(plan, "kubeflow", "KubeflowAddressing")
+    check_plan_layout(plan, "kubeflow", KUBEFLOW_LAUNCH, "KubeflowAddressing")
     addressing = KubeflowAddressing(options.pods.namespace, plan.framework)
     for replica in plan.replicas:
         expected, _ = addressing.endpoint(0, plan.job_name, replica.name, replica.port)

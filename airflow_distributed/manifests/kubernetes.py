@@ -336,12 +336,18 @@ def _api_client() -> client.ApiClient:
     return client.ApiClient(configuration=client_configuration())
 
 
-def check_plan_layout(plan: ClusterPlan, backend: str, addressing: str) -> None:
-    """The plan was built for ``backend`` with this backend's layout (shared by the Kubeflow builder)."""
+def check_plan_layout(plan: ClusterPlan, backend: str, launch: Launch, addressing: str) -> None:
+    """The plan was built for ``backend``, with its launch facts and this backend's layout (shared by the Kubeflow
+    and TrainJob builders): a plan built with another backend's facts has that backend's variables and files."""
     if plan.backend != backend:
         raise ValueError(
             f"job {plan.job_name}: the plan was built for the {plan.backend!r} backend; build it with "
             f"backend={backend!r}, {addressing} and layout_for_kubernetes()"
+        )
+    if plan.launch != launch:
+        raise ValueError(
+            f"job {plan.job_name}: the plan was built with the launch facts {plan.launch}, not the {backend!r} "
+            f"backend's ({launch}); build it with that backend's record as launch="
         )
     if plan.layout.output_path != OUTPUT_PATH:
         raise ValueError(
@@ -351,7 +357,7 @@ def check_plan_layout(plan: ClusterPlan, backend: str, addressing: str) -> None:
 
 
 def _check_plan(plan: ClusterPlan, options: JobManifestOptions) -> None:
-    check_plan_layout(plan, "kubernetes", "KubernetesAddressing")
+    check_plan_layout(plan, "kubernetes", POD_LAUNCH, "KubernetesAddressing")
     if plan.secret_files and plan.layout.secret_files_dir in (None, plan.layout.files_dir):
         raise ValueError(f"job {plan.job_name}: secret files need a secret_files_dir of their own (a Secret's "
                          "volume); build the plan with layout_for_kubernetes()")

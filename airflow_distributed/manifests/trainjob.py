@@ -150,7 +150,7 @@ def build_trainjob(plan: ClusterPlan, options: TrainJobOptions) -> dict[str, Any
     :raises ValueError: a plan not built for this backend, or one the typed models refuse.
     :raises ManifestError: a pod setting that is not valid Kubernetes, naming the field.
     """
-    check_plan_layout(plan, "trainjob", "TrainJobAddressing")
+    check_plan_layout(plan, "trainjob", TRAINJOB_LAUNCH, "TrainJobAddressing")
     if plan.files or plan.secret_files:
         names = ", ".join(sorted([*plan.files, *plan.secret_files]))
         raise ValueError(f"job {plan.job_name}: a TrainJob has no way to ship the files {names}")

@@ -30,6 +30,7 @@ from airflow_distributed.manifests.container_scripts import (
     wait_for_peers_command,
 )
 from airflow_distributed.manifests.horovod_ssh import SSH_DIR, SshKeyPair, generate_ssh_key_pair
+from airflow_distributed.manifests.kubeflow import KUBEFLOW_LAUNCH
 from airflow_distributed.manifests.kubernetes import (
     FILES_DIR,
     JOB_LABEL,
@@ -861,9 +862,14 @@ def test_plans_not_built_for_this_backend_are_refused():
                        backend="local", launch=LOCAL_LAUNCH)
     other_layout = build_plan(spec, JOB, KubernetesAddressing(NAMESPACE), Layout("/m", "/out.json", "/f"), ["t"],
                               backend="kubernetes", launch=POD_LAUNCH)
+    # Named for this backend, built with another's launch facts: its replicas would get the other's variables.
+    other_facts = build_plan(spec, JOB, KubernetesAddressing(NAMESPACE), layout_for_kubernetes(), ["t"],
+                             backend="kubernetes", launch=KUBEFLOW_LAUNCH)
 
     with pytest.raises(ValueError, match="built for the 'local' backend"):
         build_job_objects(local, _options())
+    with pytest.raises(ValueError, match=r"built with the launch facts .*, not the 'kubernetes' backend's"):
+        build_job_objects(other_facts, _options())
     with pytest.raises(ValueError, match=r"output path must be /airflow/xcom/return\.json"):
         build_job_objects(other_layout, _options())
     with pytest.raises(ValueError, match=r"KubernetesAddressing\('elsewhere'\)"):

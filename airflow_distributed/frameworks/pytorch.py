@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from airflow_distributed.frameworks.base import Framework, Role, master_rank_env
+from airflow_distributed.launch import Operator
 
 # A command that already starts the agent is configured through the PET_* variables and not wrapped again.
 _AGENT_COMMANDS = ("torchrun", "torch.distributed.run")
@@ -21,7 +22,7 @@ class PyTorch(Framework):
     default_port = 23456
     trainer_runtime = "torch-distributed"
 
-    def replica_env(self, replica, plan, backend):
+    def replica_env(self, replica, plan):
         env = master_rank_env(replica, plan)
         env = {
             **env,
@@ -53,10 +54,10 @@ class PyTorch(Framework):
             "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
         }
 
-    def kept_env(self, replica, plan, backend):
+    def kept_env(self, replica, plan):
         # The PyTorch operator sets MASTER_*, WORLD_SIZE, RANK and PET_* but not LOCAL_RANK; on a TrainJob torchrun
         # sets it.
-        return {"LOCAL_RANK": "0"} if backend == "kubeflow" else {}
+        return {"LOCAL_RANK": "0"} if plan.launch.operator is Operator.TRAINING_OPERATOR else {}
 
     def replica_command(self, replica, plan, command: Sequence[str], files_dir):
         elastic = plan.elastic

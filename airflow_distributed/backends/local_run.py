@@ -24,7 +24,7 @@ from airflow_distributed.jobstate.outcome import Ending, JobOutcome
 from airflow_distributed.jobstate.progress_watch import HangWatchdog
 from airflow_distributed.jobstate.startup import BY_PROGRESS, PROCESS_UNKNOWN, job_startup, process_startup, started
 from airflow_distributed.jobstate.usage import ReplicaRun, plan_requests
-from airflow_distributed.manifests.local import process_specs, resolve_python
+from airflow_distributed.manifests.local import LOCAL_LAUNCH, process_specs, resolve_python
 from airflow_distributed.outputs import DOCUMENT_TEXT_LIMIT
 from airflow_distributed.plan import Layout, LocalAddressing, build_plan, replica_count
 from airflow_distributed.status import render_table
@@ -88,8 +88,8 @@ class LocalJobRun:
             stacks_dir = os.path.join(work_dir, "stacks")
             env.update({ENV_STACKS_SIGNAL: STACKS_SIGNAL.name, ENV_STACKS_DIR: stacks_dir})
         plan = build_plan(spec, name, addressing, layout, resolve_python(program.command, interpreter),
-                          backend="local", env=env or settings.env, try_number=context["ti"].try_number,
-                          files=program.files, secret_files=program.secret_files)
+                          backend="local", launch=LOCAL_LAUNCH, env=env or settings.env,
+                          try_number=context["ti"].try_number, files=program.files, secret_files=program.secret_files)
         specs = process_specs(
             plan,
             interpreter=interpreter,

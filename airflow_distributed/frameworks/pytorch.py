@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from airflow_distributed.frameworks.base import Framework, Role, master_rank_env, rank_of
+from airflow_distributed.launch import Operator
 
 if TYPE_CHECKING:
     from airflow_distributed.cluster_plan import ClusterPlan, Replica
@@ -30,7 +31,7 @@ class PyTorch(Framework):
     default_port = 23456
     trainer_runtime = "torch-distributed"
 
-    def replica_env(self, replica, plan, backend):
+    def replica_env(self, replica, plan):
         env = master_rank_env(replica, plan)
         env = {
             **env,
@@ -66,10 +67,10 @@ class PyTorch(Framework):
             "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
         }
 
-    def kept_env(self, replica, plan, backend):
+    def kept_env(self, replica, plan):
         # The PyTorch operator sets MASTER_*, WORLD_SIZE, RANK and PET_* but not LOCAL_RANK; on a TrainJob torchrun
         # sets it.
-        return {"LOCAL_RANK": "0"} if backend == "kubeflow" else {}
+        return {"LOCAL_RANK": "0"} if plan.launch.operator is Operator.TRAINING_OPERATOR else {}
 
     def replica_command(self, replica, plan, command: Sequence[str], files_dir):
         elastic = plan.elastic
@@ -78,7 +79,10 @@ class PyTorch(Framework):
         if elastic is None:
             if plan.processes_per_replica == 1:
                 return tuple(command)
-            return _launched_by_operator(plan, command) if plan.operator_sets_env else _launched(replica, plan, command)
+            # Under a training operator every pod of a role has one template: its node rank is read when it runs.
+            if plan.launch.operator is not None:
+                return _launched_by_operator(plan, command)
+            return _launched(replica, plan, command)
         # Every replica's address resolves to this machine on the local backend, so torchrun cannot tell which
         # agent hosts the rendezvous by its hostname: it is said outright (the master's).
         rdzv_conf = f"is_host={str(replica.is_master).lower()},join_timeout={elastic.rdzv_timeout}"

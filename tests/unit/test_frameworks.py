@@ -7,6 +7,10 @@ from dataclasses import dataclass
 
 import pytest
 
+from airflow_distributed.manifests.kubeflow import KUBEFLOW_LAUNCH
+from airflow_distributed.manifests.kubernetes import POD_LAUNCH
+from airflow_distributed.manifests.local import LOCAL_LAUNCH
+from airflow_distributed.manifests.trainjob import TRAINJOB_LAUNCH
 from airflow_distributed.naming import job_name
 from airflow_distributed.plan import KubernetesAddressing, Layout, LocalAddressing, build_plan
 from airflow_distributed.spec import load_spec
@@ -88,7 +92,10 @@ CASES = [
 
 def _plan(framework, environment, addressing=PORTS, backend="local"):
     spec = load_spec(framework, environment)
-    return build_plan(spec, "job", addressing, LAYOUT, ["python", "train.py"], backend=backend, env={"A": "1"})
+    launch = {"local": LOCAL_LAUNCH, "kubernetes": POD_LAUNCH, "kubeflow": KUBEFLOW_LAUNCH,
+              "trainjob": TRAINJOB_LAUNCH}[backend]
+    return build_plan(spec, "job", addressing, LAYOUT, ["python", "train.py"], backend=backend, launch=launch,
+                      env={"A": "1"})
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -141,7 +148,8 @@ def test_horovod_launcher_runs_command_under_horovodrun_and_workers_stand_by():
 def test_contract_variables_win_over_user_variables():
     worker_env = {"env_vars": [["RANK", "9"], ["B", "2"]]}
     spec = load_spec("pytorch", {"pytorch": {"n_workers": 1, "default_worker": worker_env}})
-    plan = build_plan(spec, "job", PORTS, LAYOUT, ["x"], backend="local", env={"WORLD_SIZE": "7", "C": "3"})
+    plan = build_plan(spec, "job", PORTS, LAYOUT, ["x"],
+                      backend="local", launch=LOCAL_LAUNCH, env={"WORLD_SIZE": "7", "C": "3"})
     worker = plan.replica("job-worker-0")
     assert (worker.env["RANK"], worker.env["WORLD_SIZE"], worker.env["B"], worker.env["C"]) == ("1", "2", "2", "3")
 
@@ -212,7 +220,8 @@ PROCESS_VARIABLE = {"jax": "JAX_PROCESS_ID", "xgboost": "DMLC_TASK_ID", "paddle"
 @pytest.mark.parametrize("case", SECTION_CASES, ids=[c.name for c in SECTION_CASES])
 def test_framework_sections_load_and_number_every_process(case: SectionCase):
     spec = load_spec(case.framework, case.environment)
-    plan = build_plan(spec, "job", LocalAddressing(ports=range(32000, 32010)), LAYOUT, ["x"], backend="local")
+    plan = build_plan(spec, "job", LocalAddressing(ports=range(32000, 32010)), LAYOUT, ["x"],
+                      backend="local", launch=LOCAL_LAUNCH)
     variable = PROCESS_VARIABLE[spec.framework]
     assert [(r.name.removeprefix("job-"), r.env.get(variable)) for r in plan.replicas] == case.replicas
     for suffix, limit in (case.cpu_limits or {}).items():
@@ -294,7 +303,7 @@ def test_auto_processes_are_the_gpus_each_replica_asks_for_else_one(gpus, expect
                                      ["python", "-m", "torch.distributed.run", "train.py"]])
 def test_a_command_that_starts_torchrun_itself_is_not_wrapped_again(command):
     spec = load_spec("pytorch", {"pytorch": {"n_workers": 1, "n_proc_per_node": 2}})
-    plan = build_plan(spec, "job", PORTS, LAYOUT, command, backend="local")
+    plan = build_plan(spec, "job", PORTS, LAYOUT, command, backend="local", launch=LOCAL_LAUNCH)
     assert plan.master.command == tuple(command)
     assert plan.master.env["PET_NPROC_PER_NODE"] == "2"
 

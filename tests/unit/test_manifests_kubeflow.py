@@ -26,6 +26,7 @@ from referencing import Registry, Resource
 
 from airflow_distributed.frameworks import get_framework
 from airflow_distributed.manifests.kubeflow import (
+    KUBEFLOW_LAUNCH,
     MPI_HOSTFILE,
     KubeflowAddressing,
     KubeflowJobOptions,
@@ -49,6 +50,7 @@ from airflow_distributed.manifests.kubernetes import (
     JOB_LABEL,
     MASTER_LABEL,
     OUTPUT_PATH,
+    POD_LAUNCH,
     ROLE_LABEL,
     JobManifestOptions,
     TaskInstanceRef,
@@ -118,7 +120,7 @@ def _plan(framework: str | None, environment: Any, namespace: str = NAMESPACE, m
     spec = load_spec(framework, environment) if checked else TrainingSpec(
         framework=framework, environment=Environment.model_validate(environment))
     return build_plan(spec, JOB, KubeflowAddressing(namespace, spec.framework), layout_for_kubernetes(model_dir),
-                      list(COMMAND), backend="kubeflow", env={"EPOCHS": "3"})
+                      list(COMMAND), backend="kubeflow", launch=KUBEFLOW_LAUNCH, env={"EPOCHS": "3"})
 
 
 def _build(framework, environment, kubeflow: dict[str, Any] | None = None, model_dir: str | None = None,
@@ -357,7 +359,8 @@ def test_xgboostjob_workers_derive_their_task_id_from_the_operators_rank(n_worke
     body = _build("xgboost", {"xgboost": {"n_workers": n_workers}})
     # What the kubernetes backend gives each replica of the same spec: the values the derived ones must equal.
     plan = build_plan(load_spec("xgboost", {"xgboost": {"n_workers": n_workers}}), JOB,
-                      KubernetesAddressing(NAMESPACE), layout_for_kubernetes(None), list(COMMAND), backend="kubernetes")
+                      KubernetesAddressing(NAMESPACE), layout_for_kubernetes(None), list(COMMAND),
+                      backend="kubernetes", launch=POD_LAUNCH)
     master, worker = _env(body, "Master"), _env(body, "Worker")
     tracker = (f"{JOB}-master-0.{NAMESPACE}.svc", "9999", str(n_workers + 1))
     for env in (master, worker):
@@ -763,9 +766,9 @@ def test_invalid_options(kubeflow, pods, message):
 def test_plans_not_built_for_this_backend_are_refused():
     spec = load_spec("pytorch", {"pytorch": {"n_workers": 1}})
     kubernetes = build_plan(spec, JOB, KubernetesAddressing(NAMESPACE), layout_for_kubernetes(), ["t"],
-                            backend="kubernetes")
+                            backend="kubernetes", launch=POD_LAUNCH)
     wrong_addresses = build_plan(spec, JOB, KubernetesAddressing(NAMESPACE), layout_for_kubernetes(), ["t"],
-                                 backend="kubeflow")
+                                 backend="kubeflow", launch=KUBEFLOW_LAUNCH)
 
     with pytest.raises(ValueError, match="built for the 'kubernetes' backend"):
         build_kubeflow_job(kubernetes, _options())

@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -116,11 +117,15 @@ def run_dag(check: Check, env: dict[str, str], log: Path, timeout: float) -> tup
     return rc, round(time.monotonic() - started, 1)
 
 
-def log_tail(log: Path, lines: int = 6) -> list[str]:
-    """The log's last error lines, for a check that failed without a verdict."""
+def log_tail(log: Path, lines: int = 3) -> list[str]:
+    """The exceptions the DAG run's tasks failed with (else its last lines), for a check that failed without a
+    verdict. Lines before the run's first task are left out: ``dags test`` parses the whole DAG folder first, check
+    b's refusal included."""
     text = log.read_text(encoding="utf-8", errors="replace").splitlines() if log.exists() else []
-    errors = [line for line in text if "Error" in line or "ERROR" in line or "error" in line]
-    return [line[:240] for line in (errors or text)[-lines:]]
+    first = next((i for i, line in enumerate(text) if "[DAG TEST] starting" in line), 0)
+    text = [line.strip() for line in text[first:]]
+    raised = [line for line in text if re.match(r"[\w.]+(Error|Exception|Exit): ", line)]
+    return [line[:240] for line in (raised or text)[-lines:]]
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -132,7 +137,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 def judge_training(check: Check, verdict: dict[str, Any] | None, log: Path) -> tuple[str, str, dict[str, Any]]:
     if verdict is None:
-        return "FAIL", "the job gave no verdict; last errors: " + " | ".join(log_tail(log)), {}
+        return "FAIL", "the job gave no verdict; it failed with: " + " | ".join(log_tail(log)), {}
     facts = verdict.get("facts", {})
     if not verdict.get("ok"):
         return "FAIL", "; ".join(verdict.get("problems", [])), facts

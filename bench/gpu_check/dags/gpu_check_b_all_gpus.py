@@ -33,7 +33,8 @@ with DAG(dag_id="gpu_check_b_all_gpus", schedule=None, start_date=START, catchup
             problems.append(f"the processes used {devices}: not one GPU each")
         facts = {"mode": DEVICE, "gpus": GPUS, "backend": metrics.get("backend"),
                  "processes": [{key: process.get(key) for key in ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                                                                  "NODE_RANK", "device", "device_name")}
+                                                                  "NODE_RANK", "CUDA_VISIBLE_DEVICES", "device",
+                                                                  "device_name")}
                                for process in processes]}
         return judge(CHECK, problems, facts)
 

@@ -14,7 +14,7 @@ with ``CUDA_VISIBLE_DEVICES=0,1`` (the local backend counts those; the replicas 
 Prints a table and writes ``results.json`` and each check's Airflow log (``logs/``) to ``--out``. Exits 1 when a
 check failed, else 0. Usage (from the checkout, or wherever ``bench/gpu_check`` was copied)::
 
-    python bench/gpu_check/run.py [--device cuda|cpu] [--checks a,b,c,d] [--out DIR] [--timeout S]
+    python bench/gpu_check/run.py [--device cuda|cpu] [--checks a,b,c,d] [--out DIR] [--timeout S] [--budget S]
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 DAGS = HERE / "dags"
+# The least time a DAG run is given under --budget: Airflow's start alone takes about 10 s on a busy machine.
+MIN_CHECK_SECONDS = 30
 # The dry run's fake GPUs: enough for check b to run two processes and for check c to ask one more.
 CPU_FAKE_GPUS = "0,1"
 # Also in the way: DeepSpeed is not in the GPU image, and PyPI ships its releases as source only (0.19.8: a tar.gz),
@@ -186,8 +188,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=os.environ.get("OUT") or os.path.expanduser(
         "~/.cache/airflow-distributed/gpu-check/out"), help="where results.json and logs/ go")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per check's DAG run")
+    parser.add_argument("--budget", type=float, default=None,
+                        help="seconds for the whole run: a check that cannot get 30 of them is skipped, saying so")
     args = parser.parse_args(argv)
+    unknown = set(args.checks.split(",")) - {c.key for c in CHECKS}
+    if unknown:
+        parser.error(f"--checks: unknown {sorted(unknown)}; allowed: {', '.join(c.key for c in CHECKS)}")
     wanted = [c for c in CHECKS if c.key in args.checks.split(",")]
+    deadline = None if args.budget is None else time.monotonic() + args.budget
     out = Path(args.out)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -198,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     def row(check: Check, status: str, detail: str, seconds: float | None = None, **facts: Any) -> None:
         rows.append({"check": check.key, "title": check.title, "status": status, "detail": detail,
                      "seconds": seconds, "facts": facts})
+        # Written after every check: a run cut short by its machine's time limit still tells what it did.
+        (out / "results.json").write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
 
     reason = no_gpu_reason() if args.device == "cuda" else None
     work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
@@ -207,18 +217,18 @@ def main(argv: list[str] | None = None) -> int:
             for check in wanted:
                 row(check, "SKIP", reason)
         else:
-            run_checks(args, wanted, work, out, report, row)
+            run_checks(args, wanted, work, out, report, row, deadline)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print_table(rows)
-    (out / "results.json").write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
     print(f"results: {out / 'results.json'}")
     return 1 if any(r["status"] == "FAIL" for r in rows) else 0
 
 
 def run_checks(args: argparse.Namespace, wanted: list[Check], work: Path, out: Path, report: dict[str, Any],
-               row: Any) -> None:
-    """Migrate a fresh SQLite Airflow in ``work``, parse the checks' DAGs, run each, judge it."""
+               row: Any, deadline: float | None) -> None:
+    """Migrate a fresh SQLite Airflow in ``work``, parse the checks' DAGs, run each (within ``deadline``, a
+    ``time.monotonic()`` value, when given), judge it."""
     results = work / "results"
     env = dict(os.environ, AIRFLOW_HOME=str(work / "airflow-home"), AIRFLOW__CORE__DAGS_FOLDER=str(DAGS),
                AIRFLOW__CORE__LOAD_EXAMPLES="False", GPU_CHECK_DEVICE=args.device, GPU_CHECK_RESULTS=str(results),
@@ -255,8 +265,12 @@ def run_checks(args: argparse.Namespace, wanted: list[Check], work: Path, out: P
             else:
                 row(check, "FAIL", "the DAG does not parse: " + " ".join(error.split())[-300:])
             continue
+        left = args.timeout if deadline is None else min(args.timeout, deadline - time.monotonic())
+        if left < MIN_CHECK_SECONDS:
+            row(check, "SKIP", f"out of budget: {max(0, left):.0f} s left of --budget {args.budget:.0f}")
+            continue
         log = out / "logs" / f"{check.key}.log"
-        rc, seconds = run_dag(check, env, log, args.timeout)
+        rc, seconds = run_dag(check, env, log, left)
         if check.key == "c":
             status, detail, facts = judge_refusal(results, log)
         else:

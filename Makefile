@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: example test test-slow test-all horovod lint wheel mxnet paddle paddle-ps mlflow tensorboard browser kube bench clean
+.PHONY: example test test-slow test-all horovod lint wheel mxnet paddle paddle-ps mlflow tensorboard browser kube bench gpu-carry clean
 
 # pip's output goes to a log that is shown only when the install fails.
 PIP_INSTALL = $(PY) -m pip install --quiet --disable-pip-version-check
@@ -85,6 +85,11 @@ test-all: $(VENV)/.installed-test mxnet paddle paddle-ps mlflow tensorboard brow
 
 bench: $(VENV)/.installed-test
 	$(PY) bench/run.py
+
+# The wheels the GPU check (bench/gpu_check) needs on a GPU machine without a network: Airflow, this checkout's wheel
+# and their closure for CPython 3.12, into ~/.cache/airflow-distributed/gpu-carry (bench/README.md says how to run).
+gpu-carry: $(VENV)/.installed-base
+	$(PY) bench/gpu_check/carry.py build
 
 clean:
 	rm -rf $(VENV) .venvs .cache airflow-home

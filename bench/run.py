@@ -14,6 +14,7 @@ import import_time
 import kubernetes_submit
 import kubernetes_wait
 import local_vs_torchrun
+import processes_vs_replicas
 import ray_vs_local
 import startup_phases
 import triggerer_logs
@@ -25,6 +26,7 @@ if __name__ == "__main__":
         "crash_latency": crash_latency.measure(),
         "elastic_restart": elastic_restart.measure(),
         "local_vs_torchrun": local_vs_torchrun.measure(),
+        "processes_vs_replicas": processes_vs_replicas.measure(),
         "ray_vs_local": ray_vs_local.measure(),
         "startup_phases": startup_phases.measure(),
         "kubernetes_submit": kubernetes_submit.measure(),

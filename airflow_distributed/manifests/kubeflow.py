@@ -206,6 +206,8 @@ def build_kubeflow_job(plan: ClusterPlan, options: KubeflowJobOptions) -> dict[s
         spec["slotsPerWorker"] = mpi_slots(plan.master.settings)
         spec["mpiImplementation"] = options.mpi_implementation
     spec[kind.replica_specs_key] = replica_specs
+    if kind.processes_key is not None and plan.processes_per_replica > 1:
+        spec[kind.processes_key] = str(plan.processes_per_replica)
     metadata: dict[str, Any] = {"name": plan.job_name, "namespace": pods.namespace, "labels": job_labels}
     if job_annotations:
         metadata["annotations"] = job_annotations

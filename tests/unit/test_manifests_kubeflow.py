@@ -201,6 +201,8 @@ JOB_CASES = [
     JobCase("tensorflow without ps", "tensorflow", {"tensorflow": {"n_workers": 3}}, {"Chief": 1, "Worker": 3}),
     JobCase("mxnet", "mxnet", {"mxnet": {"n_workers": 2, "n_ps": 1}}, {"Scheduler": 1, "Server": 1, "Worker": 2}),
     JobCase("pytorch", "pytorch", {"pytorch": {"n_workers": 3}}, {"Master": 1, "Worker": 3}),
+    JobCase("pytorch, processes per node", "pytorch", {"pytorch": {"n_workers": 1, "n_proc_per_node": 4}},
+            {"Master": 1, "Worker": 1}),
     JobCase("horovod", "horovod", {"replicas": {"n_workers": 2}}, {"Launcher": 1, "Worker": 2}),
     JobCase("xgboost", "xgboost", {"xgboost": {"n_workers": 3}}, {"Master": 1, "Worker": 3}),
     JobCase("paddle", "paddle", {"paddle": {"n_workers": 3}}, {"Master": 1, "Worker": 3}),
@@ -1009,3 +1011,14 @@ def test_the_generator_derives_a_strict_object_per_model_with_its_constraints():
         "$ref": "https://kubernetes.io/api/podtemplatespec/v1"}
     assert defs["KubeflowOrgV1TFJob"]["properties"]["kind"] == {"const": "TFJob"}
     assert schema["x-derived-from"] == "kubeflow-training 0.0.1 models"
+
+
+def test_a_pytorchjob_of_several_processes_per_replica_says_so_and_runs_one_launch_line_per_template():
+    body = _build("pytorch", {"pytorch": {"n_workers": 2, "n_proc_per_node": 4}})
+    assert body["spec"]["nprocPerNode"] == "4"
+    commands = [_container(body, rtype)["command"] for rtype in ("Master", "Worker")]
+    # The master's runs under the output relay; both end in the same launch line around the job's command.
+    for command in commands:
+        assert any("torch.distributed.run --nnodes 3 --node-rank \"$RANK\" --nproc-per-node 4" in part
+                   for part in command), command
+    assert "nprocPerNode" not in _build("pytorch", {"pytorch": {"n_workers": 2, "n_proc_per_node": 1}})["spec"]

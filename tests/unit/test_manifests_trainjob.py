@@ -431,3 +431,13 @@ def test_the_horovod_runtime_of_the_docs_is_valid_for_the_typed_models_strict_sc
     assert [job["name"] for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]] == ["node", "launcher"]
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.Draft7Validator(schema).validate({**runtime, "spec": {**runtime["spec"], "mpiPolicy": {}}})
+
+
+def test_nodes_of_several_processes_run_the_command_under_torchs_launcher_which_trainer_does_not_start():
+    command = build({"pytorch": {"n_workers": 1, "n_proc_per_node": 3}})["spec"]["trainer"]["command"]
+    # After the node program (which sets RANK and MASTER_* from Trainer's PET_*) and the output relay.
+    assert command[-6:] == ["sh", "-c", 'export NODE_RANK="$RANK"; exec python3 -m torch.distributed.run --nnodes 2 '
+                            '--node-rank "$RANK" --nproc-per-node 3 --master-addr "$MASTER_ADDR" --master-port '
+                            '"$MASTER_PORT" --no-python "$@"', "sh", "python", "train.py"]
+    one = build({"pytorch": {"n_workers": 1, "n_proc_per_node": 1}})["spec"]["trainer"]
+    assert one["command"][-2:] == ["python", "train.py"] and "torch.distributed.run" not in " ".join(one["command"])

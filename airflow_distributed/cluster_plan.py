@@ -68,6 +68,12 @@ class ClusterPlan:
     try_number: int = 1
     #: replicas run under an elastic agent and are restarted within this budget (``environment.pytorch.elastic``)
     elastic: ElasticPlan | None = None
+    #: training processes each replica runs under its framework's launcher (``environment.pytorch.n_proc_per_node``
+    #: resolved; the same on every replica, as torchrun needs)
+    processes_per_replica: int = 1
+    #: a training operator in the cluster starts each replica's launcher and sets the framework's variables itself
+    #: (``plan.OPERATOR_BACKENDS``): the plan's commands are not wrapped in one
+    operator_launches: bool = False
 
     @property
     def master(self) -> Replica:

@@ -29,7 +29,14 @@ from airflow_distributed.contract import (
 from airflow_distributed.elastic import elastic_plan
 from airflow_distributed.frameworks import get_framework
 from airflow_distributed.naming import replica_name
-from airflow_distributed.spec.models import IndexedReplica, PodSettings, PSCluster, TrainingSpec
+from airflow_distributed.spec.models import (
+    AUTO_PROCESSES,
+    SECTION_OF,
+    IndexedReplica,
+    PodSettings,
+    PSCluster,
+    TrainingSpec,
+)
 
 #: Backends whose jobs a training operator in the cluster runs (the Kubeflow Training Operator, Kubeflow Trainer).
 #: It sets the framework's variables itself, so the plan asks the framework only for those it leaves out
@@ -107,7 +114,9 @@ def build_plan(
         host, port = addressing.endpoint(ordinal, job_name, name, framework.default_port)
         replicas.append(Replica(role, index, name, host, port, ordinal == 0, settings))
     plan = ClusterPlan(job_name, framework.name, backend, tuple(replicas), layout, try_number=try_number,
-                       elastic=elastic_plan(spec), secret_files=MappingProxyType(dict(secret_files or {})))
+                       elastic=elastic_plan(spec), secret_files=MappingProxyType(dict(secret_files or {})),
+                       processes_per_replica=processes_per_replica(spec),
+                       operator_launches=backend in OPERATOR_BACKENDS)
     job_files = dict(framework.files(plan, backend))
     clash = sorted(set(job_files) & set(files or {}))
     if clash:
@@ -166,6 +175,51 @@ def expand_replicas(spec: TrainingSpec) -> list[SpecReplica]:
             else:
                 slots.append(SpecReplica(role.name, index, default, role.spec_key))
     return slots
+
+
+def replica_processes(spec: TrainingSpec) -> list[tuple[SpecReplica, int]]:
+    """Every replica of the spec with the training processes it runs: ``n_proc_per_node``, where ``"auto"`` is the
+    replica's GPUs (its limit, else its request), else 1; one process when the spec does not say."""
+    asked = getattr(spec.cluster, "n_proc_per_node", None)
+    counted = []
+    for slot in expand_replicas(spec):
+        if asked == AUTO_PROCESSES:
+            gpus = slot.settings.resources.device_count("gpu") if slot.settings.resources else 0
+            counted.append((slot, max(1, gpus)))
+        else:
+            counted.append((slot, 1 if asked is None else int(asked)))
+    return counted
+
+
+def process_count_problems(spec: TrainingSpec) -> list[tuple[str, str]]:
+    """A job whose replicas would run different numbers of processes (``"auto"`` over replicas asking different
+    GPU counts): torchrun takes one ``--nproc-per-node`` for every node of a job."""
+    counted = replica_processes(spec)
+    if len({count for _, count in counted}) <= 1:
+        return []
+    shown = ", ".join(f"{slot.role} {slot.index}: {count}" for slot, count in counted[:6])
+    more = f" (and {len(counted) - 6} more)" if len(counted) > 6 else ""
+    return [(f"environment.{SECTION_OF[spec.framework]}.n_proc_per_node",
+             f"'{AUTO_PROCESSES}' gives the replicas different process counts ({shown}{more}), and torch's launcher "
+             "runs the same number on every replica: give every replica the same gpu count, or a number")]
+
+
+def processes_per_replica(spec: TrainingSpec) -> int:
+    """The training processes every replica of the job runs (see ``replica_processes``).
+
+    :raises ValueError: the replicas would run different counts (refused when the DAG is parsed:
+        ``process_count_problems``).
+    """
+    counts = sorted({count for _, count in replica_processes(spec)})
+    if len(counts) != 1:
+        raise ValueError(process_count_problems(spec)[0][1])
+    return counts[0]
+
+
+def asked_processes(spec: TrainingSpec) -> int | None:
+    """``n_proc_per_node`` resolved (``processes_per_replica``), or ``None`` where the spec does not set it (a
+    TrainJob then takes its runtime's default)."""
+    return None if getattr(spec.cluster, "n_proc_per_node", None) is None else processes_per_replica(spec)
 
 
 def role_summary(spec: TrainingSpec) -> list[dict[str, Any]]:

@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, Typ
 
 from airflow_distributed.exceptions import DistributedJobError
 from airflow_distributed.manifests.trainjob_checks import RUNTIME_KINDS
+from airflow_distributed.plan import process_count_problems, processes_per_replica
 from airflow_distributed.spec import TrainingSpec
+from airflow_distributed.spec.models import SECTION_OF
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -42,8 +44,7 @@ def has_template(value: Any) -> bool:
 
 def trainjob_only(settings: BackendSettings, spec: TrainingSpec | None, backend: str) -> list[Problem]:
     """The settings only ``backend="trainjob"`` reads, refused on ``backend`` when the DAG is parsed (and again once
-    rendered): ignoring them would run another job than the one asked for (no runtime, one process per replica).
-    ``n_proc_per_node`` is read from the parsed spec, whatever form ``environment`` was given in."""
+    rendered): ignoring them would run another job than the one asked for (no runtime)."""
     where = "is read by backend='trainjob' only"
     problems: list[Problem] = []
     if settings.argument("runtime") is not None:
@@ -52,10 +53,22 @@ def trainjob_only(settings: BackendSettings, spec: TrainingSpec | None, backend:
     if settings.argument("runtime_kind") != RUNTIME_KINDS[0]:
         problems.append(("runtime_kind", f"{where} (the kind of the TrainJob's runtime); remove it, or use "
                          "backend='trainjob'"))
-    pytorch = spec.environment.pytorch if spec is not None else None
-    if pytorch is not None and pytorch.n_proc_per_node not in (None, 1):
-        problems.append(("environment.pytorch.n_proc_per_node", f"{where} (the TrainJob's numProcPerNode); the "
-                         "other backends run one process per replica"))
+    return problems
+
+
+def process_problems(spec: TrainingSpec | None, backend: str, *, one_process: str | None = None) -> list[Problem]:
+    """``n_proc_per_node`` problems, found when the DAG is parsed, whatever form ``environment`` was given in:
+    replicas that would run different process counts, or several processes on a backend that runs one per replica.
+
+    :param one_process: why ``backend`` runs one process per replica; ``None`` where it runs several.
+    """
+    if spec is None or getattr(spec.cluster, "n_proc_per_node", None) is None:
+        return []
+    problems = process_count_problems(spec)
+    if one_process is not None and not problems and processes_per_replica(spec) > 1:
+        problems.append((f"environment.{SECTION_OF[spec.framework]}.n_proc_per_node",
+                         f"backend={backend!r} runs one process per replica ({one_process}); use backend='local', "
+                         "'kubernetes' or 'trainjob', or n_proc_per_node 1"))
     return problems
 
 
@@ -226,4 +239,5 @@ class Backend(Protocol):
 
 __all__ = ["OPTION_NAMES", "Backend", "BackendSettings", "ClusterSettings", "DistributedJobError", "ForCluster",
            "ForKubernetes", "ForProcesses", "ForRay", "KubernetesSettings", "Problem", "ProcessSettings", "RaySettings",
-           "TaskCalls", "TrainJobSettings", "has_template", "log_ignored", "trainjob_only", "trainjob_options"]
+           "TaskCalls", "TrainJobSettings", "has_template", "log_ignored", "process_problems", "trainjob_only",
+           "trainjob_options"]

@@ -16,6 +16,7 @@ from airflow_distributed.backends.local_live import LIVE_XCOM_KEY
 from airflow_distributed.hooks.trainjob import TRAINJOB, TrainJobHook
 from airflow_distributed.manifests.trainjob import TrainJobAddressing, TrainJobOptions, build_trainjob
 from airflow_distributed.manifests.trainjob_status import trainer_progress, trainjob_status
+from airflow_distributed.plan import asked_processes
 from airflow_distributed.status import plain
 from airflow_distributed.triggers.trainjob import TrainJobTrigger
 
@@ -50,7 +51,7 @@ class TrainJobRun(KubeflowJobRun):
         own = trainjob_options(self.settings)
         options = TrainJobOptions(manifest_options(self.settings, self.context, self.namespace), runtime=own.runtime,
                                   runtime_kind=own.runtime_kind,
-                                  n_proc_per_node=getattr(spec.cluster, "n_proc_per_node", None))
+                                  n_proc_per_node=asked_processes(spec))
         return build_trainjob(plan, options)
 
     def observed(self, obj: dict[str, Any]) -> None:

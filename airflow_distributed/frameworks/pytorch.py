@@ -1,5 +1,10 @@
 """PyTorch: a master (rank 0) and workers, rendezvous through ``MASTER_ADDR``/``MASTER_PORT`` (``env://``).
 
+Several processes per replica (``environment.pytorch.n_proc_per_node`` > 1): every replica runs the command under
+torch's launcher (``python3 -m torch.distributed.run``) with a static rendezvous at the master's address and port, its
+node rank said outright; the launcher gives each of its processes the global ``RANK``/``WORLD_SIZE`` (replicas x
+processes) and ``LOCAL_RANK``/``LOCAL_WORLD_SIZE``.
+
 Elastic (``environment.pytorch.elastic``): every replica runs the command under torch's elastic agent
 (``python3 -m torch.distributed.run``) with a c10d rendezvous hosted by the master's agent at the master's address,
 so that a worker process that dies is restarted by its agent and the group forms again without failing the job.
@@ -8,8 +13,12 @@ so that a worker process that dies is restarted by its agent and the group forms
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from airflow_distributed.frameworks.base import Framework, Role, master_rank_env
+from airflow_distributed.frameworks.base import Framework, Role, master_rank_env, rank_of
+
+if TYPE_CHECKING:
+    from airflow_distributed.cluster_plan import ClusterPlan, Replica
 
 # A command that already starts the agent is configured through the PET_* variables and not wrapped again.
 _AGENT_COMMANDS = ("torchrun", "torch.distributed.run")
@@ -31,10 +40,14 @@ class PyTorch(Framework):
             "PET_MASTER_PORT": env["MASTER_PORT"],
             "PET_NNODES": env["WORLD_SIZE"],
             "PET_NODE_RANK": env["RANK"],
-            "PET_NPROC_PER_NODE": "1",
+            "PET_NPROC_PER_NODE": str(plan.processes_per_replica),
         }
         elastic = plan.elastic
         if elastic is None:
+            if plan.processes_per_replica > 1:
+                # torchrun passes its own variables to its processes, and the replica's on: NODE_RANK is the
+                # contract's name for the replica's place among the nodes, which torchrun calls GROUP_RANK.
+                env["NODE_RANK"] = env["RANK"]
             return env
         return {
             **env,
@@ -60,8 +73,11 @@ class PyTorch(Framework):
 
     def replica_command(self, replica, plan, command: Sequence[str], files_dir):
         elastic = plan.elastic
-        if elastic is None or any(part.endswith(_AGENT_COMMANDS) for part in command[:3]):
+        if any(part.endswith(_AGENT_COMMANDS) for part in command[:3]):
             return tuple(command)
+        if elastic is None:
+            return tuple(command) if plan.processes_per_replica == 1 or plan.operator_launches else _launched(
+                replica, plan, command)
         # Every replica's address resolves to this machine on the local backend, so torchrun cannot tell which
         # agent hosts the rendezvous by its hostname: it is said outright (the master's).
         rdzv_conf = f"is_host={str(replica.is_master).lower()},join_timeout={elastic.rdzv_timeout}"
@@ -69,7 +85,7 @@ class PyTorch(Framework):
             # python3: in a pod, the name Debian-based images have (no python); locally the job's interpreter.
             "python3", "-m", "torch.distributed.run",
             "--nnodes", elastic.nnodes,
-            "--nproc-per-node", "1",
+            "--nproc-per-node", str(plan.processes_per_replica),
             "--rdzv-backend", "c10d",
             "--rdzv-endpoint", plan.master.address,
             "--rdzv-id", plan.job_name,
@@ -79,3 +95,20 @@ class PyTorch(Framework):
             "--no-python",
             *command,
         )
+
+
+def _launched(replica: Replica, plan: ClusterPlan, command: Sequence[str]) -> tuple[str, ...]:
+    """``command`` under torch's launcher with a fixed topology: the static rendezvous (torchrun's default) is
+    hosted by the master's launcher at the master's port, and every replica says its node rank, so that none can
+    start alone at world size 1."""
+    return (
+        # python3: in a pod, the name Debian-based images have (no python); locally the job's interpreter.
+        "python3", "-m", "torch.distributed.run",
+        "--nnodes", str(len(plan.replicas)),
+        "--node-rank", str(rank_of(replica)),
+        "--nproc-per-node", str(plan.processes_per_replica),
+        "--master-addr", plan.master.host,
+        "--master-port", str(plan.master.port),
+        "--no-python",
+        *command,
+    )

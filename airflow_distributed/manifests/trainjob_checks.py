@@ -75,9 +75,6 @@ def trainjob_problems(spec: TrainingSpec, runtime: str | None = None) -> list[tu
         keys = ", ".join(_container_security_keys(master.security_context))
         problems.append(("environment.security_context", f"{keys} apply to a container, and a TrainJob patches "
                          "only the pod's security context; use backend='kubernetes'"))
-    n_proc = getattr(cluster, "n_proc_per_node", None)
-    if n_proc is not None and n_proc < 1:
-        problems.append((f"{section}.n_proc_per_node", f"{n_proc} is not allowed: a number of processes >= 1"))
     return problems
 
 

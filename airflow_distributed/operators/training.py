@@ -28,7 +28,7 @@ from airflow_distributed.backends.registry import REGISTRY, backend_named
 from airflow_distributed.jobstate.watch_timings import WatchTimings
 from airflow_distributed.mlflow_run import RunKey, first_try_since_clear, job_params, try_tags
 from airflow_distributed.naming import job_name
-from airflow_distributed.plan import Layout, ReplicaProgram, role_summary
+from airflow_distributed.plan import Layout, ReplicaProgram, asked_processes, role_summary
 from airflow_distributed.spec import SpecValidationError, TrainingSpec, load_spec
 from airflow_distributed.spec.kubernetes_rules import env_name_problems
 from airflow_distributed.spec.limits import name_shown, shape_problems, shown, type_shown
@@ -466,9 +466,8 @@ class DistributedTrainingOperator(BaseOperator):
         spec = self._spec_of_try()
         key = RunKey(ti.dag_id, ti.task_id, ti.run_id, _map_index(ti),
                      first_try_since_clear(ti.try_number, getattr(ti, "max_tries", 0) or 0, self.retries or 0))
-        cluster = spec.cluster
         params = job_params(framework=spec.framework, backend=self.backend, roles=role_summary(spec),
-                            processes_per_replica=getattr(cluster, "n_proc_per_node", None),
+                            processes_per_replica=asked_processes(spec),
                             dag_params=dict(context.get("params") or {}), chosen=list(self.mlflow_params or []))
         mlflow_run = MlflowJobRun(hook, self.log)
         mlflow_run.open(key, experiment=self.mlflow_experiment or ti.dag_id, params=params,

@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from airflow_distributed.spec.limits import type_shown
+from airflow_distributed.spec.limits import shown, type_shown
 from airflow_distributed.spec.quantities import amount_in_base_units
 
 Framework = Literal["tensorflow", "mxnet", "pytorch", "horovod", "jax", "xgboost", "paddle"]
@@ -35,6 +35,10 @@ MAX_REPLICAS_PER_ROLE = 2000
 RESOURCE_KINDS = ("cpu", "memory", "gpu", "tpu")
 
 Count = Annotated[StrictInt, Field(ge=0, le=MAX_REPLICAS_PER_ROLE)]
+# Processes per replica: a node's GPUs, or CPU processes for tests; far above any real machine's device count.
+MAX_PROCESSES_PER_REPLICA = 1024
+#: ``n_proc_per_node: auto``: as many processes as the replica asks GPUs for, else one (Polyaxon's spelling)
+AUTO_PROCESSES = "auto"
 
 
 def _amount(value: Any) -> int | float | str:
@@ -44,6 +48,16 @@ def _amount(value: Any) -> int | float | str:
 
 # One validator instead of a union, whose every failed branch pydantic would report.
 Amount = Annotated[int | float | str, PlainValidator(_amount)]
+
+
+def _process_count(value: Any) -> int | str:
+    if value == AUTO_PROCESSES or (type(value) is int and 1 <= value <= MAX_PROCESSES_PER_REPLICA):
+        return value
+    raise ValueError(f"{shown(value)} is not allowed: a number of "
+                     f"processes 1..{MAX_PROCESSES_PER_REPLICA}, or '{AUTO_PROCESSES}' (the replica's GPUs, else 1)")
+
+
+ProcessCount = Annotated[int | str, PlainValidator(_process_count)]
 
 
 class _Section(BaseModel):
@@ -228,10 +242,10 @@ class ElasticPolicy(_Section):
 
 
 class PytorchCluster(WorkerCluster):
-    """PyTorch's workers, optionally elastic, and how many processes each node runs (``backend="trainjob"``:
-    ``numProcPerNode``)."""
+    """PyTorch's workers, optionally elastic, and how many processes each replica (node) runs under torch's
+    launcher (``backend="trainjob"``: ``numProcPerNode``)."""
 
-    n_proc_per_node: Count | None = None
+    n_proc_per_node: ProcessCount | None = None
     elastic: ElasticPolicy | None = None
 
 

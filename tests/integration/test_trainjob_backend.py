@@ -320,10 +320,12 @@ def test_n_proc_per_node_is_refused_on_the_backends_that_run_one_process_per_rep
 
     environment = {"pytorch": {"n_workers": 1, "n_proc_per_node": 4}}
     _operator(environment)
-    with pytest.raises(SpecValidationError, match=r"environment\.pytorch\.n_proc_per_node: is read by "
-                                                  r"backend='trainjob' only"):
+    DistributedTrainingOperator(task_id="t", framework="pytorch", environment=environment, command=["train"],
+                                image="trainer:1", backend="kubernetes")
+    with pytest.raises(SpecValidationError, match=r"environment\.pytorch\.n_proc_per_node: backend='kubeflow' runs "
+                                                  r"one process per replica"):
         DistributedTrainingOperator(task_id="t", framework="pytorch", environment=environment, command=["train"],
-                                    image="trainer:1", backend="kubernetes")
+                                    image="trainer:1", backend="kubeflow")
 
 
 # ---------------------------------------------------------------------------------------------- sensors

@@ -100,9 +100,10 @@ def test_the_trainjob_runtime_is_refused_on_the_other_backends_naming_it(backend
 N_PROC = {"pytorch": {"n_workers": 1, "n_proc_per_node": 4}}
 
 
-@pytest.mark.parametrize("backend", ["local", "kubernetes", "kubeflow"])
+@pytest.mark.parametrize("backend", ["kubeflow", "ray"])
 @pytest.mark.parametrize("form", ["dict", "yaml", "file", "polyaxonfile"])
-def test_n_proc_per_node_is_refused_whatever_form_the_environment_has(backend, form, tmp_path):
+def test_n_proc_per_node_is_refused_where_replicas_run_one_process_whatever_form_the_environment_has(
+        backend, form, tmp_path):
     environment: Any = N_PROC
     if form == "yaml":
         environment = "pytorch:\n  n_workers: 1\n  n_proc_per_node: 4\n"
@@ -115,10 +116,40 @@ def test_n_proc_per_node_is_refused_whatever_form_the_environment_has(backend, f
         path.write_text("version: 1\nkind: experiment\nframework: pytorch\nenvironment:\n"
                         "  pytorch: {n_workers: 1, n_proc_per_node: 4}\n")
         environment = str(path)
-    error = refused(backend=backend, environment=environment)
+    # backend='ray' runs the job's Python, in no image
+    error = refused(backend=backend, environment=environment, **({"image": None} if backend == "ray" else {}))
     assert error.paths == ["environment.pytorch.n_proc_per_node"]
-    assert "backend='trainjob' only" in str(error)
-    operator(backend="trainjob", environment=environment)
+    assert f"backend={backend!r} runs one process per replica" in str(error)
+    for backend in ("trainjob", "local", "kubernetes"):
+        operator(backend=backend, environment=environment)
+
+
+AUTO_UNEVEN = {"resources": {"gpu": {"limits": 2}}, "pytorch": {"n_workers": 2, "n_proc_per_node": "auto"}}
+
+
+@pytest.mark.parametrize("backend", ["local", "kubernetes", "trainjob"])
+def test_auto_processes_over_replicas_asking_different_gpu_counts_are_refused_naming_each_count(backend):
+    error = refused(backend=backend, environment=AUTO_UNEVEN)
+    assert "environment.pytorch.n_proc_per_node" in error.paths
+    assert "'auto' gives the replicas different process counts (master 0: 2, worker 0: 1, worker 1: 1)" in str(error)
+    even = {**AUTO_UNEVEN, "pytorch": {**AUTO_UNEVEN["pytorch"], "default_worker": {"resources": {"gpu": {
+        "limits": 2}}}}}
+    operator(backend="kubernetes", environment=even)
+
+
+@pytest.mark.parametrize("value", [0, -1, 1025, "all", 2.5, True])
+def test_n_proc_per_node_takes_a_count_or_auto_only(value):
+    error = refused(backend="local", environment={"pytorch": {"n_workers": 1, "n_proc_per_node": value}})
+    assert error.paths == ["environment.pytorch.n_proc_per_node"]
+    assert "a number of processes 1..1024, or 'auto' (the replica's GPUs, else 1)" in str(error)
+
+
+def test_n_proc_per_node_is_refused_on_a_framework_whose_launcher_runs_one_process_per_replica():
+    with pytest.raises(SpecValidationError) as raised:
+        DistributedTrainingOperator(task_id="t", framework="jax", command=["python", "train.py"], backend="local",
+                                    environment={"jax": {"n_workers": 1, "n_proc_per_node": 2}})
+    error = raised.value
+    assert error.paths == ["environment.jax.n_proc_per_node"] and "unknown key 'n_proc_per_node'" in str(error)
 
 
 # ---------------------------------------------------------------------------------------------- local

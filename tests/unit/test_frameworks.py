@@ -258,3 +258,55 @@ def test_paddle_ps_endpoints_are_stable_dns_names_on_kubernetes():
         assert f"{replica.env['POD_IP']}:{replica.env['PADDLE_PORT']}" == replica.address
     assert plan.cluster == {"master": ["job-master-0.job.ns.svc:36543"],
                             "pserver": pservers.split(","), "worker": ["job-worker-0.job.ns.svc:36543"]}
+
+
+def test_pytorch_replicas_with_several_processes_run_the_command_under_torchrun_with_a_fixed_topology():
+    plan = _plan("pytorch", {"pytorch": {"n_workers": 1, "n_proc_per_node": 3}})
+    assert plan.processes_per_replica == 3
+    assert [r.command for r in plan.replicas] == [
+        ("python3", "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(rank), "--nproc-per-node", "3",
+         "--master-addr", "127.0.0.1", "--master-port", "31000", "--no-python", "python", "train.py")
+        for rank in (0, 1)
+    ]
+    worker = plan.replica("job-worker-0").env
+    assert {key: worker[key] for key in ("NODE_RANK", "PET_NODE_RANK", "PET_NNODES", "PET_NPROC_PER_NODE")} == {
+        "NODE_RANK": "1", "PET_NODE_RANK": "1", "PET_NNODES": "2", "PET_NPROC_PER_NODE": "3"}
+    k8s = _plan("pytorch", {"pytorch": {"n_workers": 1, "n_proc_per_node": 3}}, KubernetesAddressing("ns"),
+                backend="kubernetes")
+    assert k8s.replicas[1].command[9:13] == ("--master-addr", "job-master-0.job.ns.svc", "--master-port", "23456")
+
+
+def test_one_process_per_replica_leaves_the_pytorch_plan_as_it_was():
+    given = _plan("pytorch", {"pytorch": {"n_workers": 1, "n_proc_per_node": 1}})
+    default = _plan("pytorch", {"pytorch": {"n_workers": 1}})
+    assert [(r.command, dict(r.env)) for r in given.replicas] == [(r.command, dict(r.env)) for r in default.replicas]
+    assert default.master.command == ("python", "train.py") and "NODE_RANK" not in default.master.env
+
+
+@pytest.mark.parametrize("gpus, expected", [(None, 1), (4, 4)])
+def test_auto_processes_are_the_gpus_each_replica_asks_for_else_one(gpus, expected):
+    resources = {"resources": {"gpu": {"limits": gpus}}} if gpus else {}
+    environment = {**resources, "pytorch": {"n_workers": 1, "n_proc_per_node": "auto", "default_worker": resources}}
+    assert _plan("pytorch", environment).processes_per_replica == expected
+
+
+@pytest.mark.parametrize("command", [["torchrun", "--standalone", "train.py"],
+                                     ["python", "-m", "torch.distributed.run", "train.py"]])
+def test_a_command_that_starts_torchrun_itself_is_not_wrapped_again(command):
+    spec = load_spec("pytorch", {"pytorch": {"n_workers": 1, "n_proc_per_node": 2}})
+    plan = build_plan(spec, "job", PORTS, LAYOUT, command, backend="local")
+    assert plan.master.command == tuple(command)
+    assert plan.master.env["PET_NPROC_PER_NODE"] == "2"
+
+
+def test_a_trainjob_runs_the_command_as_given_its_runtime_starts_the_processes():
+    plan = _plan("pytorch", {"pytorch": {"n_workers": 1, "n_proc_per_node": 3}}, KubernetesAddressing("ns"),
+                 backend="trainjob")
+    assert plan.processes_per_replica == 3 and plan.master.command == ("python", "train.py")
+
+
+def test_elastic_replicas_start_the_processes_asked_for_under_their_agent():
+    plan = _plan("pytorch", {"pytorch": {"n_workers": 1, "n_proc_per_node": 2, "elastic": {"max_restarts": 1}}})
+    command = plan.master.command
+    assert command[command.index("--nproc-per-node") + 1] == "2" and "--node-rank" not in command
+    assert plan.master.env["PET_NPROC_PER_NODE"] == "2" and "NODE_RANK" not in plan.master.env

@@ -74,6 +74,8 @@ class ClusterPlan:
     #: a training operator in the cluster starts each replica's launcher and sets the framework's variables itself
     #: (``plan.OPERATOR_BACKENDS``): the plan's commands are not wrapped in one
     operator_launches: bool = False
+    #: the launcher each replica runs (``environment.pytorch.launcher``), ``None`` where the spec names none
+    launcher: str | None = None
 
     @property
     def master(self) -> Replica:

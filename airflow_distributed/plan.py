@@ -116,7 +116,8 @@ def build_plan(
     plan = ClusterPlan(job_name, framework.name, backend, tuple(replicas), layout, try_number=try_number,
                        elastic=elastic_plan(spec), secret_files=MappingProxyType(dict(secret_files or {})),
                        processes_per_replica=processes_per_replica(spec),
-                       operator_launches=backend in OPERATOR_BACKENDS)
+                       operator_launches=backend in OPERATOR_BACKENDS,
+                       launcher=getattr(spec.cluster, "launcher", None))
     job_files = dict(framework.files(plan, backend))
     clash = sorted(set(job_files) & set(files or {}))
     if clash:

@@ -17,6 +17,7 @@ import pytest
 from airflow_distributed.contract import ENV_WORLD_SIZE
 from airflow_distributed.replica.world_size import WRONG_WORLD_SIZE
 from tests.conftest import ROOT
+from tests.helpers import replica_processes, run_dag, xcom
 
 LAUNCHERS_PYTHON = ROOT / ".venvs" / "launchers" / "bin" / "python"
 SCRIPTS = ROOT / "tests" / "data" / "launchers"
@@ -56,3 +57,33 @@ def test_world_size_check_stops_a_launcher_that_starts_one_process_at_once(tmp_p
     assert ("the launcher started this process with no WORLD_SIZE (a process on its own, world size 1), but the "
             f"job was planned at world size 2 ({ENV_WORLD_SIZE}" in checked.stderr)
     assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.usefixtures("airflow_db")
+@needs_launchers
+@pytest.mark.parametrize("launcher, facts, launched_by", [
+    # Only DeepSpeed's launcher sets CROSS_RANK (the node's rank) and LOCAL_SIZE. Slow: 35 s on 2 busy cores.
+    pytest.param("deepspeed", {"zero_stage": 2}, lambda rank: {"CROSS_RANK": str(rank // 2), "LOCAL_SIZE": "2"},
+                 marks=pytest.mark.slow),
+    # Only Accelerate's sets its settings' variables; torch's launcher under it sets LOCAL_WORLD_SIZE.
+    ("accelerate", {"distributed_type": "DistributedType.MULTI_CPU"},
+     lambda rank: {"ACCELERATE_MIXED_PRECISION": "no", "LOCAL_WORLD_SIZE": "2"}),
+])
+def test_a_launcher_trains_two_replicas_of_two_processes_at_world_size_four(launcher, facts, launched_by, tmp_path):
+    run, states = run_dag(f"test_launcher_{launcher}", conf={"report_dir": str(tmp_path)})
+
+    assert states == {"train": "success"}
+    seen = reports(tmp_path)
+    assert sorted(seen) == [0, 1, 2, 3]
+    for rank, record in seen.items():
+        # Node 0 is the master replica, node 1 the worker; each node's launcher numbered its processes 0 and 1.
+        assert (record["world_size"], record["env"]["WORLD_SIZE"]) == (4, "4")
+        assert (record["env"]["RANK"], record["env"]["LOCAL_RANK"]) == (str(rank), str(rank % 2))
+        assert {key: record[key] for key in facts} == facts
+        assert {key: record["env"][key] for key in launched_by(rank)} == launched_by(rank)
+        assert record["final_loss"] < record["initial_loss"] / 4
+    # Each process trained on its own shard, so their parameters are equal only if the gradients were averaged.
+    assert len({record["checksum"] for record in seen.values()}) == 1
+    result = xcom(run, "train")
+    assert (result["state"], result["metrics"]["world_size"]) == ("succeeded", 4)
+    assert replica_processes(result["job_name"]) == []

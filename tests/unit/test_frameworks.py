@@ -265,12 +265,15 @@ def test_pytorch_replicas_with_several_processes_run_the_command_under_torchrun_
     assert plan.processes_per_replica == 3
     assert [r.command for r in plan.replicas] == [
         ("python3", "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(rank), "--nproc-per-node", "3",
-         "--master-addr", "127.0.0.1", "--master-port", "31000", "--no-python", "python", "train.py")
+         "--master-addr", "127.0.0.1", "--master-port", "31000", "--no-python",
+         # each process checks torchrun's WORLD_SIZE against the plan's before it trains
+         "python", "-m", "airflow_distributed.replica.world_size", "python", "train.py")
         for rank in (0, 1)
     ]
     worker = plan.replica("job-worker-0").env
-    assert {key: worker[key] for key in ("NODE_RANK", "PET_NODE_RANK", "PET_NNODES", "PET_NPROC_PER_NODE")} == {
-        "NODE_RANK": "1", "PET_NODE_RANK": "1", "PET_NNODES": "2", "PET_NPROC_PER_NODE": "3"}
+    keys = ("NODE_RANK", "PET_NODE_RANK", "PET_NNODES", "PET_NPROC_PER_NODE", "AIRFLOW_DISTRIBUTED_WORLD_SIZE")
+    assert {key: worker[key] for key in keys} == {"NODE_RANK": "1", "PET_NODE_RANK": "1", "PET_NNODES": "2",
+                                                  "PET_NPROC_PER_NODE": "3", "AIRFLOW_DISTRIBUTED_WORLD_SIZE": "6"}
     k8s = _plan("pytorch", {"pytorch": {"n_workers": 1, "n_proc_per_node": 3}}, KubernetesAddressing("ns"),
                 backend="kubernetes")
     assert k8s.replicas[1].command[9:13] == ("--master-addr", "job-master-0.job.ns.svc", "--master-port", "23456")

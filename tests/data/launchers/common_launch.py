@@ -7,7 +7,8 @@ Each process writes one JSON line about itself to ``--report-dir``/rank-<RANK>.j
 set (``LAUNCH_VARIABLES``), the world size and rank torch.distributed saw, and a checksum of its parameters after
 training. A test reads every file: the processes' ranks, the world size they trained at and whether their parameters
 ended identical (they only do when the gradients really were averaged across all of them, as each trains on its own
-shard).
+shard). Global rank 0 also reports the world size and its losses through ``airflow_distributed.tracking`` (the job's
+metrics), when the provider is importable.
 """
 
 from __future__ import annotations
@@ -20,9 +21,15 @@ from pathlib import Path
 import torch
 from torch import nn
 
+try:
+    from airflow_distributed import tracking
+except ImportError:  # run by hand outside the project
+    tracking = None
+
 # What each launcher may set; recorded as seen, absent ones as None, to tell which launcher set what.
 LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "LOCAL_SIZE", "NODE_RANK", "GROUP_RANK",
-                    "CROSS_RANK", "CROSS_SIZE", "MASTER_ADDR", "MASTER_PORT", "ACCELERATE_USE_CPU")
+                    "CROSS_RANK", "CROSS_SIZE", "MASTER_ADDR", "MASTER_PORT", "ACCELERATE_USE_CPU",
+                    "ACCELERATE_MIXED_PRECISION")
 
 
 def make_parser(doc: str) -> argparse.ArgumentParser:
@@ -64,4 +71,6 @@ def write_report(report_dir: str, rank: int, world_size: int, **facts: object) -
     record = {"rank": rank, "world_size": world_size, "pid": os.getpid(), "env": seen, **facts}
     Path(report_dir).mkdir(parents=True, exist_ok=True)
     Path(report_dir, f"rank-{rank}.json").write_text(json.dumps(record))
+    if rank == 0 and tracking is not None:
+        tracking.log_metrics(world_size=world_size, **{k: v for k, v in facts.items() if k.endswith("loss")})
     print(f"rank {rank}/{world_size}: {json.dumps(record)}", flush=True)

@@ -42,8 +42,18 @@ AUTO_PROCESSES = "auto"
 #: ``environment.pytorch.launcher``: the program each replica runs to start its processes, given the whole topology
 #: on its command line (``frameworks/pytorch_launchers.py``); ``torchrun`` when a replica runs several and none is
 #: named. ``mpirun`` is not one: a PyTorch job over MPI is a Horovod job (``framework="horovod"``).
-Launcher = Literal["torchrun", "deepspeed", "accelerate"]
-LAUNCHERS: tuple[str, ...] = get_args(Launcher)
+LAUNCHERS = ("torchrun", "deepspeed", "accelerate")
+
+
+def _launcher(value: Any) -> str:
+    if value in LAUNCHERS:
+        return str(value)
+    listed = ", ".join(repr(name) for name in LAUNCHERS)
+    raise ValueError(f"{shown(value)} is not allowed: one of {listed} (a PyTorch job over MPI is "
+                     "framework='horovod')")
+
+
+Launcher = Annotated[str, PlainValidator(_launcher)]
 
 
 def _amount(value: Any) -> int | float | str:

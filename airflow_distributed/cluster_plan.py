@@ -1,5 +1,5 @@
-"""The plan's data: ``ClusterPlan`` (a job's replicas, in order, with where its files go) and its ``Replica`` and
-``Layout``.
+"""The plan's data: ``ClusterPlan`` (a job's replicas, in order, with where its files go and how its backend
+launches them) and its ``Replica`` and ``Layout``.
 
 Below both ``plan`` (which builds a plan) and ``frameworks`` (which read one to name each replica's variables, files
 and command): the two name these types, and neither names the other's. Pure, no I/O.
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from airflow_distributed.elastic import ElasticPlan
+from airflow_distributed.launch import Launch
 from airflow_distributed.spec.models import PodSettings, Resources
 
 
@@ -57,9 +58,13 @@ class Replica:
 class ClusterPlan:
     job_name: str
     framework: str
+    #: the backend's name, for what outside the frameworks checks (a manifest builder: the plan was built for it);
+    #: the frameworks read ``launch``, never this
     backend: str
     replicas: tuple[Replica, ...]
     layout: Layout
+    #: how the backend starts the replicas (the facts the frameworks read)
+    launch: Launch
     files: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     #: files whose contents may be secret (a ``@task.distributed`` function's arguments), in
     #: ``layout.secret_files_dir``: kept out of ConfigMaps and logs, readable by the job's user only
@@ -71,9 +76,6 @@ class ClusterPlan:
     #: training processes each replica runs under its framework's launcher (``environment.pytorch.n_proc_per_node``
     #: resolved; the same on every replica, as torchrun needs)
     processes_per_replica: int = 1
-    #: a training operator in the cluster starts each replica's launcher and sets the framework's variables itself
-    #: (``plan.OPERATOR_BACKENDS``): the plan's commands are not wrapped in one
-    operator_launches: bool = False
     #: the launcher each replica runs (``environment.pytorch.launcher``), ``None`` where the spec names none
     launcher: str | None = None
 

@@ -28,6 +28,7 @@ from airflow_distributed.contract import (
 )
 from airflow_distributed.elastic import elastic_plan
 from airflow_distributed.frameworks import get_framework
+from airflow_distributed.launch import Launch
 from airflow_distributed.naming import replica_name
 from airflow_distributed.spec.models import (
     AUTO_PROCESSES,
@@ -37,11 +38,6 @@ from airflow_distributed.spec.models import (
     PSCluster,
     TrainingSpec,
 )
-
-#: Backends whose jobs a training operator in the cluster runs (the Kubeflow Training Operator, Kubeflow Trainer).
-#: It sets the framework's variables itself, so the plan asks the framework only for those it leaves out
-#: (``Framework.kept_env``).
-OPERATOR_BACKENDS = frozenset({"kubeflow", "trainjob"})
 
 
 @dataclass(frozen=True)
@@ -91,6 +87,7 @@ def build_plan(
     command: Sequence[str],
     *,
     backend: str,
+    launch: Launch,
     env: Mapping[str, str] | None = None,
     try_number: int = 1,
     files: Mapping[str, str] | None = None,
@@ -98,6 +95,10 @@ def build_plan(
 ) -> ClusterPlan:
     """Expand a validated spec into the ordered replicas of one job.
 
+    :param backend: the backend's name, kept on the plan for the manifest builders' check.
+    :param launch: how that backend starts the replicas: the facts the frameworks read (``launch.Launch``); where a
+        training operator in the cluster runs the job (``launch.operator``) the plan asks the framework only for the
+        variables the operator leaves out (``Framework.kept_env``).
     :param env: variables for every replica (the operator's ``env``); a replica's own ``env_vars`` come on top,
         and the contract's variables last, because a job cannot run with those overridden.
     :param try_number: the Airflow try (``AIRFLOW_DISTRIBUTED_TRY_NUMBER``), e.g. to resume from a checkpoint.
@@ -113,12 +114,11 @@ def build_plan(
         name = replica_name(job_name, role, index)
         host, port = addressing.endpoint(ordinal, job_name, name, framework.default_port)
         replicas.append(Replica(role, index, name, host, port, ordinal == 0, settings))
-    plan = ClusterPlan(job_name, framework.name, backend, tuple(replicas), layout, try_number=try_number,
+    plan = ClusterPlan(job_name, framework.name, backend, tuple(replicas), layout, launch, try_number=try_number,
                        elastic=elastic_plan(spec), secret_files=MappingProxyType(dict(secret_files or {})),
                        processes_per_replica=processes_per_replica(spec),
-                       operator_launches=backend in OPERATOR_BACKENDS,
                        launcher=getattr(spec.cluster, "launcher", None))
-    job_files = dict(framework.files(plan, backend))
+    job_files = dict(framework.files(plan))
     clash = sorted(set(job_files) & set(files or {}))
     if clash:
         raise ValueError(f"job {job_name}: the files {', '.join(clash)} are the {framework.name} framework's own")
@@ -129,8 +129,8 @@ def build_plan(
         variables = dict(env or {})
         variables.update(replica.settings.env_vars or {})
         variables.update(_common_env(plan, replica, cluster_json))
-        variables.update(framework.kept_env(replica, plan, backend) if backend in OPERATOR_BACKENDS
-                         else framework.replica_env(replica, plan, backend))
+        variables.update(framework.kept_env(replica, plan) if launch.operator is not None
+                         else framework.replica_env(replica, plan))
         argv = framework.replica_command(replica, plan, command, layout.files_dir)
         finished.append(replace(replica, command=argv, env=MappingProxyType(variables)))
     return replace(plan, replicas=tuple(finished))

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 
 from airflow_distributed.hooks.local import LocalProcessHook
-from airflow_distributed.manifests.local import process_specs
+from airflow_distributed.manifests.local import LOCAL_LAUNCH, process_specs
 from airflow_distributed.plan import Layout, LocalAddressing, build_plan
 from airflow_distributed.spec import load_spec
 
@@ -30,7 +30,8 @@ def one_crash() -> dict:
     layout = Layout(model_dir=work, output_path=f"{work}/output.json", files_dir=f"{work}/files")
     command = ["python", str(TRAINING_DIR / "pytorch_ddp.py"), "--steps", "100000", "--sleep-per-step", "0.02",
                "--crash-at-step", "20", "--crash-rank", "2"]
-    plan = build_plan(spec, "bench-crash", LocalAddressing(hook.free_ports(3)), layout, command, backend="local")
+    plan = build_plan(spec, "bench-crash", LocalAddressing(hook.free_ports(3)), layout, command,
+                      backend="local", launch=LOCAL_LAUNCH)
     job = hook.start(process_specs(plan, interpreter=sys.executable, cpu_count=2), cwd=work)
     pids = [r.pid for r in job.replicas]
     outcome = job.wait(poll_interval=0.2)

@@ -29,7 +29,7 @@ from pathlib import Path
 import psutil
 
 from airflow_distributed.hooks.local import LocalProcessHook
-from airflow_distributed.manifests.local import process_specs
+from airflow_distributed.manifests.local import LOCAL_LAUNCH, process_specs
 from airflow_distributed.plan import Layout, LocalAddressing, build_plan
 from airflow_distributed.spec import load_spec
 
@@ -61,7 +61,8 @@ def one_run(kill: bool) -> dict:
                     checkpoint_dir=checkpoints)
     command = [sys.executable, str(TRAINING_DIR / "pytorch_ddp.py"), "--steps", str(STEPS), "--checkpoint-every",
                str(EVERY), "--sleep-per-step", "0.02", "--timeout", "60"]
-    plan = build_plan(spec, "bench-elastic", LocalAddressing(hook.free_ports(3)), layout, command, backend="local")
+    plan = build_plan(spec, "bench-elastic", LocalAddressing(hook.free_ports(3)), layout, command,
+                      backend="local", launch=LOCAL_LAUNCH)
     started = time.monotonic()
     job = hook.start(process_specs(plan, interpreter=sys.executable, cpu_count=2, base_env=os.environ), cwd=work,
                      elastic=plan.elastic)

@@ -21,7 +21,7 @@ import psutil
 from airflow_distributed.contract import ENV_STACKS_SIGNAL
 from airflow_distributed.hooks.local import STACKS_SIGNAL, LocalProcessHook
 from airflow_distributed.jobstate.progress_watch import HangWatchdog
-from airflow_distributed.manifests.local import process_specs
+from airflow_distributed.manifests.local import LOCAL_LAUNCH, process_specs
 from airflow_distributed.plan import Layout, LocalAddressing, build_plan
 from airflow_distributed.spec import load_spec
 from tests.hang_scripts import GLOO_HANG, SLOW_BUT_REPORTING
@@ -36,7 +36,8 @@ def run(script: str, workers: int, watchdog: bool) -> dict:
     work = tempfile.mkdtemp(prefix="bench-hang-")
     layout = Layout(model_dir=work, output_path=f"{work}/output.json", files_dir=f"{work}/files")
     plan = build_plan(spec, "bench-hang", LocalAddressing(hook.free_ports(workers + 1)), layout,
-                      ["python", "-c", script], backend="local", env={ENV_STACKS_SIGNAL: STACKS_SIGNAL.name})
+                      ["python", "-c", script],
+                      backend="local", launch=LOCAL_LAUNCH, env={ENV_STACKS_SIGNAL: STACKS_SIGNAL.name})
     job = hook.start(process_specs(plan, interpreter=sys.executable, cpu_count=2), cwd=work)
     pids = [r.pid for r in job.replicas]
     master = job.master

@@ -36,6 +36,7 @@ from kubernetes import config as kube_config  # noqa: E402
 from airflow_distributed.hooks.kubernetes import PodJobHook  # noqa: E402
 from airflow_distributed.jobstate.verdicts import replica_slots  # noqa: E402
 from airflow_distributed.manifests.kubernetes import (  # noqa: E402
+    POD_LAUNCH,
     JobManifestOptions,
     TaskInstanceRef,
     build_job_objects,
@@ -57,7 +58,7 @@ def _job(namespace: str, replicas: int):
     name = f"bench-{replicas}"
     spec = load_spec("pytorch", {"pytorch": {"n_workers": replicas - 1}})
     plan = build_plan(spec, name, KubernetesAddressing(namespace), layout_for_kubernetes(), ["python", "train.py"],
-                      backend="kubernetes")
+                      backend="kubernetes", launch=POD_LAUNCH)
     options = JobManifestOptions(namespace=namespace, image=IMAGE,
                                  task_instance=TaskInstanceRef("bench", "train", f"run-{replicas}"))
     return (lambda uid: build_job_objects(plan, options, owner_uid=uid)), replica_slots(plan)

@@ -54,6 +54,7 @@ import psutil  # noqa: E402 (an Airflow dependency)
 
 from airflow_distributed.jobstate.verdicts import replica_slots, slots_to_json  # noqa: E402
 from airflow_distributed.manifests.kubernetes import (  # noqa: E402
+    POD_LAUNCH,
     JobManifestOptions,
     build_job_objects,
     layout_for_kubernetes,
@@ -265,7 +266,7 @@ def _create_jobs(emu: EmulatorProcess | RealCluster, jobs: int, replicas: int, n
     for index in range(jobs):
         namespace, name = _namespace(index % namespaces), f"job-{index:04d}"
         plan = build_plan(spec, name, KubernetesAddressing(namespace), layout_for_kubernetes(),
-                          ["python", "train.py"], backend="kubernetes")
+                          ["python", "train.py"], backend="kubernetes", launch=POD_LAUNCH)
         pods += [to_dict(pod) for pod in build_job_objects(plan, JobManifestOptions(namespace=namespace,
                                                                                     image=IMAGE)).pods]
         made.append((namespace, name, slots_to_json(replica_slots(plan))))

@@ -28,6 +28,7 @@ from airflow_distributed.hooks.kubernetes import PodJobHook
 from airflow_distributed.jobstate.verdicts import replica_slots, slots_to_json
 from airflow_distributed.manifests.horovod_ssh import generate_ssh_key_pair
 from airflow_distributed.manifests.kubernetes import (
+    POD_LAUNCH,
     JobManifestOptions,
     TaskInstanceRef,
     build_job_objects,
@@ -294,7 +295,7 @@ def make_job(namespace: str, environment: dict | None = None, framework: str = "
     name = job_name("hook_tests", "train", uuid.uuid4().hex)
     spec = load_spec(framework, environment if environment is not None else {"pytorch": {"n_workers": 2}})
     plan = build_plan(spec, name, KubernetesAddressing(namespace), layout_for_kubernetes(), ["python", "train.py"],
-                      backend="kubernetes")
+                      backend="kubernetes", launch=POD_LAUNCH)
     settings = JobManifestOptions(namespace=namespace, image="registry.example.com/trainer:1.0",
                                   task_instance=TaskInstanceRef(dag_id="hook_tests", task_id="train", run_id=name),
                                   **options)

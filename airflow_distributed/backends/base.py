@@ -68,7 +68,7 @@ def process_problems(spec: TrainingSpec | None, backend: str, *, one_process: st
     if one_process is not None and not problems and processes_per_replica(spec) > 1:
         problems.append((f"environment.{SECTION_OF[spec.framework]}.n_proc_per_node",
                          f"backend={backend!r} runs one process per replica ({one_process}); use backend='local', "
-                         "'kubernetes' or 'trainjob', or n_proc_per_node 1"))
+                         "'kubernetes', 'kubeflow' or 'trainjob', or n_proc_per_node 1"))
     return problems
 
 

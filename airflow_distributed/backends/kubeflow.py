@@ -79,9 +79,9 @@ class KubeflowBackend:
 
     def check(self, settings: ForCluster, spec: TrainingSpec | None) -> list[tuple[str, str]]:
         return (check_kubeflow_arguments(settings, spec) + trainjob_only(settings, spec, self.name)
-                + process_problems(spec, self.name, one_process="its PyTorchJob gets no nprocPerNode yet")
-                + launcher_problems(spec, self.name, runs=(),
-                                    why="the Training Operator runs each replica's command as its one process"))
+                + process_problems(spec, self.name)
+                + launcher_problems(spec, self.name, runs=("torchrun",),
+                                    why="each role's pods run one template, under torchrun only"))
 
     def run(self, task: TaskCalls, settings: ForCluster, context: Context, spec: TrainingSpec, job_name: str,
             command: Sequence[str]) -> dict[str, Any]:

@@ -47,7 +47,12 @@ from airflow_distributed.jobstate.startup import (
 )
 from airflow_distributed.jobstate.usage import pod_run
 from airflow_distributed.jobstate.verdicts import JobVerdict
-from airflow_distributed.manifests.kubeflow import KubeflowAddressing, KubeflowJobOptions, build_kubeflow_job
+from airflow_distributed.manifests.kubeflow import (
+    KUBEFLOW_LAUNCH,
+    KubeflowAddressing,
+    KubeflowJobOptions,
+    build_kubeflow_job,
+)
 from airflow_distributed.manifests.kubeflow_kinds import KubeflowResource, kubeflow_resource
 from airflow_distributed.manifests.kubernetes import layout_for_kubernetes
 from airflow_distributed.plan import Addressing, ClusterPlan, build_plan
@@ -59,6 +64,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_distributed.backends.base import ForCluster, TaskCalls
+    from airflow_distributed.launch import Launch
     from airflow_distributed.spec import TrainingSpec
 
 
@@ -66,6 +72,8 @@ class KubeflowJobRun:
     """One Kubeflow job of one task instance: its object, its hook, and the steps of its life."""
 
     backend = "kubeflow"
+    #: How the kind's controller starts the replicas (the facts the frameworks read from the plan).
+    launch: ClassVar[Launch] = KUBEFLOW_LAUNCH
     #: What runs the submitted object in the cluster (for the log).
     controller = "the Kubeflow Training Operator"
     #: ``fieldValidation`` of the create (``None``: the server's default, ``Warn``).
@@ -109,8 +117,8 @@ class KubeflowJobRun:
         layout = layout_for_kubernetes(settings.model_dir, job_name=job_name, checkpoint_dir=settings.checkpoint_dir)
         program = task.replica_program(list(command), layout)
         plan = build_plan(spec, job_name, cls.addressing(namespace, spec.framework), layout, program.command,
-                          backend=cls.backend, env=stacks_env(settings), try_number=context["ti"].try_number,
-                          files=program.files, secret_files=program.secret_files)
+                          backend=cls.backend, launch=cls.launch, env=stacks_env(settings),
+                          try_number=context["ti"].try_number, files=program.files, secret_files=program.secret_files)
         run = cls(task, settings, context, hook, namespace, job_name, spec.framework)
         run.body = run.build(plan, spec)  # a setting the kind's pod templates cannot hold fails here
         return run

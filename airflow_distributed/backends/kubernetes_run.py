@@ -41,7 +41,7 @@ from airflow_distributed.jobstate.replica_table import replica_table
 from airflow_distributed.jobstate.startup import master_log_cursor
 from airflow_distributed.jobstate.verdicts import JobVerdict, ReplicaSlot, replica_slots, slots_from_json, slots_to_json
 from airflow_distributed.manifests.horovod_ssh import generate_ssh_key_pair
-from airflow_distributed.manifests.kubernetes import build_job_objects, layout_for_kubernetes, with_owner
+from airflow_distributed.manifests.kubernetes import POD_LAUNCH, build_job_objects, layout_for_kubernetes, with_owner
 from airflow_distributed.manifests.pod_names import RESTARTS_ANNOTATION
 from airflow_distributed.plan import KubernetesAddressing, build_plan
 from airflow_distributed.replica.live_report import without_records
@@ -101,8 +101,9 @@ class KubernetesJobRun(KubernetesJobFinish):
         layout = layout_for_kubernetes(settings.model_dir, job_name=self.name, checkpoint_dir=settings.checkpoint_dir)
         program = self.task.replica_program(list(command), layout)
         plan = build_plan(spec, self.name, KubernetesAddressing(self.namespace), layout, program.command,
-                          backend="kubernetes", env=stacks_env(settings), try_number=self.context["ti"].try_number,
-                          files=program.files, secret_files=program.secret_files)
+                          backend="kubernetes", launch=POD_LAUNCH, env=stacks_env(settings),
+                          try_number=self.context["ti"].try_number, files=program.files,
+                          secret_files=program.secret_files)
         # The connection names the sidecar's image as it does for the KubernetesPodOperator: a cluster that cannot
         # reach Docker Hub (the cncf provider's default image) needs one of its own registry.
         options = manifest_options(settings, self.context, self.namespace,

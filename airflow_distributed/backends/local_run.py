@@ -18,13 +18,13 @@ from airflow_distributed.backends.base import ForProcesses, TaskCalls
 from airflow_distributed.backends.job_end import end_job, log_startup, read_document
 from airflow_distributed.backends.job_usage import usage_over_tries
 from airflow_distributed.backends.local_live import LIVE_XCOM_KEY, LiveJobReport
-from airflow_distributed.contract import ENV_STACKS_SIGNAL
+from airflow_distributed.contract import ENV_STACKS_DIR, ENV_STACKS_SIGNAL
 from airflow_distributed.hooks.local import STACKS_SIGNAL, LocalJob, LocalProcessHook
 from airflow_distributed.jobstate.outcome import Ending, JobOutcome
 from airflow_distributed.jobstate.progress_watch import HangWatchdog
 from airflow_distributed.jobstate.startup import BY_PROGRESS, PROCESS_UNKNOWN, job_startup, process_startup, started
 from airflow_distributed.jobstate.usage import ReplicaRun, plan_requests
-from airflow_distributed.manifests.local import process_specs, resolve_python
+from airflow_distributed.manifests.local import LOCAL_LAUNCH, process_specs, resolve_python
 from airflow_distributed.outputs import DOCUMENT_TEXT_LIMIT
 from airflow_distributed.plan import Layout, LocalAddressing, build_plan, replica_count
 from airflow_distributed.status import render_table
@@ -81,11 +81,15 @@ class LocalJobRun:
         addressing = LocalAddressing(ports=hook.free_ports(replica_count(spec)))
         program = self.task.replica_program(list(command), layout)
         env = dict(settings.env or {})
+        stacks_dir = None
         if settings.progress_timeout is not None:  # the replicas print their stacks when the job hangs
-            env[ENV_STACKS_SIGNAL] = STACKS_SIGNAL.name
+            # Each process that can print them says so there: with several in a replica (a launcher's), the
+            # hung job's signal goes to those, not to the launcher.
+            stacks_dir = os.path.join(work_dir, "stacks")
+            env.update({ENV_STACKS_SIGNAL: STACKS_SIGNAL.name, ENV_STACKS_DIR: stacks_dir})
         plan = build_plan(spec, name, addressing, layout, resolve_python(program.command, interpreter),
-                          backend="local", env=env or settings.env, try_number=context["ti"].try_number,
-                          files=program.files, secret_files=program.secret_files)
+                          backend="local", launch=LOCAL_LAUNCH, env=env or settings.env,
+                          try_number=context["ti"].try_number, files=program.files, secret_files=program.secret_files)
         specs = process_specs(
             plan,
             interpreter=interpreter,
@@ -97,7 +101,7 @@ class LocalJobRun:
         log.info("job %s: %s with %d replicas on the local backend", name, spec.framework, len(specs))
         started = time.monotonic()
         created = time.time()  # the job's creation: its startup phases count from here
-        job = self.job = hook.start(specs, cwd=work_dir, elastic=plan.elastic)
+        job = self.job = hook.start(specs, cwd=work_dir, elastic=plan.elastic, stacks_dir=stacks_dir)
         if self.killed():  # killed while they were starting: nothing may outlive the task
             log.info("task killed while its replicas started: stopping every replica")
             job.stop(settings.options.stop_grace_period)

@@ -14,7 +14,7 @@ from airflow_distributed.backends.job_options import manifest_options
 from airflow_distributed.backends.kubeflow_run import KubeflowJobRun
 from airflow_distributed.backends.local_live import LIVE_XCOM_KEY
 from airflow_distributed.hooks.trainjob import TRAINJOB, TrainJobHook
-from airflow_distributed.manifests.trainjob import TrainJobAddressing, TrainJobOptions, build_trainjob
+from airflow_distributed.manifests.trainjob import TRAINJOB_LAUNCH, TrainJobAddressing, TrainJobOptions, build_trainjob
 from airflow_distributed.manifests.trainjob_status import trainer_progress, trainjob_status
 from airflow_distributed.plan import asked_processes
 from airflow_distributed.status import plain
@@ -31,6 +31,7 @@ class TrainJobRun(KubeflowJobRun):
     """One TrainJob of one task instance."""
 
     backend = "trainjob"
+    launch = TRAINJOB_LAUNCH
     controller = "the Kubeflow Trainer"
     # A field the installed CRD does not know is refused, not silently dropped.
     field_validation = "Strict"

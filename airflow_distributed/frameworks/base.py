@@ -36,26 +36,27 @@ class Framework:
     trainer_mpi: ClassVar[bool] = False
     #: Why Kubeflow Trainer v2 cannot run the framework at all (``None``: it can, or nothing is known against it).
     no_trainer_runtime: ClassVar[str | None] = None
-    #: The master reaches the other replicas over SSH (an MPI launcher): a backend whose replicas run no sshd, such
-    #: as ``ray``, cannot run it.
+    #: The master reaches the other replicas over SSH (an MPI launcher): a backend whose replicas run no sshd
+    #: cannot run it.
     launches_over_ssh: ClassVar[bool] = False
 
     @property
     def master_role(self) -> str:
         return self.roles[0].name
 
-    def replica_env(self, replica: Replica, plan: ClusterPlan, backend: str) -> dict[str, str]:
-        """The framework's own variables for one replica (the common ones are added by the plan)."""
+    def replica_env(self, replica: Replica, plan: ClusterPlan) -> dict[str, str]:
+        """The framework's own variables for one replica (the common ones are added by the plan). How the backend
+        launches the replicas is ``plan.launch``: a framework reads those facts, never the backend's name."""
         raise NotImplementedError
 
-    def kept_env(self, replica: Replica, plan: ClusterPlan, backend: str) -> dict[str, str]:
+    def kept_env(self, replica: Replica, plan: ClusterPlan) -> dict[str, str]:
         """The framework's variables for one replica of a job that a training operator in the cluster runs
-        (``plan.OPERATOR_BACKENDS``: the Kubeflow Training Operator, Kubeflow Trainer), which sets the rest itself:
+        (``plan.launch.operator``: the Kubeflow Training Operator, Kubeflow Trainer), which sets the rest itself:
         the plan asks for these instead of ``replica_env``, so nothing is computed only to be dropped. Default:
         none, the operator sets them all."""
         return {}
 
-    def files(self, plan: ClusterPlan, backend: str) -> Mapping[str, str]:
+    def files(self, plan: ClusterPlan) -> Mapping[str, str]:
         """Files (name -> text) every replica needs in the job's files directory, e.g. an MPI hostfile."""
         return {}
 

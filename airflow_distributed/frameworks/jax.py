@@ -17,7 +17,7 @@ class Jax(Framework):
     default_port = 6666
     trainer_runtime = "jax-distributed"
 
-    def replica_env(self, replica, plan, backend):
+    def replica_env(self, replica, plan):
         return {
             "JAX_COORDINATOR_ADDRESS": plan.master.address,
             "JAX_NUM_PROCESSES": str(len(plan.replicas)),

@@ -11,7 +11,7 @@ class MXNet(Framework):
     default_port = 9091
     no_trainer_runtime = "MXNet has no Kubeflow Trainer v2 runtime"
 
-    def replica_env(self, replica, plan, backend):
+    def replica_env(self, replica, plan):
         scheduler = plan.master
         env = {
             "DMLC_ROLE": replica.role,
@@ -24,10 +24,10 @@ class MXNet(Framework):
             env["DMLC_SERVER_ID"] = str(replica.index)
         elif replica.role == "worker":
             env["DMLC_WORKER_ID"] = str(replica.index)
-        if backend == "kubernetes":
+        if plan.launch.pods:
             env["DMLC_USE_KUBERNETES"] = "1"
         else:
-            # ps-lite otherwise binds the first non-loopback interface it finds; local replicas talk over loopback.
+            # ps-lite otherwise binds the first non-loopback interface it finds; these replicas talk over loopback.
             env["DMLC_NODE_HOST"] = replica.host
             env["DMLC_INTERFACE"] = "lo"
         return env

@@ -18,6 +18,7 @@ Pservers never end by themselves; the backend stops them once the master has end
 from __future__ import annotations
 
 from airflow_distributed.frameworks.base import Framework, Role, rank_of
+from airflow_distributed.launch import Operator
 
 PSERVER = "pserver"
 
@@ -29,7 +30,7 @@ class Paddle(Framework):
     # PaddleJob's default port.
     default_port = 36543
 
-    def replica_env(self, replica, plan, backend):
+    def replica_env(self, replica, plan):
         trainers = [r for r in plan.replicas if r.role != PSERVER]
         pservers = [r for r in plan.replicas if r.role == PSERVER]
         trainer_endpoints = ",".join(r.address for r in trainers)
@@ -55,9 +56,9 @@ class Paddle(Framework):
             env["PADDLE_TRAINER_ID"] = str(rank_of(replica))
         return env
 
-    def kept_env(self, replica, plan, backend):
+    def kept_env(self, replica, plan):
         # The PaddleJob operator sets none of the trainer variables (only PADDLE_MASTER and launch's own).
-        return self.replica_env(replica, plan, backend) if backend == "kubeflow" else {}
+        return self.replica_env(replica, plan) if plan.launch.operator is Operator.TRAINING_OPERATOR else {}
 
     def first_peers(self, replica, plan):
         pservers = [(r.host, r.port) for r in plan.replicas if r.role == PSERVER]

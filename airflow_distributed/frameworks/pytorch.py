@@ -14,6 +14,7 @@ so that a worker process that dies is restarted by its agent and the group forms
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from airflow_distributed.contract import ENV_WORLD_SIZE
 from airflow_distributed.frameworks.base import Framework, Role, master_rank_env
@@ -23,6 +24,10 @@ from airflow_distributed.frameworks.pytorch_launchers import (
     replica_launcher,
     world_size,
 )
+from airflow_distributed.launch import Operator
+
+if TYPE_CHECKING:
+    from airflow_distributed.cluster_plan import ClusterPlan
 
 
 class PyTorch(Framework):
@@ -31,7 +36,7 @@ class PyTorch(Framework):
     default_port = 23456
     trainer_runtime = "torch-distributed"
 
-    def replica_env(self, replica, plan, backend):
+    def replica_env(self, replica, plan):
         env = master_rank_env(replica, plan)
         env = {
             **env,
@@ -69,16 +74,19 @@ class PyTorch(Framework):
             "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
         }
 
-    def kept_env(self, replica, plan, backend):
+    def kept_env(self, replica, plan):
         # The PyTorch operator sets MASTER_*, WORLD_SIZE, RANK and PET_* but not LOCAL_RANK; on a TrainJob torchrun
         # sets it.
-        return {"LOCAL_RANK": "0"} if backend == "kubeflow" else {}
+        return {"LOCAL_RANK": "0"} if plan.launch.operator is Operator.TRAINING_OPERATOR else {}
 
     def replica_command(self, replica, plan, command: Sequence[str], files_dir):
         elastic = plan.elastic
         if launcher_in_command(command) is not None:
             return tuple(command)
         if elastic is None:
+            # Under a training operator every pod of a role has one template: its node rank is read when it runs.
+            if plan.launch.operator is not None:
+                return tuple(command) if plan.processes_per_replica == 1 else _launched_by_operator(plan, command)
             launcher = replica_launcher(plan)
             return tuple(command) if launcher is None else launched_command(launcher, replica, plan, command)
         # Every replica's address resolves to this machine on the local backend, so torchrun cannot tell which
@@ -99,3 +107,16 @@ class PyTorch(Framework):
             *command,
         )
 
+
+def _launched_by_operator(plan: ClusterPlan, command: Sequence[str]) -> tuple[str, ...]:
+    """``command`` under torch's launcher where a training operator runs one pod template per role and sets the node's
+    ``RANK`` (its node rank), ``MASTER_ADDR`` and ``MASTER_PORT`` (a TrainJob's node program sets them from Trainer's
+    ``PET_*``): the per-node values are read from those when the pod runs, the counts are said outright, so that an
+    operator that sets no ``PET_NNODES`` or ``PET_NPROC_PER_NODE`` cannot leave a node training alone. Neither the
+    Training Operator nor Trainer starts the launcher itself."""
+    launch = (
+        'export NODE_RANK="$RANK"; exec python3 -m torch.distributed.run '
+        f'--nnodes {len(plan.replicas)} --node-rank "$RANK" --nproc-per-node {plan.processes_per_replica} '
+        '--master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" --no-python "$@"'
+    )
+    return ("sh", "-c", launch, "sh", *command)

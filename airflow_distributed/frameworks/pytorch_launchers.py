@@ -58,8 +58,8 @@ def launcher_in_command(command: Sequence[str]) -> str | None:
 def replica_launcher(plan: ClusterPlan) -> str | None:
     """The launcher every replica of a non-elastic PyTorch job runs: the one the spec names, torchrun for several
     processes per replica, else none (the command runs as the replica's one process). ``None`` too where a training
-    operator starts the processes (``ClusterPlan.operator_launches``)."""
-    if plan.operator_launches or plan.elastic is not None:
+    operator runs the pods (``plan.launch.operator``: the framework wraps the command in torchrun itself there)."""
+    if plan.launch.operator is not None or plan.elastic is not None:
         return None
     return plan.launcher or ("torchrun" if plan.processes_per_replica > 1 else None)
 

@@ -14,7 +14,7 @@ class TensorFlow(Framework):
     default_port = 2222
     no_trainer_runtime = "TensorFlow has no Kubeflow Trainer v2 runtime"
 
-    def replica_env(self, replica, plan, backend):
+    def replica_env(self, replica, plan):
         tf_config = {
             "cluster": plan.cluster,  # roles with no replicas are already left out
             "task": {"type": replica.role, "index": replica.index},

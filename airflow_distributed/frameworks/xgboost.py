@@ -11,6 +11,7 @@ XGBoost reads none of these variables itself: the script passes them to ``xgboos
 from __future__ import annotations
 
 from airflow_distributed.frameworks.base import Framework, Role, master_rank_env, rank_of
+from airflow_distributed.launch import Operator
 
 
 def task_id(rank: int, world_size: int) -> str:
@@ -29,16 +30,16 @@ class XGBoost(Framework):
     default_port = 9999
     trainer_runtime = "xgboost-distributed"
 
-    def replica_env(self, replica, plan, backend):
+    def replica_env(self, replica, plan):
         return {
             **self._tracker_env(replica, plan),
             # XGBoostJob's names for the same values, for scripts written for it.
             **master_rank_env(replica, plan),
         }
 
-    def kept_env(self, replica, plan, backend):
+    def kept_env(self, replica, plan):
         # XGBoostJob's operator sets only the MASTER_*/WORLD_SIZE/RANK names; Trainer's runtime sets DMLC_* too.
-        return self._tracker_env(replica, plan) if backend == "kubeflow" else {}
+        return self._tracker_env(replica, plan) if plan.launch.operator is Operator.TRAINING_OPERATOR else {}
 
     @staticmethod
     def _tracker_env(replica, plan):

@@ -183,6 +183,25 @@ class LocalReplicaProcess:
         self._reaper.join(timeout)
 
 
+def _registered_pids(folder: str | None) -> set[int] | None:
+    """The pids that registered their stack dump in ``folder``; ``None`` without a folder."""
+    if folder is None:
+        return None
+    try:
+        return {int(entry) for entry in os.listdir(folder) if entry.isdigit()}
+    except OSError:
+        return set()
+
+
+def _stack_dumpers(replica: LocalReplicaProcess, registered: set[int] | None) -> list[int]:
+    """The processes of ``replica`` to send ``STACKS_SIGNAL``: those of its tree that registered for it, so that a
+    launcher's processes (torchrun's ranks) print theirs and the launcher, which would end on the signal, is not
+    sent it; the replica's own process where nothing says who registered."""
+    if registered is None:
+        return [replica.pid]
+    return [process.pid for process in replica.family() if process.pid in registered]
+
+
 class LocalJob:
     """The replicas of one job on this machine; ``stop()`` leaves none of their processes behind."""
 
@@ -194,11 +213,14 @@ class LocalJob:
         sleep: Callable[[float], None] = time.sleep,
         elastic: ElasticPlan | None = None,
         logger: logging.Logger | TaskLog | None = None,
+        stacks_dir: str | None = None,
     ) -> None:
         self.replicas = list(replicas)
         self._clock, self._sleep = clock, sleep
         self.elastic = elastic
         self._log = logger or log
+        #: where each process that registered its stack dump left a file named by its pid (``stack_dump``)
+        self.stacks_dir = stacks_dir
 
     @property
     def master(self) -> LocalReplicaProcess:
@@ -270,11 +292,13 @@ class LocalJob:
     def _hung(self, why: str) -> JobOutcome:
         """Each replica dumps its stacks (where its script imported ``tracking``), then every replica is stopped."""
         running = [r for r in self.replicas if r.exit_code is None]
+        registered = _registered_pids(self.stacks_dir)
         for replica in running:
-            try:
-                os.kill(replica.pid, STACKS_SIGNAL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            for pid in _stack_dumpers(replica, registered):
+                try:
+                    os.kill(pid, STACKS_SIGNAL)
+                except (ProcessLookupError, PermissionError):
+                    pass
         self._sleep(STACKS_WAIT)
         self.stop()
         return JobOutcome(Ending.HUNG, self.statuses(), message=why,
@@ -447,11 +471,14 @@ class LocalProcessHook:
                 os.rmdir(path)  # only succeeds when empty
         return removed
 
-    def start(self, specs: Sequence[ProcessSpec], *, cwd: str, elastic: ElasticPlan | None = None) -> LocalJob:
+    def start(self, specs: Sequence[ProcessSpec], *, cwd: str, elastic: ElasticPlan | None = None,
+              stacks_dir: str | None = None) -> LocalJob:
         """Start every replica; if one cannot start, the ones already started are stopped before raising.
 
         :param elastic: the replicas run under torch's elastic agent: one that is lost is started again within the
             budget, and the agent's restarts of its workers are counted from its log.
+        :param stacks_dir: the replicas' ``AIRFLOW_DISTRIBUTED_STACKS_DIR``: a hung job's processes that registered
+            there are sent ``STACKS_SIGNAL``; without it, each replica's own process.
         """
         started: list[LocalReplicaProcess] = []
         count_restarts = agent_restarted if elastic is not None else None
@@ -464,7 +491,8 @@ class LocalProcessHook:
         except OSError as err:
             LocalJob(started).stop()
             raise RuntimeError(f"replica {spec.name} could not start {spec.argv[0]!r}: {err.strerror or err}") from err
-        return LocalJob(started, clock=self._clock, sleep=self._sleep, elastic=elastic, logger=self.log)
+        return LocalJob(started, clock=self._clock, sleep=self._sleep, elastic=elastic, logger=self.log,
+                        stacks_dir=stacks_dir)
 
     def _emit(self, name: str, line: str) -> None:
         self.log.info("[%s] %s", name, line)

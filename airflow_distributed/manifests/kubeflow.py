@@ -46,6 +46,7 @@ from kubernetes import client
 from airflow_distributed.contract import ENV_INDEX
 from airflow_distributed.frameworks.horovod import HOSTFILE, SSH_PORT
 from airflow_distributed.frameworks.paddle import PSERVER
+from airflow_distributed.launch import Launch, Operator
 from airflow_distributed.manifests import horovod_ssh
 from airflow_distributed.manifests.container_scripts import (
     TERMINATION_MESSAGE_PATH,
@@ -86,6 +87,9 @@ from airflow_distributed.manifests.kubernetes_resources import (
 from airflow_distributed.manifests.pod_names import task_annotations, task_labels
 from airflow_distributed.plan import ClusterPlan, Replica
 
+#: How the kubeflow backend starts replicas (``plan.build_plan``'s ``launch``): pods of a Kubeflow Training Operator
+#: v1 job, whose operator sets the framework's variables by its conventions.
+KUBEFLOW_LAUNCH = Launch(operator=Operator.TRAINING_OPERATOR, pods=True)
 # Where mpi-operator mounts the hostfile it writes (OpenMPI's default hostfile on the launcher).
 MPI_HOSTFILE = "/etc/mpi/hostfile"
 OUTPUT_VOLUME = "output"
@@ -202,6 +206,8 @@ def build_kubeflow_job(plan: ClusterPlan, options: KubeflowJobOptions) -> dict[s
         spec["slotsPerWorker"] = mpi_slots(plan.master.settings)
         spec["mpiImplementation"] = options.mpi_implementation
     spec[kind.replica_specs_key] = replica_specs
+    if kind.processes_key is not None and plan.processes_per_replica > 1:
+        spec[kind.processes_key] = str(plan.processes_per_replica)
     metadata: dict[str, Any] = {"name": plan.job_name, "namespace": pods.namespace, "labels": job_labels}
     if job_annotations:
         metadata["annotations"] = job_annotations
@@ -209,7 +215,7 @@ def build_kubeflow_job(plan: ClusterPlan, options: KubeflowJobOptions) -> dict[s
 
 
 def _check_plan(plan: ClusterPlan, options: KubeflowJobOptions, kind: KubeflowKind) -> None:
-    check_plan_layout(plan, "kubeflow", "KubeflowAddressing")
+    check_plan_layout(plan, "kubeflow", KUBEFLOW_LAUNCH, "KubeflowAddressing")
     addressing = KubeflowAddressing(options.pods.namespace, plan.framework)
     for replica in plan.replicas:
         expected, _ = addressing.endpoint(0, plan.job_name, replica.name, replica.port)

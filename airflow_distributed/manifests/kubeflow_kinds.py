@@ -77,6 +77,9 @@ class KubeflowKind:
     #: variables the operator sets itself, left out of the templates whoever gave them (the plan has only the
     #: framework variables the operator leaves out, ``Framework.kept_env``)
     operator_env: frozenset[str]
+    #: the spec field that says how many processes each replica runs (``ClusterPlan.processes_per_replica``, as a
+    #: string), given when that is more than one; ``None``: the kind has none
+    processes_key: str | None = None
     #: spec fields every resource of this kind has, beside the replica specs and the run policy
     fixed_spec: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     #: variables that differ between the pods of one template and are derived in each pod at start...
@@ -183,7 +186,8 @@ KINDS: dict[str, KubeflowKind] = {
         "pytorch", "PyTorchJob", "v1", "pytorchjobs", "pytorchReplicaSpecs",
         MappingProxyType({"master": "Master", "worker": "Worker"}),
         container="pytorch", port_name="pytorchjob-port", operator_env=_PYTORCH_ENV,
-        success_without_master=_pytorchjob_workers,
+        # training-operator 1.7+: WORLD_SIZE = replicas x nprocPerNode, and PET_NPROC_PER_NODE, in every pod.
+        processes_key="nprocPerNode", success_without_master=_pytorchjob_workers,
     ),
     "mxnet": KubeflowKind(
         "mxnet", "MXJob", "v1", "mxjobs", "mxReplicaSpecs",

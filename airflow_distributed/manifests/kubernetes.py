@@ -36,6 +36,7 @@ from kubernetes import client
 from airflow_distributed.contract import ENV_CLUSTER
 from airflow_distributed.frameworks import get_framework
 from airflow_distributed.frameworks.horovod import SSH_PORT
+from airflow_distributed.launch import Launch
 from airflow_distributed.manifests import horovod_ssh
 from airflow_distributed.manifests.container_scripts import (
     TERMINATION_MESSAGE_PATH,
@@ -77,6 +78,9 @@ from airflow_distributed.plan import ClusterPlan, Layout, Replica
 from airflow_distributed.task_instance import TaskInstanceRef
 
 # Layout of the Kubernetes backend: where a replica finds its model dir, output path and the plan's files.
+#: How the kubernetes backend starts replicas (``plan.build_plan``'s ``launch``): one pod each, which the plan
+#: describes whole (every variable, an MPI launcher's hostfile and its SSH port to the replicas' sshd).
+POD_LAUNCH = Launch(pods=True)
 MODEL_DIR = "/airflow-distributed/model"
 FILES_DIR = "/airflow-distributed/files"
 SECRET_FILES_DIR = "/airflow-distributed/secret-files"
@@ -332,12 +336,18 @@ def _api_client() -> client.ApiClient:
     return client.ApiClient(configuration=client_configuration())
 
 
-def check_plan_layout(plan: ClusterPlan, backend: str, addressing: str) -> None:
-    """The plan was built for ``backend`` with this backend's layout (shared by the Kubeflow builder)."""
+def check_plan_layout(plan: ClusterPlan, backend: str, launch: Launch, addressing: str) -> None:
+    """The plan was built for ``backend``, with its launch facts and this backend's layout (shared by the Kubeflow
+    and TrainJob builders): a plan built with another backend's facts has that backend's variables and files."""
     if plan.backend != backend:
         raise ValueError(
             f"job {plan.job_name}: the plan was built for the {plan.backend!r} backend; build it with "
             f"backend={backend!r}, {addressing} and layout_for_kubernetes()"
+        )
+    if plan.launch != launch:
+        raise ValueError(
+            f"job {plan.job_name}: the plan was built with the launch facts {plan.launch}, not the {backend!r} "
+            f"backend's ({launch}); build it with that backend's record as launch="
         )
     if plan.layout.output_path != OUTPUT_PATH:
         raise ValueError(
@@ -347,7 +357,7 @@ def check_plan_layout(plan: ClusterPlan, backend: str, addressing: str) -> None:
 
 
 def _check_plan(plan: ClusterPlan, options: JobManifestOptions) -> None:
-    check_plan_layout(plan, "kubernetes", "KubernetesAddressing")
+    check_plan_layout(plan, "kubernetes", POD_LAUNCH, "KubernetesAddressing")
     if plan.secret_files and plan.layout.secret_files_dir in (None, plan.layout.files_dir):
         raise ValueError(f"job {plan.job_name}: secret files need a secret_files_dir of their own (a Secret's "
                          "volume); build the plan with layout_for_kubernetes()")

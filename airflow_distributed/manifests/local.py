@@ -7,7 +7,12 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from airflow_distributed.launch import Launch
 from airflow_distributed.plan import ClusterPlan
+
+#: How the local backend starts replicas (``plan.build_plan``'s ``launch``): processes of one machine, the plan
+#: sets every variable.
+LOCAL_LAUNCH = Launch(shared_host=True)
 
 # Names that mean "the Python of this job" in a command; replaced by the interpreter the job runs with, so a
 # DAG's ["python", "train.py"] does not depend on which python happens to be first on the worker's PATH.

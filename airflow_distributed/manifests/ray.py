@@ -18,10 +18,14 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from airflow_distributed.jobstate.startup import ACTOR_UNKNOWN, actor_startup, job_startup
+from airflow_distributed.launch import Launch
 from airflow_distributed.plan import Layout, SpecReplica, expand_replicas
 from airflow_distributed.spec.models import TrainingSpec
 from airflow_distributed.spec.quantities import amount_in_base_units
 
+#: How the ray backend starts replicas (``plan.build_plan``'s ``launch``, in its driver): processes of Ray actors,
+#: the plan sets every variable.
+RAY_LAUNCH = Launch()
 #: The variable of the job's ``runtime_env`` that carries its description to the driver.
 JOB_VARIABLE = "AIRFLOW_DISTRIBUTED_RAY_JOB"
 #: The module the entrypoint runs.

@@ -58,6 +58,7 @@ from kubeflow_trainer_api import models as tm
 from airflow_distributed.contract import ENV_INDEX, ENV_ROLE
 from airflow_distributed.frameworks.horovod import slots
 from airflow_distributed.frameworks.xgboost import task_id
+from airflow_distributed.launch import Launch, Operator
 from airflow_distributed.manifests.container_scripts import relay_output_command
 from airflow_distributed.manifests.gang_scheduling import KUEUE_QUEUE_LABEL
 from airflow_distributed.manifests.kubernetes import (
@@ -85,6 +86,12 @@ from airflow_distributed.spec.models import PodSettings
 LAUNCHER = "launcher"
 #: The ``manager`` of this project's runtime patch (the key other managers, e.g. Kueue, keep theirs apart by).
 PATCH_MANAGER = "airflow-distributed.apache.org/operator"
+#: Where Kubeflow Trainer's MPI plugin mounts the hostfile on the launcher (``constants.MPIHostfileDir``/``Name``).
+TRAINER_HOSTFILE = "/etc/mpi/hostfile"
+#: How the trainjob backend starts replicas (``plan.build_plan``'s ``launch``): a TrainJob's nodes, every one from
+#: the master's settings (its one node template), whose runtime sets the framework's variables by Trainer's
+#: conventions and, for an MPI runtime, writes the hostfile.
+TRAINJOB_LAUNCH = Launch(operator=Operator.TRAINER, pods=True, mpi_hostfile=TRAINER_HOSTFILE, nodes_like_master=True)
 #: Trainer's default port of the trainer nodes (``constants.ContainerTrainerPort``).
 NODE_PORT = 29500
 OUTPUT_VOLUME = "output"
@@ -143,7 +150,7 @@ def build_trainjob(plan: ClusterPlan, options: TrainJobOptions) -> dict[str, Any
     :raises ValueError: a plan not built for this backend, or one the typed models refuse.
     :raises ManifestError: a pod setting that is not valid Kubernetes, naming the field.
     """
-    check_plan_layout(plan, "trainjob", "TrainJobAddressing")
+    check_plan_layout(plan, "trainjob", TRAINJOB_LAUNCH, "TrainJobAddressing")
     if plan.files or plan.secret_files:
         names = ", ".join(sorted([*plan.files, *plan.secret_files]))
         raise ValueError(f"job {plan.job_name}: a TrainJob has no way to ship the files {names}")

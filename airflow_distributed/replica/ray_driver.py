@@ -44,7 +44,7 @@ from airflow_distributed.hooks.local import STACKS_SIGNAL, STACKS_WAIT, TAIL_LIN
 from airflow_distributed.jobstate.outcome import Ending
 from airflow_distributed.jobstate.progress_watch import HangWatchdog
 from airflow_distributed.manifests.local import PYTHON_NAMES, STANDBY_CODE, resolve_python
-from airflow_distributed.manifests.ray import JOB_VARIABLE, ActorAddressing, report_line
+from airflow_distributed.manifests.ray import JOB_VARIABLE, RAY_LAUNCH, ActorAddressing, report_line
 from airflow_distributed.plan import ClusterPlan, Layout, build_plan
 from airflow_distributed.replica.live_report import is_record, reports_progress
 from airflow_distributed.spec.models import TrainingSpec
@@ -278,7 +278,7 @@ class Driver:
         interpreter = sys.executable  # the cluster's Python, which runs this driver and its actors
         plan = self.plan = build_plan(
             self.spec, job["job_name"], ActorAddressing(endpoints), self.layout,
-            resolve_python(job["command"], interpreter), backend="ray", env=job["env"],
+            resolve_python(job["command"], interpreter), backend="ray", launch=RAY_LAUNCH, env=job["env"],
             try_number=job["try_number"], files=job["files"],
         )
         pids = []

@@ -12,6 +12,7 @@ from airflow.sdk import DAG, task
 from airflow_distributed.operators import DistributedTrainingOperator
 from tests.hang_scripts import GLOO_HANG
 from tests.kube_node.images import TRAINING_DIR, trainer_image
+from tests.process_variables import PRELUDE
 
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 for dag_id, deferrable in (("node_ddp", False), ("node_ddp_deferrable", True)):
@@ -26,6 +27,17 @@ for dag_id, deferrable in (("node_ddp", False), ("node_ddp_deferrable", True)):
             log_replicas="all")
 
 
+# The same training by 2 replicas of 3 processes each (environment.pytorch.n_proc_per_node): torch's launcher in each
+# pod starts the processes, each printing its rank variables first (tests/process_variables.py).
+with DAG(dag_id="node_nproc_ddp", schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]):
+    DistributedTrainingOperator(
+        task_id="train", framework="pytorch", image=trainer_image(), backend="kubernetes",
+        command=["python3", "-c", PRELUDE, f"{TRAINING_DIR}/pytorch_ddp.py"], args=["--steps", "5"],
+        environment={"resources": {"cpu": {"requests": 0.1}, "memory": {"requests": 64, "limits": 2048}},
+                     "pytorch": {"n_workers": 1, "n_proc_per_node": 3}},
+        namespace="node-nproc-ddp", startup_timeout=180, logging_interval=1, log_replicas="all")
+
+
 # The same training as a PyTorchJob (its pods made by the stand-in operator, tests/kube_node/training_operator.py)
 # and as a TrainJob (torch-distributed runtime: its node pods made by the stand-in for Trainer and JobSet), run by
 # the real kubelet.
@@ -37,6 +49,14 @@ for backend, kind in (("kubeflow", "pytorchjob"), ("trainjob", "trainjob")):
             environment={"resources": {"cpu": {"requests": 0.1}, "memory": {"requests": 64, "limits": 1024}},
                          "pytorch": {"n_workers": 2}},
             namespace=f"node-{kind}", logging_interval=1)
+    # 2 replicas x 3 processes: the operator's pods each run torch's launcher, from the variables it sets.
+    with DAG(dag_id=f"node_{kind}_nproc", schedule=None, start_date=START, catchup=False, tags=["test", backend]):
+        DistributedTrainingOperator(
+            task_id="train", framework="pytorch", image=trainer_image(), backend=backend,
+            command=["python3", "-c", PRELUDE, f"{TRAINING_DIR}/pytorch_ddp.py"], args=["--steps", "5"],
+            environment={"resources": {"cpu": {"requests": 0.1}, "memory": {"requests": 64, "limits": 2048}},
+                         "pytorch": {"n_workers": 1, "n_proc_per_node": 3}},
+            namespace=f"node-{kind}-nproc", logging_interval=1)
 
 # A PyTorchJob's master (alone) reporting 400 steps: its output document is far longer than the 4 KiB a
 # termination message holds, the only way out on this backend (no XCom sidecar); the relay cuts it to its brief.

@@ -314,18 +314,14 @@ def test_per_index_settings_are_refused_when_the_dag_is_parsed():
                                 image="trainer:1", backend="kubernetes")
 
 
-def test_n_proc_per_node_is_refused_on_the_backends_that_run_one_process_per_replica():
+def test_n_proc_per_node_is_taken_by_the_pod_backends_as_by_trainjob():
     from airflow_distributed.operators import DistributedTrainingOperator
-    from airflow_distributed.spec import SpecValidationError
 
     environment = {"pytorch": {"n_workers": 1, "n_proc_per_node": 4}}
     _operator(environment)
-    DistributedTrainingOperator(task_id="t", framework="pytorch", environment=environment, command=["train"],
-                                image="trainer:1", backend="kubernetes")
-    with pytest.raises(SpecValidationError, match=r"environment\.pytorch\.n_proc_per_node: backend='kubeflow' runs "
-                                                  r"one process per replica"):
+    for backend in ("kubernetes", "kubeflow"):
         DistributedTrainingOperator(task_id="t", framework="pytorch", environment=environment, command=["train"],
-                                    image="trainer:1", backend="kubeflow")
+                                    image="trainer:1", backend=backend)
 
 
 # ---------------------------------------------------------------------------------------------- sensors

@@ -10,6 +10,7 @@ from airflow_distributed.manifests.kubernetes import FILES_DIR, SECRET_FILES_DIR
 from tests.helpers import replica_lines, run_dag, run_dag_at, xcom
 from tests.kube_node.node import RealNode
 from tests.kube_node.training_operator import JobOperator, PyTorchJobOperator, TrainJobOperator
+from tests.process_variables import ranks_expected, ranks_seen
 
 pytestmark = [pytest.mark.usefixtures("airflow_db")]
 
@@ -43,6 +44,26 @@ def test_pytorch_ddp_over_gloo_trains_in_real_pods_and_leaves_nothing(node: Real
     table = {r["name"]: (r["state"], r["exit_code"]) for r in result["replicas"]}
     assert table == {master: ("succeeded", 0), f"{job}-worker-0": ("succeeded", 0),
                      f"{job}-worker-1": ("succeeded", 0)}, table
+    node.control_plane.assert_clean(namespace, user, timeout=90)
+
+
+@pytest.mark.parametrize("dag_namespace", ["node_nproc_ddp"], indirect=True)
+def test_replicas_of_several_processes_train_one_ddp_model_in_real_pods_and_leave_nothing(node: RealNode,
+                                                                                          dag_namespace, capfd):
+    namespace, user = dag_namespace
+    run, states = run_dag_at(namespace.replace("-", "_"))
+
+    out = capfd.readouterr().out
+    assert states == {"train": "success"}, out[-6000:]
+    # torch's launcher in each of the 2 pods started 3 processes, each with its global and local ranks.
+    assert ranks_seen(out) == ranks_expected(2, 3), out[-6000:]
+    result = xcom(run, "train")
+    assert result["metrics"]["world_size"] == 6
+    job = result["job_name"]
+    # The script fails unless all 6 ranks ended with the same parameters; rank 0 says so once they were compared.
+    assert any("parameters identical on all ranks" in line for line in replica_lines(out, job)[f"{job}-master-0"])
+    table = {r["name"]: (r["state"], r["exit_code"]) for r in result["replicas"]}
+    assert table == {f"{job}-master-0": ("succeeded", 0), f"{job}-worker-0": ("succeeded", 0)}, table
     node.control_plane.assert_clean(namespace, user, timeout=90)
 
 
@@ -138,6 +159,30 @@ def test_a_job_whose_pods_its_controller_makes_trains_over_gloo_in_real_pods(
     # The ranks met at the master's address the controller gives (a Service it made), answered by the DNS stand-in;
     # the script fails unless every rank ended with the same parameters.
     assert f"rank 0/3: process group ready ({master.format(job=result['job_name'])}" in out, out[-6000:]
+    node.control_plane.assert_clean(namespace, user, timeout=120)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("dag_namespace", "operator"), [
+    ("node_pytorchjob_nproc", PyTorchJobOperator), ("node_trainjob_nproc", TrainJobOperator),
+], indirect=["dag_namespace"])
+def test_replicas_of_several_processes_train_one_ddp_model_in_pods_a_controller_makes(
+        node: RealNode, dag_namespace, operator: type[JobOperator], capfd):
+    namespace, user = dag_namespace
+    controller = operator(node.control_plane, namespace).start()
+    try:
+        run, states = run_dag_at(namespace.replace("-", "_"))
+    finally:
+        controller.stop()
+
+    out = capfd.readouterr().out
+    assert controller.errors == []
+    assert states == {"train": "success"}, out[-6000:]
+    result = xcom(run, "train")
+    # The script fails unless all 6 ranks ended with the same parameters; global rank 0 reports the group's size.
+    assert result["metrics"]["world_size"] == 6 and result["metrics"]["parameters_identical"], result
+    # The variables of the master's processes, from its log as the wait follows it (the only one followed here).
+    assert ranks_seen(out) == ranks_expected(2, 3)[:3], out[-6000:]
     node.control_plane.assert_clean(namespace, user, timeout=120)
 
 

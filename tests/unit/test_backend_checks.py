@@ -100,7 +100,7 @@ def test_the_trainjob_runtime_is_refused_on_the_other_backends_naming_it(backend
 N_PROC = {"pytorch": {"n_workers": 1, "n_proc_per_node": 4}}
 
 
-@pytest.mark.parametrize("backend", ["kubeflow", "ray"])
+@pytest.mark.parametrize("backend", ["ray"])
 @pytest.mark.parametrize("form", ["dict", "yaml", "file", "polyaxonfile"])
 def test_n_proc_per_node_is_refused_where_replicas_run_one_process_whatever_form_the_environment_has(
         backend, form, tmp_path):
@@ -120,7 +120,7 @@ def test_n_proc_per_node_is_refused_where_replicas_run_one_process_whatever_form
     error = refused(backend=backend, environment=environment, **({"image": None} if backend == "ray" else {}))
     assert error.paths == ["environment.pytorch.n_proc_per_node"]
     assert f"backend={backend!r} runs one process per replica" in str(error)
-    for backend in ("trainjob", "local", "kubernetes"):
+    for backend in ("trainjob", "local", "kubernetes", "kubeflow"):
         operator(backend=backend, environment=environment)
 
 
@@ -162,7 +162,7 @@ def test_the_launcher_is_one_of_those_the_plan_can_wrap_a_command_in(value):
 
 
 @pytest.mark.parametrize("backend, why", [
-    ("kubeflow", "the Training Operator runs each replica's command as its one process"),
+    ("kubeflow", "each role's pods run one template, under torchrun only"),
     ("ray", "one actor per replica runs its command"),
     ("trainjob", "its runtime starts torchrun in every node"),
 ])
@@ -174,7 +174,8 @@ def test_a_launcher_the_backend_would_not_run_is_refused_naming_who_starts_the_p
     assert f"backend={backend!r} would not run 'deepspeed': {why}; use backend='local' or 'kubernetes'" in str(error)
     for allowed in ("local", "kubernetes"):
         operator(backend=allowed, environment=environment)
-    operator(backend="trainjob", environment={"pytorch": {"n_workers": 1, "launcher": "torchrun"}})
+    for operators in ("kubeflow", "trainjob"):
+        operator(backend=operators, environment={"pytorch": {"n_workers": 1, "launcher": "torchrun"}})
 
 
 @pytest.mark.parametrize("launcher", ["deepspeed", "accelerate"])

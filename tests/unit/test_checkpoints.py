@@ -9,7 +9,8 @@ import pickle
 import pytest
 
 from airflow_distributed import contract, tracking
-from airflow_distributed.manifests.kubernetes import layout_for_kubernetes
+from airflow_distributed.manifests.kubernetes import POD_LAUNCH, layout_for_kubernetes
+from airflow_distributed.manifests.local import LOCAL_LAUNCH
 from airflow_distributed.plan import KubernetesAddressing, Layout, LocalAddressing, build_plan
 from airflow_distributed.replica import checkpoints
 from airflow_distributed.spec import load_spec
@@ -19,14 +20,16 @@ SPEC = load_spec("pytorch", {"pytorch": {"n_workers": 2}})
 
 def test_every_replica_gets_the_same_checkpoint_dir_and_the_try_number():
     layout = Layout(model_dir="/m", output_path="/o.json", files_dir="/f", checkpoint_dir="/c/job")
-    plan = build_plan(SPEC, "job", LocalAddressing(ports=[1, 2, 3]), layout, ["x"], backend="local", try_number=3)
+    plan = build_plan(SPEC, "job", LocalAddressing(ports=[1, 2, 3]), layout, ["x"],
+                      backend="local", launch=LOCAL_LAUNCH, try_number=3)
     assert {r.env["AIRFLOW_DISTRIBUTED_CHECKPOINT_DIR"] for r in plan.replicas} == {"/c/job"}
     assert {r.env["AIRFLOW_DISTRIBUTED_TRY_NUMBER"] for r in plan.replicas} == {"3"}
 
 
 def test_no_checkpoint_dir_no_variable_and_the_first_try_by_default():
     layout = Layout(model_dir="/m", output_path="/o.json", files_dir="/f")
-    plan = build_plan(SPEC, "job", LocalAddressing(ports=[1, 2, 3]), layout, ["x"], backend="local")
+    plan = build_plan(SPEC, "job", LocalAddressing(ports=[1, 2, 3]), layout, ["x"],
+                      backend="local", launch=LOCAL_LAUNCH)
     assert "AIRFLOW_DISTRIBUTED_CHECKPOINT_DIR" not in plan.master.env
     assert plan.master.env["AIRFLOW_DISTRIBUTED_TRY_NUMBER"] == "1"
 
@@ -39,7 +42,7 @@ def test_no_checkpoint_dir_no_variable_and_the_first_try_by_default():
 ])
 def test_kubernetes_checkpoint_dir_is_per_task_instance_under_the_model_dir(model_dir, checkpoint_dir, expected):
     layout = layout_for_kubernetes(model_dir, job_name="job-1", checkpoint_dir=checkpoint_dir)
-    plan = build_plan(SPEC, "job-1", KubernetesAddressing("ns"), layout, ["x"], backend="kubernetes")
+    plan = build_plan(SPEC, "job-1", KubernetesAddressing("ns"), layout, ["x"], backend="kubernetes", launch=POD_LAUNCH)
     assert plan.replica("job-1-worker-1").env["AIRFLOW_DISTRIBUTED_CHECKPOINT_DIR"] == expected
 
 

@@ -11,12 +11,12 @@ import pytest
 from airflow_distributed.backends.base import ClusterSettings
 from airflow_distributed.backends.registry import REGISTRY
 from airflow_distributed.frameworks import get_framework
-from airflow_distributed.manifests.kubeflow import KubeflowAddressing
-from airflow_distributed.manifests.kubernetes import layout_for_kubernetes
-from airflow_distributed.manifests.trainjob import TrainJobAddressing
+from airflow_distributed.manifests.kubeflow import KUBEFLOW_LAUNCH, KubeflowAddressing
+from airflow_distributed.manifests.kubernetes import POD_LAUNCH, layout_for_kubernetes
+from airflow_distributed.manifests.trainjob import TRAINJOB_LAUNCH, TrainJobAddressing
 from airflow_distributed.operators import DistributedTrainingOperator
 from airflow_distributed.operators import training as training_module
-from airflow_distributed.plan import OPERATOR_BACKENDS, KubernetesAddressing, build_plan
+from airflow_distributed.plan import KubernetesAddressing, build_plan
 from airflow_distributed.spec import SpecValidationError, load_spec
 
 ENVIRONMENT = {"pytorch": {"n_workers": 2}}
@@ -216,13 +216,15 @@ def test_the_triggers_hand_the_resume_state_back_in_every_event_and_keep_it_when
 # ---------------------------------------------------------------------------------------------- variables
 
 JOB = "train-3f9a1c2b"
+LAUNCHES = {"kubernetes": POD_LAUNCH, "kubeflow": KUBEFLOW_LAUNCH, "trainjob": TRAINJOB_LAUNCH}
 
 
 def _plan(framework: str, environment: dict[str, Any], backend: str) -> Any:
     spec = load_spec(framework, environment)
     addressing: Any = {"kubernetes": KubernetesAddressing("ml"), "kubeflow": KubeflowAddressing("ml", framework),
                        "trainjob": TrainJobAddressing("ml")}[backend]
-    return build_plan(spec, JOB, addressing, layout_for_kubernetes(), ["python", "t.py"], backend=backend)
+    return build_plan(spec, JOB, addressing, layout_for_kubernetes(), ["python", "t.py"], backend=backend,
+                      launch=LAUNCHES[backend])
 
 
 @pytest.mark.parametrize(("framework", "environment", "backend", "kept", "left_to_the_operator"), [
@@ -251,7 +253,7 @@ def test_an_operator_run_jobs_plan_has_only_the_framework_variables_its_operator
     assert master.env["AIRFLOW_DISTRIBUTED_JOB"] == JOB  # the contract's own variables are always there
 
 
-@pytest.mark.parametrize("backend", sorted(OPERATOR_BACKENDS))
+@pytest.mark.parametrize("backend", ["kubeflow", "trainjob"])
 @pytest.mark.parametrize(("framework", "environment"), [
     ("pytorch", {"pytorch": {"n_workers": 2}}), ("pytorch", {"pytorch": {"n_workers": 2, "elastic": {}}}),
     ("tensorflow", {"tensorflow": {"n_workers": 1, "n_ps": 1}}), ("mxnet", {"mxnet": {"n_workers": 1, "n_ps": 1}}),
@@ -263,8 +265,8 @@ def test_what_a_framework_keeps_beside_an_operator_is_what_it_gives_every_other_
     plan = _plan(framework, environment, backend)
     implementation = get_framework(framework)
     for replica in plan.replicas:
-        full = implementation.replica_env(replica, plan, backend)
-        kept = implementation.kept_env(replica, plan, backend)
+        full = implementation.replica_env(replica, plan)
+        kept = implementation.kept_env(replica, plan)
         assert kept.items() <= full.items(), replica.name
 
 

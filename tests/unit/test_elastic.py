@@ -16,6 +16,7 @@ from airflow_distributed.elastic import (
     agent_restarted,
     elastic_plan,
 )
+from airflow_distributed.manifests.local import LOCAL_LAUNCH
 from airflow_distributed.plan import KubernetesAddressing, Layout, LocalAddressing, build_plan
 from airflow_distributed.spec import load_spec
 
@@ -28,7 +29,7 @@ def _plan(elastic: dict | None, addressing=None, command=("python", "train.py"))
         pytorch["elastic"] = elastic
     spec = load_spec("pytorch", {"pytorch": pytorch})
     return build_plan(spec, "job-1", addressing or LocalAddressing(ports=[29500, 29501, 29502]), LAYOUT,
-                      list(command), backend="local")
+                      list(command), backend="local", launch=LOCAL_LAUNCH)
 
 
 def test_defaults_are_every_replica_three_restarts():

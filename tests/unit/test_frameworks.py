@@ -8,6 +8,10 @@ from dataclasses import dataclass
 
 import pytest
 
+from airflow_distributed.manifests.kubeflow import KUBEFLOW_LAUNCH
+from airflow_distributed.manifests.kubernetes import POD_LAUNCH
+from airflow_distributed.manifests.local import LOCAL_LAUNCH
+from airflow_distributed.manifests.trainjob import TRAINJOB_LAUNCH
 from airflow_distributed.naming import job_name
 from airflow_distributed.plan import KubernetesAddressing, Layout, LocalAddressing, build_plan
 from airflow_distributed.replica.world_size import world_size_problem
@@ -90,7 +94,10 @@ CASES = [
 
 def _plan(framework, environment, addressing=PORTS, backend="local"):
     spec = load_spec(framework, environment)
-    return build_plan(spec, "job", addressing, LAYOUT, ["python", "train.py"], backend=backend, env={"A": "1"})
+    launch = {"local": LOCAL_LAUNCH, "kubernetes": POD_LAUNCH, "kubeflow": KUBEFLOW_LAUNCH,
+              "trainjob": TRAINJOB_LAUNCH}[backend]
+    return build_plan(spec, "job", addressing, LAYOUT, ["python", "train.py"], backend=backend, launch=launch,
+                      env={"A": "1"})
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -143,7 +150,8 @@ def test_horovod_launcher_runs_command_under_horovodrun_and_workers_stand_by():
 def test_contract_variables_win_over_user_variables():
     worker_env = {"env_vars": [["RANK", "9"], ["B", "2"]]}
     spec = load_spec("pytorch", {"pytorch": {"n_workers": 1, "default_worker": worker_env}})
-    plan = build_plan(spec, "job", PORTS, LAYOUT, ["x"], backend="local", env={"WORLD_SIZE": "7", "C": "3"})
+    plan = build_plan(spec, "job", PORTS, LAYOUT, ["x"],
+                      backend="local", launch=LOCAL_LAUNCH, env={"WORLD_SIZE": "7", "C": "3"})
     worker = plan.replica("job-worker-0")
     assert (worker.env["RANK"], worker.env["WORLD_SIZE"], worker.env["B"], worker.env["C"]) == ("1", "2", "2", "3")
 
@@ -214,7 +222,8 @@ PROCESS_VARIABLE = {"jax": "JAX_PROCESS_ID", "xgboost": "DMLC_TASK_ID", "paddle"
 @pytest.mark.parametrize("case", SECTION_CASES, ids=[c.name for c in SECTION_CASES])
 def test_framework_sections_load_and_number_every_process(case: SectionCase):
     spec = load_spec(case.framework, case.environment)
-    plan = build_plan(spec, "job", LocalAddressing(ports=range(32000, 32010)), LAYOUT, ["x"], backend="local")
+    plan = build_plan(spec, "job", LocalAddressing(ports=range(32000, 32010)), LAYOUT, ["x"],
+                      backend="local", launch=LOCAL_LAUNCH)
     variable = PROCESS_VARIABLE[spec.framework]
     assert [(r.name.removeprefix("job-"), r.env.get(variable)) for r in plan.replicas] == case.replicas
     for suffix, limit in (case.cpu_limits or {}).items():
@@ -299,15 +308,19 @@ def test_auto_processes_are_the_gpus_each_replica_asks_for_else_one(gpus, expect
                                      ["python", "-m", "torch.distributed.run", "train.py"]])
 def test_a_command_that_starts_torchrun_itself_is_not_wrapped_again(command):
     spec = load_spec("pytorch", {"pytorch": {"n_workers": 1, "n_proc_per_node": 2}})
-    plan = build_plan(spec, "job", PORTS, LAYOUT, command, backend="local")
+    plan = build_plan(spec, "job", PORTS, LAYOUT, command, backend="local", launch=LOCAL_LAUNCH)
     assert plan.master.command == tuple(command)
     assert plan.master.env["PET_NPROC_PER_NODE"] == "2"
 
 
-def test_a_trainjob_runs_the_command_as_given_its_runtime_starts_the_processes():
-    plan = _plan("pytorch", {"pytorch": {"n_workers": 1, "n_proc_per_node": 3}}, KubernetesAddressing("ns"),
-                 backend="trainjob")
-    assert plan.processes_per_replica == 3 and plan.master.command == ("python", "train.py")
+@pytest.mark.parametrize("backend", ["kubeflow", "trainjob"])
+def test_under_a_training_operator_every_pod_of_a_role_runs_one_launch_line_reading_its_node_rank_when_it_runs(
+        backend):
+    plan = _plan("pytorch", {"pytorch": {"n_workers": 2, "n_proc_per_node": 3}}, KubernetesAddressing("ns"),
+                 backend=backend)
+    launch = ('export NODE_RANK="$RANK"; exec python3 -m torch.distributed.run --nnodes 3 --node-rank "$RANK" '
+              '--nproc-per-node 3 --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" --no-python "$@"')
+    assert {r.command for r in plan.replicas} == {("sh", "-c", launch, "sh", "python", "train.py")}
 
 
 def test_elastic_replicas_start_the_processes_asked_for_under_their_agent():
@@ -362,12 +375,14 @@ def test_no_launcher_wraps_the_command_where_an_operator_starts_the_processes(ba
                                      ["python", "-m", "deepspeed.launcher.launch", "train.py"]])
 def test_a_command_that_starts_a_launcher_itself_is_not_wrapped_again(command):
     spec = load_spec("pytorch", {"pytorch": {"n_workers": 1, "launcher": "deepspeed"}})
-    assert build_plan(spec, "job", PORTS, LAYOUT, command, backend="local").master.command == tuple(command)
+    assert build_plan(spec, "job", PORTS, LAYOUT, command, backend="local",
+                      launch=LOCAL_LAUNCH).master.command == tuple(command)
 
 
 def test_a_command_no_python_runs_goes_unchecked():
     spec = load_spec("pytorch", {"pytorch": {"n_workers": 1, "n_proc_per_node": 2}})
-    command = build_plan(spec, "job", PORTS, LAYOUT, ["/opt/train.sh", "--fast"], backend="local").master.command
+    command = build_plan(spec, "job", PORTS, LAYOUT, ["/opt/train.sh", "--fast"], backend="local",
+                         launch=LOCAL_LAUNCH).master.command
     assert command[-3:] == ("--no-python", "/opt/train.sh", "--fast")
 
 

@@ -18,8 +18,8 @@ import pytest
 PACKAGE = "airflow_distributed"
 ROOT = Path(__file__).resolve().parents[2] / PACKAGE
 
-PURE = {"contract", "spec", "frameworks", "cluster_plan", "plan", "elastic", "manifests", "jobstate", "naming",
-        "status", "outputs", "strict_json", "task_instance", "mlflow_run"}
+PURE = {"contract", "spec", "frameworks", "launch", "cluster_plan", "plan", "elastic", "manifests", "jobstate",
+        "naming", "status", "outputs", "strict_json", "task_instance", "mlflow_run"}
 #: what runs inside replicas, not in Airflow; ``replica.ray_driver`` is a program run in the Ray cluster
 REPLICA = f"{PACKAGE}.replica"
 RAY_DRIVER = f"{REPLICA}.ray_driver"

@@ -26,6 +26,7 @@ from referencing import Registry, Resource
 
 from airflow_distributed.frameworks import get_framework
 from airflow_distributed.manifests.kubeflow import (
+    KUBEFLOW_LAUNCH,
     MPI_HOSTFILE,
     KubeflowAddressing,
     KubeflowJobOptions,
@@ -49,6 +50,7 @@ from airflow_distributed.manifests.kubernetes import (
     JOB_LABEL,
     MASTER_LABEL,
     OUTPUT_PATH,
+    POD_LAUNCH,
     ROLE_LABEL,
     JobManifestOptions,
     TaskInstanceRef,
@@ -118,7 +120,7 @@ def _plan(framework: str | None, environment: Any, namespace: str = NAMESPACE, m
     spec = load_spec(framework, environment) if checked else TrainingSpec(
         framework=framework, environment=Environment.model_validate(environment))
     return build_plan(spec, JOB, KubeflowAddressing(namespace, spec.framework), layout_for_kubernetes(model_dir),
-                      list(COMMAND), backend="kubeflow", env={"EPOCHS": "3"})
+                      list(COMMAND), backend="kubeflow", launch=KUBEFLOW_LAUNCH, env={"EPOCHS": "3"})
 
 
 def _build(framework, environment, kubeflow: dict[str, Any] | None = None, model_dir: str | None = None,
@@ -199,6 +201,8 @@ JOB_CASES = [
     JobCase("tensorflow without ps", "tensorflow", {"tensorflow": {"n_workers": 3}}, {"Chief": 1, "Worker": 3}),
     JobCase("mxnet", "mxnet", {"mxnet": {"n_workers": 2, "n_ps": 1}}, {"Scheduler": 1, "Server": 1, "Worker": 2}),
     JobCase("pytorch", "pytorch", {"pytorch": {"n_workers": 3}}, {"Master": 1, "Worker": 3}),
+    JobCase("pytorch, processes per node", "pytorch", {"pytorch": {"n_workers": 1, "n_proc_per_node": 4}},
+            {"Master": 1, "Worker": 1}),
     JobCase("horovod", "horovod", {"replicas": {"n_workers": 2}}, {"Launcher": 1, "Worker": 2}),
     JobCase("xgboost", "xgboost", {"xgboost": {"n_workers": 3}}, {"Master": 1, "Worker": 3}),
     JobCase("paddle", "paddle", {"paddle": {"n_workers": 3}}, {"Master": 1, "Worker": 3}),
@@ -355,7 +359,8 @@ def test_xgboostjob_workers_derive_their_task_id_from_the_operators_rank(n_worke
     body = _build("xgboost", {"xgboost": {"n_workers": n_workers}})
     # What the kubernetes backend gives each replica of the same spec: the values the derived ones must equal.
     plan = build_plan(load_spec("xgboost", {"xgboost": {"n_workers": n_workers}}), JOB,
-                      KubernetesAddressing(NAMESPACE), layout_for_kubernetes(None), list(COMMAND), backend="kubernetes")
+                      KubernetesAddressing(NAMESPACE), layout_for_kubernetes(None), list(COMMAND),
+                      backend="kubernetes", launch=POD_LAUNCH)
     master, worker = _env(body, "Master"), _env(body, "Worker")
     tracker = (f"{JOB}-master-0.{NAMESPACE}.svc", "9999", str(n_workers + 1))
     for env in (master, worker):
@@ -761,9 +766,9 @@ def test_invalid_options(kubeflow, pods, message):
 def test_plans_not_built_for_this_backend_are_refused():
     spec = load_spec("pytorch", {"pytorch": {"n_workers": 1}})
     kubernetes = build_plan(spec, JOB, KubernetesAddressing(NAMESPACE), layout_for_kubernetes(), ["t"],
-                            backend="kubernetes")
+                            backend="kubernetes", launch=POD_LAUNCH)
     wrong_addresses = build_plan(spec, JOB, KubernetesAddressing(NAMESPACE), layout_for_kubernetes(), ["t"],
-                                 backend="kubeflow")
+                                 backend="kubeflow", launch=KUBEFLOW_LAUNCH)
 
     with pytest.raises(ValueError, match="built for the 'kubernetes' backend"):
         build_kubeflow_job(kubernetes, _options())
@@ -1006,3 +1011,14 @@ def test_the_generator_derives_a_strict_object_per_model_with_its_constraints():
         "$ref": "https://kubernetes.io/api/podtemplatespec/v1"}
     assert defs["KubeflowOrgV1TFJob"]["properties"]["kind"] == {"const": "TFJob"}
     assert schema["x-derived-from"] == "kubeflow-training 0.0.1 models"
+
+
+def test_a_pytorchjob_of_several_processes_per_replica_says_so_and_runs_one_launch_line_per_template():
+    body = _build("pytorch", {"pytorch": {"n_workers": 2, "n_proc_per_node": 4}})
+    assert body["spec"]["nprocPerNode"] == "4"
+    commands = [_container(body, rtype)["command"] for rtype in ("Master", "Worker")]
+    # The master's runs under the output relay; both end in the same launch line around the job's command.
+    for command in commands:
+        assert any("torch.distributed.run --nnodes 3 --node-rank \"$RANK\" --nproc-per-node 4" in part
+                   for part in command), command
+    assert "nprocPerNode" not in _build("pytorch", {"pytorch": {"n_workers": 2, "n_proc_per_node": 1}})["spec"]

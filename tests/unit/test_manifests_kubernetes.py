@@ -30,12 +30,14 @@ from airflow_distributed.manifests.container_scripts import (
     wait_for_peers_command,
 )
 from airflow_distributed.manifests.horovod_ssh import SSH_DIR, SshKeyPair, generate_ssh_key_pair
+from airflow_distributed.manifests.kubeflow import KUBEFLOW_LAUNCH
 from airflow_distributed.manifests.kubernetes import (
     FILES_DIR,
     JOB_LABEL,
     MAIN_CONTAINER,
     MODEL_DIR,
     OUTPUT_PATH,
+    POD_LAUNCH,
     READINESS_CONTAINER,
     SECRET_FILES_DIR,
     SIDECAR_CONTAINER,
@@ -49,6 +51,7 @@ from airflow_distributed.manifests.kubernetes import (
     with_owner,
 )
 from airflow_distributed.manifests.kubernetes_resources import ManifestError
+from airflow_distributed.manifests.local import LOCAL_LAUNCH
 from airflow_distributed.outputs import document_warning, parse_output_document
 from airflow_distributed.plan import KubernetesAddressing, Layout, LocalAddressing, build_plan
 from airflow_distributed.spec import Environment, SpecValidationError, TrainingSpec, load_spec
@@ -107,7 +110,7 @@ def _plan(framework: str | None, environment: Any, namespace: str = NAMESPACE, m
     spec = load_spec(framework, environment) if checked else TrainingSpec(
         framework=framework, environment=Environment.model_validate(environment))
     return build_plan(spec, JOB, KubernetesAddressing(namespace), layout_for_kubernetes(model_dir), list(COMMAND),
-                      backend="kubernetes", env={"EPOCHS": "3"})
+                      backend="kubernetes", launch=POD_LAUNCH, env={"EPOCHS": "3"})
 
 
 def _build(framework, environment, model_dir: str | None = None, **options: Any) -> JobObjects:
@@ -675,7 +678,7 @@ def test_horovod_hostfile_config_map_is_mounted_where_the_plan_points():
 def test_secret_files_go_to_a_secret_of_the_job_mounted_on_every_pod_never_to_the_config_map():
     spec = load_spec("horovod", {"replicas": {"n_workers": 1}})
     plan = build_plan(spec, JOB, KubernetesAddressing(NAMESPACE), layout_for_kubernetes(), list(COMMAND),
-                      backend="kubernetes", files={"task.py": "print(1)"},
+                      backend="kubernetes", launch=POD_LAUNCH, files={"task.py": "print(1)"},
                       secret_files={"arguments.json": '{"token": "s3cr3t"}'})
     objects = build_job_objects(plan, _options(), ssh_key=KEY, owner_uid=UID)
 
@@ -697,7 +700,8 @@ def test_secret_files_go_to_a_secret_of_the_job_mounted_on_every_pod_never_to_th
 def test_secret_files_without_a_directory_of_their_own_are_refused():
     spec = load_spec("pytorch", {"pytorch": {"n_workers": 1}})
     layout = Layout(model_dir=MODEL_DIR, output_path=OUTPUT_PATH, files_dir=FILES_DIR)
-    plan = build_plan(spec, JOB, KubernetesAddressing(NAMESPACE), layout, list(COMMAND), backend="kubernetes",
+    plan = build_plan(spec, JOB, KubernetesAddressing(NAMESPACE), layout, list(COMMAND),
+                      backend="kubernetes", launch=POD_LAUNCH,
                       secret_files={"arguments.json": "{}"})
     with pytest.raises(ValueError, match="secret files need a secret_files_dir of their own"):
         build_job_objects(plan, _options())
@@ -854,12 +858,18 @@ def test_invalid_pod_settings_name_the_replica_and_field(environment, message):
 
 def test_plans_not_built_for_this_backend_are_refused():
     spec = load_spec("pytorch", {"pytorch": {"n_workers": 1}})
-    local = build_plan(spec, JOB, LocalAddressing(ports=[1, 2]), layout_for_kubernetes(), ["t"], backend="local")
+    local = build_plan(spec, JOB, LocalAddressing(ports=[1, 2]), layout_for_kubernetes(), ["t"],
+                       backend="local", launch=LOCAL_LAUNCH)
     other_layout = build_plan(spec, JOB, KubernetesAddressing(NAMESPACE), Layout("/m", "/out.json", "/f"), ["t"],
-                              backend="kubernetes")
+                              backend="kubernetes", launch=POD_LAUNCH)
+    # Named for this backend, built with another's launch facts: its replicas would get the other's variables.
+    other_facts = build_plan(spec, JOB, KubernetesAddressing(NAMESPACE), layout_for_kubernetes(), ["t"],
+                             backend="kubernetes", launch=KUBEFLOW_LAUNCH)
 
     with pytest.raises(ValueError, match="built for the 'local' backend"):
         build_job_objects(local, _options())
+    with pytest.raises(ValueError, match=r"built with the launch facts .*, not the 'kubernetes' backend's"):
+        build_job_objects(other_facts, _options())
     with pytest.raises(ValueError, match=r"output path must be /airflow/xcom/return\.json"):
         build_job_objects(other_layout, _options())
     with pytest.raises(ValueError, match=r"KubernetesAddressing\('elsewhere'\)"):
@@ -912,7 +922,7 @@ def test_the_secrets_a_job_deletes_when_it_ends_are_those_it_made(framework, env
     # A DELETE of a Secret the job never had is answered 404: a request the clean-up can know is useless.
     spec = load_spec(framework, environment)
     plan = build_plan(spec, JOB, KubernetesAddressing(NAMESPACE), layout_for_kubernetes(), list(COMMAND),
-                      backend="kubernetes", secret_files=secret_files)
+                      backend="kubernetes", launch=POD_LAUNCH, secret_files=secret_files)
     objects = build_job_objects(plan, _options(), ssh_key=KEY)
 
     assert objects.secret_names() == tuple(f"{JOB}-{suffix}" for suffix in expected)

@@ -25,6 +25,7 @@ from airflow_distributed.manifests.kubernetes import (
 )
 from airflow_distributed.manifests.trainjob import (
     PATCH_MANAGER,
+    TRAINJOB_LAUNCH,
     TrainJobAddressing,
     TrainJobOptions,
     build_trainjob,
@@ -51,7 +52,7 @@ def build(environment: dict, *, pods: dict | None = None, model_dir: str | None 
     spec = load_spec(framework, environment)
     layout = layout_for_kubernetes(model_dir, job_name="train-1a2b")
     plan = build_plan(spec, "train-1a2b", TrainJobAddressing(NAMESPACE), layout, ["python", "train.py"],
-                      backend="trainjob")
+                      backend="trainjob", launch=TRAINJOB_LAUNCH)
     manifest = JobManifestOptions(namespace=NAMESPACE, image="trainer:1", task_instance=TI, **(pods or {}))
     options.setdefault("n_proc_per_node", getattr(spec.cluster, "n_proc_per_node", None))
     body = build_trainjob(plan, TrainJobOptions(manifest, **options))
@@ -170,7 +171,7 @@ def test_each_node_finds_its_role_index_and_rank_when_it_starts(rank, expected):
     spec = load_spec("pytorch", {"pytorch": {"n_workers": 2}})
     show = f"import json, os; print(json.dumps([os.environ.get(k) for k in {NODE_VARIABLES!r}]))"
     plan = build_plan(spec, "train-1a2b", TrainJobAddressing(NAMESPACE), layout_for_kubernetes(None,
-                      job_name="train-1a2b"), [sys.executable, "-c", show], backend="trainjob")
+                      job_name="train-1a2b"), [sys.executable, "-c", show], backend="trainjob", launch=TRAINJOB_LAUNCH)
     argv = node_program(plan, JobManifestOptions(namespace=NAMESPACE, image="trainer:1", relay_output=False))
     body_env = {item["name"]: item["value"] for item in build({"pytorch": {"n_workers": 2}})["spec"]["trainer"]["env"]}
     env = {**body_env, "PATH": "/usr/bin:/bin", "JOB_COMPLETION_INDEX": str(rank), "PET_NODE_RANK": str(rank),
@@ -206,7 +207,7 @@ def test_each_xgboost_node_gets_the_projects_contract_over_the_runtimes_variable
     spec = load_spec("xgboost", environment)
     show = f"import json, os; print(json.dumps([os.environ.get(k) for k in {XGBOOST_VARIABLES!r}]))"
     plan = build_plan(spec, "train-1a2b", TrainJobAddressing(NAMESPACE), layout_for_kubernetes(None,
-                      job_name="train-1a2b"), [sys.executable, "-c", show], backend="trainjob")
+                      job_name="train-1a2b"), [sys.executable, "-c", show], backend="trainjob", launch=TRAINJOB_LAUNCH)
     argv = node_program(plan, JobManifestOptions(namespace=NAMESPACE, image="trainer:1", relay_output=False))
     body_env = {item["name"]: item["value"]
                 for item in build(environment, framework="xgboost")["spec"]["trainer"]["env"]}
@@ -231,7 +232,7 @@ def test_a_hostile_namespace_in_the_node_prologue_is_never_run_by_sh(tmp_path, f
     spec = load_spec(framework, {framework: {"n_workers": 1}})
     show = "import json, os; print(json.dumps(os.environ.get('DMLC_TRACKER_URI')))"
     plan = build_plan(spec, "train-1a2b", TrainJobAddressing(namespace), layout_for_kubernetes(None,
-                      job_name="train-1a2b"), [sys.executable, "-c", show], backend="trainjob")
+                      job_name="train-1a2b"), [sys.executable, "-c", show], backend="trainjob", launch=TRAINJOB_LAUNCH)
     pods = JobManifestOptions(namespace=namespace, image="trainer:1", task_instance=TI, relay_output=False)
     body = build_trainjob(plan, TrainJobOptions(pods))
     env = {item["name"]: item["value"] for item in body["spec"]["trainer"]["env"]}
@@ -343,7 +344,7 @@ def test_the_launcher_starts_horovodrun_as_the_launcher_with_the_output_path(tmp
     (tmp_path / "horovodrun").chmod(0o755)
     spec = load_spec("horovod", {"replicas": {"n_workers": 2}})
     plan = build_plan(spec, "train-1a2b", TrainJobAddressing(NAMESPACE), layout_for_kubernetes(None,
-                      job_name="train-1a2b"), ["python", "train.py"], backend="trainjob")
+                      job_name="train-1a2b"), ["python", "train.py"], backend="trainjob", launch=TRAINJOB_LAUNCH)
     argv = node_program(plan, JobManifestOptions(namespace=NAMESPACE, image="trainer:1", relay_output=False))
     body_env = {item["name"]: item["value"] for item in build({"replicas": {"n_workers": 2}}, framework="horovod",
                                                                runtime="horovod-mpi")["spec"]["trainer"]["env"]}
@@ -430,3 +431,13 @@ def test_the_horovod_runtime_of_the_docs_is_valid_for_the_typed_models_strict_sc
     assert [job["name"] for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]] == ["node", "launcher"]
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.Draft7Validator(schema).validate({**runtime, "spec": {**runtime["spec"], "mpiPolicy": {}}})
+
+
+def test_nodes_of_several_processes_run_the_command_under_torchs_launcher_which_trainer_does_not_start():
+    command = build({"pytorch": {"n_workers": 1, "n_proc_per_node": 3}})["spec"]["trainer"]["command"]
+    # After the node program (which sets RANK and MASTER_* from Trainer's PET_*) and the output relay.
+    assert command[-6:] == ["sh", "-c", 'export NODE_RANK="$RANK"; exec python3 -m torch.distributed.run --nnodes 2 '
+                            '--node-rank "$RANK" --nproc-per-node 3 --master-addr "$MASTER_ADDR" --master-port '
+                            '"$MASTER_PORT" --no-python "$@"', "sh", "python", "train.py"]
+    one = build({"pytorch": {"n_workers": 1, "n_proc_per_node": 1}})["spec"]["trainer"]
+    assert one["command"][-2:] == ["python", "train.py"] and "torch.distributed.run" not in " ".join(one["command"])

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_distributed.manifests.local import LOCAL_LAUNCH
 from airflow_distributed.plan import Layout, LocalAddressing, build_plan
 from airflow_distributed.spec import load_spec
 from tests.conftest import ROOT
@@ -50,7 +51,7 @@ def test_every_replica_of_a_ps_job_is_what_paddles_role_maker_reads(environment)
         pytest.skip(f"no {environment} environment: run `make {environment}`")
     spec = load_spec("paddle", {"paddle": {"n_workers": 2, "n_ps": 2}})
     plan = build_plan(spec, "job", LocalAddressing(ports=range(33000, 33005)), Layout("/m", "/o", "/f"), ["x"],
-                      backend="local")
+                      backend="local", launch=LOCAL_LAUNCH)
     pservers = ["127.0.0.1:33001", "127.0.0.1:33002"]
     trainers = ["127.0.0.1:33000", "127.0.0.1:33003", "127.0.0.1:33004"]
     seen = {}

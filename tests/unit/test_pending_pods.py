@@ -12,6 +12,7 @@ from airflow_distributed.jobstate.pod_state import image_failure, pod_essentials
 from airflow_distributed.jobstate.verdicts import ReplicaSlot
 from airflow_distributed.manifests.kubeflow_status import expected_pods, job_suspended, pod_group_of
 from airflow_distributed.manifests.kubernetes import (
+    POD_LAUNCH,
     JobManifestOptions,
     build_job_objects,
     layout_for_kubernetes,
@@ -106,7 +107,7 @@ def _real_pods() -> list[dict]:
     """The pods of a 4-replica PyTorch job as the project builds them, in every state the verdicts read."""
     spec = load_spec("pytorch", {"pytorch": {"n_workers": 3}})
     plan = build_plan(spec, "job-a", KubernetesAddressing("ns"), layout_for_kubernetes(), ["python", "train.py"],
-                      backend="kubernetes")
+                      backend="kubernetes", launch=POD_LAUNCH)
     pods = [to_dict(p) for p in build_job_objects(plan, JobManifestOptions(namespace="ns", image=IMAGE)).pods]
     states = [
         ("Running", {"base": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}, False),

@@ -7,6 +7,8 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from airflow_distributed.manifests.kubernetes import POD_LAUNCH
+from airflow_distributed.manifests.local import LOCAL_LAUNCH
 from airflow_distributed.plan import KubernetesAddressing, Layout, LocalAddressing, build_plan, replica_count
 from airflow_distributed.spec import SpecValidationError, load_spec
 
@@ -59,7 +61,8 @@ def test_any_valid_spec_yields_a_consistent_plan(case, on_kubernetes):
 
     addressing = KubernetesAddressing("ns") if on_kubernetes else LocalAddressing(ports=range(30000, 30000 + expected))
     plan = build_plan(spec, "job-abc", addressing, LAYOUT, ["python", "t.py"],
-                      backend="kubernetes" if on_kubernetes else "local")
+                      backend="kubernetes" if on_kubernetes else "local",
+                      launch=POD_LAUNCH if on_kubernetes else LOCAL_LAUNCH)
 
     names = [r.name for r in plan.replicas]
     addresses = [r.address for r in plan.replicas]
@@ -124,4 +127,5 @@ def test_malformed_input_raises_only_the_validation_error(framework, environment
         return
     # Whatever got through must plan without any other error.
     count = replica_count(spec)
-    build_plan(spec, "job", LocalAddressing(ports=range(40000, 40000 + count)), LAYOUT, ["x"], backend="local")
+    build_plan(spec, "job", LocalAddressing(ports=range(40000, 40000 + count)), LAYOUT, ["x"],
+               backend="local", launch=LOCAL_LAUNCH)

@@ -15,6 +15,7 @@ import pytest
 from airflow_distributed.hooks.ray import jobs_api_address
 from airflow_distributed.manifests.ray import (
     JOB_VARIABLE,
+    RAY_LAUNCH,
     ActorAddressing,
     RayOptions,
     bundles,
@@ -75,7 +76,7 @@ def test_the_plan_takes_every_address_from_the_actors():
     spec = load_spec("tensorflow", {"tensorflow": {"n_workers": 2}})
     endpoints = [("10.0.0.5", 4001), ("10.0.0.6", 4002), ("10.0.0.5", 4003)]
     plan = build_plan(spec, "job", ActorAddressing(endpoints), job_layout("/w", "job", "/m", "/c"),
-                      ["python", "t.py"], backend="ray")
+                      ["python", "t.py"], backend="ray", launch=RAY_LAUNCH)
 
     assert [replica.address for replica in plan.replicas] == ["10.0.0.5:4001", "10.0.0.6:4002", "10.0.0.5:4003"]
     tf_config = json.loads(plan.replicas[2].env["TF_CONFIG"])

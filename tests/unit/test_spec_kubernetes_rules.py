@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_distributed.manifests.kubernetes import (
+    POD_LAUNCH,
     JobManifestOptions,
     build_job_objects,
     layout_for_kubernetes,
@@ -35,7 +36,7 @@ def _pods(environment: dict[str, Any]) -> list[dict[str, Any]]:
     """The job's pods as JSON, built from a spec that skipped ``load_spec``'s checks."""
     spec = TrainingSpec(framework="pytorch", environment=Environment.model_validate(environment))
     plan = build_plan(spec, "train-3f9a1c2b", KubernetesAddressing("ml-team"), layout_for_kubernetes(None),
-                      ["python", "train.py"], backend="kubernetes")
+                      ["python", "train.py"], backend="kubernetes", launch=POD_LAUNCH)
     options = JobManifestOptions(namespace="ml-team", image="registry.example/trainer:1.4")
     return [strip_nulls(to_dict(pod)) for pod in build_job_objects(plan, options).pods]
 

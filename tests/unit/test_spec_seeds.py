@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_distributed.manifests.local import LOCAL_LAUNCH
 from airflow_distributed.plan import Layout, LocalAddressing, build_plan
 from airflow_distributed.spec import SpecValidationError, load_spec
 
@@ -68,7 +69,7 @@ def test_seed_example_yields_described_topology(case: SeedCase):
     spec = load_spec(case.framework, str(SEEDS / case.file))
     total = sum(n for _, n in case.topology)
     plan = build_plan(spec, "job", LocalAddressing(ports=range(20000, 20000 + total)), LAYOUT, ["python", "t.py"],
-                      backend="local")
+                      backend="local", launch=LOCAL_LAUNCH)
 
     assert _topology(plan) == case.topology
     assert plan.master.is_master and plan.master.index == 0

@@ -11,7 +11,8 @@ from airflow.sdk import DAG
 from airflow_distributed import contract
 from airflow_distributed.backends.base import BackendSettings, ProcessSettings
 from airflow_distributed.backends.local_run import local_dirs
-from airflow_distributed.manifests.kubernetes import layout_for_kubernetes
+from airflow_distributed.manifests.kubernetes import POD_LAUNCH, layout_for_kubernetes
+from airflow_distributed.manifests.local import LOCAL_LAUNCH
 from airflow_distributed.manifests.ray import job_layout
 from airflow_distributed.operators import DistributedTrainingOperator
 from airflow_distributed.plan import KubernetesAddressing, Layout, LocalAddressing, build_plan
@@ -27,7 +28,8 @@ def test_the_contract_names_it():
 @pytest.mark.parametrize("try_number", [1, 2])
 def test_every_replica_of_every_try_gets_the_same_folder(try_number):
     layout = Layout(model_dir="/m", output_path="/o.json", files_dir="/f", tensorboard_dir="/tb/job")
-    plan = build_plan(SPEC, "job", LocalAddressing(ports=[1, 2, 3]), layout, ["x"], backend="local",
+    plan = build_plan(SPEC, "job", LocalAddressing(ports=[1, 2, 3]), layout, ["x"],
+                      backend="local", launch=LOCAL_LAUNCH,
                       try_number=try_number)
     assert [r.env[contract.ENV_TENSORBOARD_DIR] for r in plan.replicas] == ["/tb/job"] * 3
 
@@ -39,7 +41,7 @@ def test_every_replica_of_every_try_gets_the_same_folder(try_number):
 ])
 def test_on_kubernetes_it_is_per_job_on_the_model_storage(model_dir, expected):
     layout = layout_for_kubernetes(model_dir, job_name="job-1")
-    plan = build_plan(SPEC, "job-1", KubernetesAddressing("ns"), layout, ["x"], backend="kubernetes")
+    plan = build_plan(SPEC, "job-1", KubernetesAddressing("ns"), layout, ["x"], backend="kubernetes", launch=POD_LAUNCH)
     assert {r.env[contract.ENV_TENSORBOARD_DIR] for r in plan.replicas} == {expected}
 
 

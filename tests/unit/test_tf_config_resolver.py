@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from airflow_distributed.manifests.local import LOCAL_LAUNCH
 from airflow_distributed.plan import Layout, LocalAddressing, build_plan
 from airflow_distributed.spec import load_spec
 
@@ -27,7 +28,8 @@ def restore_tf_config():
 def test_every_replica_tf_config_is_accepted_by_tensorflow(restore_tf_config, n_ps):
     spec = load_spec("tensorflow", {"tensorflow": {"n_workers": 3, "n_ps": n_ps}})
     ports = list(range(32000, 32000 + 4 + n_ps))
-    plan = build_plan(spec, "job", LocalAddressing(ports=ports), Layout("/m", "/o", "/f"), ["x"], backend="local")
+    plan = build_plan(spec, "job", LocalAddressing(ports=ports), Layout("/m", "/o", "/f"), ["x"],
+                      backend="local", launch=LOCAL_LAUNCH)
     expected_jobs = {"chief": 1, "worker": 3, **({"ps": n_ps} if n_ps else {})}
     for replica in plan.replicas:
         os.environ["TF_CONFIG"] = replica.env["TF_CONFIG"]

@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from airflow_distributed.hooks.local import LocalProcessHook
+from airflow_distributed.manifests.local import LOCAL_LAUNCH
 from airflow_distributed.plan import Layout, LocalAddressing, build_plan
 from airflow_distributed.spec import load_spec
 
@@ -42,7 +43,8 @@ def test_every_replica_gets_the_contract_rank_and_world_size_from_xgboost():
     n_workers = 10
     spec = load_spec("xgboost", {"xgboost": {"n_workers": n_workers}})
     ports = LocalProcessHook.free_ports(n_workers + 1)
-    plan = build_plan(spec, "job", LocalAddressing(ports=ports), Layout("/m", "/o", "/f"), ["x"], backend="local")
+    plan = build_plan(spec, "job", LocalAddressing(ports=ports), Layout("/m", "/o", "/f"), ["x"],
+                      backend="local", launch=LOCAL_LAUNCH)
     base = {key: value for key, value in os.environ.items() if not key.startswith(("DMLC_", "AIRFLOW_DISTRIBUTED_"))}
     procs = [
         subprocess.Popen([sys.executable, "-c", JOIN], env={**base, **replica.env, "OMP_NUM_THREADS": "1"},

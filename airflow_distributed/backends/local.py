@@ -18,6 +18,7 @@ from airflow_distributed.backends.base import (
     Problem,
     ProcessSettings,
     TaskCalls,
+    launcher_problems,
     log_ignored,
     process_problems,
     trainjob_only,
@@ -101,7 +102,8 @@ def check_local_arguments(settings: ForProcesses, spec: TrainingSpec | None) -> 
                 problems.append((f"{path}.{name}", "the local backend has no Secrets or ConfigMaps: the replicas "
                                  "would start without their variables; give them with env= or use "
                                  "backend='kubernetes'"))
-    return problems + trainjob_only(settings, spec, LocalBackend.name) + process_problems(spec, LocalBackend.name)
+    return (problems + trainjob_only(settings, spec, LocalBackend.name) + process_problems(spec, LocalBackend.name)
+            + launcher_problems(spec, LocalBackend.name))
 
 
 def ignored_by_local(settings: ForProcesses, spec: TrainingSpec) -> list[Problem]:

@@ -16,7 +16,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_distributed.backends.base import ForRay, Problem, RaySettings, TaskCalls, process_problems, trainjob_only
+from airflow_distributed.backends.base import (
+    ForRay,
+    Problem,
+    RaySettings,
+    TaskCalls,
+    launcher_problems,
+    process_problems,
+    trainjob_only,
+)
 from airflow_distributed.backends.local import pod_settings
 from airflow_distributed.frameworks import get_framework
 from airflow_distributed.manifests.ray import ray_option_problems
@@ -106,7 +114,8 @@ def check_ray_arguments(settings: ForRay, spec: TrainingSpec | None) -> list[Pro
             if getattr(settings_of, name):
                 problems.append((f"{path}.{name}", f"is not honoured by backend='ray': {why}"))
     return (problems + trainjob_only(settings, spec, RayBackend.name)
-            + process_problems(spec, RayBackend.name, one_process="one actor per replica, no launcher in it yet"))
+            + process_problems(spec, RayBackend.name, one_process="one actor per replica, no launcher in it yet")
+            + launcher_problems(spec, RayBackend.name, runs=(), why="one actor per replica runs its command"))
 
 
 __all__ = ["RayBackend", "check_ray_arguments"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING, ClassVar
 
-from airflow_distributed.backends.base import TrainJobSettings, process_problems, trainjob_options
+from airflow_distributed.backends.base import TrainJobSettings, launcher_problems, process_problems, trainjob_options
 from airflow_distributed.backends.job_run import check_kubernetes_arguments
 from airflow_distributed.backends.kubeflow import KubeflowBackend
 from airflow_distributed.manifests.trainjob_checks import RUNTIME_KINDS, trainjob_problems
@@ -55,7 +55,8 @@ def check_trainjob_arguments(settings: ForCluster, spec: TrainingSpec | None) ->
             problems.append((argument, f"not taken by backend='trainjob': {why}"))
     if spec is None:
         return problems
-    return problems + trainjob_problems(spec, trainjob_options(settings).runtime) + process_problems(spec, "trainjob")
+    return (problems + trainjob_problems(spec, trainjob_options(settings).runtime) + process_problems(spec, "trainjob")
+            + launcher_problems(spec, "trainjob", runs=("torchrun",), why="its runtime starts torchrun in every node"))
 
 
 class TrainJobBackend(KubeflowBackend):

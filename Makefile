@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a fresh machine (make test also builds .venvs/mxnet, .venvs/paddle,
-# .venvs/paddle-ps, .venvs/mlflow, and the Kubernetes control plane and real node the tests run against, cached
-# under ~/.cache):
+# .venvs/paddle-ps, .venvs/mlflow, .venvs/launchers, and the Kubernetes control plane and real node the tests run
+# against, cached under ~/.cache):
 #   make example   installs what it needs and runs the PyTorch example DAG on the local backend
 #   make test      installs the test dependencies and runs the default test suite
 PYTHON ?= python3
@@ -64,7 +64,7 @@ kube:
 	bash scripts/build-kube-node.sh
 	nice -n 10 bash scripts/build-kube-node-images.sh >/dev/null
 
-test: $(VENV)/.installed-test mxnet paddle paddle-ps mlflow browser kube
+test: $(VENV)/.installed-test mxnet paddle paddle-ps mlflow launchers browser kube
 	$(PY) -m pytest -m "not slow" --durations=30 $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed-test

@@ -1,7 +1,7 @@
-"""TensorFlow, JAX, XGBoost, MXNet and Paddle trained for real in real pods of the kubernetes backend: a DAG run each,
-the replicas exchanging gradients (or histograms, or weights through parameter servers) between pods by their DNS
-names, from an image of the framework's CPU wheels built and pushed at the first ask. Slow: each image weighs hundreds
-of megabytes, pulled by the node once a session."""
+"""TensorFlow, JAX, XGBoost, MXNet and Paddle (collective, and parameter servers) trained for real in real pods of the
+kubernetes backend: a DAG run each, the replicas exchanging gradients (or histograms, or weights through parameter
+servers) between pods by their DNS names, from an image of the framework's CPU wheels built and pushed at the first
+ask. Slow: each image weighs hundreds of megabytes, pulled by the node once a session."""
 
 from __future__ import annotations
 
@@ -24,6 +24,9 @@ JOBS = {
     # The scheduler and the server run ps-lite; only the two workers train (and count in the world size).
     "mxnet": (["scheduler-0", "server-0", "worker-0", "worker-1"], 2, "ps-lite|key-value store dist_sync ready"),
     "paddle": (["master-0", "worker-0", "worker-1"], 3, "endpoint "),
+    # Only the trainers count in the world size; each pserver says where it serves.
+    "paddle_ps": (["master-0", "worker-0", "pserver-0", "pserver-1"], 2,
+                  r"trainer \d/2: 2 pservers|pserver \d/2: serving"),
 }
 
 

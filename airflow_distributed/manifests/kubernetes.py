@@ -92,6 +92,10 @@ SIDECAR_CONTAINER = PodDefaults.SIDECAR_CONTAINER_NAME
 #: shell gets no SIGTERM it has no handler for, so a deleted master pod waited out its whole grace period for it.
 #: The same loop, ended by either.
 SIDECAR_COMMAND = ["sh", "-c", 'trap "exit 0" INT TERM; while true; do sleep 1; done;']
+#: What the task execs in the sidecar once it has read the output: its loop is PID 1 of its container (its own
+#: PID namespace), ended by SIGINT. Only the shell's ``kill``: the cncf provider's stop looks for the loop with
+#: ``pgrep``, which minimal images (Debian's busybox-static) lack, and only then falls back to a scan of ``/proc``.
+SIDECAR_STOP = ["sh", "-c", "kill -INT 1"]
 MODEL_VOLUME = "model-dir"
 FILES_VOLUME = "files"
 SECRET_FILES_VOLUME = "secret-files"

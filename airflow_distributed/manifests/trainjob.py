@@ -14,7 +14,8 @@ A TrainJob names a training runtime (``runtimeRef``: a ``ClusterTrainingRuntime`
   differ between nodes;
 - ``runtimePatches`` (manager ``airflow-distributed``), on the ``node`` replicated job's pod template: node selector,
   affinity, tolerations, service account, image pull secrets, pod security context, labels and annotations, and
-  the volumes mounted into the ``node`` container (the model dir, the output relay's directory).
+  the volumes mounted into the ``node`` container (the model dir, the output relay's directory, the memory-backed
+  ``/dev/shm`` of ``manifests.shared_memory``).
 
 Targeted release: Kubeflow Trainer 2.3 (``kubeflow-trainer-api`` 2.3.x). Frameworks and their default runtime:
 pytorch -> ``torch-distributed``, jax -> ``jax-distributed`` (its runtime sets ``JAX_COORDINATOR_ADDRESS``, node 0

@@ -9,6 +9,7 @@ node check the same volume in ``tests/kube_control_plane/test_kubernetes_backend
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -372,3 +373,20 @@ def test_nccl_variables_reach_every_ray_actor_unchanged(framework, section):
     plan = build_plan(sent, JOB, ActorAddressing(endpoints), layout, COMMAND, backend="ray", env=job["env"])
     for replica in plan.replicas:
         _assert_nccl(dict(replica.env), replica.name)
+
+
+def test_the_docs_gpu_example_passes_the_parse_and_gets_the_dev_shm_it_says():
+    text = (Path(__file__).resolve().parents[2] / "docs" / "kubernetes.md").read_text()
+    section = text.split("## GPU training", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, Any] = {"DistributedTrainingOperator": DistributedTrainingOperator}
+    exec(code, namespace)  # the project's own documentation, run as written
+    train = namespace["train"]
+    assert "/dev/shm of 32Gi here" in code
+    pods = _kubernetes(train.spec, env=train.env, shm_size=train.shm_size, gpu_resource_key=train.gpu_resource_key)
+    assert {_shm(pod["spec"], MAIN_CONTAINER)[0]["emptyDir"]["sizeLimit"] for pod in pods} == {"32Gi"}
+    assert len(pods) == 4
+    for pod in pods:
+        env = {var["name"]: var.get("value") for var in pod["spec"]["containers"][0]["env"]}
+        assert env["NCCL_DEBUG"] == "INFO" and env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+        assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"

@@ -15,6 +15,9 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from airflow_distributed.backends.base import BackendSettings, ProcessSettings, RaySettings
+from airflow_distributed.backends.local import ignored_by_local
+from airflow_distributed.backends.ray_run import ignored_by_ray
 from airflow_distributed.manifests.horovod_ssh import SshKeyPair
 from airflow_distributed.manifests.kubeflow import KubeflowAddressing, KubeflowJobOptions, build_kubeflow_job
 from airflow_distributed.manifests.kubeflow_kinds import BY_KIND
@@ -390,3 +393,14 @@ def test_the_docs_gpu_example_passes_the_parse_and_gets_the_dev_shm_it_says():
         env = {var["name"]: var.get("value") for var in pod["spec"]["containers"][0]["env"]}
         assert env["NCCL_DEBUG"] == "INFO" and env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
         assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
+
+
+@pytest.mark.parametrize("backend", ["local", "ray"])
+def test_a_shm_size_given_to_a_process_backend_is_said_to_be_ignored(backend):
+    ignored_by = {"local": (ignored_by_local, ProcessSettings), "ray": (ignored_by_ray, RaySettings)}
+    check, options = ignored_by[backend]
+    for shm_size, said in (("8Gi", True), ("auto", False), (None, False)):
+        operator = DistributedTrainingOperator(task_id="t", framework="pytorch", command=COMMAND, backend=backend,
+                                               shm_size=shm_size)
+        names = [name for name, _ in check(BackendSettings.of(operator, options), operator.spec)]
+        assert ("shm_size" in names) is said, shm_size

@@ -19,19 +19,32 @@ from airflow_distributed.backends.base import BackendSettings, ProcessSettings, 
 from airflow_distributed.backends.local import ignored_by_local
 from airflow_distributed.backends.ray_run import ignored_by_ray
 from airflow_distributed.manifests.horovod_ssh import SshKeyPair
-from airflow_distributed.manifests.kubeflow import KubeflowAddressing, KubeflowJobOptions, build_kubeflow_job
+from airflow_distributed.manifests.kubeflow import (
+    KUBEFLOW_LAUNCH,
+    KubeflowAddressing,
+    KubeflowJobOptions,
+    build_kubeflow_job,
+)
 from airflow_distributed.manifests.kubeflow_kinds import BY_KIND
 from airflow_distributed.manifests.kubernetes import (
     MAIN_CONTAINER,
+    POD_LAUNCH,
     JobManifestOptions,
     build_job_objects,
     layout_for_kubernetes,
     to_dict,
 )
-from airflow_distributed.manifests.local import process_specs
-from airflow_distributed.manifests.ray import ActorAddressing, RayOptions, job_description, job_layout, ray_job
+from airflow_distributed.manifests.local import LOCAL_LAUNCH, process_specs
+from airflow_distributed.manifests.ray import (
+    RAY_LAUNCH,
+    ActorAddressing,
+    RayOptions,
+    job_description,
+    job_layout,
+    ray_job,
+)
 from airflow_distributed.manifests.shared_memory import shm_size_limit
-from airflow_distributed.manifests.trainjob import TrainJobAddressing, TrainJobOptions, build_trainjob
+from airflow_distributed.manifests.trainjob import TRAINJOB_LAUNCH, TrainJobAddressing, TrainJobOptions, build_trainjob
 from airflow_distributed.operators import DistributedTrainingOperator
 from airflow_distributed.plan import KubernetesAddressing, LocalAddressing, build_plan
 from airflow_distributed.plan import Layout as PlanLayout
@@ -79,13 +92,13 @@ def _pods(**overrides: Any) -> JobManifestOptions:
 
 def _kubernetes(spec: TrainingSpec, env: dict[str, str] | None = None, **options: Any) -> list[dict[str, Any]]:
     plan = build_plan(spec, JOB, KubernetesAddressing(NAMESPACE), layout_for_kubernetes(job_name=JOB), COMMAND,
-                      backend="kubernetes", env=env)
+                      backend="kubernetes", launch=POD_LAUNCH, env=env)
     return [to_dict(pod) for pod in build_job_objects(plan, _pods(**options), ssh_key=KEY).pods]
 
 
 def _kubeflow(spec: TrainingSpec, env: dict[str, str] | None = None, **options: Any) -> dict[str, Any]:
     plan = build_plan(spec, JOB, KubeflowAddressing(NAMESPACE, spec.framework), layout_for_kubernetes(job_name=JOB),
-                      COMMAND, backend="kubeflow", env=env)
+                      COMMAND, backend="kubeflow", launch=KUBEFLOW_LAUNCH, env=env)
     return build_kubeflow_job(plan, KubeflowJobOptions(_pods(**options)))
 
 
@@ -96,7 +109,7 @@ def _templates(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def _trainjob(spec: TrainingSpec, env: dict[str, str] | None = None, **options: Any) -> dict[str, Any]:
     plan = build_plan(spec, JOB, TrainJobAddressing(NAMESPACE), layout_for_kubernetes(job_name=JOB), COMMAND,
-                      backend="trainjob", env=env)
+                      backend="trainjob", launch=TRAINJOB_LAUNCH, env=env)
     # Horovod runs on a runtime the cluster provides (none is built in): named here as a DAG would.
     runtime = "openmpi" if spec.framework == "horovod" else None
     return build_trainjob(plan, TrainJobOptions(_pods(**options), runtime=runtime))
@@ -216,7 +229,7 @@ def test_the_shm_volume_name_and_path_clash_with_none_of_the_jobs_own_volumes():
     # Every volume the project gives a pod at once: model dir, files, secret files, SSH (Horovod), and /dev/shm.
     spec = _spec("horovod", {"n_workers": 1})
     plan = build_plan(spec, JOB, KubernetesAddressing(NAMESPACE), layout_for_kubernetes(job_name=JOB), COMMAND,
-                      backend="kubernetes", secret_files={"args.json": "{}"})
+                      backend="kubernetes", launch=POD_LAUNCH, secret_files={"args.json": "{}"})
     for pod in build_job_objects(plan, _pods(), ssh_key=KEY).pods:
         names = [v.name for v in pod.spec.volumes]
         assert SHM in names and len(names) == len(set(names)), names
@@ -331,7 +344,7 @@ def test_nccl_variables_reach_every_local_process_unchanged_over_the_workers_own
     ports = range(29500, 29500 + 1 + sum(getattr(spec.cluster, n, 0) or 0 for n in ("n_workers", "n_ps")))
     plan = build_plan(spec, JOB, LocalAddressing(list(ports)),
                       PlanLayout(model_dir="/tmp/m", output_path="/tmp/o.json", files_dir="/tmp/f"), COMMAND,
-                      backend="local", env=NCCL_ENV)
+                      backend="local", launch=LOCAL_LAUNCH, env=NCCL_ENV)
     worker_env = {name: "worker's own" for name in NCCL_ENV}  # the Airflow worker's environment, below the plan's
     for process in process_specs(plan, interpreter="python3", base_env=worker_env):
         _assert_nccl(dict(process.env), process.name)
@@ -373,7 +386,8 @@ def test_nccl_variables_reach_every_ray_actor_unchanged(framework, section):
     job = json.loads(next(iter(runtime_env["env_vars"].values())))
     sent = TrainingSpec.model_validate(job["spec"])
     endpoints = [("127.0.0.1", 29500 + i) for i in range(len(job["bundles"]))]
-    plan = build_plan(sent, JOB, ActorAddressing(endpoints), layout, COMMAND, backend="ray", env=job["env"])
+    plan = build_plan(sent, JOB, ActorAddressing(endpoints), layout, COMMAND, backend="ray", launch=RAY_LAUNCH,
+                      env=job["env"])
     for replica in plan.replicas:
         _assert_nccl(dict(replica.env), replica.name)
 

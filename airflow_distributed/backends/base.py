@@ -109,6 +109,7 @@ class ClusterSettings:
     namespace: str | None
     clean_pod_policy: Literal["all", "running", "none"] | None
     gpu_resource_key: str
+    shm_size: str | None
     scheduler_name: str | None
     gang_scheduling: Literal["volcano", "scheduler-plugins"] | None
     queue_name: str | None

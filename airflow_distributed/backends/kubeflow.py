@@ -53,7 +53,7 @@ def check_kubeflow_arguments(settings: ForCluster, spec: TrainingSpec | None) ->
     Adds ``kubeflow_problems(spec)`` (per-index settings one pod template cannot express) for a spec that is not a
     template; a templated spec is checked when the job is built.
     """
-    problems = check_kubernetes_arguments(settings)
+    problems = check_kubernetes_arguments(settings, spec)
     if spec is None:
         return problems
     return problems + kubeflow_problems(spec)

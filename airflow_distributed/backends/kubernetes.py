@@ -54,7 +54,7 @@ class KubernetesBackend:
         return KubernetesJobRun
 
     def check(self, settings: ForCluster, spec: TrainingSpec | None) -> list[Problem]:
-        return (check_kubernetes_arguments(settings) + trainjob_only(settings, spec, self.name)
+        return (check_kubernetes_arguments(settings, spec) + trainjob_only(settings, spec, self.name)
                 + process_problems(spec, self.name) + launcher_problems(spec, self.name))
 
     def run(self, task: TaskCalls, settings: ForCluster, context: Context, spec: TrainingSpec, job_name: str,

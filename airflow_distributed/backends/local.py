@@ -116,6 +116,8 @@ def ignored_by_local(settings: ForProcesses, spec: TrainingSpec) -> list[Problem
                         "worker slot (it may come from [operators] default_deferrable)"))
     if settings.argument("image_pull_grace"):
         ignored.append(("image_pull_grace", "the replicas pull no image"))
+    if settings.argument("shm_size") not in (None, "auto"):  # "auto", the default, is no request of the user's
+        ignored.append(("shm_size", "the replicas are processes on the worker, sharing its /dev/shm"))
     return ignored + ignored_pod_settings(spec, IGNORED_POD_SETTINGS, "the replicas are processes on the worker")
 
 

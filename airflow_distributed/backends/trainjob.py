@@ -42,7 +42,7 @@ def check_trainjob_arguments(settings: ForCluster, spec: TrainingSpec | None) ->
     """Problems with the operator's arguments for ``backend="trainjob"``, as ``(path, message)``, found when the
     DAG is parsed: the framework has a Trainer v2 runtime, one pod template serves every node, and the options
     a TrainJob cannot carry are not set. Light: the typed models are imported only when a job is built."""
-    problems = check_kubernetes_arguments(settings)
+    problems = check_kubernetes_arguments(settings, spec)
     if importlib.util.find_spec(MODELS_PACKAGE) is None:  # found, not imported: a DAG parse stays light
         problems.append(("backend", f"backend='trainjob' needs the 'trainjob' extra, which is not installed here "
                          f"(no module {MODELS_PACKAGE!r}): pip install 'airflow-distributed[trainjob]'"))

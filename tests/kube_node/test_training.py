@@ -3,6 +3,7 @@ account bound to exactly docs/rbac.yaml's Role."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 import pytest
@@ -41,6 +42,10 @@ def test_pytorch_ddp_over_gloo_trains_in_real_pods_and_leaves_nothing(node: Real
                                                                    f"{job}-worker-1": 2}
     for pod, rank in ranks.items():
         assert f"[{pod}] rank {rank}/3: process group ready ({address}" in out, pod
+        # Each replica's /dev/shm is the pod's memory-backed emptyDir, half its 1024 MiB memory limit (shm_size
+        # "auto"), not the runtime's own 64 MiB.
+        said = re.search(rf"\[{re.escape(pod)}\] dev-shm: (\S+ \S+)", out)
+        assert said and said.group(1) == "tmpfs 524288KiB", (pod, said and said.group(0))
     # The workers end a moment after the master: the clean-up gives them finish_grace to end on their own, so the
     # final table says how they ended, not that the clean-up stopped them.
     table = {r["name"]: (r["state"], r["exit_code"]) for r in result["replicas"]}

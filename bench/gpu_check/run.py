@@ -281,6 +281,7 @@ def run_checks(args: argparse.Namespace, wanted: list[Check], work: Path, out: P
 
     visible = LocalProcessHook.visible_gpus()  # the product's own count: what the checks ask for
     env["GPU_CHECK_GPUS"] = os.environ["GPU_CHECK_GPUS"] = str(len(visible))
+    env["GPU_CHECK_VISIBLE"] = os.environ["GPU_CHECK_VISIBLE"] = ",".join(visible)
     report["visible"] = visible
     names = "".join(f"; {name}" for name in report["gpus"])
     print(f"GPU check ({args.device}): the local backend sees GPUs {visible}{names}")

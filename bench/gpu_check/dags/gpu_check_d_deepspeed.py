@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow.sdk import DAG, task
-from gpu_check_kit import DEVICE, GPUS, PYTHON, START, TRAINING, job_problems, judge, training_task
+from gpu_check_kit import DEVICE, GPUS, PYTHON, START, TRAINING, VISIBLE, job_problems, judge, training_task
 
 CHECK = "d"
 
@@ -31,6 +31,12 @@ with DAG(dag_id="gpu_check_d_deepspeed", schedule=None, start_date=START, catchu
             got = sorted(str(process.get(name)) for process in processes)
             if got != expected:
                 problems.append(f"{name} of the processes: {got}, expected {expected}")
+        # DeepSpeed's launcher sets each process's CUDA_VISIBLE_DEVICES from its --world_info slots: they must be
+        # the GPUs the local backend gave the replica (all of them here), not some others.
+        for process in processes:
+            if process.get("CUDA_VISIBLE_DEVICES") != VISIBLE:
+                problems.append(f"rank {process.get('RANK')} saw CUDA_VISIBLE_DEVICES="
+                                f"{process.get('CUDA_VISIBLE_DEVICES')}, not the replica's GPUs {VISIBLE}")
         devices = [process.get("device") for process in processes]
         if DEVICE == "cuda" and len(set(devices)) != GPUS:
             problems.append(f"the processes used {devices}: not one GPU each")

@@ -2,7 +2,8 @@
 
 Read when a DAG file is parsed: ``GPU_CHECK_DEVICE`` (``cuda``, or ``cpu`` for the dry run: gloo instead of NCCL,
 the GPUs faked with ``CUDA_VISIBLE_DEVICES``, which the local backend counts), ``GPU_CHECK_GPUS`` (how many GPUs
-the local backend sees: the number the checks ask for, or ask one more than). Read when a task runs:
+the local backend sees: the number the checks ask for, or ask one more than), ``GPU_CHECK_VISIBLE`` (their ids,
+comma-separated: what a replica given every GPU must see). Read when a task runs:
 ``GPU_CHECK_RESULTS``, the folder each check writes ``<check>.json`` to and the replicas mark their start in.
 ``GPU_CHECK_PYTHON`` (read at parse time, set by run.py for check d): the interpreter the replicas run, when it is
 not Airflow's (the dry run's ``.venvs/launchers``, which has DeepSpeed).
@@ -25,6 +26,7 @@ SCRIPT = TRAINING / "gpu_replica.py"
 DEVICE = os.environ.get("GPU_CHECK_DEVICE", "cuda")
 BACKEND = "nccl" if DEVICE == "cuda" else "gloo"
 GPUS = int(os.environ.get("GPU_CHECK_GPUS", "1"))
+VISIBLE = os.environ.get("GPU_CHECK_VISIBLE", "")
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 PYTHON = os.environ.get("GPU_CHECK_PYTHON") or None
 

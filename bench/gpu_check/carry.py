@@ -61,7 +61,7 @@ def deepspeed_wheel(version: str, folder: Path, image: set[str]) -> tuple[Path, 
     image lacks.
 
     Built by this interpreter without build isolation: DeepSpeed's setup imports torch, and an isolated build would
-    download a whole torch for it.
+    download a whole torch for it. So this interpreter needs torch and setuptools (the project's ``.venv`` has both).
     """
     pip("wheel", "--no-deps", "--no-build-isolation", "-w", str(folder), f"deepspeed=={version}",
         env=dict(os.environ, DS_BUILD_OPS="0"))

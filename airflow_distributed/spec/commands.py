@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_distributed.spec.limits import name_shown
 from airflow_distributed.spec.models import SECTION_OF, TrainingSpec
 
 Problem = tuple[str, str]
@@ -186,8 +187,9 @@ def own_launcher_problems(spec: TrainingSpec | None, command: Any, args: Any, *,
     """
     if spec is None or spec.framework != "pytorch" or not isinstance(command, (list, tuple)):
         return []
-    given_args = list(args) if isinstance(args, (list, tuple)) else []
-    found = launcher_call([*command, *given_args])
+    # A templated word names no launcher and its value is left alone: the operator checks its arguments again once
+    # rendered, before anything starts.
+    found = launcher_call([*command, *(args if isinstance(args, (list, tuple)) else [])])
     if found is None:
         return []
     field = "command" if found.position < len(command) else "args"
@@ -213,27 +215,27 @@ def own_launcher_problems(spec: TrainingSpec | None, command: Any, args: Any, *,
                  "would train on its own, at a world size of its own device count, not with the others at the "
                  f"plan's world size {replicas}; {instead}")]
     given = torchrun_options(found.options)
-    nproc, nnodes = given.get("--nproc-per-node"), given.get("--nnodes")
+    nproc, nnodes = (None if value is None or _templated(value) else value
+                     for value in (given.get("--nproc-per-node"), given.get("--nnodes")))
     problems: list[Problem] = []
-    if nproc is None and operator_processes:
+    if "--nproc-per-node" not in given and operator_processes:
         problems.append((field, f"starts {found.spelling} with no --nproc-per-node: it would start the training "
                          "operator's default count of processes (PET_NPROC_PER_NODE, 'auto': one per GPU or CPU), "
                          f"not the plan's one per replica; give --nproc-per-node 1, or {instead}"))
     elif nproc not in (None, "1"):
         world = f"world size {replicas * int(nproc)}" if nproc.isdigit() else "a world size counted when it runs"
-        problems.append((field, f"starts {found.spelling} with --nproc-per-node {_word(nproc)}: {world}, not the "
+        problems.append((field, f"starts {found.spelling} with --nproc-per-node {name_shown(nproc)}: {world}, not the "
                          f"plan's {replicas} ({replicas} replicas x 1 process); {instead}"))
     if "--standalone" in given and replicas > 1:
         problems.append((field, f"starts {found.spelling} --standalone: each of the {replicas} replicas would train "
                          "alone, not together at the plan's world size; drop --standalone (torchrun reads the "
                          "replica's PET_* variables)"))
     elif nnodes is not None and nnodes != str(replicas):
-        problems.append((field, f"starts {found.spelling} with --nnodes {_word(nnodes)}, but the job has {replicas} "
-                         "replicas (the master and n_workers); drop --nnodes (torchrun reads the replica's "
+        problems.append((field, f"starts {found.spelling} with --nnodes {name_shown(nnodes)}, but the job has "
+                         f"{replicas} replicas (the master and n_workers); drop --nnodes (torchrun reads the replica's "
                          "PET_NNODES)"))
     return problems
 
 
-def _word(value: str) -> str:
-    """A short option value as written, a long one by its length (it is the user's text)."""
-    return repr(value) if len(value) <= 20 else f"<{len(value)} characters>"
+def _templated(word: str) -> bool:
+    return "{{" in word or "{%" in word

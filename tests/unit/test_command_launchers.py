@@ -181,3 +181,11 @@ def test_a_dag_whose_command_starts_a_second_launcher_does_not_import(tmp_path: 
     (error,) = bag.import_errors.values()
     assert ("command: starts torchrun, but environment.pytorch.n_proc_per_node=4 already has each replica's "
             "processes started under a launcher") in error
+
+
+def test_a_templated_count_is_left_for_the_check_once_rendered_the_launcher_is_not():
+    environment = {"pytorch": {"n_workers": 1}}
+    assert operator("local", ["torchrun", "--nproc-per-node", "{{ params.n }}", "train.py"], environment)
+    error = refused("local", ["torchrun", "train.py"], {"pytorch": {"n_workers": 1, "n_proc_per_node": 2}},
+                    args=["--epochs", "{{ params.epochs }}"])
+    assert error.paths == ["command"]

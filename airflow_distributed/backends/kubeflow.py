@@ -37,6 +37,7 @@ from airflow_distributed.backends.base import (
 )
 from airflow_distributed.backends.job_run import LIVE_JOB_XCOM_KEY, check_kubernetes_arguments, ignored_in_cluster
 from airflow_distributed.manifests.kubeflow_checks import kubeflow_problems
+from airflow_distributed.spec.commands import own_launcher_problems
 from airflow_distributed.status import ReplicaState
 
 if TYPE_CHECKING:
@@ -81,7 +82,8 @@ class KubeflowBackend:
         return (check_kubeflow_arguments(settings, spec) + trainjob_only(settings, spec, self.name)
                 + process_problems(spec, self.name)
                 + launcher_problems(spec, self.name, runs=("torchrun",),
-                                    why="each role's pods run one template, under torchrun only"))
+                                    why="each role's pods run one template, under torchrun only")
+                + own_launcher_problems(spec, settings.command, settings.args, operator_processes=True))
 
     def run(self, task: TaskCalls, settings: ForCluster, context: Context, spec: TrainingSpec, job_name: str,
             command: Sequence[str]) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from airflow_distributed.backends.base import (
 )
 from airflow_distributed.backends.job_run import check_kubernetes_arguments, ignored_in_cluster
 from airflow_distributed.backends.resumable import ResumableKubernetesJob
+from airflow_distributed.spec.commands import own_launcher_problems
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -55,7 +56,8 @@ class KubernetesBackend:
 
     def check(self, settings: ForCluster, spec: TrainingSpec | None) -> list[Problem]:
         return (check_kubernetes_arguments(settings, spec) + trainjob_only(settings, spec, self.name)
-                + process_problems(spec, self.name) + launcher_problems(spec, self.name))
+                + process_problems(spec, self.name) + launcher_problems(spec, self.name)
+                + own_launcher_problems(spec, settings.command, settings.args))
 
     def run(self, task: TaskCalls, settings: ForCluster, context: Context, spec: TrainingSpec, job_name: str,
             command: Sequence[str]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from airflow_distributed.backends.base import (
     process_problems,
     trainjob_only,
 )
+from airflow_distributed.spec.commands import own_launcher_problems
 from airflow_distributed.spec.models import SECTION_OF
 
 if TYPE_CHECKING:
@@ -103,7 +104,8 @@ def check_local_arguments(settings: ForProcesses, spec: TrainingSpec | None) -> 
                                  "would start without their variables; give them with env= or use "
                                  "backend='kubernetes'"))
     return (problems + trainjob_only(settings, spec, LocalBackend.name) + process_problems(spec, LocalBackend.name)
-            + launcher_problems(spec, LocalBackend.name))
+            + launcher_problems(spec, LocalBackend.name)
+            + own_launcher_problems(spec, settings.command, settings.args))
 
 
 def ignored_by_local(settings: ForProcesses, spec: TrainingSpec) -> list[Problem]:

@@ -27,6 +27,7 @@ from airflow_distributed.backends.base import TrainJobSettings, launcher_problem
 from airflow_distributed.backends.job_run import check_kubernetes_arguments
 from airflow_distributed.backends.kubeflow import KubeflowBackend
 from airflow_distributed.manifests.trainjob_checks import RUNTIME_KINDS, trainjob_problems
+from airflow_distributed.spec.commands import own_launcher_problems
 
 if TYPE_CHECKING:
     from airflow_distributed.backends.base import ForCluster
@@ -56,7 +57,8 @@ def check_trainjob_arguments(settings: ForCluster, spec: TrainingSpec | None) ->
     if spec is None:
         return problems
     return (problems + trainjob_problems(spec, trainjob_options(settings).runtime) + process_problems(spec, "trainjob")
-            + launcher_problems(spec, "trainjob", runs=("torchrun",), why="its runtime starts torchrun in every node"))
+            + launcher_problems(spec, "trainjob", runs=("torchrun",), why="its runtime starts torchrun in every node")
+            + own_launcher_problems(spec, settings.command, settings.args, operator_processes=True))
 
 
 class TrainJobBackend(KubeflowBackend):

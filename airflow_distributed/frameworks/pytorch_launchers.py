@@ -29,33 +29,25 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from airflow_distributed.frameworks.base import rank_of
+from airflow_distributed.spec.commands import PYTHON_PROGRAM, launcher_call
 
 if TYPE_CHECKING:
     from airflow_distributed.cluster_plan import ClusterPlan, Replica
 
 #: The module each launched process runs first (``replica/world_size.py``).
 WORLD_SIZE_CHECK = "airflow_distributed.replica.world_size"
-# An interpreter the check can run under: python, python3, python3.11, or a path to one.
-_PYTHON = re.compile(r"python[0-9.]*")
-#: Programs that start a launcher themselves, and which launcher they are: a command starting one is not wrapped
-#: again. torchrun reads the replica's ``PET_*`` variables; the others read none of them (see ``launcher_in_command``).
-LAUNCHER_PROGRAMS = {"torchrun": "torchrun", "torch.distributed.run": "torchrun", "deepspeed": "deepspeed",
-                     "deepspeed.launcher.launch": "deepspeed", "accelerate": "accelerate",
-                     "accelerate.commands.launch": "accelerate"}
 
 
 def launcher_in_command(command: Sequence[str]) -> str | None:
-    """The launcher ``command`` starts itself (its program, or ``python -m`` one), or ``None``."""
-    for part in command[:3]:
-        launcher = LAUNCHER_PROGRAMS.get(os.path.basename(part))
-        if launcher is not None:
-            return launcher
-    return None
+    """The launcher ``command`` starts itself (``spec.commands.launcher_call``), or ``None``. Such a command is
+    refused when the DAG is parsed wherever the plan would start the processes itself
+    (``spec.commands.own_launcher_problems``); a plan built without that check still never nests two."""
+    found = launcher_call(command)
+    return None if found is None else found.launcher
 
 
 def replica_launcher(plan: ClusterPlan) -> str | None:
@@ -122,6 +114,6 @@ def operator_launched_command(plan: ClusterPlan, command: Sequence[str]) -> tupl
 def checked_command(command: Sequence[str]) -> tuple[str, ...]:
     """``command`` behind the world-size check, run by the command's own interpreter; a command that no Python
     interpreter runs (a shell script, a binary) is left as it is."""
-    if not command or not _PYTHON.fullmatch(os.path.basename(command[0])):
+    if not command or not PYTHON_PROGRAM.fullmatch(os.path.basename(command[0])):
         return tuple(command)
     return (command[0], "-m", WORLD_SIZE_CHECK, *command)

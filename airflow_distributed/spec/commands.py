@@ -220,7 +220,7 @@ def own_launcher_problems(spec: TrainingSpec | None, command: Any, args: Any, *,
     problems: list[Problem] = []
     if "--nproc-per-node" not in given and operator_processes:
         problems.append((field, f"starts {found.spelling} with no --nproc-per-node: it would start the training "
-                         "operator's default count of processes (PET_NPROC_PER_NODE, 'auto': one per GPU or CPU), "
+                         "operator's default count of processes (PET_NPROC_PER_NODE; 'auto' is one per GPU or CPU), "
                          f"not the plan's one per replica; give --nproc-per-node 1, or {instead}"))
     elif nproc not in (None, "1"):
         world = f"world size {replicas * int(nproc)}" if nproc.isdigit() else "a world size counted when it runs"

@@ -1,5 +1,6 @@
-"""Two small programs a job's pods run with the training image's own Python 3: the readiness wait and the
-output relay, and the argv that starts each.
+"""Small programs a job's pods run with the training image's own Python 3: the readiness wait, the signal
+forwarder every replica's command runs under, and the master's output relay (the forwarder and a copy of its
+output); and the argv that starts each.
 
 They go in with ``python -I -c`` so nothing beyond a Python 3 interpreter has to be in the image, which it has
 anyway to run the training command. ``-I`` (isolated) keeps a training repository's own ``json.py`` or a
@@ -37,6 +38,35 @@ for peer in sys.argv[2:]:
     print(peer, "is reachable", flush=True)
 """
 
+# Runs the command as a child and forwards SIGTERM, SIGINT and SIGHUP to it, so that the command is not its
+# container's PID 1: PID 1 gets no signal it has no handler for, so a training script run as PID 1 (most have no
+# SIGTERM handler) ignores the kubelet's SIGTERM and its pod takes its whole grace period (30 s by default) to go
+# after a delete (a failed, timed-out or killed job; a retry waits behind it). Under this parent it gets SIGTERM's
+# default action, or its own handler, as anywhere else. A signal before the child exists ends the parent.
+_RUN_CHILD = """\
+child = None
+def forward(signum, frame):
+    if child is None:
+        sys.exit(128 + signum)
+    child.send_signal(signum)
+for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(number, forward)
+try:
+    child = subprocess.Popen(command)
+except OSError as err:
+    print(f"cannot start {command[0]!r}: {err}", file=sys.stderr, flush=True)
+    sys.exit(127)
+code = child.wait()
+"""
+# The exit status of the parent: the child's code, or 128 + the signal that ended it (as a shell says it).
+_EXIT = "sys.exit(code if code >= 0 else 128 - code)\n"
+
+# argv: <command>...  Every replica's command but the master's (which runs under RELAY_OUTPUT, that does the same).
+FORWARD_SIGNALS = f"""\
+import signal, subprocess, sys
+command = sys.argv[1:]
+{_RUN_CHILD}{_EXIT}"""
+
 # argv: <output path> <message path> <command>...  Runs the command (signals forwarded), then copies the output
 # document into the termination message, shortened to what the kubelet keeps (with "truncated": true, which
 # ``outputs.sanitise_document`` turns into a warning), and exits with the command's code.
@@ -44,14 +74,7 @@ RELAY_OUTPUT = f"""\
 import json, signal, subprocess, sys
 LIMIT = {TERMINATION_MESSAGE_LIMIT}
 output, message, command = sys.argv[1], sys.argv[2], sys.argv[3:]
-try:
-    child = subprocess.Popen(command)
-except OSError as err:
-    print(f"cannot start {{command[0]!r}}: {{err}}", file=sys.stderr, flush=True)
-    sys.exit(127)
-for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-    signal.signal(number, lambda signum, frame: child.send_signal(signum))
-code = child.wait()
+{_RUN_CHILD}
 
 def brief(text):
     if len(text.encode()) <= LIMIT:
@@ -75,12 +98,15 @@ try:
         handle.write(brief(text))
 except OSError:
     pass  # no document, or nowhere to put it: the exit code is what matters
-sys.exit(code if code >= 0 else 128 - code)
-"""
+{_EXIT}"""
 
 
 def wait_for_peers_command(python: str, peers: Sequence[tuple[str, int]], timeout_seconds: float) -> list[str]:
     return [python, "-I", "-c", WAIT_FOR_PEERS, f"{timeout_seconds:g}", *(f"{host}:{port}" for host, port in peers)]
+
+
+def forward_signals_command(python: str, command: Sequence[str]) -> list[str]:
+    return [python, "-I", "-c", FORWARD_SIGNALS, *command]
 
 
 def relay_output_command(

@@ -50,6 +50,7 @@ from airflow_distributed.launch import Launch, Operator
 from airflow_distributed.manifests import horovod_ssh
 from airflow_distributed.manifests.container_scripts import (
     TERMINATION_MESSAGE_PATH,
+    forward_signals_command,
     relay_output_command,
     wait_for_peers_command,
 )
@@ -358,6 +359,8 @@ def _main_container(
             command = kind.derive_rank_env(command, len(plan.replicas))
         if relay:
             command = relay_output_command(pods.image_python, command, plan.layout.output_path)
+        elif pods.relay_output:
+            command = forward_signals_command(pods.image_python, command)
     ports = None
     if kind.port_name is not None:
         ports = [model(client.V1ContainerPort, name=kind.port_name, container_port=first.port, protocol="TCP")]

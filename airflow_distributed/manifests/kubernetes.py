@@ -40,6 +40,7 @@ from airflow_distributed.launch import Launch
 from airflow_distributed.manifests import horovod_ssh
 from airflow_distributed.manifests.container_scripts import (
     TERMINATION_MESSAGE_PATH,
+    forward_signals_command,
     relay_output_command,
     wait_for_peers_command,
 )
@@ -172,7 +173,9 @@ class JobManifestOptions:
         for every pserver: ``Framework.first_peers``); a Horovod launcher waits for every worker's sshd.
     :param readiness_timeout_seconds: how long that wait may take before the pod fails.
     :param relay_output: run the master's command under a relay that copies the output document into the
-        container's termination message, readable from the pod status even if the sidecar cannot be reached.
+        container's termination message, readable from the pod status even if the sidecar cannot be reached, and
+        every other replica's under the same small parent without the copy: either forwards the kubelet's
+        signals, so that no command is its container's PID 1 (which ignores a SIGTERM it has no handler for).
     :param image_python: the Python 3 interpreter of the image, by name or path.
     :param xcom_sidecar_image: image of the XCom sidecar; the cncf provider's default when ``None``.
     :param scheduler_name: the pods' scheduler; with Volcano gang scheduling, ``volcano`` when ``None``.
@@ -613,10 +616,12 @@ def _main_container(
     settings = replica.settings
     if replica.command is None:
         command = horovod_ssh.sshd_command()
-    elif replica.is_master and options.relay_output:
+    elif not options.relay_output:
+        command = list(replica.command)
+    elif replica.is_master:
         command = relay_output_command(options.image_python, replica.command, plan.layout.output_path)
     else:
-        command = list(replica.command)
+        command = forward_signals_command(options.image_python, replica.command)
     ports = [model(client.V1ContainerPort, name=TRAINING_PORT_NAME, container_port=replica.port, protocol="TCP")]
     if replica.command is None:
         ports.append(model(client.V1ContainerPort, name="ssh", container_port=SSH_PORT, protocol="TCP"))

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from airflow_distributed.manifests.container_scripts import FORWARD_SIGNALS
 from tests.dags.kubeflow_dags import namespace_of
 from tests.helpers import run_dag_at, wait_until, xcom
 from tests.integration.kubeflow_controller import GROUP, KINDS, KubeflowController, register_kubeflow_crds
@@ -132,8 +133,10 @@ def test_a_master_and_workers_job_is_submitted_watched_and_its_masters_output_re
     worker = specs["Worker"]["template"]["spec"]["containers"][0]
     assert (master["name"], master["ports"]) == (container, [{"name": port[0], "containerPort": port[1],
                                                                "protocol": "TCP"}])
-    # One Worker template for every worker: the variable that differs is derived in the pod.
-    assert worker["name"] == container and worker["command"][:2] == ["sh", "-c"] and derived in worker["command"][2]
+    # One Worker template for every worker: the variable that differs is derived in the pod, by a shell under the
+    # signal forwarder (the container's PID 1).
+    assert worker["command"][:3] == ["python3", "-I", "-c"] and worker["command"][3] == FORWARD_SIGNALS
+    assert worker["name"] == container and worker["command"][4:6] == ["sh", "-c"] and derived in worker["command"][6]
     assert worker["command"][-4:] == ["python", "/opt/jobs/train.py", "--steps", "5"]
     assert [r.method for r in emulator.requests if r.path.endswith(f"/{namespace}/{plural}")].count("POST") == 1
     # Deleted after success; its pods go with it (ownerReferences).

@@ -4,13 +4,18 @@ account bound to exactly docs/rbac.yaml's Role."""
 from __future__ import annotations
 
 import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 import pytest
+from kubernetes import client
+from kubernetes import watch as kube_watch
 
 from airflow_distributed.manifests.function_script import ARGUMENTS_FILE, FUNCTION_FILE
-from airflow_distributed.manifests.kubernetes import FILES_DIR, SECRET_FILES_DIR
+from airflow_distributed.manifests.kubernetes import FILES_DIR, MAIN_CONTAINER, SECRET_FILES_DIR
 from tests.helpers import replica_lines, run_dag, run_dag_at, xcom
 from tests.kube_node.node import RealNode
 from tests.kube_node.training_operator import JobOperator, PyTorchJobOperator, TrainJobOperator
@@ -111,14 +116,20 @@ def test_a_replica_that_fails_in_a_real_pod_fails_the_task_naming_it_and_leaves_
 def test_a_job_outliving_execution_timeout_is_deleted_with_real_grace_periods_and_nothing_is_left(
         node: RealNode, dag_namespace, capfd):
     namespace, user = dag_namespace
-    _, states = run_dag_at("node_timed_out")
-
-    out = capfd.readouterr().out
-    assert states == {"train": "failed"}, out[-6000:]
-    assert "AirflowTaskTimeout" in out or "execution_timeout" in out
-    # Each replica's PID 1 got SIGTERM from the kubelet (the master's relay forwards it, the sidecar traps it); a
-    # worker's python3 as PID 1 has no handler for it and is killed when its grace period ends.
-    node.control_plane.assert_clean(namespace, user, timeout=120)
+    with last_pod_states(node, namespace) as last:
+        _, states = run_dag_at("node_timed_out")
+        out = capfd.readouterr().out
+        assert states == {"train": "failed"}, out[-6000:]
+        assert "AirflowTaskTimeout" in out or "execution_timeout" in out
+        node.control_plane.assert_clean(namespace, user, timeout=120)
+    # Each replica's PID 1 got SIGTERM from the kubelet, and the scripts (no handler for it) ended of it at once:
+    # PID 1 is the forwarder (the master's relay) whose child's default action is to end, so it exits 128 + 15. A
+    # script run as PID 1 itself would ignore it and be SIGKILLed at the end of its grace period: 137.
+    ended = {name.rsplit("-", 2)[-2]: main_container_exit(pod) for name, pod in last.items()}
+    assert ended == {"master": 143, "worker": 143}, ended
+    with capfd.disabled():
+        print("\n" + ", ".join(f"{role} pod Terminating {terminating_seconds(node, namespace, f'-{role}-0'):.1f} s"
+                               for role in ("master", "worker")) + " after its delete")
 
 
 @pytest.mark.parametrize("dag_namespace", ["node_task_distributed"], indirect=True)
@@ -236,6 +247,45 @@ def test_an_output_document_over_the_termination_messages_limit_keeps_its_brief_
     assert xcom(run, "train", "job")["history"] == []
     assert "longer than a termination message holds (4096 bytes)" in out, out[-6000:]
     node.control_plane.assert_clean(namespace, user, timeout=120)
+
+
+@contextmanager
+def last_pod_states(node: RealNode, namespace: str) -> Iterator[dict[str, dict]]:
+    """Each pod of ``namespace`` as last seen by an admin watch (its DELETED event carries the state the kubelet
+    reported last, its containers' exit codes included), while the block runs; the watch ends with it."""
+    last: dict[str, dict] = {}
+    done = threading.Event()
+
+    def watch() -> None:
+        api = client.CoreV1Api(node.control_plane.admin)
+        version = None
+        while not done.is_set():
+            try:
+                for event in kube_watch.Watch().stream(api.list_namespaced_pod, namespace, resource_version=version,
+                                                      timeout_seconds=2, _request_timeout=10):
+                    pod = api.api_client.sanitize_for_serialization(event["object"])
+                    last[pod["metadata"]["name"]] = pod
+                    version = pod["metadata"]["resourceVersion"]
+            except client.ApiException as error:
+                if error.status != 410:
+                    raise
+                version = None  # expired: list again (the pods seen are kept)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield last
+    finally:
+        done.set()
+        watcher.join(timeout=15)
+
+
+def main_container_exit(pod: dict) -> int | None:
+    """The exit code of the pod's main container, if it was seen terminated."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or ():
+        if status["name"] == MAIN_CONTAINER:
+            return ((status.get("state") or {}).get("terminated") or {}).get("exitCode")
+    return None
 
 
 def terminating_seconds(node: RealNode, namespace: str, suffix: str) -> float:

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -556,28 +556,39 @@ PID_1 = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None 
                            reason="a process of PID 1 needs a PID namespace of its own (root, unshare, nsenter)")
 
 
+def _first_child(pid: int) -> int | None:
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return int(children[0]) if children else None
+
+
+def _wait_for(probe: Callable[[], Any], timeout: float = 30) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := probe()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert found
+    return found
+
+
+@contextmanager
+def as_pid_1(command: Sequence[str], cwd: str | None = None) -> Iterator[tuple[subprocess.Popen, int]]:
+    """``command`` as PID 1 of a PID namespace of its own, as in its container: ``unshare``'s process (its exit
+    status is the command's) and the command's pid, once it runs."""
+    outer = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", *command], cwd=cwd)
+    try:
+        yield outer, _wait_for(lambda: _first_child(outer.pid))
+    finally:
+        outer.kill()
+        outer.wait()
+
+
 @contextmanager
 def sidecar_as_pid_1() -> Iterator[tuple[subprocess.Popen, int]]:
-    """The master's XCom sidecar's command as PID 1 of a PID namespace of its own, as in its container, once its
-    loop runs (its trap set): ``unshare``'s process (its exit status is the shell's) and the shell's pid."""
+    """The master's XCom sidecar's command as PID 1, once its loop runs (its trap set: the shell then has a
+    ``sleep`` of its own)."""
     sidecar = _container(_build("pytorch", {"pytorch": {"n_workers": 1}}).pods[0], SIDECAR_CONTAINER)
-    shell = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", *sidecar.command])
-    try:
-        def first_child(pid: int) -> int | None:
-            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-            return int(children[0]) if children else None
-
-        deadline = time.monotonic() + 30
-        while (child := first_child(shell.pid)) is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert child is not None
-        # Its trap is set once its loop runs: the shell then has a `sleep` of its own.
-        while first_child(child) is None and time.monotonic() < deadline:
-            time.sleep(0.05)
+    with as_pid_1(sidecar.command) as (shell, child):
+        _wait_for(lambda: _first_child(child))
         yield shell, child
-    finally:
-        shell.kill()
-        shell.wait()
 
 
 @PID_1
@@ -601,6 +612,24 @@ def test_the_xcom_sidecar_stops_at_the_tasks_exec_with_busybox_and_no_pgrep():
                                "env", f"PATH={applets}", *SIDECAR_STOP], capture_output=True, text=True, timeout=15)
         assert stop.returncode == 0 and stop.stderr == "", stop
         assert shell.wait(timeout=15) == 0
+
+
+@PID_1
+@pytest.mark.parametrize("role", ["master", "worker"])
+def test_a_replicas_command_without_a_sigterm_handler_stops_at_sigterm_as_pid_1(role, tmp_path):
+    # A training script rarely handles SIGTERM; run as its container's PID 1 it would ignore the kubelet's, and a
+    # deleted pod (a failed, timed-out or killed job) would wait out its whole grace period (30 s by default). Under
+    # the forwarder (the master's relay does the same) it gets the signal's default action.
+    main = _container(_build("pytorch", {"pytorch": {"n_workers": 1}}).pods[0 if role == "master" else 1])
+    parent = main.command[:-len(COMMAND)]
+    assert main.command[-len(COMMAND):] == list(COMMAND) and parent[:3] == ["python3", "-I", "-c"]
+    if role == "master":  # the relay's output and message paths, here in the test's folder
+        parent[4:6] = [str(tmp_path / "return.json"), str(tmp_path / "message")]
+    sleeper = "import pathlib, time; pathlib.Path('sleeping').touch(); time.sleep(120)"
+    with as_pid_1([sys.executable, *parent[1:], sys.executable, "-c", sleeper], cwd=str(tmp_path)) as (outer, pid):
+        _wait_for(lambda: (tmp_path / "sleeping").exists())
+        os.kill(pid, signal.SIGTERM)
+        assert outer.wait(timeout=15) == 128 + signal.SIGTERM
 
 
 @PID_1

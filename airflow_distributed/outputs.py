@@ -196,7 +196,10 @@ def job_result(
         "model_path": document.get("model_path"),
         "replicas": [
             {"name": r.name, "role": r.role, "index": r.index, "state": plain(r.state), "exit_code": r.exit_code,
-             "restarts": r.restarts}
+             "restarts": r.restarts,
+             # a replica of several processes, or of GPUs, says so (the job view's counts); most jobs' rows stay as
+             # they were
+             **r.counts()}
             for r in replicas
         ],
         # replicas started again and worker groups restarted by an elastic agent, over the whole job

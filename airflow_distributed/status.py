@@ -48,12 +48,25 @@ class ReplicaStatus:
     where: str = ""
     restarts: int = 0
     reason: str | None = None
+    #: training processes the replica runs (``n_proc_per_node``); None: one, the usual, which rows leave unsaid
+    processes: int | None = None
+    #: GPUs the replica asked for (whole devices); None: none
+    gpus: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", ReplicaState(self.state))  # read back from JSON: the word is the member
+        # A count that says nothing is left out, whoever built the row: the job XCom of most jobs stays as it was.
+        if self.processes is not None and self.processes <= 1:
+            object.__setattr__(self, "processes", None)
+        if self.gpus is not None and self.gpus <= 0:
+            object.__setattr__(self, "gpus", None)
 
     def as_dict(self) -> dict:
         return {k: plain(v) for k, v in asdict(self).items() if v is not None}
+
+    def counts(self) -> dict[str, int]:
+        """``{"processes", "gpus"}`` as far as they say something: what a record's row of this replica adds."""
+        return {key: value for key, value in (("processes", self.processes), ("gpus", self.gpus)) if value is not None}
 
 
 def progress_text(progress: Mapping[str, Any]) -> str:
@@ -78,8 +91,12 @@ def _duration(seconds: float) -> str:
 
 
 def render_table(rows: Sequence[ReplicaStatus]) -> str:
-    """A fixed-width table: role, index, state, where it runs, restarts, exit code (and reason)."""
-    header = ("REPLICA", "ROLE", "INDEX", "STATE", "WHERE", "RESTARTS", "EXIT")
+    """A fixed-width table: role, index, state, where it runs, restarts, exit code (and reason); the processes and
+    the GPUs of each replica too, each only when a row has some (a column of ones would say nothing)."""
+    processes = any(r.processes is not None for r in rows)
+    gpus = any(r.gpus is not None for r in rows)
+    header = ("REPLICA", "ROLE", "INDEX", "STATE", "WHERE",
+              *(("PROCESSES",) if processes else ()), *(("GPUS",) if gpus else ()), "RESTARTS", "EXIT")
     body = [
         (
             r.name,
@@ -88,6 +105,8 @@ def render_table(rows: Sequence[ReplicaStatus]) -> str:
             # Why a replica waits (Unschedulable, ErrImagePull, ...) is the first thing to look at.
             f"{r.state} ({r.reason})" if r.state == ReplicaState.PENDING and r.reason else r.state,
             r.where or "-",
+            *((str(r.processes or 1),) if processes else ()),
+            *((str(r.gpus or 0),) if gpus else ()),
             str(r.restarts),
             "-" if r.exit_code is None else str(r.exit_code) + (f" ({r.reason})" if r.reason else ""),
         )

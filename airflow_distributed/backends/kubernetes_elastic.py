@@ -97,7 +97,8 @@ class ElasticRestarts:
 
 def _run_from_json(row: Mapping[str, Any]) -> ReplicaRun:
     """A ``ReplicaRun`` back from the trigger's event (``asdict`` of it in ``resume_state``)."""
-    return ReplicaRun(row["name"], Requests(**row["requests"]), row.get("started"), row.get("ended"))
+    return ReplicaRun(row["name"], Requests(**row["requests"]), row.get("started"), row.get("ended"),
+                      int(row.get("processes") or 1))
 
 
 __all__ = ["LOST_REPLICA_ENDINGS", "ElasticRestarts"]

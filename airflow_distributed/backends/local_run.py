@@ -173,11 +173,12 @@ class StartupNote:
 
 
 def local_runs(plan: Any, replicas: Sequence[Any]) -> list[ReplicaRun]:
-    """Every run of every replica (restarts included), with the requests the plan gave it."""
+    """Every run of every replica (restarts included), with the requests the plan gave it and its processes."""
     runs = []
     for replica in replicas:
         requests = plan_requests(plan.replica(replica.spec.name).resources)
-        runs += [ReplicaRun(replica.spec.name, requests, start, end) for start, end in replica.runs()]
+        runs += [ReplicaRun(replica.spec.name, requests, start, end, plan.processes_per_replica)
+                 for start, end in replica.runs()]
     return runs
 
 

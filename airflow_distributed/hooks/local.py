@@ -139,7 +139,7 @@ class LocalReplicaProcess:
     def status(self) -> ReplicaStatus:
         return ReplicaStatus(
             self.spec.name, self.spec.role, self.spec.index, self.state(), self.exit_code, where=f"pid {self.pid}",
-            restarts=self.restarts,
+            restarts=self.restarts, processes=self.spec.processes, gpus=self.spec.gpus,
         )
 
     def remember_family(self) -> None:

@@ -7,11 +7,18 @@ resumed task read them alike.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from airflow_distributed.jobstate.disruption import pod_disruption
 from airflow_distributed.jobstate.outcome import Ending
-from airflow_distributed.jobstate.pod_state import ContainerState, ReplicaExit, container_state, deciding_exit
+from airflow_distributed.jobstate.pod_state import (
+    ContainerState,
+    ReplicaExit,
+    container_state,
+    deciding_exit,
+    pod_counts,
+)
 from airflow_distributed.jobstate.verdicts import JobVerdict
 from airflow_distributed.manifests.kubeflow_status import REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
 from airflow_distributed.manifests.kubernetes import ROLE_LABEL
@@ -41,15 +48,17 @@ def replica_statuses_of_pods(
         if state == ContainerState.TERMINATED:
             code = fields.get("exitCode")
             ended = ReplicaState.SUCCEEDED if code == 0 else ReplicaState.FAILED
-            rows.append(ReplicaStatus(name, role, index, ended, code, where,
-                                      reason=fields.get("reason") if code != 0 else None))
+            row = ReplicaStatus(name, role, index, ended, code, where,
+                                reason=fields.get("reason") if code != 0 else None)
         elif (pod.get("status") or {}).get("phase") == "Failed":
-            rows.append(ReplicaStatus(name, role, index, ReplicaState.FAILED, None, where,
-                                      reason=(pod.get("status") or {}).get("reason")))
+            row = ReplicaStatus(name, role, index, ReplicaState.FAILED, None, where,
+                                reason=(pod.get("status") or {}).get("reason"))
         else:
             running = state == ContainerState.RUNNING
-            rows.append(ReplicaStatus(name, role, index, ReplicaState.RUNNING if running else ReplicaState.PENDING,
-                                      None, where))
+            row = ReplicaStatus(name, role, index, ReplicaState.RUNNING if running else ReplicaState.PENDING,
+                                None, where)
+        processes, gpus = pod_counts(pod)
+        rows.append(replace(row, processes=processes, gpus=gpus))
     return tuple(sorted(rows, key=lambda row: (row.role, row.index, row.name)))
 
 

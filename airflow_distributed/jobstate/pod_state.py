@@ -8,10 +8,11 @@ What a pod's state means for its job (the rules of success and failure) is ``job
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from airflow_distributed.jobstate.outcome import Ending
+from airflow_distributed.jobstate.usage import PROCESSES_ENV, pod_processes, pod_requests
 from airflow_distributed.jobstate.verdicts import JobVerdict, ReplicaSlot
 from airflow_distributed.manifests.pod_names import MAIN_CONTAINER, READINESS_CONTAINER, RESTARTS_ANNOTATION
 from airflow_distributed.status import ReplicaState, ReplicaStatus, StrEnum
@@ -160,9 +161,18 @@ def pod_essentials(pod: Mapping[str, Any]) -> dict[str, Any]:
 def _container_essentials(container: Mapping[str, Any]) -> dict[str, Any]:
     kept = {"name": container.get("name"), "image": container.get("image")}
     requests = (container.get("resources") or {}).get("requests")
-    if requests:  # what an unschedulable replica asked (``_asked``)
+    if requests:  # what an unschedulable replica asked (``_asked``), and its GPUs (``pod_counts``)
         kept["resources"] = {"requests": dict(requests)}
+    counted = [entry for entry in container.get("env") or [] if entry.get("name") == PROCESSES_ENV]
+    if counted:  # the one variable the table reads (``pod_counts``), not the rest of the environment
+        kept["env"] = counted
     return kept
+
+
+def pod_counts(pod: Mapping[str, Any]) -> tuple[int, int]:
+    """``(processes, gpus)`` of a replica's pod, for its row of the table: the training processes it runs
+    (``usage.pod_processes``) and the GPUs its containers ask for."""
+    return pod_processes(pod), int(pod_requests(pod).gpu)
 
 
 def _asked(pod: Mapping[str, Any]) -> str | None:
@@ -263,6 +273,12 @@ def replica_status(slot: ReplicaSlot, pod: Mapping[str, Any] | None, *, deleted:
     if pod is None:
         return ReplicaStatus(slot.name, slot.role, slot.index,
                              ReplicaState.STOPPED if deleted else ReplicaState.PENDING)
+    # The pod's processes and GPUs on every row of it: the table shows them for a job that runs several.
+    processes, gpus = pod_counts(pod)
+    return replace(_replica_row(slot, pod, deleted), processes=processes, gpus=gpus)
+
+
+def _replica_row(slot: ReplicaSlot, pod: Mapping[str, Any], deleted: bool) -> ReplicaStatus:
     where = (pod.get("spec") or {}).get("nodeName") or ""
     entry = container_status(pod, MAIN_CONTAINER) or {}
     restarts = int(entry.get("restartCount") or 0) + recreated(pod)

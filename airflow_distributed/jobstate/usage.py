@@ -20,8 +20,12 @@ from airflow_distributed.spec.quantities import QuantityError, amount_in_base_un
 GIB = 2**30
 #: A job with more replicas than this lists the first ones only; the totals count every one.
 USAGE_REPLICAS = 256
-#: The figures a replica and the job total carry, beside ``running_seconds``.
-FIGURES = ("cpu_seconds", "memory_gib_seconds", "gpu_seconds")
+#: The figures a replica and the job total carry, beside ``running_seconds``: ``process_seconds`` counts each of a
+#: replica's training processes (``n_proc_per_node``), where ``running_seconds`` counts the replica once.
+FIGURES = ("cpu_seconds", "memory_gib_seconds", "gpu_seconds", "process_seconds")
+#: torch's launcher variable for the processes of a node: the plan sets it (``frameworks.pytorch``), a training
+#: operator sets it from the job's ``nprocPerNode`` or ``numProcPerNode``; what a pod says of its processes.
+PROCESSES_ENV = "PET_NPROC_PER_NODE"
 
 
 @dataclass(frozen=True)
@@ -35,12 +39,14 @@ class Requests:
 
 @dataclass(frozen=True)
 class ReplicaRun:
-    """One run of one replica: from ``started`` to ``ended`` (epoch seconds); ``started`` None: it never ran."""
+    """One run of one replica: from ``started`` to ``ended`` (epoch seconds); ``started`` None: it never ran;
+    ``processes``: the training processes it ran."""
 
     name: str
     requests: Requests
     started: float | None
     ended: float | None
+    processes: int = 1
 
 
 def plan_requests(resources: Any) -> Requests:
@@ -77,6 +83,17 @@ def pod_requests(pod: Mapping[str, Any]) -> Requests:
     return Requests(cpu, memory, gpu)
 
 
+def pod_processes(pod: Mapping[str, Any]) -> int:
+    """The training processes a replica's pod runs: ``PROCESSES_ENV`` of its container that sets it, else one (a
+    framework that runs one process per replica sets none)."""
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for entry in (container.get("env") or []) if isinstance(container, Mapping) else []:
+            value = entry.get("value") if isinstance(entry, Mapping) else None
+            if entry.get("name") == PROCESSES_ENV and isinstance(value, str) and value.isdigit() and int(value) > 0:
+                return int(value)
+    return 1
+
+
 def pod_run(name: str, pod: Mapping[str, Any] | None, now: float) -> ReplicaRun:
     """A replica's run from its pod: from ``status.startTime`` (else the first container start) to the last
     container's ``finishedAt`` once every container has ended, else to ``now`` (it was still running)."""
@@ -92,7 +109,7 @@ def pod_run(name: str, pod: Mapping[str, Any] | None, now: float) -> ReplicaRun:
         ended: float | None = max(end for end in ends if end is not None)
     else:
         ended = now if started is not None else None
-    return ReplicaRun(name, pod_requests(pod), started, ended)
+    return ReplicaRun(name, pod_requests(pod), started, ended, pod_processes(pod))
 
 
 def _epoch(stamp: Any) -> float | None:
@@ -106,18 +123,21 @@ def _epoch(stamp: Any) -> float | None:
 
 def job_usage(runs: Iterable[ReplicaRun], wall_seconds: float) -> dict[str, Any]:
     """``{"wall_seconds", "tries": 1, "running_seconds", "cpu_seconds", "memory_gib_seconds", "gpu_seconds",
-    "replicas": {name: {"runs", "cpu", "memory_gib", "gpu", "running_seconds", <figures>}}}`` for one try."""
+    "process_seconds", "replicas": {name: {"runs", "cpu", "memory_gib", "gpu", "processes", "running_seconds",
+    <figures>}}}`` for one try. A replica's ``gpu`` is every GPU it asked for, whichever of its processes uses it."""
     replicas: dict[str, dict[str, Any]] = {}
     for run in runs:
         seconds = max(0.0, run.ended - run.started) if run.started is not None and run.ended is not None else 0.0
         row = replicas.setdefault(run.name, {"runs": 0, "cpu": run.requests.cpu, "memory_gib": run.requests.memory_gib,
-                                             "gpu": run.requests.gpu, "running_seconds": 0.0,
+                                             "gpu": run.requests.gpu, "processes": run.processes,
+                                             "running_seconds": 0.0,
                                              **{figure: 0.0 for figure in FIGURES}})
         row["runs"] += 1 if run.started is not None else 0
         row["running_seconds"] += seconds
         row["cpu_seconds"] += run.requests.cpu * seconds
         row["memory_gib_seconds"] += run.requests.memory_gib * seconds
         row["gpu_seconds"] += run.requests.gpu * seconds
+        row["process_seconds"] += run.processes * seconds
     usage = {"wall_seconds": _number(wall_seconds), "tries": 1, "replicas": replicas}
     return _totals(usage)
 
@@ -173,5 +193,5 @@ def _round(value: float) -> float:
     return round(value, 3) if math.isfinite(value) else 0.0
 
 
-__all__ = ["FIGURES", "USAGE_REPLICAS", "ReplicaRun", "Requests", "add_usage", "job_usage", "plan_requests",
-           "pod_requests", "pod_run", "usage_so_far"]
+__all__ = ["FIGURES", "PROCESSES_ENV", "USAGE_REPLICAS", "ReplicaRun", "Requests", "add_usage", "job_usage",
+           "plan_requests", "pod_processes", "pod_requests", "pod_run", "usage_so_far"]

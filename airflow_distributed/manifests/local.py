@@ -34,6 +34,9 @@ class ProcessSpec:
     is_master: bool
     argv: tuple[str, ...]
     env: Mapping[str, str]
+    #: training processes it runs (``ClusterPlan.processes_per_replica``) and GPUs it asked for: the table's counts
+    processes: int = 1
+    gpus: int = 0
 
 
 def process_specs(
@@ -63,7 +66,8 @@ def process_specs(
             env["CUDA_VISIBLE_DEVICES"] = env[ENV_REPLICA_GPUS] = ",".join(devices.get(replica.name, []))
         argv = replica.command if replica.command is not None else (interpreter, "-c", STANDBY_CODE)
         specs.append(
-            ProcessSpec(replica.name, replica.role, replica.index, replica.is_master, _resolve(argv, interpreter), env)
+            ProcessSpec(replica.name, replica.role, replica.index, replica.is_master, _resolve(argv, interpreter), env,
+                        plan.processes_per_replica, replica.resources.device_count("gpu") if replica.resources else 0)
         )
     return specs
 

@@ -343,7 +343,7 @@ def live_record(name: str, namespace: str, framework: str | None, pods: list[dic
         **({"progress": document["progress"]} if document.get("progress") else {}),
         "replicas": [
             {"name": s.name, "role": s.role, "index": s.index, "state": s.state, "exit_code": s.exit_code,
-             "where": s.where, "reason": s.reason, "restarts": s.restarts}
+             "where": s.where, "reason": s.reason, "restarts": s.restarts, **s.counts()}
             for *_, s, _ in rows
         ],
         "logs": logs,
@@ -414,7 +414,7 @@ def kubeflow_live_record(location: JobLocation, namespace: str, framework: str |
         **({"progress": document["progress"]} if document.get("progress") else {}),
         "replicas": [
             {"name": s.name, "role": s.role, "index": s.index, "state": s.state, "exit_code": s.exit_code,
-             "where": s.where, "reason": s.reason, "restarts": s.restarts}
+             "where": s.where, "reason": s.reason, "restarts": s.restarts, **s.counts()}
             for s in rows
         ],
         "logs": logs,

@@ -80,6 +80,12 @@ def _where(ref: TaskInstanceRef) -> str:
     return f"{ref.dag_id} / {ref.run_id} / {ref.task_id}{mapped}"
 
 
+def _count(value: Any, default: int) -> int:
+    """A row's ``processes`` or ``gpus``: a whole number above 0, else ``default`` (a row that leaves it unsaid runs
+    one process, on no GPU)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+
 def _replicas(replicas: Sequence[Any]) -> list[dict[str, Any]]:
     return [
         {
@@ -87,10 +93,21 @@ def _replicas(replicas: Sequence[Any]) -> list[dict[str, Any]]:
             "state": _text(r.get("state")), "exit_code": r.get("exit_code"),
             # Records written before restarts were counted have none: a replica that was never restarted.
             "restarts": _text(r.get("restarts") or 0),
+            "processes": _count(r.get("processes"), 1), "gpus": _count(r.get("gpus"), 0),
         }
         for r in replicas
         if isinstance(r, Mapping)
     ]
+
+
+def _world(replicas: Sequence[Mapping[str, Any]]) -> str:
+    """``world size 6: 2 replicas x 3 processes`` for a job whose replicas run several processes each; empty for
+    one process per replica (the world size is the replica count, said by the table)."""
+    counts = [r["processes"] for r in replicas]
+    if not counts or max(counts) == 1:
+        return ""
+    each = f"{counts[0]} processes" if len(set(counts)) == 1 else "processes as listed"
+    return f"world size {sum(counts)}: {len(counts)} replica{'s' if len(counts) != 1 else ''} \u00d7 {each}"
 
 
 def _progress(progress: Any) -> dict[str, Any] | None:
@@ -164,9 +181,11 @@ def job_page(
     """
     state = str(record.get("state") or "unknown")
     name = record.get("job_name") or ref.task_id
+    replicas = _replicas(record.get("replicas") or [])
     meta = [
         _text(record.get("framework")),
         f"{record['backend']} backend" if record.get("backend") else "",
+        _world(replicas),
         format_duration(record.get("duration_seconds")),
         _where(ref),
         f"{record['restarts']} restart{'s' if record['restarts'] != 1 else ''}"
@@ -187,7 +206,10 @@ def job_page(
         # Why a live state could not be read (``live_kubernetes``); a recorded job has none.
         note=_text(record.get("note")) if source != "recorded" else "",
         progress=_progress(record.get("progress")),
-        replicas=_replicas(record.get("replicas") or []),
+        replicas=replicas,
+        # a column of ones, or of noughts, says nothing: shown where a replica runs several processes, or has GPUs
+        processes_column=any(r["processes"] > 1 for r in replicas),
+        gpus_column=any(r["gpus"] > 0 for r in replicas),
         metrics=[(_text(key), format_value(value)) for key, value in metrics.items()],
         model_path=_text(record.get("model_path")),
         charts=_charts(record.get("history") or []),

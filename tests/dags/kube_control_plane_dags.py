@@ -1,7 +1,8 @@
 """DAGs of the tests on the real control plane (``tests/kube_control_plane``) that the emulator's DAG files lack: a
 job that outlives its task's ``execution_timeout``, a hung and a slow master, a job waiting for capacity, a replica
 evicted or deleted mid-training under retries, a script failing its last try, sync and deferrable, a deferred job
-whose master's lines the trigger relays every half second, and a PyTorchJob whose task loses its rights mid-wait.
+whose master's lines the trigger relays every half second, replicas of several processes and GPUs, and a
+PyTorchJob whose task loses its rights mid-wait.
 The namespace is the DAG id's."""
 
 from __future__ import annotations
@@ -33,6 +34,15 @@ for dag_id, deferrable in (("k8s_timed_out", False), ("k8s_timed_out_deferrable"
     _train_dag(dag_id, deferrable, execution_timeout=timedelta(seconds=5))
 
 _train_dag("k8s_deferred_logs", True, logging_interval=0.5, startup_timeout=60)
+
+# Two replicas of two processes on two GPUs each ("auto": one process per GPU): what the table, the job record and
+# its usage count of them, in the task and in the triggerer.
+for dag_id, deferrable in (("k8s_nproc", False), ("k8s_nproc_deferrable", True)):
+    _train_dag(dag_id, deferrable, environment={
+        "resources": {"gpu": {"limits": 2}},
+        "pytorch": {"n_workers": 1, "n_proc_per_node": "auto",
+                    "default_worker": {"resources": {"gpu": {"limits": 2}}}}},
+        startup_timeout=60)
 
 # The hang watchdog: progress_timeout of a few seconds; the task's execution_timeout is the slack past which a
 # watchdog that did not fire fails the task otherwise (AirflowTaskTimeout, not JobHungError).

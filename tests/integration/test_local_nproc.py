@@ -29,6 +29,31 @@ def test_two_replicas_of_three_processes_train_one_ddp_model_with_every_rank_var
     assert [r["state"] for r in result["replicas"]] == ["succeeded", "succeeded"]
 
 
+def test_the_table_the_record_usage_and_the_job_view_count_three_processes_per_replica(capfd):
+    from airflow_distributed.plugins.job_state import TaskInstanceRef
+    from airflow_distributed.plugins.page import job_page
+
+    run, states = run_dag("local_nproc_ddp")
+
+    out = capfd.readouterr().out
+    assert states == {"train": "success"}, out[-6000:]
+    # The task log's table: a column of each replica's processes; none of GPUs, which no replica asked for.
+    assert re.search(r"REPLICA +ROLE +INDEX +STATE +WHERE +PROCESSES +RESTARTS +EXIT\n", out), out[-6000:]
+    assert re.search(r"-master-0 +master +0 +succeeded +pid \d+ +3 +0 +0\b", out), out[-6000:]
+    assert re.search(r"-worker-0 +worker +0 +succeeded +pid \d+ +3 +0 +0\b", out), out[-6000:]
+    record = xcom(run, "train", key="job")
+    assert [(r["processes"], "gpus" in r) for r in record["replicas"]] == [(3, False), (3, False)]
+    usage = record["usage"]
+    assert [row["processes"] for row in usage["replicas"].values()] == [3, 3]
+    # every process of a replica counts: 3 process-seconds per second a replica ran
+    assert usage["process_seconds"] == pytest.approx(3 * usage["running_seconds"], abs=0.01)
+    assert usage["running_seconds"] > 0
+    page = job_page(record, TaskInstanceRef(dag_id=run.dag_id, run_id=run.run_id, task_id="train"),
+                    source="recorded", show_logs=False, json_href="/x")
+    assert "world size 6: 2 replicas \u00d7 3 processes" in page
+    assert page.count('<td class="num processes">3</td>') == 2
+
+
 def test_a_hung_replica_of_several_processes_prints_the_stacks_of_each(capfd):
     _, states = run_dag("local_nproc_hung")
 

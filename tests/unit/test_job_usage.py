@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from airflow_distributed.jobstate.pod_state import pod_essentials
 from airflow_distributed.jobstate.usage import ReplicaRun, Requests, add_usage, job_usage, pod_requests, pod_run
 from airflow_distributed.spec import load_spec
 
@@ -23,8 +24,9 @@ def test_a_pod_costs_its_containers_requests_from_its_start_to_its_last_containe
     assert run.requests == Requests(cpu=1.6, memory_gib=2.0, gpu=2.0)
     assert run.ended - run.started == 100.0
     usage = job_usage([run], wall_seconds=120.0)
-    assert usage["replicas"]["m"] == {"runs": 1, "cpu": 1.6, "memory_gib": 2.0, "gpu": 2.0, "running_seconds": 100.0,
-                                      "cpu_seconds": 160.0, "memory_gib_seconds": 200.0, "gpu_seconds": 200.0}
+    assert usage["replicas"]["m"] == {"runs": 1, "cpu": 1.6, "memory_gib": 2.0, "gpu": 2.0, "processes": 1,
+                                      "running_seconds": 100.0, "cpu_seconds": 160.0, "memory_gib_seconds": 200.0,
+                                      "gpu_seconds": 200.0, "process_seconds": 100.0}
     assert (usage["wall_seconds"], usage["tries"], usage["cpu_seconds"]) == (120.0, 1, 160.0)
 
 
@@ -36,6 +38,24 @@ def test_a_pod_still_running_counts_to_now_and_one_never_started_counts_nothing(
     usage = job_usage([running, pending], 40.0)
     assert usage["replicas"]["p"]["runs"] == 0 and usage["replicas"]["p"]["cpu_seconds"] == 0.0
     assert usage["cpu_seconds"] == 1.1 * 30
+
+
+def test_a_replica_of_several_processes_counts_each_of_them_and_each_of_its_gpus():
+    # A pod as the API server returns it, then as a waiter keeps it (``pod_essentials``): 4 processes on 4 GPUs.
+    pod = _pod("2026-01-01T00:00:00Z", ["2026-01-01T00:01:40Z", "2026-01-01T00:01:40Z"],
+               {"cpu": "8", "nvidia.com/gpu": "4"}, {"nvidia.com/gpu": "4"})
+    pod["spec"]["containers"][0]["env"] = [{"name": "MASTER_ADDR", "value": "m"},
+                                           {"name": "PET_NPROC_PER_NODE", "value": "4"}]
+    for seen in (pod, pod_essentials(pod)):
+        usage = add_usage(job_usage([pod_run("m", seen, now=0.0)], 100.0),
+                          job_usage([pod_run("m", seen, now=0.0), pod_run("w", pod, now=0.0)], 100.0))
+        assert usage["replicas"]["m"]["processes"] == 4
+        assert (usage["replicas"]["m"]["gpu_seconds"], usage["replicas"]["m"]["process_seconds"]) == (800.0, 800.0)
+        assert (usage["running_seconds"], usage["gpu_seconds"], usage["process_seconds"]) == (300.0, 1200.0, 1200.0)
+    assert pod_essentials(pod)["spec"]["containers"][0]["env"] == [{"name": "PET_NPROC_PER_NODE", "value": "4"}]
+    # a replica that says nothing of its processes runs one
+    assert job_usage([pod_run("x", _pod("2026-01-01T00:00:00Z", ["2026-01-01T00:00:10Z"], {}), 0)],
+                     10.0)["process_seconds"] == 10.0
 
 
 def test_runs_of_one_replica_and_earlier_tries_add_up():

@@ -73,7 +73,7 @@ class KubeflowBackend:
 
     def check(self, settings: ForCluster, spec: TrainingSpec | None) -> list[tuple[str, str]]:
         return (check_kubeflow_arguments(settings, spec) + trainjob_only(settings, spec, self.name)
-                + process_problems(spec, self.name))
+                + process_problems(spec))
 
     def run(self, task: TaskCalls, settings: ForCluster, context: Context, spec: TrainingSpec, job_name: str,
             command: Sequence[str]) -> dict[str, Any]:

@@ -49,7 +49,7 @@ class KubernetesBackend:
 
     def check(self, settings: ForCluster, spec: TrainingSpec | None) -> list[Problem]:
         return (check_kubernetes_arguments(settings) + trainjob_only(settings, spec, self.name)
-                + process_problems(spec, self.name))
+                + process_problems(spec))
 
     def run(self, task: TaskCalls, settings: ForCluster, context: Context, spec: TrainingSpec, job_name: str,
             command: Sequence[str]) -> dict[str, Any]:

@@ -105,8 +105,7 @@ def check_ray_arguments(settings: ForRay, spec: TrainingSpec | None) -> list[Pro
         for name, why in REFUSED_POD_SETTINGS.items():
             if getattr(settings_of, name):
                 problems.append((f"{path}.{name}", f"is not honoured by backend='ray': {why}"))
-    return (problems + trainjob_only(settings, spec, RayBackend.name)
-            + process_problems(spec, RayBackend.name, one_process="one actor per replica, no launcher in it yet"))
+    return problems + trainjob_only(settings, spec, RayBackend.name) + process_problems(spec)
 
 
 __all__ = ["RayBackend", "check_ray_arguments"]

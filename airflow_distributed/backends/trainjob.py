@@ -55,7 +55,7 @@ def check_trainjob_arguments(settings: ForCluster, spec: TrainingSpec | None) ->
             problems.append((argument, f"not taken by backend='trainjob': {why}"))
     if spec is None:
         return problems
-    return problems + trainjob_problems(spec, trainjob_options(settings).runtime) + process_problems(spec, "trainjob")
+    return problems + trainjob_problems(spec, trainjob_options(settings).runtime) + process_problems(spec)
 
 
 class TrainJobBackend(KubeflowBackend):

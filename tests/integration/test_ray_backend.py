@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_distributed.manifests.ray import DEFAULT_WORK_ROOT
+from airflow_distributed.manifests.ray import DEFAULT_WORK_ROOT, REPORT_MARK
 from airflow_distributed.replica.checkpoints import CHECKPOINT_FILE
 from tests.conftest import ROOT
 from tests.hang_scripts import gloo_hang_failure, last_report_named
@@ -36,6 +36,7 @@ from tests.helpers import (
     wait_until,
     xcom,
 )
+from tests.process_variables import ranks_expected, ranks_seen
 from tests.ray_cluster import LOOPBACK_ONLY, RayCluster
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
@@ -216,6 +217,26 @@ def test_a_failing_worker_stops_the_others_and_fails_the_task_naming_it(ray_clus
     assert states["worker-1"] == ("failed", 3)
     assert states["master-0"][0] == states["worker-0"][0] == "stopped"
     assert [job["status"] for job in jobs_of(ray_cluster, "ray_worker_crash")] == ["FAILED"]
+    assert_nothing_left(ray_cluster)
+
+
+def test_two_replicas_of_two_processes_on_ray_train_one_ddp_model_with_every_rank_variable_right(ray_cluster, capfd):
+    # One actor per replica runs torch's launcher, which starts the replica's 2 processes.
+    run, states = run_dag("ray_nproc_ddp")
+
+    out = capfd.readouterr().out
+    assert states == {"train": "success"}, out[-6000:]
+    result = xcom(run, "train")
+    assert [(r["role"], r["index"], r["exit_code"]) for r in result["replicas"]] == [("master", 0, 0), ("worker", 0, 0)]
+    # Every process's lines are in the Ray Job's log, as its actor read them from the launcher's output (the
+    # driver's reports, which quote them as JSON, left out).
+    logs = "\n".join(line for line in ray_cluster.get(f"/api/jobs/{result['job_name']}/logs")["logs"].splitlines()
+                     if not line.startswith(REPORT_MARK))
+    assert ranks_seen(logs) == ranks_expected(2, 2), logs[-6000:]
+    # The script fails unless all 4 ranks ended with the same parameters; rank 0 alone reports, having compared them.
+    assert "parameters identical on all ranks" in logs
+    metrics = xcom(run, "train", "metrics")
+    assert metrics["world_size"] == 4 and metrics["final_loss"] < metrics["initial_loss"]
     assert_nothing_left(ray_cluster)
 
 

@@ -115,3 +115,10 @@ with DAG(dag_id="ray_nproc_ddp", schedule=None, start_date=START, catchup=False,
         environment={"pytorch": {"n_workers": 1, "n_proc_per_node": 2}, **HALF_A_CORE},
         model_dir=os.path.join(MODELS, "ray_nproc_ddp"), stop_grace_period=1.0, settle_period=2.0,
     )
+# One replica of 3 processes, 2 blocked in a gloo all-reduce that the third never joins: the driver's hang watchdog
+# asks every process of the replica for its stacks, though torch's launcher started each in a session of its own.
+with DAG(dag_id="ray_nproc_hung", schedule=None, start_date=START, catchup=False, tags=["test", "ray"]) as nproc_hung:
+    DistributedTrainingOperator(
+        task_id="train", framework="pytorch", backend="ray", python=sys.executable, command=["python", "-c", GLOO_HANG],
+        environment={"pytorch": {"n_workers": 0, "n_proc_per_node": 3}, **HALF_A_CORE},
+        model_dir=os.path.join(MODELS, "ray_nproc_hung"), stop_grace_period=1.0, retries=0, **_hangs)

@@ -228,15 +228,32 @@ def test_two_replicas_of_two_processes_on_ray_train_one_ddp_model_with_every_ran
     assert states == {"train": "success"}, out[-6000:]
     result = xcom(run, "train")
     assert [(r["role"], r["index"], r["exit_code"]) for r in result["replicas"]] == [("master", 0, 0), ("worker", 0, 0)]
-    # Every process's lines are in the Ray Job's log, as its actor read them from the launcher's output (the
-    # driver's reports, which quote them as JSON, left out).
-    logs = "\n".join(line for line in ray_cluster.get(f"/api/jobs/{result['job_name']}/logs")["logs"].splitlines()
-                     if not line.startswith(REPORT_MARK))
+    # Every process's lines are in the Ray Job's log, as its actor read them from the launcher's output.
+    logs = actor_lines(ray_cluster, result["job_name"])
     assert ranks_seen(logs) == ranks_expected(2, 2), logs[-6000:]
     # The script fails unless all 4 ranks ended with the same parameters; rank 0 alone reports, having compared them.
     assert "parameters identical on all ranks" in logs
     metrics = xcom(run, "train", "metrics")
     assert metrics["world_size"] == 4 and metrics["final_loss"] < metrics["initial_loss"]
+    assert_nothing_left(ray_cluster)
+
+
+def actor_lines(cluster: RayCluster, job: str) -> str:
+    """The lines the actors printed to the Ray Job's log (the driver's reports, which quote them as JSON, left out)."""
+    logs = cluster.get(f"/api/jobs/{job}/logs")["logs"]  # type: ignore[index]
+    return "\n".join(line for line in logs.splitlines() if not line.startswith(REPORT_MARK))
+
+
+def test_a_hung_replica_of_several_processes_on_ray_prints_the_stacks_of_each_and_leaves_none(ray_cluster, capfd):
+    run, states = run_dag("ray_nproc_hung")
+
+    out = capfd.readouterr().out
+    assert states == {"train": "failed"}, out[-6000:]
+    assert "JobHungError: " in out, out[-6000:]
+    # faulthandler's stack of each rank's main thread names the function it is blocked in, one line per process.
+    lines = actor_lines(ray_cluster, xcom(run, "train", "job")["job_name"])
+    assert sum("in block_in_all_reduce" in line for line in lines.splitlines()) == 2, lines[-6000:]
+    assert sum("in never_join" in line for line in lines.splitlines()) == 1, lines[-6000:]
     assert_nothing_left(ray_cluster)
 
 

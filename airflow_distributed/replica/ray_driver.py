@@ -52,6 +52,8 @@ from airflow_distributed.replica.live_report import is_record, reports_progress
 from airflow_distributed.spec.models import TrainingSpec
 from airflow_distributed.status import ReplicaState, ReplicaStatus
 
+#: The module that stops what is left of a launcher's replica once its actor is gone unannounced.
+GUARD_MODULE = "airflow_distributed.replica.orphan_guard"
 #: Seconds between two live reports (the master's document), when it changed.
 LIVE_INTERVAL = 2.0
 #: A stop of the Ray Job gives the driver 3 s (``RAY_JOB_STOP_WAIT_TIME_S``) before SIGKILL: the replicas get less.
@@ -144,9 +146,11 @@ class ReplicaActor:
               launcher: bool = False) -> int:
         """Write the job's files on this node and start the replica's command in the work folder; its pid.
 
-        :param launcher: the command is a launcher of several processes (``n_proc_per_node``): should this actor die
-            unannounced, it is sent SIGTERM, which it handles by stopping its processes, rather than SIGKILL, which
-            would leave them running.
+        :param launcher: the command is a launcher of several processes (``n_proc_per_node``), which it starts in
+            sessions of their own: should this actor die unannounced, the launcher is sent SIGTERM, which it handles by
+            stopping its processes, rather than SIGKILL, which would leave them running; and as Ray SIGKILLs an
+            actor's children when it kills the actor, an ``orphan_guard`` watching from outside the actor's tree
+            kills whatever of the replica is left.
         """
         os.makedirs(files_dir, exist_ok=True)
         for file_name, text in files.items():
@@ -157,10 +161,22 @@ class ReplicaActor:
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
             preexec_fn=(lambda: die_with_parent(signal.SIGTERM)) if launcher else die_with_parent,
         )
+        if launcher:
+            self._guard()
         self._moments["started"] = time.time()
         self._pump = threading.Thread(target=self._read, args=(name,), daemon=True)
         self._pump.start()
         return self._process.pid
+
+    def _guard(self) -> None:
+        """Start the replica's ``orphan_guard``, detached from this actor: the shell that starts it in the background
+        exits at once, so the guard is no child of the actor that Ray would kill with it."""
+        assert self._process is not None
+        subprocess.run(
+            ["sh", "-c", 'exec "$@" </dev/null >/dev/null 2>&1 &', "sh", sys.executable, "-m", GUARD_MODULE,
+             str(os.getpid()), str(self._process.pid)],
+            check=True, start_new_session=True,
+        )
 
     def _read(self, name: str) -> None:
         assert self._process is not None and self._process.stdout is not None

@@ -122,3 +122,10 @@ with DAG(dag_id="ray_nproc_hung", schedule=None, start_date=START, catchup=False
         task_id="train", framework="pytorch", backend="ray", python=sys.executable, command=["python", "-c", GLOO_HANG],
         environment={"pytorch": {"n_workers": 0, "n_proc_per_node": 3}, **HALF_A_CORE},
         model_dir=os.path.join(MODELS, "ray_nproc_hung"), stop_grace_period=1.0, retries=0, **_hangs)
+# 2 replicas of 2 processes that would train for an hour: for the tests that end them from outside.
+with DAG(dag_id="ray_nproc_long", schedule=None, start_date=START, catchup=False, tags=["test", "ray"]) as nproc_long:
+    DistributedTrainingOperator(
+        task_id="train", framework="pytorch", backend="ray", python=sys.executable,
+        command=["python", str(TRAINING_DIR / "pytorch_ddp.py"), *slow],
+        environment={"pytorch": {"n_workers": 1, "n_proc_per_node": 2}, **HALF_A_CORE},
+        model_dir=os.path.join(MODELS, "ray_nproc_long"), stop_grace_period=1.0, retries=0)

@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,9 +22,10 @@ import urllib.error
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
-from airflow_distributed.manifests.ray import DEFAULT_WORK_ROOT, REPORT_MARK
+from airflow_distributed.manifests.ray import DEFAULT_WORK_ROOT, DRIVER_MODULE, REPORT_MARK
 from airflow_distributed.replica.checkpoints import CHECKPOINT_FILE
 from tests.conftest import ROOT
 from tests.hang_scripts import gloo_hang_failure, last_report_named
@@ -331,6 +333,40 @@ def test_a_killed_task_stops_its_ray_job_and_leaves_nothing_running(ray_cluster)
         proc.wait(timeout=60)
 
     assert [job["status"] for job in jobs_of(ray_cluster, "ray_long_running")] == ["STOPPED"]
+    assert_nothing_left(ray_cluster)
+
+
+def _driver_of(cluster: RayCluster, job: str) -> list:
+    """The driver process of Ray Job ``job`` (one of the cluster's processes)."""
+    found = []
+    for proc in cluster.family():
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            # The interpreter running the module (Ray starts it through a shell, whose command line names it too).
+            if proc.cmdline()[1:3] == ["-m", DRIVER_MODULE] and job in json.dumps(proc.environ()):
+                found.append(proc)
+    return found
+
+
+@pytest.mark.parametrize("end", ["task killed", "driver killed"])
+def test_an_ended_job_of_several_processes_per_replica_on_ray_leaves_none_of_them(ray_cluster, end):
+    # Torch's launcher starts each process in a session of its own: neither the launcher's process group nor, once
+    # it is gone, its process tree reaches them. A killed task stops the job (SIGTERM to its driver); a driver
+    # SIGKILLed takes its actors with it, and each launcher is then sent SIGTERM by the kernel, so that it stops its
+    # processes rather than leave them training.
+    with _in_a_task_process("ray_nproc_long") as proc:
+        wait_until(lambda: len(replica_processes("train-")) == 6 and jobs_of(ray_cluster, "ray_nproc_long"),
+                   timeout=120, interval=0.5)
+        [job] = jobs_of(ray_cluster, "ray_nproc_long")
+        if end == "task killed":
+            proc.send_signal(signal.SIGTERM)  # what Airflow sends a task it kills; its handler runs on_kill()
+        else:
+            [driver] = _driver_of(ray_cluster, job["submission_id"])
+            driver.kill()
+        proc.wait(timeout=60)
+
+    wait_until(lambda: replica_processes("train-") == [], timeout=30)
+    if end == "driver killed":  # no clean-up ran: the job's work folder stays on its node (Ray removes the rest)
+        shutil.rmtree(WORK_ROOT / "jobs" / job["submission_id"], ignore_errors=True)
     assert_nothing_left(ray_cluster)
 
 

@@ -4,7 +4,7 @@ A ``backend="ray"`` replica that runs a launcher (torch's, for ``n_proc_per_node
 their own. When its actor dies unannounced (its driver SIGKILLed: Ray kills the driver's actors, and SIGKILLs their
 direct children), the launcher dies and its processes live on, orphans that would go on training. This guard is
 started by the actor beside the replica, detached from it (not its child, so that Ray's killing of the actor's
-children spares it): it remembers the replica's descendants as it sees them, and when the actor is gone it SIGKILLs
+children spares it): it remembers every descendant of the replica it sees, and when the actor is gone it SIGKILLs
 the replica's process group and every descendant it remembers. It exits once the replica and its descendants are
 gone, whichever way they went.
 
@@ -35,12 +35,13 @@ def family(root: psutil.Process) -> list[psutil.Process]:
 
 def guard(actor: psutil.Process, root: psutil.Process, interval: float = INTERVAL) -> bool:
     """Watch until the replica's tree is gone (``False``) or ``actor`` is (``True``, what was left killed)."""
-    known: list[psutil.Process] = []
+    # Every process ever seen in the tree, not the last look only: once the launcher is a zombie (SIGKILLed, not yet
+    # reaped) its tree shows it alone, its processes already reparented away.
+    known: dict[int, psutil.Process] = {}
     while True:
-        seen = family(root)
-        if seen:
-            known = seen
-        alive = [member for member in known if member.is_running()]
+        known.update((member.pid, member) for member in family(root)
+                     if member.pid not in known or not known[member.pid].is_running())
+        alive = [member for member in known.values() if member.is_running()]
         if not alive:
             return False
         if not actor.is_running():

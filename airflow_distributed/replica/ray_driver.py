@@ -216,10 +216,11 @@ class ReplicaActor:
             return []
 
     def _remember_family(self) -> None:
-        # Kept when none are seen (the replica is gone and its tree with it): its processes may live on as orphans.
-        descendants = self._family()[1:]
-        if descendants:
-            self._known_family = descendants
+        # Those seen before are kept while they run (a process gone from the tree, the replica's exit reparenting
+        # it, may live on as an orphan); a pid seen again with another start time is another process.
+        known = {member.pid: member for member in self._known_family if member.is_running()}
+        known.update((member.pid, member) for member in self._family()[1:] if member.pid not in known)
+        self._known_family = list(known.values())
 
     def dump_stacks(self, signal_name: str, folder: str) -> int:
         """Send ``signal_name`` to each process of the replica that registered its stack dump in ``folder``

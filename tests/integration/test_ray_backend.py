@@ -237,7 +237,25 @@ def test_two_replicas_of_two_processes_on_ray_train_one_ddp_model_with_every_ran
     assert "parameters identical on all ranks" in logs
     metrics = xcom(run, "train", "metrics")
     assert metrics["world_size"] == 4 and metrics["final_loss"] < metrics["initial_loss"]
-    assert_nothing_left(ray_cluster)
+    assert_no_process_left(ray_cluster)
+
+
+def orphan_guards() -> list[psutil.Process]:
+    """The orphan guards of this test session's replicas still running (``replica.orphan_guard``)."""
+    from airflow_distributed.replica.ray_driver import GUARD_MODULE
+
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            if GUARD_MODULE in proc.cmdline() and proc.environ().get("AIRFLOW_HOME") == os.environ.get("AIRFLOW_HOME"):
+                found.append(proc)
+    return found
+
+
+def assert_no_process_left(cluster: RayCluster) -> None:
+    """``assert_nothing_left``, and no orphan guard either: each ends with its replica's processes."""
+    assert_nothing_left(cluster)
+    wait_until(lambda: orphan_guards() == [], timeout=10)
 
 
 def actor_lines(cluster: RayCluster, job: str) -> str:
@@ -256,7 +274,7 @@ def test_a_hung_replica_of_several_processes_on_ray_prints_the_stacks_of_each_an
     lines = actor_lines(ray_cluster, xcom(run, "train", "job")["job_name"])
     assert sum("in block_in_all_reduce" in line for line in lines.splitlines()) == 2, lines[-6000:]
     assert sum("in never_join" in line for line in lines.splitlines()) == 1, lines[-6000:]
-    assert_nothing_left(ray_cluster)
+    assert_no_process_left(ray_cluster)
 
 
 # The driver keeps the clock in both wait modes; the synchronous case (about 30 s) runs with the slow tests.
@@ -357,6 +375,7 @@ def test_an_ended_job_of_several_processes_per_replica_on_ray_leaves_none_of_the
         wait_until(lambda: len(replica_processes("train-")) == 6 and jobs_of(ray_cluster, "ray_nproc_long"),
                    timeout=120, interval=0.5)
         [job] = jobs_of(ray_cluster, "ray_nproc_long")
+        assert len(orphan_guards()) == 2  # one per replica, while it runs
         if end == "task killed":
             proc.send_signal(signal.SIGTERM)  # what Airflow sends a task it kills; its handler runs on_kill()
         else:
@@ -367,7 +386,7 @@ def test_an_ended_job_of_several_processes_per_replica_on_ray_leaves_none_of_the
     wait_until(lambda: replica_processes("train-") == [], timeout=30)
     if end == "driver killed":  # no clean-up ran: the job's work folder stays on its node (Ray removes the rest)
         shutil.rmtree(WORK_ROOT / "jobs" / job["submission_id"], ignore_errors=True)
-    assert_nothing_left(ray_cluster)
+    assert_no_process_left(ray_cluster)
 
 
 def _gone_with_nothing_left(cluster: RayCluster, job: str) -> None:

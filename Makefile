@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a fresh machine (make test also builds .venvs/mxnet, .venvs/paddle,
-# .venvs/paddle-ps, .venvs/mlflow, and the Kubernetes control plane and real node the tests run against, cached
-# under ~/.cache):
+# .venvs/paddle-ps, .venvs/mlflow, .venvs/launchers, and the Kubernetes control plane and real node the tests run
+# against, cached under ~/.cache):
 #   make example   installs what it needs and runs the PyTorch example DAG on the local backend
 #   make test      installs the test dependencies and runs the default test suite
 PYTHON ?= python3
@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: example test test-slow test-all horovod lint wheel mxnet paddle paddle-ps mlflow tensorboard browser kube bench gpu-carry clean
+.PHONY: example test test-slow test-all horovod lint wheel mxnet paddle paddle-ps mlflow tensorboard launchers browser kube bench gpu-carry clean
 
 # pip's output goes to a log that is shown only when the install fails.
 PIP_INSTALL = $(PY) -m pip install --quiet --disable-pip-version-check
@@ -43,6 +43,11 @@ mlflow:
 tensorboard:
 	bash scripts/framework-venv.sh tensorboard $(PYTHON)
 
+# DeepSpeed and Accelerate over the CPU torch for the launcher tests (about 25 s to install, plus DeepSpeed's
+# shared-memory collectives compiled once into torch's extension cache: 40 s of CPU; the tests build it when missing).
+launchers:
+	bash scripts/framework-venv.sh launchers $(PYTHON)
+
 # The browser test drives Debian's Chromium; installed when missing and we may (root), else that test skips.
 browser:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
@@ -59,7 +64,7 @@ kube:
 	bash scripts/build-kube-node.sh
 	nice -n 10 bash scripts/build-kube-node-images.sh >/dev/null
 
-test: $(VENV)/.installed-test mxnet paddle paddle-ps mlflow browser kube
+test: $(VENV)/.installed-test mxnet paddle paddle-ps mlflow launchers browser kube
 	$(PY) -m pytest -m "not slow" --durations=30 $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed-test
@@ -74,13 +79,13 @@ wheel:
 horovod: $(VENV)/.installed-test
 	bash scripts/build-horovod.sh $(PY)
 
-test-slow: $(VENV)/.installed-test mxnet paddle paddle-ps tensorboard horovod
+test-slow: $(VENV)/.installed-test mxnet paddle paddle-ps tensorboard launchers horovod
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 
 # The default and the slow tests in one pytest session (CI's run): the same tests as `make test` then `make test-slow`,
 # but what each session sets up is set up once: the collection (it imports TensorFlow, torch and JAX: 30-90 s on 2
 # busy cores), the Airflow database, the control planes, the real node, the Ray cluster and each module's servers.
-test-all: $(VENV)/.installed-test mxnet paddle paddle-ps mlflow tensorboard browser kube horovod
+test-all: $(VENV)/.installed-test mxnet paddle paddle-ps mlflow tensorboard launchers browser kube horovod
 	$(PY) -m pytest --durations=30 $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed-test

@@ -76,6 +76,8 @@ class ClusterPlan:
     #: training processes each replica runs under its framework's launcher (``environment.pytorch.n_proc_per_node``
     #: resolved; the same on every replica, as torchrun needs)
     processes_per_replica: int = 1
+    #: the launcher each replica runs (``environment.pytorch.launcher``), ``None`` where the spec names none
+    launcher: str | None = None
 
     @property
     def master(self) -> Replica:

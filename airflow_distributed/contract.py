@@ -41,6 +41,10 @@ ENV_STACKS_DIR = "AIRFLOW_DISTRIBUTED_STACKS_DIR"
 #: that watches the master's log for hangs, so that a record held back (the master's last report before it blocks)
 #: is printed well within ``progress_timeout``.
 ENV_RECORD_INTERVAL = "AIRFLOW_DISTRIBUTED_RECORD_INTERVAL"
+#: The job's world size as planned (replicas x processes per replica), given to the replicas of a PyTorch job whose
+#: processes a launcher starts (``environment.pytorch.launcher``): each process compares it with the ``WORLD_SIZE``
+#: its launcher gave it before it trains (``replica/world_size.py``).
+ENV_WORLD_SIZE = "AIRFLOW_DISTRIBUTED_WORLD_SIZE"
 
 #: The output document's keys: what the master reported. ``progress`` and ``return_value`` are there once reported.
 METRICS, MODEL_PATH, HISTORY, PROGRESS, RETURN_VALUE = "metrics", "model_path", "history", "progress", "return_value"
@@ -68,6 +72,7 @@ __all__ = [
     "ENV_STACKS_SIGNAL",
     "ENV_TENSORBOARD_DIR",
     "ENV_TRY_NUMBER",
+    "ENV_WORLD_SIZE",
     "HISTORY",
     "METRICS",
     "MODEL_PATH",

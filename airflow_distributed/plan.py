@@ -116,7 +116,8 @@ def build_plan(
         replicas.append(Replica(role, index, name, host, port, ordinal == 0, settings))
     plan = ClusterPlan(job_name, framework.name, backend, tuple(replicas), layout, launch, try_number=try_number,
                        elastic=elastic_plan(spec), secret_files=MappingProxyType(dict(secret_files or {})),
-                       processes_per_replica=processes_per_replica(spec))
+                       processes_per_replica=processes_per_replica(spec),
+                       launcher=getattr(spec.cluster, "launcher", None))
     job_files = dict(framework.files(plan))
     clash = sorted(set(job_files) & set(files or {}))
     if clash:

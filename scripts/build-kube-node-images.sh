@@ -11,7 +11,7 @@
 #             this project (no dependencies: training code imports airflow_distributed.tracking only), and the
 #             example training scripts at /opt/airflow-distributed/training. Three layers: the system, torch (both
 #             reused while their recipe stays the same), the project (rebuilt when its sources change).
-#   --with tensorflow | jax | xgboost | mxnet | paddle
+#   --with tensorflow | jax | xgboost | mxnet | paddle | paddle_ps
 #             trainer-<framework>: the same system and project layers around that framework's CPU wheels (the
 #             versions of pyproject.toml's extras or of scripts/framework-venv.sh) instead of torch; built only
 #             when asked, as each weighs hundreds of megabytes (the slow tests ask).
@@ -51,6 +51,9 @@ declare -A framework_requirements=(
     [mxnet]="mxnet==1.9.1 numpy<1.24"
     # Paddle imports setuptools at run time without requiring it (a virtualenv has it; a --target install not).
     [paddle]="paddlepaddle==3.3.1 setuptools"
+    # Paddle's parameter-server mode: the 2.6 wheels (the 3.x CPU ones lack its core), with scripts/framework-venv.sh's
+    # protobuf pin for them.
+    [paddle_ps]="paddlepaddle==2.6.2 protobuf==4.25.8 setuptools"
     # Horovod's wheel, found below, is added to torch's.
     [horovod]="$torch_requirement"
 )
@@ -59,6 +62,7 @@ declare -A framework_requirements=(
 declare -A framework_packages=(
     [mxnet]="libgomp1 libquadmath0"
     [paddle]="libgomp1"
+    [paddle_ps]="libgomp1"
 )
 # Debian packages a framework's image installs with apt (in a chroot of the system layer), in a layer of their own.
 declare -A framework_apt_packages=(

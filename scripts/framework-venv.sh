@@ -15,12 +15,19 @@
 # - tensorboard: TensorBoard's server (`tensorboard --logdir`) and its event writer, which the tests' replicas use to
 #   write into AIRFLOW_DISTRIBUTED_TENSORBOARD_DIR (no TensorFlow, no torch): its protobuf and werkzeug are not the main
 #   environment's to choose.
+# - launchers: DeepSpeed and Hugging Face Accelerate over the CPU torch 2.13.0 (the wheel on disk), for the launcher
+#   tests (`deepspeed`'s per-node launcher, `accelerate launch`). DeepSpeed builds none of its C++/CUDA ops at install
+#   (DS_BUILD_OPS=0), but on the CPU its process group set-up compiles one, the shared-memory collectives
+#   (`deepspeed_shm_comm`, 40 s of CPU, over 2 min on 2 busy cores), into torch's extension cache
+#   (~/.cache/torch_extensions): built here once, so no test run pays it. Kept apart from the main environment:
+#   DeepSpeed brings ninja, hjson, msgpack, einops and py-cpuinfo, Accelerate the Hugging Face Hub client, none of
+#   which the provider uses.
 #
-# Usage: scripts/framework-venv.sh mxnet|paddle|paddle-ps|mlflow|tensorboard [python]   (default: python3 on PATH)
+# Usage: scripts/framework-venv.sh mxnet|paddle|paddle-ps|mlflow|tensorboard|launchers [python]   (default: python3 on PATH)
 # Idempotent: a complete environment is left alone. Quiet unless failing; prints the environment's python at the end.
 set -euo pipefail
 
-name="${1:?usage: scripts/framework-venv.sh mxnet|paddle|paddle-ps|mlflow|tensorboard [python]}"
+name="${1:?usage: scripts/framework-venv.sh mxnet|paddle|paddle-ps|mlflow|tensorboard|launchers [python]}"
 base_python="${2:-python3}"
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$repo/.venvs/$name"
@@ -65,8 +72,21 @@ from tensorboard.summary.writer.event_file_writer import EventFileWriter
 assert installed.version("tensorboard") == "2.21.0"' && [[ -x "$venv/bin/tensorboard" ]]
         }
         ;;
+    launchers)
+        requirements=("torch==2.13.0" "deepspeed==0.19.8" "accelerate==1.15.0")
+        export DS_BUILD_OPS=0
+        post_install() {
+            "$venv/bin/python" -c 'from deepspeed.accelerator import get_accelerator
+get_accelerator().create_op_builder("ShareMemCommBuilder").load()'
+        }
+        check() {
+            "$venv/bin/python" -c 'import importlib.metadata as installed, airflow_distributed.tracking
+assert installed.version("deepspeed") == "0.19.8" and installed.version("accelerate") == "1.15.0"
+assert installed.version("torch").startswith("2.13.0")' && [[ -x "$venv/bin/accelerate" ]]
+        }
+        ;;
     *)
-        echo "scripts/framework-venv.sh: no environment for $name; known: mxnet, paddle, paddle-ps, mlflow, tensorboard" >&2
+        echo "scripts/framework-venv.sh: no environment for $name; known: mxnet, paddle, paddle-ps, mlflow, tensorboard, launchers" >&2
         exit 2
         ;;
 esac
@@ -93,6 +113,9 @@ mkdir -p "$(dirname "$venv")"
     || fail "pip install ${requirements[*]}"
 site_packages="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 printf '%s\n' "$repo" >"$site_packages/airflow_distributed_repo.pth"
+if declare -F post_install >/dev/null; then
+    post_install >"$log" 2>&1 || fail "the set-up after installing $name"
+fi
 check >"$log" 2>&1 || fail "importing $name and airflow_distributed.tracking"
 touch "$marker"
 echo "$name environment: $venv/bin/python"

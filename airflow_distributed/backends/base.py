@@ -20,6 +20,7 @@ from airflow_distributed.exceptions import DistributedJobError
 from airflow_distributed.manifests.trainjob_checks import RUNTIME_KINDS
 from airflow_distributed.plan import process_count_problems
 from airflow_distributed.spec import TrainingSpec
+from airflow_distributed.spec.models import SECTION_OF
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -63,6 +64,28 @@ def process_problems(spec: TrainingSpec | None) -> list[Problem]:
     return process_count_problems(spec)
 
 
+def launcher_problems(spec: TrainingSpec | None, backend: str, *, runs: tuple[str, ...] | None = None,
+                      why: str = "") -> list[Problem]:
+    """``launcher`` problems, found when the DAG is parsed: a launcher that cannot run an elastic job, or one that
+    ``backend`` would not run (its operator or its actors start each replica's processes).
+
+    :param runs: the launchers ``backend`` runs; ``None`` where it runs the one the plan wraps each command in.
+    :param why: who starts the processes on ``backend`` instead, for the message.
+    """
+    launcher = getattr(spec.cluster, "launcher", None) if spec is not None else None
+    if spec is None or launcher is None:
+        return []
+    field = f"environment.{SECTION_OF[spec.framework]}.launcher"
+    if getattr(spec.cluster, "elastic", None) is not None and launcher != "torchrun":
+        return [(field, f"{launcher!r} cannot run an elastic job: its replicas run under torch's elastic agent "
+                 "(torchrun); use launcher 'torchrun', or drop elastic")]
+    if runs is not None and launcher not in runs:
+        instead = f", or launcher {' or '.join(repr(name) for name in runs)}" if runs else ""
+        return [(field, f"backend={backend!r} would not run {launcher!r}: {why}; use backend='local' or "
+                 f"'kubernetes'{instead}")]
+    return []
+
+
 def log_ignored(log: Any, backend: str, ignored: Sequence[Problem]) -> None:
     """Say once, in the task log, each setting ``backend`` accepts and does not use."""
     for setting, why in ignored:
@@ -78,6 +101,7 @@ class ClusterSettings:
     namespace: str | None
     clean_pod_policy: Literal["all", "running", "none"] | None
     gpu_resource_key: str
+    shm_size: str | None
     scheduler_name: str | None
     gang_scheduling: Literal["volcano", "scheduler-plugins"] | None
     queue_name: str | None
@@ -230,5 +254,6 @@ class Backend(Protocol):
 
 __all__ = ["OPTION_NAMES", "Backend", "BackendSettings", "ClusterSettings", "DistributedJobError", "ForCluster",
            "ForKubernetes", "ForProcesses", "ForRay", "KubernetesSettings", "Problem", "ProcessSettings", "RaySettings",
-           "TaskCalls", "TrainJobSettings", "has_template", "log_ignored", "process_problems", "trainjob_only",
+           "TaskCalls", "TrainJobSettings", "has_template", "launcher_problems", "log_ignored", "process_problems",
+           "trainjob_only",
            "trainjob_options"]

@@ -35,6 +35,7 @@ def manifest_options(settings: ForCluster, context: Context, namespace: str,
         namespace=namespace,
         image=settings.options.image or "",  # require_image has refused a job without one
         gpu_resource_key=settings.options.gpu_resource_key,
+        shm_size=settings.options.shm_size,
         task_instance=TaskInstanceRef.of(context["ti"]),
         model_volume=settings.options.model_volume,
         scheduler_name=settings.options.scheduler_name,

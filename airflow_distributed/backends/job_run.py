@@ -16,9 +16,11 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_distributed.backends.base import BackendSettings, DistributedJobError, ForCluster, Problem, has_template
+from airflow_distributed.backends.local import pod_settings
 from airflow_distributed.contract import ENV_RECORD_INTERVAL, ENV_STACKS_DIR, ENV_STACKS_SIGNAL
 from airflow_distributed.jobstate.hang_watch import STACKS_DIR, STACKS_SIGNAL
 from airflow_distributed.manifests.gang_scheduling import GANG_SCHEDULERS
+from airflow_distributed.manifests.shared_memory import limit_problems, path_problems, shm_size_problems
 from airflow_distributed.naming import DNS_LABEL_RULE, is_dns_label
 from airflow_distributed.replica.live_report import record_interval
 from airflow_distributed.spec import SpecValidationError
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_distributed.hooks.kube_api import KubeApiHook
+    from airflow_distributed.spec import TrainingSpec
 
 CLEAN_POD_POLICIES = ("all", "running", "none")
 #: XCom of a cluster job while it runs: where the job view finds it live.
@@ -35,9 +38,11 @@ LIVE_JOB_XCOM_KEY = "kubernetes_job"
 TAIL_LINES = 30
 
 
-def check_kubernetes_arguments(settings: ForCluster) -> list[Problem]:
-    """Problems with the Kubernetes arguments every Kubernetes-side backend takes, as ``(argument, message)``."""
+def check_kubernetes_arguments(settings: ForCluster, spec: TrainingSpec | None = None) -> list[Problem]:
+    """Problems with the Kubernetes arguments every Kubernetes-side backend takes, as ``(argument, message)``;
+    with the spec (not a template), also a ``shm_size`` larger than a replica's memory limit."""
     problems = namespace_problems(settings.options.namespace)
+    problems.extend(shm_problems(settings, spec))
     policy = settings.options.clean_pod_policy
     if policy is not None and policy not in CLEAN_POD_POLICIES:
         problems.append(("clean_pod_policy", f"{policy!r} is not supported; allowed: {', '.join(CLEAN_POD_POLICIES)}"))
@@ -45,6 +50,19 @@ def check_kubernetes_arguments(settings: ForCluster) -> list[Problem]:
     if gang is not None and gang not in GANG_SCHEDULERS:
         problems.append(("gang_scheduling", f"{gang!r} is not supported; allowed: {', '.join(GANG_SCHEDULERS)}"))
     return problems
+
+
+def shm_problems(settings: ForCluster, spec: TrainingSpec | None) -> list[Problem]:
+    """``shm_size`` (``manifests.shared_memory``): its value; the paths that would land on the pods' ``/dev/shm``;
+    with the spec, a fixed size above a replica's memory limit."""
+    shm_size = settings.options.shm_size
+    problems = shm_size_problems(shm_size)
+    if problems:
+        return problems
+    paths = [(name, value) for name in ("model_dir", "checkpoint_dir")
+             if not has_template(value := getattr(settings, name))]
+    problems += path_problems(shm_size, paths)
+    return problems + limit_problems(shm_size, [(path, pod.resources) for path, pod in pod_settings(spec)])
 
 
 def stacks_env(settings: ForCluster) -> Mapping[str, str] | None:
@@ -143,4 +161,4 @@ def clean_pod_policy(settings: ForCluster, succeeded: bool, context: Context) ->
 
 __all__ = ["CLEAN_POD_POLICIES", "LIVE_JOB_XCOM_KEY", "NOT_CLEANED_UP", "TAIL_LINES", "check_kubernetes_arguments",
            "clean_pod_policy", "deferral_deadline", "ignored_in_cluster", "job_error",
-           "job_namespace", "last_try", "namespace_problems", "require_image", "stacks_env"]
+           "job_namespace", "last_try", "namespace_problems", "require_image", "shm_problems", "stacks_env"]

@@ -28,7 +28,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_distributed.backends.base import ClusterSettings, log_ignored, process_problems, trainjob_only
+from airflow_distributed.backends.base import (
+    ClusterSettings,
+    launcher_problems,
+    log_ignored,
+    process_problems,
+    trainjob_only,
+)
 from airflow_distributed.backends.job_run import LIVE_JOB_XCOM_KEY, check_kubernetes_arguments, ignored_in_cluster
 from airflow_distributed.manifests.kubeflow_checks import kubeflow_problems
 from airflow_distributed.status import ReplicaState
@@ -47,7 +53,7 @@ def check_kubeflow_arguments(settings: ForCluster, spec: TrainingSpec | None) ->
     Adds ``kubeflow_problems(spec)`` (per-index settings one pod template cannot express) for a spec that is not a
     template; a templated spec is checked when the job is built.
     """
-    problems = check_kubernetes_arguments(settings)
+    problems = check_kubernetes_arguments(settings, spec)
     if spec is None:
         return problems
     return problems + kubeflow_problems(spec)
@@ -73,7 +79,9 @@ class KubeflowBackend:
 
     def check(self, settings: ForCluster, spec: TrainingSpec | None) -> list[tuple[str, str]]:
         return (check_kubeflow_arguments(settings, spec) + trainjob_only(settings, spec, self.name)
-                + process_problems(spec))
+                + process_problems(spec)
+                + launcher_problems(spec, self.name, runs=("torchrun",),
+                                    why="each role's pods run one template, under torchrun only"))
 
     def run(self, task: TaskCalls, settings: ForCluster, context: Context, spec: TrainingSpec, job_name: str,
             command: Sequence[str]) -> dict[str, Any]:

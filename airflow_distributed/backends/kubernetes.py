@@ -18,7 +18,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_distributed.backends.base import ClusterSettings, log_ignored, process_problems, trainjob_only
+from airflow_distributed.backends.base import (
+    ClusterSettings,
+    launcher_problems,
+    log_ignored,
+    process_problems,
+    trainjob_only,
+)
 from airflow_distributed.backends.job_run import check_kubernetes_arguments, ignored_in_cluster
 from airflow_distributed.backends.resumable import ResumableKubernetesJob
 
@@ -48,8 +54,8 @@ class KubernetesBackend:
         return KubernetesJobRun
 
     def check(self, settings: ForCluster, spec: TrainingSpec | None) -> list[Problem]:
-        return (check_kubernetes_arguments(settings) + trainjob_only(settings, spec, self.name)
-                + process_problems(spec))
+        return (check_kubernetes_arguments(settings, spec) + trainjob_only(settings, spec, self.name)
+                + process_problems(spec) + launcher_problems(spec, self.name))
 
     def run(self, task: TaskCalls, settings: ForCluster, context: Context, spec: TrainingSpec, job_name: str,
             command: Sequence[str]) -> dict[str, Any]:

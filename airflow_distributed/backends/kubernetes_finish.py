@@ -28,7 +28,7 @@ from airflow_distributed.exceptions import KubernetesJobError
 from airflow_distributed.jobstate.hang_watch import HUNG_REPLICAS
 from airflow_distributed.jobstate.log_cursor import LogCursor
 from airflow_distributed.jobstate.outcome import HUNG_TAIL_LINES, Ending, JobOutcome
-from airflow_distributed.jobstate.pod_state import log_available
+from airflow_distributed.jobstate.pod_state import log_available, may_have_started
 from airflow_distributed.jobstate.startup import POD_UNKNOWN, first_moments, job_startup, pod_startup
 from airflow_distributed.jobstate.usage import pod_run
 from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER, job_secret_names
@@ -50,6 +50,9 @@ CLEANUP_NOTES = {
 }
 #: Seconds between two looks at a succeeded job's pods while its replicas still running get ``finish_grace`` to end.
 SETTLE_PAUSE = 0.5
+#: Seconds (within ``finish_grace``) a succeeded job's replicas last seen starting get to be reported running or
+#: ended: a real kubelet reports a container's start and end 1-2 s late (its one-second relist, then its status sync).
+LATE_REPORT = 3.0
 #: The note of a ``running`` the user chose, after the last try: no try comes to delete the finished pods.
 KEPT_AFTER_LAST_TRY = ("its pods still running were deleted; the finished ones and the job's Service are kept, as "
                        "clean_pod_policy='running' asks: delete the Service when done with them")
@@ -120,22 +123,35 @@ class KubernetesJobFinish:
         """A succeeded job whose clean-up would delete replicas still running: they get ``finish_grace`` seconds to
         end on their own (one LIST every ``SETTLE_PAUSE``), and the outcome their states as they ended. Workers
         leave the process group a moment after the master: deleted at once, they would read ``stopped`` and the
-        user could not tell a worker that finished from one that was cut off. Those not started (pending) are not
-        waited for; a look that fails keeps the states as they were (the clean-up says ``stopped``)."""
+        user could not tell a worker that finished from one that was cut off. Replicas last seen starting
+        (``pod_state.may_have_started``: scheduled, nothing holding them back) are looked at again for up to
+        ``LATE_REPORT`` seconds (within ``finish_grace``): a real kubelet reports a short replica's run late, and
+        one that ran and exited 0 must not read ``pending``. Those not scheduled, or held back (an image that cannot
+        be pulled), are not waited for; a look that fails keeps the states as they were (the clean-up says
+        ``stopped``)."""
         grace = watch_timings(self.settings).grace_after_success()
-        if (not outcome.succeeded or grace <= 0 or self.policy(True) == "none"
-                or not any(row.state == ReplicaState.RUNNING for row in outcome.replicas)):
+        if not outcome.succeeded or grace <= 0 or self.policy(True) == "none":
+            return outcome
+        running = sum(row.state == ReplicaState.RUNNING for row in outcome.replicas)
+        starting = {row.name for row in outcome.replicas
+                    if row.state == ReplicaState.PENDING and may_have_started(outcome.pods.get(row.name))}
+        if not running and not starting:
             return outcome
         slots = self.elastic.watched(self.slots)
-        running = sum(row.state == ReplicaState.RUNNING for row in outcome.replicas)
-        self.log.info("job %s/%s succeeded: waiting up to %gs for its %d replica(s) still running to end",
-                      self.namespace, self.name, grace, running)
-        deadline = time.monotonic() + grace
+        late = min(grace, LATE_REPORT)
+        self.log.info("job %s/%s succeeded: waiting up to %gs for its %d replica(s) still running to end and up to "
+                      "%gs for the %d last seen starting to be reported", self.namespace, self.name, grace, running,
+                      late, len(starting))
+        began = time.monotonic()
         try:
             while True:
                 tracker = self.hook.job_tracker(self.namespace, self.name, slots)
                 rows = tracker.statuses()
-                if not any(row.state == ReplicaState.RUNNING for row in rows) or time.monotonic() >= deadline:
+                waited = time.monotonic() - began
+                if waited >= grace or (
+                        not any(row.state == ReplicaState.RUNNING for row in rows)
+                        and (waited >= late or not any(row.state == ReplicaState.PENDING and row.name in starting
+                                                       for row in rows))):
                     break
                 time.sleep(SETTLE_PAUSE)
         except KubernetesJobError as error:
@@ -248,4 +264,4 @@ def after_cleanup(rows: Sequence[ReplicaStatus], deleted: bool) -> tuple[Replica
                  else row for row in rows)
 
 
-__all__ = ["SETTLE_PAUSE", "KubernetesJobFinish", "after_cleanup", "delete_secrets"]
+__all__ = ["LATE_REPORT", "SETTLE_PAUSE", "KubernetesJobFinish", "after_cleanup", "delete_secrets"]

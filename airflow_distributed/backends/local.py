@@ -18,6 +18,7 @@ from airflow_distributed.backends.base import (
     Problem,
     ProcessSettings,
     TaskCalls,
+    launcher_problems,
     log_ignored,
     process_problems,
     trainjob_only,
@@ -101,7 +102,8 @@ def check_local_arguments(settings: ForProcesses, spec: TrainingSpec | None) -> 
                 problems.append((f"{path}.{name}", "the local backend has no Secrets or ConfigMaps: the replicas "
                                  "would start without their variables; give them with env= or use "
                                  "backend='kubernetes'"))
-    return problems + trainjob_only(settings, spec, LocalBackend.name) + process_problems(spec)
+    return (problems + trainjob_only(settings, spec, LocalBackend.name) + process_problems(spec)
+            + launcher_problems(spec, LocalBackend.name))
 
 
 def ignored_by_local(settings: ForProcesses, spec: TrainingSpec) -> list[Problem]:
@@ -114,6 +116,8 @@ def ignored_by_local(settings: ForProcesses, spec: TrainingSpec) -> list[Problem
                         "worker slot (it may come from [operators] default_deferrable)"))
     if settings.argument("image_pull_grace"):
         ignored.append(("image_pull_grace", "the replicas pull no image"))
+    if settings.argument("shm_size") not in (None, "auto"):  # "auto", the default, is no request of the user's
+        ignored.append(("shm_size", "the replicas are processes on the worker, sharing its /dev/shm"))
     return ignored + ignored_pod_settings(spec, IGNORED_POD_SETTINGS, "the replicas are processes on the worker")
 
 

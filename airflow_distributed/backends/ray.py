@@ -16,7 +16,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_distributed.backends.base import ForRay, Problem, RaySettings, TaskCalls, process_problems, trainjob_only
+from airflow_distributed.backends.base import (
+    ForRay,
+    Problem,
+    RaySettings,
+    TaskCalls,
+    launcher_problems,
+    process_problems,
+    trainjob_only,
+)
 from airflow_distributed.backends.local import pod_settings
 from airflow_distributed.frameworks import get_framework
 from airflow_distributed.manifests.ray import ray_option_problems
@@ -105,7 +113,8 @@ def check_ray_arguments(settings: ForRay, spec: TrainingSpec | None) -> list[Pro
         for name, why in REFUSED_POD_SETTINGS.items():
             if getattr(settings_of, name):
                 problems.append((f"{path}.{name}", f"is not honoured by backend='ray': {why}"))
-    return problems + trainjob_only(settings, spec, RayBackend.name) + process_problems(spec)
+    return (problems + trainjob_only(settings, spec, RayBackend.name) + process_problems(spec)
+            + launcher_problems(spec, RayBackend.name, runs=(), why="one actor per replica runs its command"))
 
 
 __all__ = ["RayBackend", "check_ray_arguments"]

@@ -314,6 +314,9 @@ def ignored_by_ray(settings: ForRay, spec: TrainingSpec) -> list[Problem]:
                               if settings.argument(name) is not None]
     if settings.argument("image_pull_grace"):
         ignored.append(("image_pull_grace", "the replicas pull no image"))
+    if settings.argument("shm_size") not in (None, "auto"):  # "auto", the default, is no request of the user's
+        ignored.append(("shm_size", "the replicas are processes of the Ray cluster's nodes, sharing each node's "
+                        "/dev/shm"))
     return ignored + ignored_pod_settings(spec, IGNORED_POD_SETTINGS, "the replicas are processes of a Ray job")
 
 

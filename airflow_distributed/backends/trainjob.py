@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING, ClassVar
 
-from airflow_distributed.backends.base import TrainJobSettings, process_problems, trainjob_options
+from airflow_distributed.backends.base import TrainJobSettings, launcher_problems, process_problems, trainjob_options
 from airflow_distributed.backends.job_run import check_kubernetes_arguments
 from airflow_distributed.backends.kubeflow import KubeflowBackend
 from airflow_distributed.manifests.trainjob_checks import RUNTIME_KINDS, trainjob_problems
@@ -42,7 +42,7 @@ def check_trainjob_arguments(settings: ForCluster, spec: TrainingSpec | None) ->
     """Problems with the operator's arguments for ``backend="trainjob"``, as ``(path, message)``, found when the
     DAG is parsed: the framework has a Trainer v2 runtime, one pod template serves every node, and the options
     a TrainJob cannot carry are not set. Light: the typed models are imported only when a job is built."""
-    problems = check_kubernetes_arguments(settings)
+    problems = check_kubernetes_arguments(settings, spec)
     if importlib.util.find_spec(MODELS_PACKAGE) is None:  # found, not imported: a DAG parse stays light
         problems.append(("backend", f"backend='trainjob' needs the 'trainjob' extra, which is not installed here "
                          f"(no module {MODELS_PACKAGE!r}): pip install 'airflow-distributed[trainjob]'"))
@@ -55,7 +55,8 @@ def check_trainjob_arguments(settings: ForCluster, spec: TrainingSpec | None) ->
             problems.append((argument, f"not taken by backend='trainjob': {why}"))
     if spec is None:
         return problems
-    return problems + trainjob_problems(spec, trainjob_options(settings).runtime) + process_problems(spec)
+    return (problems + trainjob_problems(spec, trainjob_options(settings).runtime) + process_problems(spec)
+            + launcher_problems(spec, "trainjob", runs=("torchrun",), why="its runtime starts torchrun in every node"))
 
 
 class TrainJobBackend(KubeflowBackend):

@@ -1,9 +1,10 @@
 """PyTorch: a master (rank 0) and workers, rendezvous through ``MASTER_ADDR``/``MASTER_PORT`` (``env://``).
 
-Several processes per replica (``environment.pytorch.n_proc_per_node`` > 1): every replica runs the command under
-torch's launcher (``python3 -m torch.distributed.run``) with a static rendezvous at the master's address and port, its
-node rank said outright; the launcher gives each of its processes the global ``RANK``/``WORLD_SIZE`` (replicas x
-processes) and ``LOCAL_RANK``/``LOCAL_WORLD_SIZE``.
+Several processes per replica (``environment.pytorch.n_proc_per_node`` > 1) or a launcher named
+(``environment.pytorch.launcher``: torchrun, DeepSpeed's or Accelerate's): every replica runs the command under that
+launcher (torch's by default), given the whole topology on its command line (``pytorch_launchers``); it gives each of
+its processes the global ``RANK``/``WORLD_SIZE`` (replicas x processes) and ``LOCAL_RANK``, and each process checks
+that world size against the plan's before it trains.
 
 Elastic (``environment.pytorch.elastic``): every replica runs the command under torch's elastic agent
 (``python3 -m torch.distributed.run``) with a c10d rendezvous hosted by the master's agent at the master's address,
@@ -15,14 +16,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from airflow_distributed.frameworks.base import Framework, Role, master_rank_env, rank_of
+from airflow_distributed.contract import ENV_WORLD_SIZE
+from airflow_distributed.frameworks.base import Framework, Role, master_rank_env
+from airflow_distributed.frameworks.pytorch_launchers import (
+    launched_command,
+    launcher_in_command,
+    replica_launcher,
+    world_size,
+)
 from airflow_distributed.launch import Operator
 
 if TYPE_CHECKING:
-    from airflow_distributed.cluster_plan import ClusterPlan, Replica
-
-# A command that already starts the agent is configured through the PET_* variables and not wrapped again.
-_AGENT_COMMANDS = ("torchrun", "torch.distributed.run")
+    from airflow_distributed.cluster_plan import ClusterPlan
 
 
 class PyTorch(Framework):
@@ -45,10 +50,12 @@ class PyTorch(Framework):
         }
         elastic = plan.elastic
         if elastic is None:
-            if plan.processes_per_replica > 1:
+            if plan.processes_per_replica > 1 or plan.launcher is not None:
                 # torchrun passes its own variables to its processes, and the replica's on: NODE_RANK is the
                 # contract's name for the replica's place among the nodes, which torchrun calls GROUP_RANK.
                 env["NODE_RANK"] = env["RANK"]
+            if replica_launcher(plan) is not None:
+                env[ENV_WORLD_SIZE] = str(world_size(plan))
             return env
         return {
             **env,
@@ -74,15 +81,14 @@ class PyTorch(Framework):
 
     def replica_command(self, replica, plan, command: Sequence[str], files_dir):
         elastic = plan.elastic
-        if any(part.endswith(_AGENT_COMMANDS) for part in command[:3]):
+        if launcher_in_command(command) is not None:
             return tuple(command)
         if elastic is None:
-            if plan.processes_per_replica == 1:
-                return tuple(command)
             # Under a training operator every pod of a role has one template: its node rank is read when it runs.
             if plan.launch.operator is not None:
-                return _launched_by_operator(plan, command)
-            return _launched(replica, plan, command)
+                return tuple(command) if plan.processes_per_replica == 1 else _launched_by_operator(plan, command)
+            launcher = replica_launcher(plan)
+            return tuple(command) if launcher is None else launched_command(launcher, replica, plan, command)
         # Every replica's address resolves to this machine on the local backend, so torchrun cannot tell which
         # agent hosts the rendezvous by its hostname: it is said outright (the master's).
         rdzv_conf = f"is_host={str(replica.is_master).lower()},join_timeout={elastic.rdzv_timeout}"
@@ -114,20 +120,3 @@ def _launched_by_operator(plan: ClusterPlan, command: Sequence[str]) -> tuple[st
         '--master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" --no-python "$@"'
     )
     return ("sh", "-c", launch, "sh", *command)
-
-
-def _launched(replica: Replica, plan: ClusterPlan, command: Sequence[str]) -> tuple[str, ...]:
-    """``command`` under torch's launcher with a fixed topology: the static rendezvous (torchrun's default) is
-    hosted by the master's launcher at the master's port, and every replica says its node rank, so that none can
-    start alone at world size 1."""
-    return (
-        # python3: in a pod, the name Debian-based images have (no python); locally the job's interpreter.
-        "python3", "-m", "torch.distributed.run",
-        "--nnodes", str(len(plan.replicas)),
-        "--node-rank", str(rank_of(replica)),
-        "--nproc-per-node", str(plan.processes_per_replica),
-        "--master-addr", plan.master.host,
-        "--master-port", str(plan.master.port),
-        "--no-python",
-        *command,
-    )

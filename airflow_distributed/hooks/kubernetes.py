@@ -42,6 +42,7 @@ from airflow_distributed.manifests.kubernetes import (
     JOB_LABEL,
     MAIN_CONTAINER,
     SIDECAR_CONTAINER,
+    SIDECAR_STOP,
     JobObjects,
 )
 from airflow_distributed.status import ReplicaState, ReplicaStatus
@@ -409,13 +410,24 @@ class PodJobHook(KubeApiHook):
                                  fields.get("message") or "no message")
         if sidecar == ContainerState.RUNNING:
             try:
-                text = PodManager(self.core_v1_client).extract_xcom(self._model(pod, "V1Pod"))
+                text = PodManager(self.core_v1_client).extract_xcom_json(self._model(pod, "V1Pod"))
                 if text and text.strip() != EMPTY_XCOM_RESULT:
                     return text
             except Exception as error:
                 self.job_log.info("could not read the output of %s/%s from its XCom sidecar (%s); "
                                   "using its termination message", namespace, name, short_error(error))
+            finally:
+                self.stop_sidecar(namespace, name)
         return termination_message(pod)
+
+    def stop_sidecar(self, namespace: str, pod: str) -> None:
+        """End the XCom sidecar of ``pod`` once its output is read (``SIDECAR_STOP``): the pod is then done, and
+        its deletion has nothing to wait for. Best effort: a sidecar not stopped ends at the deletion's SIGTERM."""
+        try:
+            self.run_in_container(namespace, pod, SIDECAR_CONTAINER, list(SIDECAR_STOP))
+        except Exception as error:
+            self.job_log.info("could not stop the XCom sidecar of %s/%s (%s): it ends when the pod is deleted",
+                              namespace, pod, short_error(error))
 
     # ------------------------------------------------------------------ deletion
 

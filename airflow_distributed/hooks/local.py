@@ -37,6 +37,9 @@ PRIVATE_FILE_MODE = 0o600
 STACKS_SIGNAL = signal.SIGUSR1
 #: How long a hung job's replicas get to print their stacks before they are stopped.
 STACKS_WAIT = 1.0
+#: Between two processes that share a replica's output (a launcher's ranks): faulthandler writes a dump in many small
+#: writes, so dumps signalled together interleave mid-line in the one pipe; one at a time, each reads whole.
+STACKS_STAGGER = 0.1
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> None:  # pragma: no cover - runs in the child before exec
@@ -295,7 +298,9 @@ class LocalJob:
         running = [r for r in self.replicas if r.exit_code is None]
         registered = _registered_pids(self.stacks_dir)
         for replica in running:
-            for pid in _stack_dumpers(replica, registered):
+            for position, pid in enumerate(_stack_dumpers(replica, registered)):
+                if position:
+                    self._sleep(STACKS_STAGGER)
                 try:
                     os.kill(pid, STACKS_SIGNAL)
                 except (ProcessLookupError, PermissionError):

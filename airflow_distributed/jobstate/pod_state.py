@@ -205,6 +205,15 @@ def pod_queued(pod: Mapping[str, Any]) -> bool:
     return not pod_started(pod) and not _scheduled(pod)
 
 
+def may_have_started(pod: Mapping[str, Any] | None) -> bool:
+    """Bound to a node, its main container not yet seen running or ended, and nothing known to hold it back (no
+    image, configuration or scheduling problem): a real kubelet reports a container's start, and its end, a moment
+    late (its pod lifecycle relist, then its status sync), so a short replica can have run and ended while its pod
+    still reads pending."""
+    return (pod is not None and _scheduled(pod) and _waiting(pod)[0] is None
+            and container_state(pod, MAIN_CONTAINER)[0] not in (ContainerState.RUNNING, ContainerState.TERMINATED))
+
+
 def _scheduled(pod: Mapping[str, Any]) -> bool:
     """The pod is bound to a node, and the scheduler does not say otherwise."""
     conditions = (pod.get("status") or {}).get("conditions") or []

@@ -80,11 +80,13 @@ from airflow_distributed.manifests.kubernetes_resources import (
     env_vars,
     image_pull_secrets,
     model,
+    model_from_dict,
     resource_requirements,
     split_security_context,
     tolerations,
 )
 from airflow_distributed.manifests.pod_names import task_annotations, task_labels
+from airflow_distributed.manifests.shared_memory import shm_mount, shm_volume
 from airflow_distributed.plan import ClusterPlan, Replica
 
 #: How the kubeflow backend starts replicas (``plan.build_plan``'s ``launch``): pods of a Kubeflow Training Operator
@@ -298,6 +300,10 @@ def _pod_template(
     volumes = [volume] if volume is not None else []
     if first.is_master and pods.relay_output:
         volumes.append(model(client.V1Volume, name=OUTPUT_VOLUME, empty_dir=model(client.V1EmptyDirVolumeSource)))
+    # One template serves the role: its replicas share their resources (_check_templates), so their size too.
+    shm = shm_volume(pods.shm_size, settings.resources)
+    if shm is not None:
+        volumes.append(model_from_dict(shm, "V1Volume", f"{where}: shm_size"))
     scheduler_name = pods.scheduler_name
     if pods.gang_scheduling == "volcano":
         scheduler_name = scheduler_name or VOLCANO_SCHEDULER
@@ -363,6 +369,8 @@ def _main_container(
     if relay:
         output_dir = plan.layout.output_path.rsplit("/", 1)[0]
         mounts.append(model(client.V1VolumeMount, name=OUTPUT_VOLUME, mount_path=output_dir))
+    if pods.shm_size is not None:
+        mounts.append(model_from_dict(shm_mount(), "V1VolumeMount", "shm_size"))
     container = model(
         client.V1Container,
         name=kind.container,

@@ -74,6 +74,7 @@ from airflow_distributed.manifests.pod_names import (
     task_annotations,
     task_labels,
 )
+from airflow_distributed.manifests.shared_memory import AUTO, shm_mount, shm_size_problems, shm_volume
 from airflow_distributed.plan import ClusterPlan, Layout, Replica
 from airflow_distributed.task_instance import TaskInstanceRef
 
@@ -92,6 +93,10 @@ SIDECAR_CONTAINER = PodDefaults.SIDECAR_CONTAINER_NAME
 #: shell gets no SIGTERM it has no handler for, so a deleted master pod waited out its whole grace period for it.
 #: The same loop, ended by either.
 SIDECAR_COMMAND = ["sh", "-c", 'trap "exit 0" INT TERM; while true; do sleep 1; done;']
+#: What the task execs in the sidecar once it has read the output: its loop is PID 1 of its container (its own
+#: PID namespace), ended by SIGINT. Only the shell's ``kill``: the cncf provider's stop looks for the loop with
+#: ``pgrep``, which minimal images (Debian's busybox-static) lack, and only then falls back to a scan of ``/proc``.
+SIDECAR_STOP = ["sh", "-c", "kill -INT 1"]
 MODEL_VOLUME = "model-dir"
 FILES_VOLUME = "files"
 SECRET_FILES_VOLUME = "secret-files"
@@ -176,6 +181,8 @@ class JobManifestOptions:
     :param automount_service_account_token: mount an API token in the pods; training code rarely needs one.
     :param ttl_seconds_after_finished: kept as an annotation of the Service for the hook's clean-up.
     :param active_deadline_seconds: the most a pod may run before Kubernetes stops it.
+    :param shm_size: the memory-backed ``/dev/shm`` of every training container (``manifests.shared_memory``):
+        ``"auto"`` (half the replica's memory limit), a quantity, or ``None`` for the runtime's own.
     """
 
     namespace: str
@@ -198,6 +205,7 @@ class JobManifestOptions:
     automount_service_account_token: bool = False
     ttl_seconds_after_finished: int | None = None
     active_deadline_seconds: int | None = None
+    shm_size: str | None = AUTO
 
     def __post_init__(self) -> None:
         if not self.namespace:
@@ -210,6 +218,8 @@ class JobManifestOptions:
             )
         if self.image_pull_policy not in (None, "Always", "IfNotPresent", "Never"):
             raise ValueError(f"image_pull_policy {self.image_pull_policy!r}: use Always, IfNotPresent or Never")
+        for name, problem in shm_size_problems(self.shm_size):
+            raise ValueError(f"{name}: {problem}")
 
     def resource_keys(self) -> dict[str, str]:
         return {"gpu": self.gpu_resource_key, "tpu": self.tpu_resource_key}
@@ -533,7 +543,7 @@ def _pod(plan: ClusterPlan, replica: Replica, options: JobManifestOptions, job: 
         restart_policy="Never",
         init_containers=init,
         containers=[main],
-        volumes=_volumes(replica, job) or None,
+        volumes=_volumes(replica, job, options) or None,
         node_selector=dict(settings.node_selector) if settings.node_selector else None,
         affinity=affinity(settings.affinity, f"{where}: affinity"),
         tolerations=tolerations(settings.tolerations, f"{where}: tolerations"),
@@ -620,7 +630,7 @@ def _main_container(
         env_from=env_from(settings.config_map_refs, settings.secret_refs) or None,
         resources=resource_requirements(settings.resources, options.resource_keys()),
         ports=ports,
-        volume_mounts=_volume_mounts(plan.layout, job) or None,
+        volume_mounts=_volume_mounts(plan.layout, job, options) or None,
         security_context=security,
     )
     if replica.is_master and options.relay_output:
@@ -656,7 +666,7 @@ def _readiness_container(
     )
 
 
-def _volumes(replica: Replica, job: _JobParts) -> list[client.V1Volume]:
+def _volumes(replica: Replica, job: _JobParts, options: JobManifestOptions) -> list[client.V1Volume]:
     volumes = []
     if job.model_volume is not None:
         volumes.append(copy_model(job.model_volume))
@@ -668,10 +678,13 @@ def _volumes(replica: Replica, job: _JobParts) -> list[client.V1Volume]:
         volumes.append(model(client.V1Volume, name=SECRET_FILES_VOLUME, secret=secret))
     if job.ssh_secret is not None:
         volumes.append(horovod_ssh.ssh_volume(job.ssh_secret, with_private_key=replica.command is not None))
+    shm = shm_volume(options.shm_size, replica.settings.resources)
+    if shm is not None:
+        volumes.append(model_from_dict(shm, "V1Volume", f"replica {replica.name}: shm_size"))
     return volumes
 
 
-def _volume_mounts(layout: Layout, job: _JobParts) -> list[client.V1VolumeMount]:
+def _volume_mounts(layout: Layout, job: _JobParts, options: JobManifestOptions) -> list[client.V1VolumeMount]:
     mounts = []
     if job.model_volume is not None:
         mounts.append(model(client.V1VolumeMount, name=MODEL_VOLUME, mount_path=layout.model_dir))
@@ -682,4 +695,6 @@ def _volume_mounts(layout: Layout, job: _JobParts) -> list[client.V1VolumeMount]
                             read_only=True))
     if job.ssh_secret is not None:
         mounts.append(horovod_ssh.ssh_volume_mount())
+    if options.shm_size is not None:
+        mounts.append(model_from_dict(shm_mount(), "V1VolumeMount", "shm_size"))
     return mounts

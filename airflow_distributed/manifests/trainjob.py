@@ -14,7 +14,8 @@ A TrainJob names a training runtime (``runtimeRef``: a ``ClusterTrainingRuntime`
   differ between nodes;
 - ``runtimePatches`` (manager ``airflow-distributed``), on the ``node`` replicated job's pod template: node selector,
   affinity, tolerations, service account, image pull secrets, pod security context, labels and annotations, and
-  the volumes mounted into the ``node`` container (the model dir, the output relay's directory).
+  the volumes mounted into the ``node`` container (the model dir, the output relay's directory, the memory-backed
+  ``/dev/shm`` of ``manifests.shared_memory``).
 
 Targeted release: Kubeflow Trainer 2.3 (``kubeflow-trainer-api`` 2.3.x). Frameworks and their default runtime:
 pytorch -> ``torch-distributed``, jax -> ``jax-distributed`` (its runtime sets ``JAX_COORDINATOR_ADDRESS``, node 0
@@ -77,6 +78,7 @@ from airflow_distributed.manifests.kubernetes_resources import (
     tolerations,
 )
 from airflow_distributed.manifests.pod_names import task_annotations, task_labels
+from airflow_distributed.manifests.shared_memory import shm_mount, shm_volume
 from airflow_distributed.manifests.trainjob_checks import MPI_FRAMEWORKS, RUNTIME_KINDS, RuntimeKind, default_runtime
 from airflow_distributed.manifests.trainjob_status import GROUP, KIND, NODE, VERSION
 from airflow_distributed.plan import ClusterPlan
@@ -280,6 +282,11 @@ def _runtime_patch(plan: ClusterPlan, options: TrainJobOptions, own_labels: Mapp
     if pods.relay_output:
         volumes.append({"name": OUTPUT_VOLUME, "emptyDir": {}})
         mounts.append({"name": OUTPUT_VOLUME, "mountPath": plan.layout.output_path.rsplit("/", 1)[0]})
+    # Every node runs from one template with the master's resources (trainjob_checks), so one size serves all.
+    shm = shm_volume(pods.shm_size, settings.resources)
+    if shm is not None:
+        volumes.append(shm)
+        mounts.append(shm_mount())
     found_affinity = affinity(settings.affinity, f"{where}: affinity")
     found_tolerations = tolerations(settings.tolerations, f"{where}: tolerations")
     secrets = image_pull_secrets(settings.image_pull_secrets)

@@ -137,7 +137,13 @@ class DistributedTrainingOperator(BaseOperator):
         object of it), ``running`` (pods still pending or running; finished ones are kept for their logs until the
         next try) or ``none``. Default: ``all`` after success, ``running`` after failure. A killed task deletes its
         job whatever the policy.
-    :param gpu_resource_key: the Kubernetes resource name of the spec's ``gpu``.
+    :param gpu_resource_key: the Kubernetes resource name of the spec's ``gpu`` (``kubernetes``, ``kubeflow``:
+        every pod template; ``trainjob``: ``resourcesPerNode``), e.g. ``amd.com/gpu``.
+    :param shm_size: the memory-backed ``/dev/shm`` of every training pod (``kubernetes``, ``kubeflow``,
+        ``trainjob``): ``"auto"`` (default) sizes it to half the replica's memory limit (its pages count against
+        that limit; no limit: no size), a Kubernetes quantity such as ``"8Gi"`` (at most a replica's memory limit),
+        or ``None`` for the container runtime's own 64 MiB. ``model_dir`` and ``checkpoint_dir`` may not be under
+        ``/dev/shm`` while it is mounted. See ``docs/kubernetes.md``, "GPU training".
     :param scheduler_name: the pods' scheduler (with ``gang_scheduling="volcano"``: ``volcano`` by default).
     :param gang_scheduling: ``volcano`` or ``scheduler-plugins``: a PodGroup makes the replicas start together.
     :param queue_name: a Kueue LocalQueue; Kueue then admits the job's pods as one workload.
@@ -226,6 +232,7 @@ class DistributedTrainingOperator(BaseOperator):
         logging_interval: float | None = DEFAULT_LOGGING_INTERVAL,
         clean_pod_policy: Literal["all", "running", "none"] | None = None,
         gpu_resource_key: str = "nvidia.com/gpu",
+        shm_size: str | None = "auto",
         scheduler_name: str | None = None,
         gang_scheduling: Literal["volcano", "scheduler-plugins"] | None = None,
         queue_name: str | None = None,
@@ -279,6 +286,7 @@ class DistributedTrainingOperator(BaseOperator):
         self.logging_interval = logging_interval
         self.clean_pod_policy = clean_pod_policy
         self.gpu_resource_key = gpu_resource_key
+        self.shm_size = shm_size
         self.scheduler_name = scheduler_name
         self.gang_scheduling = gang_scheduling
         self.queue_name = queue_name

@@ -39,6 +39,21 @@ Count = Annotated[StrictInt, Field(ge=0, le=MAX_REPLICAS_PER_ROLE)]
 MAX_PROCESSES_PER_REPLICA = 1024
 #: ``n_proc_per_node: auto``: as many processes as the replica asks GPUs for, else one (Polyaxon's spelling)
 AUTO_PROCESSES = "auto"
+#: ``environment.pytorch.launcher``: the program each replica runs to start its processes, given the whole topology
+#: on its command line (``frameworks/pytorch_launchers.py``); ``torchrun`` when a replica runs several and none is
+#: named. ``mpirun`` is not one: a PyTorch job over MPI is a Horovod job (``framework="horovod"``).
+LAUNCHERS = ("torchrun", "deepspeed", "accelerate")
+
+
+def _launcher(value: Any) -> str:
+    if value in LAUNCHERS:
+        return str(value)
+    listed = ", ".join(repr(name) for name in LAUNCHERS)
+    raise ValueError(f"{shown(value)} is not allowed: one of {listed} (a PyTorch job over MPI is "
+                     "framework='horovod')")
+
+
+Launcher = Annotated[str, PlainValidator(_launcher)]
 
 
 def _amount(value: Any) -> int | float | str:
@@ -242,11 +257,12 @@ class ElasticPolicy(_Section):
 
 
 class PytorchCluster(WorkerCluster):
-    """PyTorch's workers, optionally elastic, and how many processes each replica (node) runs under torch's
-    launcher (``backend="trainjob"``: ``numProcPerNode``)."""
+    """PyTorch's workers, optionally elastic, how many processes each replica (node) runs (``backend="trainjob"``:
+    ``numProcPerNode``), and the launcher that starts them (torch's unless ``launcher`` names another)."""
 
     n_proc_per_node: ProcessCount | None = None
     elastic: ElasticPolicy | None = None
+    launcher: Launcher | None = None
 
 
 class PSCluster(WorkerCluster):

@@ -15,13 +15,18 @@ from tests.kube_node.images import TRAINING_DIR, trainer_image
 from tests.process_variables import PRELUDE
 
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
+#: Each replica says what its /dev/shm is (file system type, size) before it trains: the pods' memory-backed
+#: emptyDir (shm_size="auto": half each replica's 1024 MiB memory limit), not the runtime's 64 MiB.
+SHM_REPORT = ('echo "dev-shm: $(stat -f -c %T /dev/shm) $(df -k --output=size /dev/shm | tail -n 1 | tr -d " ")KiB"; '
+              'exec python3 "$0" "$@"')
 for dag_id, deferrable in (("node_ddp", False), ("node_ddp_deferrable", True)):
     with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]):
         DistributedTrainingOperator(
             task_id="train", framework="pytorch", image=trainer_image(), backend="kubernetes",
-            command=["python3", f"{TRAINING_DIR}/pytorch_ddp.py"], args=["--steps", "20"],
+            command=["sh", "-c", SHM_REPORT, f"{TRAINING_DIR}/pytorch_ddp.py"], args=["--steps", "20"],
             environment={"resources": {"cpu": {"requests": 0.1}, "memory": {"requests": 64, "limits": 1024}},
-                         "pytorch": {"n_workers": 2}},
+                         "pytorch": {"n_workers": 2, "default_worker": {"resources": {
+                             "cpu": {"requests": 0.1}, "memory": {"requests": 64, "limits": 1024}}}}},
             namespace=dag_id.replace("_", "-"), deferrable=deferrable, startup_timeout=180, logging_interval=1,
             # Every replica's lines in the task log (followed by the synchronous wait; deferred, the master's only).
             log_replicas="all")

@@ -23,18 +23,25 @@ FRAMEWORKS = {
     "xgboost": ("xgboost_dist.py", ["--steps", "8"], {"n_workers": 2}, 512),
     "mxnet": ("mxnet_dist_sync.py", ["--steps", "20"], {"n_workers": 2, "n_ps": 1}, 768),
     "paddle": ("paddle_collective.py", ["--steps", "20"], {"n_workers": 2}, 1024),
+    # Paddle's parameter-server mode (two pservers, two trainers), from the Paddle 2.6 image (``paddle_ps``).
+    "paddle_ps": ("paddle_ps.py", ["--steps", "20"], {"n_ps": 2, "n_workers": 1}, 1024),
 }
+#: The DAGs whose replicas share their model directory: MXNet's workers hand their results to the scheduler, Paddle's
+#: trainers compare their parameters' checksums through it.
+SHARED_MODEL_DIR = ("mxnet", "paddle_ps")
 
 
-for framework, (script, args, replicas, memory) in FRAMEWORKS.items():
-    dag_id = f"node_{framework}"
+for image, (script, args, replicas, memory) in FRAMEWORKS.items():
+    dag_id = f"node_{image}"
+    framework = image.split("_")[0]
     with DAG(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["test", "kubernetes"]):
         DistributedTrainingOperator(
             task_id="train", framework=framework, backend="kubernetes",
-            image=trainer_image(framework),
+            image=trainer_image(image),
             command=["python3", f"{TRAINING_DIR}/{script}"], args=args,
             environment={"resources": {"cpu": {"requests": 0.1}, "memory": {"requests": 64, "limits": memory}},
                          framework: replicas},
-            env={"TF_CPP_MIN_LOG_LEVEL": "2"} if framework == "tensorflow" else None,
-            model_volume=shared_model_volume() if framework == "mxnet" else None,
+            env={"TF_CPP_MIN_LOG_LEVEL": "2"} if framework == "tensorflow" else {"GLOG_minloglevel": "2"}
+            if image == "paddle_ps" else None,
+            model_volume=shared_model_volume() if image in SHARED_MODEL_DIR else None,
             namespace=dag_id.replace("_", "-"), startup_timeout=300, logging_interval=1, log_replicas="all")

@@ -55,6 +55,10 @@ deferrable = _dag("k8s_deferrable", deferrable=True)
 workers_end_after = _dag("k8s_workers_end_after", watch_timings={"finish_grace": 2})
 workers_end_after_deferrable = _dag("k8s_workers_end_after_deferrable", deferrable=True,
                                     watch_timings={"finish_grace": 2})
+# A worker the kubelet reports only after the master ended (a real kubelet reports a short replica's run late):
+# the clean-up looks again at those last seen starting, within the same 2 s.
+late_report = _dag("k8s_late_report", watch_timings={"finish_grace": 2})
+late_report_deferrable = _dag("k8s_late_report_deferrable", deferrable=True, watch_timings={"finish_grace": 2})
 # The master reports metrics and no model path: the downstream task still runs, with None.
 metrics_only = _dag("k8s_metrics_only", report=True)
 metrics_only_deferrable = _dag("k8s_metrics_only_deferrable", report=True, deferrable=True)

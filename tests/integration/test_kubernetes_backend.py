@@ -24,6 +24,7 @@ from tests.kubernetes_helpers import (
     NOTHING,
     Kubelet,
     failure_line,
+    lists_and_watches,
     objects,
     settled,
     task_requests,
@@ -34,6 +35,22 @@ pytestmark = [pytest.mark.usefixtures("airflow_db", "kubernetes_connection")]
 
 
 # ---------------------------------------------------------------------------------------------- success
+
+
+def succeeds_with_worker_0_ended(emulator, namespace: str, dag_id: str, script) -> None:
+    """The DAG run of ``script`` (the kubelet's part) succeeds; the final table, in the result and the ``job`` XCom,
+    says the master and worker-0 ended with 0 and worker-1, deleted by the clean-up, was stopped; nothing is left."""
+    kubelet = Kubelet(emulator, namespace).play(script)
+    run, states = run_dag_at(dag_id)
+    kubelet.check()
+
+    assert states == {"train": "success"}
+    job = xcom(run, "train")["job_name"]
+    expected = [(f"{job}-master-0", "succeeded", 0), (f"{job}-worker-0", "succeeded", 0),
+                (f"{job}-worker-1", "stopped", None)]
+    assert [(r["name"], r["state"], r["exit_code"]) for r in xcom(run, "train")["replicas"]] == expected
+    assert [(r["name"], r["state"], r["exit_code"]) for r in xcom(run, "train", "job")["replicas"]] == expected
+    settled(emulator, namespace, NOTHING)
 
 
 @pytest.mark.parametrize("dag_id", ["k8s_workers_end_after", "k8s_workers_end_after_deferrable"])
@@ -47,16 +64,36 @@ def test_workers_ending_a_moment_after_the_master_show_how_they_ended_not_stoppe
         time.sleep(0.3)  # as a DDP worker leaves the process group after the master
         emulator.succeed_pod(namespace, kubelet.pod("worker-0"))
 
-    kubelet = Kubelet(emulator, namespace).play(script)
-    run, states = run_dag_at(dag_id)
-    kubelet.check()
-
-    assert states == {"train": "success"}
-    job = xcom(run, "train")["job_name"]
     # worker-1 never ends: deleted once finish_grace (2 s) is over, it alone reads stopped.
-    assert [(r["name"], r["state"], r["exit_code"]) for r in xcom(run, "train")["replicas"]] == [
-        (f"{job}-master-0", "succeeded", 0), (f"{job}-worker-0", "succeeded", 0), (f"{job}-worker-1", "stopped", None)]
-    settled(emulator, namespace, NOTHING)
+    succeeds_with_worker_0_ended(emulator, namespace, dag_id, script)
+
+
+@pytest.mark.parametrize("dag_id", ["k8s_late_report", "k8s_late_report_deferrable"])
+def test_a_worker_reported_only_after_the_master_ended_reads_how_it_ended_not_pending(emulator, dag_id):
+    """A real kubelet reports a container's start and end a moment late: a short worker can run and exit 0 while
+    the wait (or the resumed task's read of the pods) still sees it starting. The clean-up looks again at the
+    replicas last seen starting; one still starting when that look is over (worker-1) reads stopped."""
+    namespace = namespace_of(dag_id)
+    emulator.create_namespace(namespace)
+
+    def job_lists() -> int:
+        return sum(1 for r in lists_and_watches(emulator, namespace)[0]
+                   if r.query.get("labelSelector", "").startswith(f"{JOB_LABEL}="))
+
+    def script(kubelet: Kubelet) -> None:
+        wait_until(lambda: any(r.is_watch for r in task_requests(emulator, namespace)), timeout=60)
+        for key in ("worker-0", "worker-1"):
+            emulator.pending_pod(namespace, kubelet.pod(key), reason="ContainerCreating")
+        emulator.run_pod(namespace, kubelet.master)
+        lists = job_lists()
+        kubelet.master_exits(0, document=DOCUMENT)
+        if dag_id.endswith("deferrable"):
+            # The resumed task reads the job's pods once: worker-0's run is reported only after that read.
+            wait_until(lambda: job_lists() > lists, timeout=60)
+        # The synchronous wait ended at the master's exit: it never sees this.
+        emulator.succeed_pod(namespace, kubelet.pod("worker-0"))
+
+    succeeds_with_worker_0_ended(emulator, namespace, dag_id, script)
 
 
 @pytest.mark.parametrize("dag_id", ["k8s_success", "k8s_deferrable"])

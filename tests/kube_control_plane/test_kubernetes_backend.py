@@ -12,8 +12,11 @@ import json
 import logging
 import threading
 
+from kubernetes import client
+
 from airflow_distributed.jobstate.watch_timings import WatchTimings
-from airflow_distributed.manifests.kubernetes import job_secret_names, ssh_secret_name
+from airflow_distributed.manifests.kubernetes import MAIN_CONTAINER, job_secret_names, ssh_secret_name
+from airflow_distributed.manifests.shared_memory import SHM_PATH, SHM_VOLUME
 from tests.helpers import wait_until
 from tests.integration.test_kubernetes_rbac import role
 from tests.kube_control_plane.control_plane import ControlPlane
@@ -226,7 +229,7 @@ def test_a_horovod_job_with_its_ssh_key_secret_succeeds_and_its_secrets_are_dele
     hook.ensure_job(namespace, build(None), slots)
     # The job's SSH key pair is a Secret, created by the task (the Role's "create secrets").
     assert control_plane.left(namespace)["secrets"] == [ssh_secret_name(name)]
-    kubelet = Kubelet(node, namespace).play(train_and_succeed)
+    kubelet = Kubelet(node, namespace, pods=len(slots)).play(train_and_succeed)
     outcome = hook.wait_for_job(namespace, name, slots, startup_timeout=30)
     kubelet.check()
     assert outcome.succeeded
@@ -273,4 +276,32 @@ def test_an_exec_the_real_server_refuses_is_logged_as_that_refusal(
     assert refused and all("/exec?" in line and line.endswith("-> 403") for line in refused), refused
 
     new_hook(task_kubeconfig).delete_job(namespace, name)
+    control_plane.assert_clean(namespace, task_user)
+
+
+def test_every_pod_the_server_stores_mounts_memory_backed_dev_shm_sized_from_its_memory_limit(
+        control_plane: ControlPlane, node: KubeletNode, namespace: str, task_kubeconfig: str, task_user: str):
+    # What the API server validated and stored, not what was sent: a field it drops or rejects would show here.
+    environment = {"resources": {"memory": {"limits": "2Gi"}},
+                   "pytorch": {"n_workers": 1, "default_worker": {"resources": {"memory": {"limits": "3Gi"}}}}}
+    hook = new_hook(task_kubeconfig)
+    build, slots, name = make_job(namespace, environment)
+    hook.ensure_job(namespace, build(None), slots)
+    kubelet = Kubelet(node, namespace, pods=len(slots)).play(train_and_succeed)
+    outcome = hook.wait_for_job(namespace, name, slots, startup_timeout=30)
+    kubelet.check()
+    assert outcome.succeeded
+    core = client.CoreV1Api(control_plane.admin)
+    stored = {pod.metadata.name: pod for pod in core.list_namespaced_pod(namespace).items}
+    sizes = {}
+    for slot in slots:
+        pod = stored[slot.name]
+        (volume,) = [v for v in pod.spec.volumes if v.name == SHM_VOLUME]
+        assert volume.empty_dir.medium == "Memory"
+        sizes[slot.name] = volume.empty_dir.size_limit
+        main = next(c for c in pod.spec.containers if c.name == MAIN_CONTAINER)
+        assert [(m.name, m.mount_path) for m in main.volume_mounts if m.name == SHM_VOLUME] == [(SHM_VOLUME, SHM_PATH)]
+    assert sizes == {slots[0].name: "1Gi", slots[1].name: "1536Mi"}
+
+    hook.delete_job(namespace, name)
     control_plane.assert_clean(namespace, task_user)

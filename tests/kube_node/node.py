@@ -321,6 +321,9 @@ state = "{self.workdir / 'containerd' / 'state'}"
                              "nodefs.inodesFree": "2%"},
             "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
             "nodeStatusUpdateFrequency": "5s",
+            # A memory-backed emptyDir's tmpfs sized to its sizeLimit (the pods' /dev/shm), as every kubelet since
+            # 1.22 does by default; this 1.20 kubelet has it behind its alpha gate.
+            "featureGates": {"SizeMemoryBackedVolumes": True},
         }))
         self._run("kubelet", [
             str(bin_dir() / "kubelet"), "--config", str(config), "--kubeconfig", kubeconfig,

@@ -147,6 +147,40 @@ def test_n_proc_per_node_is_refused_on_a_framework_whose_launcher_runs_one_proce
     assert error.paths == ["environment.jax.n_proc_per_node"] and "unknown key 'n_proc_per_node'" in str(error)
 
 
+
+@pytest.mark.parametrize("value", ["mpirun", "DeepSpeed", "", 3])
+def test_the_launcher_is_one_of_those_the_plan_can_wrap_a_command_in(value):
+    error = refused(backend="local", environment={"pytorch": {"n_workers": 1, "launcher": value}})
+    assert error.paths == ["environment.pytorch.launcher"]
+    assert ("is not allowed: one of 'torchrun', 'deepspeed', 'accelerate' (a PyTorch job over MPI is "
+            "framework='horovod')") in str(error)
+
+
+@pytest.mark.parametrize("backend, why", [
+    ("kubeflow", "each role's pods run one template, under torchrun only"),
+    ("ray", "one actor per replica runs its command"),
+    ("trainjob", "its runtime starts torchrun in every node"),
+])
+def test_a_launcher_the_backend_would_not_run_is_refused_naming_who_starts_the_processes(backend, why):
+    environment = {"pytorch": {"n_workers": 1, "launcher": "deepspeed"}}
+    extra = {"image": None} if backend == "ray" else {}
+    error = refused(backend=backend, environment=environment, **extra)
+    assert error.paths == ["environment.pytorch.launcher"]
+    assert f"backend={backend!r} would not run 'deepspeed': {why}; use backend='local' or 'kubernetes'" in str(error)
+    for allowed in ("local", "kubernetes"):
+        operator(backend=allowed, environment=environment)
+    for operators in ("kubeflow", "trainjob"):
+        operator(backend=operators, environment={"pytorch": {"n_workers": 1, "launcher": "torchrun"}})
+
+
+@pytest.mark.parametrize("launcher", ["deepspeed", "accelerate"])
+def test_only_torchrun_runs_an_elastic_job(launcher):
+    elastic = {"pytorch": {"n_workers": 1, "elastic": {"max_restarts": 1}, "launcher": launcher}}
+    error = refused(backend="local", environment=elastic)
+    assert error.paths == ["environment.pytorch.launcher"]
+    assert f"{launcher!r} cannot run an elastic job" in str(error) and "use launcher 'torchrun'" in str(error)
+    operator(backend="local", environment={"pytorch": {**elastic["pytorch"], "launcher": "torchrun"}})
+
 # ---------------------------------------------------------------------------------------------- local
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass
 
@@ -13,6 +14,7 @@ from airflow_distributed.manifests.local import LOCAL_LAUNCH
 from airflow_distributed.manifests.trainjob import TRAINJOB_LAUNCH
 from airflow_distributed.naming import job_name
 from airflow_distributed.plan import KubernetesAddressing, Layout, LocalAddressing, build_plan
+from airflow_distributed.replica.world_size import world_size_problem
 from airflow_distributed.spec import load_spec
 
 LAYOUT = Layout(model_dir="/m", output_path="/o/output.json", files_dir="/f")
@@ -274,12 +276,15 @@ def test_pytorch_replicas_with_several_processes_run_the_command_under_torchrun_
     assert plan.processes_per_replica == 3
     assert [r.command for r in plan.replicas] == [
         ("python3", "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(rank), "--nproc-per-node", "3",
-         "--master-addr", "127.0.0.1", "--master-port", "31000", "--no-python", "python", "train.py")
+         "--master-addr", "127.0.0.1", "--master-port", "31000", "--no-python",
+         # each process checks torchrun's WORLD_SIZE against the plan's before it trains
+         "python", "-m", "airflow_distributed.replica.world_size", "python", "train.py")
         for rank in (0, 1)
     ]
     worker = plan.replica("job-worker-0").env
-    assert {key: worker[key] for key in ("NODE_RANK", "PET_NODE_RANK", "PET_NNODES", "PET_NPROC_PER_NODE")} == {
-        "NODE_RANK": "1", "PET_NODE_RANK": "1", "PET_NNODES": "2", "PET_NPROC_PER_NODE": "3"}
+    keys = ("NODE_RANK", "PET_NODE_RANK", "PET_NNODES", "PET_NPROC_PER_NODE", "AIRFLOW_DISTRIBUTED_WORLD_SIZE")
+    assert {key: worker[key] for key in keys} == {"NODE_RANK": "1", "PET_NODE_RANK": "1", "PET_NNODES": "2",
+                                                  "PET_NPROC_PER_NODE": "3", "AIRFLOW_DISTRIBUTED_WORLD_SIZE": "6"}
     k8s = _plan("pytorch", {"pytorch": {"n_workers": 1, "n_proc_per_node": 3}}, KubernetesAddressing("ns"),
                 backend="kubernetes")
     assert k8s.replicas[1].command[9:13] == ("--master-addr", "job-master-0.job.ns.svc", "--master-port", "23456")
@@ -323,3 +328,72 @@ def test_elastic_replicas_start_the_processes_asked_for_under_their_agent():
     command = plan.master.command
     assert command[command.index("--nproc-per-node") + 1] == "2" and "--node-rank" not in command
     assert plan.master.env["PET_NPROC_PER_NODE"] == "2" and "NODE_RANK" not in plan.master.env
+
+
+def test_deepspeeds_launcher_gets_every_node_and_its_slots_in_rank_order_and_this_nodes_rank():
+    plan = _plan("pytorch", {"pytorch": {"n_workers": 2, "n_proc_per_node": 2, "launcher": "deepspeed"}},
+                 KubernetesAddressing("ns"), backend="kubernetes")
+    for node_rank, replica in enumerate(plan.replicas):
+        head, checked = replica.command[:9], replica.command[9:]
+        assert head[:4] == ("python3", "-u", "-m", "deepspeed.launcher.launch")
+        world_info = json.loads(base64.urlsafe_b64decode(head[4].removeprefix("--world_info=")))
+        # DeepSpeed numbers the processes node by node in the order of the keys: the master's first.
+        assert list(world_info.items()) == [(name, [0, 1]) for name in ("job-master-0", "job-worker-0",
+                                                                         "job-worker-1")]
+        assert head[5:] == (f"--node_rank={node_rank}", "--master_addr=job-master-0.job.ns.svc",
+                            "--master_port=23456", "--no_python")
+        assert checked == ("--no_local_rank", "python", "-m", "airflow_distributed.replica.world_size", "python",
+                           "train.py")
+        assert (replica.env["AIRFLOW_DISTRIBUTED_WORLD_SIZE"], replica.env["NODE_RANK"]) == ("6", str(node_rank))
+
+
+def test_accelerate_is_told_the_whole_jobs_process_count_and_never_cpu():
+    plan = _plan("pytorch", {"pytorch": {"n_workers": 1, "n_proc_per_node": 3, "launcher": "accelerate"}})
+    worker = plan.replica("job-worker-0")
+    # --num_processes is every machine's together: Accelerate divides it by --num_machines.
+    assert worker.command == (
+        "python3", "-m", "accelerate.commands.launch", "--multi_gpu", "--num_machines", "2", "--machine_rank", "1",
+        "--num_processes", "6", "--main_process_ip", "127.0.0.1", "--main_process_port", "31000", "--same_network",
+        "--max_restarts", "0", "--no_python", "python", "-m", "airflow_distributed.replica.world_size", "python",
+        "train.py")
+
+
+def test_a_launcher_named_for_one_process_per_replica_still_wraps_the_command():
+    plan = _plan("pytorch", {"pytorch": {"n_workers": 1, "launcher": "torchrun"}})
+    assert plan.master.command[:2] == ("python3", "-m") and "--nproc-per-node" in plan.master.command
+    assert plan.master.env["AIRFLOW_DISTRIBUTED_WORLD_SIZE"] == "2"
+
+
+@pytest.mark.parametrize("backend", ["kubeflow", "trainjob"])
+def test_no_launcher_wraps_the_command_where_an_operator_starts_the_processes(backend):
+    plan = _plan("pytorch", {"pytorch": {"n_workers": 1, "launcher": "torchrun"}}, KubernetesAddressing("ns"),
+                 backend=backend)
+    assert plan.master.command == ("python", "train.py") and "AIRFLOW_DISTRIBUTED_WORLD_SIZE" not in plan.master.env
+
+
+@pytest.mark.parametrize("command", [["accelerate", "launch", "train.py"], ["deepspeed", "train.py"],
+                                     ["python", "-m", "deepspeed.launcher.launch", "train.py"]])
+def test_a_command_that_starts_a_launcher_itself_is_not_wrapped_again(command):
+    spec = load_spec("pytorch", {"pytorch": {"n_workers": 1, "launcher": "deepspeed"}})
+    assert build_plan(spec, "job", PORTS, LAYOUT, command, backend="local",
+                      launch=LOCAL_LAUNCH).master.command == tuple(command)
+
+
+def test_a_command_no_python_runs_goes_unchecked():
+    spec = load_spec("pytorch", {"pytorch": {"n_workers": 1, "n_proc_per_node": 2}})
+    command = build_plan(spec, "job", PORTS, LAYOUT, ["/opt/train.sh", "--fast"], backend="local",
+                         launch=LOCAL_LAUNCH).master.command
+    assert command[-3:] == ("--no-python", "/opt/train.sh", "--fast")
+
+
+@pytest.mark.parametrize("environ, problem", [
+    ({"AIRFLOW_DISTRIBUTED_WORLD_SIZE": "4", "WORLD_SIZE": "4"}, None),
+    ({"WORLD_SIZE": "1"}, None),
+    ({"AIRFLOW_DISTRIBUTED_WORLD_SIZE": "4", "WORLD_SIZE": "2"}, "with world size 2, but the job was planned at "
+                                                                 "world size 4"),
+    ({"AIRFLOW_DISTRIBUTED_WORLD_SIZE": "4"}, "with no WORLD_SIZE (a process on its own, world size 1), but the job "
+                                              "was planned at world size 4"),
+])
+def test_the_world_size_check_names_what_the_launcher_gave_and_what_was_planned(environ, problem):
+    found = world_size_problem(environ)
+    assert found == problem if problem is None else problem in found

@@ -15,7 +15,10 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +44,7 @@ from airflow_distributed.manifests.kubernetes import (
     READINESS_CONTAINER,
     SECRET_FILES_DIR,
     SIDECAR_CONTAINER,
+    SIDECAR_STOP,
     JobManifestOptions,
     JobObjects,
     TaskInstanceRef,
@@ -548,11 +552,14 @@ def test_master_output_is_readable_from_the_xcom_sidecar_and_the_termination_mes
     assert main.command[4:6] == [OUTPUT_PATH, TERMINATION_MESSAGE_PATH]
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
-                    reason="a process of PID 1 needs a PID namespace of its own (root, unshare)")
-def test_the_xcom_sidecar_stops_at_sigterm_as_pid_1():
-    # In its container the sidecar's shell is PID 1, which the kernel sends no signal it has no handler for: a
-    # deleted master pod would wait out its whole grace period (30 s by default) for the shell to go.
+PID_1 = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("nsenter") is None,
+                           reason="a process of PID 1 needs a PID namespace of its own (root, unshare, nsenter)")
+
+
+@contextmanager
+def sidecar_as_pid_1() -> Iterator[tuple[subprocess.Popen, int]]:
+    """The master's XCom sidecar's command as PID 1 of a PID namespace of its own, as in its container, once its
+    loop runs (its trap set): ``unshare``'s process (its exit status is the shell's) and the shell's pid."""
     sidecar = _container(_build("pytorch", {"pytorch": {"n_workers": 1}}).pods[0], SIDECAR_CONTAINER)
     shell = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", *sidecar.command])
     try:
@@ -567,15 +574,36 @@ def test_the_xcom_sidecar_stops_at_sigterm_as_pid_1():
         # Its trap is set once its loop runs: the shell then has a `sleep` of its own.
         while first_child(child) is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        os.kill(child, signal.SIGTERM)
-        assert shell.wait(timeout=15) == 0
+        yield shell, child
     finally:
         shell.kill()
         shell.wait()
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
-                    reason="a process of PID 1 needs a PID namespace of its own (root, unshare)")
+@PID_1
+def test_the_xcom_sidecar_stops_at_sigterm_as_pid_1():
+    # In its container the sidecar's shell is PID 1, which the kernel sends no signal it has no handler for: a
+    # deleted master pod would wait out its whole grace period (30 s by default) for the shell to go.
+    with sidecar_as_pid_1() as (shell, child):
+        os.kill(child, signal.SIGTERM)
+        assert shell.wait(timeout=15) == 0
+
+
+@PID_1
+@pytest.mark.skipif(shutil.which("busybox") is None, reason="the sidecar's image's shell: busybox")
+def test_the_xcom_sidecar_stops_at_the_tasks_exec_with_busybox_and_no_pgrep():
+    # What the task execs once it has read the output, run inside the sidecar's PID namespace by a shell with only
+    # busybox's applets that the node's sidecar image has (no pgrep there).
+    with sidecar_as_pid_1() as (shell, child), tempfile.TemporaryDirectory() as applets:
+        for applet in ("sh", "kill"):
+            os.symlink(shutil.which("busybox"), os.path.join(applets, applet))
+        stop = subprocess.run(["nsenter", "--target", str(child), "--pid", "--",
+                               "env", f"PATH={applets}", *SIDECAR_STOP], capture_output=True, text=True, timeout=15)
+        assert stop.returncode == 0 and stop.stderr == "", stop
+        assert shell.wait(timeout=15) == 0
+
+
+@PID_1
 def test_a_readiness_step_still_waiting_stops_at_sigterm_as_pid_1():
     # A worker's readiness step, its container's PID 1, waits for a master that never listens (a closed port); its
     # pod is deleted (the job failed at startup_timeout, or was killed): it must not wait out the grace period.

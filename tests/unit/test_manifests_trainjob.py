@@ -44,6 +44,8 @@ from airflow_distributed.spec import load_spec
 SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "data" / "trainjob" / "trainjob-v1alpha1.json")
                     .read_text())
 NAMESPACE = "ml"
+#: The memory-backed /dev/shm of a node with no memory limit (manifests.shared_memory).
+SHM = {"name": "dshm", "emptyDir": {"medium": "Memory"}}
 TI = TaskInstanceRef(dag_id="nightly", task_id="train", run_id="manual__2026-01-01", try_number=1)
 
 
@@ -80,7 +82,7 @@ class Case:
 
 CASES = [
     Case("master alone", {}, {"trainer.numNodes": 1, "pod.spec.volumes": [
-        {"name": "model-dir", "emptyDir": {}}, {"name": "output", "emptyDir": {}}]}),
+        {"name": "model-dir", "emptyDir": {}}, {"name": "output", "emptyDir": {}}, SHM]}),
     Case("workers and processes per node", {"pytorch": {"n_workers": 3, "n_proc_per_node": 4}},
          {"trainer.numNodes": 4, "trainer.numProcPerNode": 4}),
     Case("resources per node", {"resources": {"gpu": {"requests": 2, "limits": 2}, "memory": {"limits": 2048}}},
@@ -99,11 +101,12 @@ CASES = [
             {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}],
         "pod.metadata.labels.team": "vision", "pod.metadata.annotations.owner": "ml"}),
     Case("model dir on a claim", {}, {"pod.spec.volumes": [
-        {"name": "model-dir", "persistentVolumeClaim": {"claimName": "models"}}, {"name": "output", "emptyDir": {}}],
-        "pod.spec.containers": [{"name": "node", "volumeMounts": [
-            {"name": "model-dir", "mountPath": "/mnt/models"}, {"name": "output", "mountPath": "/airflow/xcom"}]}]},
+        {"name": "model-dir", "persistentVolumeClaim": {"claimName": "models"}}, {"name": "output", "emptyDir": {}},
+        SHM], "pod.spec.containers": [{"name": "node", "volumeMounts": [
+            {"name": "model-dir", "mountPath": "/mnt/models"}, {"name": "output", "mountPath": "/airflow/xcom"},
+            {"name": "dshm", "mountPath": "/dev/shm"}]}]},
          pods={"model_volume": "models"}, model_dir="/mnt/models"),
-    Case("a model dir URL mounts nothing for it", {}, {"pod.spec.volumes": [{"name": "output", "emptyDir": {}}]},
+    Case("a model dir URL mounts nothing for it", {}, {"pod.spec.volumes": [{"name": "output", "emptyDir": {}}, SHM]},
          model_dir="s3://models/nightly"),
     Case("namespaced runtime, Kueue queue, deadline", {}, {
         "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime", "name": "torch-gpu"},

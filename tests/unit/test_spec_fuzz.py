@@ -47,7 +47,8 @@ MODEL_KEYS = ["pytorch", "tensorflow", "mxnet", "replicas", "jax", "xgboost", "p
               "requests", "limits", "request", "limit", "worker_resources", "ps_resources", "default_worker_resources",
               "node_selector", "labels", "annotations", "tolerations", "affinity", "security_context", "env_vars",
               "service_account", "image_pull_secrets", "secret_refs", "config_map_refs", "elastic", "min_workers",
-              "max_workers", "max_restarts", "rdzv_timeout", "n_proc_per_node", "nodeAffinity", "key", "operator",
+              "max_workers", "max_restarts", "rdzv_timeout", "n_proc_per_node", "launcher", "nodeAffinity", "key",
+              "operator",
               "value", "effect", "tolerationSeconds", "environment", "framework", "a[", "[key]", "int", "str"]
 
 keys = st.one_of(st.sampled_from(MODEL_KEYS), st.text(max_size=8), st.integers(-3, 3), st.none(), st.booleans())
@@ -55,7 +56,7 @@ scalars = st.one_of(
     st.none(), st.booleans(), st.integers(-5, 5000), st.integers(), st.sampled_from([10**400, -(10**30), 2**63]),
     st.floats(), st.text(max_size=10),
     st.sampled_from(["1E", "1Ei", "1e9999999", "1e-9999999", "500m", "2Gi", "-1", "0.5", "Exists", "Equal", "In",
-                     "NoExecute", "", " ", "{{ params.x }}", "pytorch", "x" * 300, "a\nb"]),
+                     "NoExecute", "", " ", "{{ params.x }}", "pytorch", "deepspeed", "x" * 300, "a\nb"]),
     st.binary(max_size=4),
 )
 values = st.recursive(

@@ -38,18 +38,25 @@ def guard(actor: psutil.Process, root: psutil.Process, interval: float = INTERVA
     # Every process ever seen in the tree, not the last look only: once the launcher is a zombie (SIGKILLed, not yet
     # reaped) its tree shows it alone, its processes already reparented away.
     known: dict[int, psutil.Process] = {}
-    while True:
+
+    def look() -> list[psutil.Process]:
         known.update((member.pid, member) for member in family(root)
                      if member.pid not in known or not known[member.pid].is_running())
-        alive = [member for member in known.values() if member.is_running()]
+        return [member for member in known.values() if member.is_running()]
+
+    while True:
+        alive = look()
         if not alive:
             return False
         if not actor.is_running():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(root.pid, signal.SIGKILL)
-            for member in alive:
+            # One more look first: processes the launcher started since the last one (the actor may die within
+            # ``interval`` of their start) are still its children while it lives.
+            alive = look()
+            for member in reversed(alive):  # the launcher's processes before the launcher, which would orphan them
                 with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
                     member.kill()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(root.pid, signal.SIGKILL)
             return True
         time.sleep(interval)
 

@@ -42,7 +42,14 @@ from ray.util.placement_group import placement_group, placement_group_table, rem
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from airflow_distributed.contract import ENV_STACKS_DIR, ENV_STACKS_SIGNAL
-from airflow_distributed.hooks.local import STACKS_SIGNAL, STACKS_WAIT, TAIL_LINES, LocalProcessHook, die_with_parent
+from airflow_distributed.hooks.local import (
+    STACKS_SIGNAL,
+    STACKS_STAGGER,
+    STACKS_WAIT,
+    TAIL_LINES,
+    LocalProcessHook,
+    die_with_parent,
+)
 from airflow_distributed.jobstate.outcome import Ending
 from airflow_distributed.jobstate.progress_watch import HangWatchdog
 from airflow_distributed.manifests.local import PYTHON_NAMES, STANDBY_CODE, resolve_python
@@ -237,6 +244,8 @@ class ReplicaActor:
         sent = 0
         for member in self._family():
             if member.pid in registered:
+                if sent:  # a launcher's ranks share the replica's output: one dump at a time, each read whole
+                    time.sleep(STACKS_STAGGER)
                 try:
                     member.send_signal(getattr(signal, signal_name))
                     sent += 1

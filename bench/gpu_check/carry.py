@@ -7,6 +7,9 @@ project's own wheel, ``opt/`` what the image already has (``--image-packages``, 
 default ``image-packages.txt`` here: the lent GPU machines' image, as their documentation lists it),
 carried only for a machine whose version does not fit, ``MANIFEST.txt``. ``--skip`` names packages not carried at
 all (default: ``grpcio uvloop``, large and never imported by a DAG run: the OTLP exporter, uvicorn's event loop).
+``--deepspeed VERSION`` (default 0.19.8, ``""`` for none) adds DeepSpeed for the GPU check's check d: PyPI has its
+releases as source only, so its wheel is built here (``pip wheel``, ``DS_BUILD_OPS=0``: no compiled ops, pure
+Python, about 2 MiB), with its requirements that the image lacks; the image's own (torch among them) are not carried.
 
 ``install`` (there, no network) installs ``whl/`` into ``--target`` (no index, no dependency resolution), then each
 ``opt/`` wheel whose package the machine lacks or has at a version that some carried wheel's requirements refuse,
@@ -49,8 +52,22 @@ def wheel_metadata(path: Path) -> email.message.Message:
         return email.parser.Parser().parsestr(archive.read(name).decode("utf-8"))
 
 
-def pip(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args], check=True)
+def pip(*args: str, env: dict[str, str] | None = None) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args], check=True, env=env)
+
+
+def deepspeed_wheel(version: str, folder: Path, image: set[str]) -> tuple[Path, list[str]]:
+    """DeepSpeed ``version``'s wheel, built into ``folder`` without its compiled ops, and its requirements that the
+    image lacks.
+
+    Built by this interpreter without build isolation: DeepSpeed's setup imports torch, and an isolated build would
+    download a whole torch for it. So this interpreter needs torch and setuptools (the project's ``.venv`` has both).
+    """
+    pip("wheel", "--no-deps", "--no-build-isolation", "-w", str(folder), f"deepspeed=={version}",
+        env=dict(os.environ, DS_BUILD_OPS="0"))
+    [wheel] = folder.glob("deepspeed-*.whl")
+    needed = [line for line in wheel_metadata(wheel).get_all("Requires-Dist") or [] if "extra ==" not in line]
+    return wheel, [line for line in needed if canonical(re.split(r"[ ;<>=!~\[]", line, maxsplit=1)[0]) not in image]
 
 
 def build(args: argparse.Namespace) -> int:
@@ -66,8 +83,11 @@ def build(args: argparse.Namespace) -> int:
         pip("wheel", "--no-deps", "-w", str(work / "project"), str(ROOT))
         [project] = (work / "project").glob("*.whl")
         constraints = ["-c", str(args.constraints)] if args.constraints else []
+        extra: list[str] = []
+        if args.deepspeed:
+            deepspeed, extra = deepspeed_wheel(args.deepspeed, work / "deepspeed", image)
         pip("install", "--dry-run", "--ignore-installed", "--target", str(work / "never"), "--report",
-            str(work / "report.json"), *target, *constraints, str(project))
+            str(work / "report.json"), *target, *constraints, str(project), *extra)
         report = json.loads((work / "report.json").read_text())
         pins = [f"{item['metadata']['name']}=={item['metadata']['version']}" for item in report["install"]
                 if canonical(item["metadata"]["name"]) not in skip | {PROJECT}]
@@ -78,6 +98,9 @@ def build(args: argparse.Namespace) -> int:
         (dest / "opt").mkdir()
         shutil.copy(project, dest / "whl")
         rows = [f"whl\t{PROJECT} (this checkout)\t{project.stat().st_size}"]
+        if args.deepspeed:
+            shutil.copy(deepspeed, dest / "whl")
+            rows.append(f"whl\tdeepspeed=={args.deepspeed} (built here, DS_BUILD_OPS=0)\t{deepspeed.stat().st_size}")
         for wheel in sorted((work / "all").glob("*.whl")):
             meta = wheel_metadata(wheel)
             folder = "opt" if canonical(meta["Name"]) in image else "whl"
@@ -153,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     make.add_argument("--constraints", type=Path, help="pip constraints pinning the versions tested here")
     make.add_argument("--python-version", default="3.12")
     make.add_argument("--skip", default="grpcio uvloop", help="packages not carried at all")
+    make.add_argument("--deepspeed", default="0.19.8", help="DeepSpeed version to build and carry (\"\": none)")
     put = commands.add_parser("install", help="install the wheels (there, without a network)")
     put.add_argument("--carry", type=Path, default=DEFAULT_DEST)
     put.add_argument("--target", type=Path, default=Path("/tmp/site"))

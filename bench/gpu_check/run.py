@@ -5,11 +5,14 @@ Checks (``--checks``, default all):
   b  one replica with every visible GPU and ``n_proc_per_node="auto"``: a process per GPU, an NCCL all-reduce
      across them, each process's RANK/LOCAL_RANK/LOCAL_WORLD_SIZE/NODE_RANK and device
   c  a job asking for one GPU more than visible: refused before any replica starts, naming both numbers
-  d  DeepSpeed on the GPU (reported as skipped until the project has a DeepSpeed launcher)
+  d  DeepSpeed on the GPUs: check b's replica started by DeepSpeed's launcher (``launcher="deepspeed"``), a tiny
+     model under ZeRO stage 2; skipped, saying why, where the replicas' interpreter cannot import deepspeed
 
 Without a GPU (``nvidia-smi`` not on PATH, or torch sees no CUDA device) it says so, writes every check as skipped
 and exits 0. ``--device cpu`` is the dry run of the same DAGs anywhere: gloo instead of NCCL, and two GPUs faked
-with ``CUDA_VISIBLE_DEVICES=0,1`` (the local backend counts those; the replicas run on the CPU).
+with ``CUDA_VISIBLE_DEVICES=0,1`` (the local backend counts those; the replicas run on the CPU); its check d runs
+``.venvs/launchers`` of the checkout (``scripts/framework-venv.sh launchers``) when it exists. ``GPU_CHECK_PYTHON``
+names check d's interpreter outright; else it is the one running this script.
 
 Prints a table and writes ``results.json`` and each check's Airflow log (``logs/``) to ``--out``. Exits 1 when a
 check failed, else 0. Usage (from the checkout, or wherever ``bench/gpu_check`` was copied)::
@@ -36,15 +39,13 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+# The checkout's DeepSpeed/Accelerate environment: check d's replicas run it in the dry run when it is there.
+LAUNCHERS_PYTHON = HERE.parents[1] / ".venvs" / "launchers" / "bin" / "python"
 DAGS = HERE / "dags"
 # The least time a DAG run is given under --budget: Airflow's start alone takes about 10 s on a busy machine.
 MIN_CHECK_SECONDS = 30
 # The dry run's fake GPUs: enough for check b to run two processes and for check c to ask one more.
 CPU_FAKE_GPUS = "0,1"
-# Also in the way: DeepSpeed is not in the GPU image, and PyPI ships its releases as source only (0.19.8: a tar.gz),
-# which a machine without a network cannot build from; the carry would have to bring a wheel built elsewhere.
-DEEPSPEED_SKIPPED = ("the project has no DeepSpeed launcher yet (issue 32, item 3): no DAG can run DeepSpeed "
-                     "through the operator")
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ CHECKS = (
     Check("a", "one GPU, one process", "gpu_check_a_one_gpu"),
     Check("b", 'every GPU, n_proc_per_node="auto"', "gpu_check_b_all_gpus"),
     Check("c", "more GPUs than visible: refused", "gpu_check_c_short"),
-    Check("d", "DeepSpeed on the GPU", ""),
+    Check("d", "DeepSpeed ZeRO-2, every GPU", "gpu_check_d_deepspeed"),
 )
 
 
@@ -88,6 +89,32 @@ def gpu_names() -> list[str]:
     except (OSError, subprocess.SubprocessError):
         return []
     return [line for line in out.splitlines() if line.startswith("GPU ")]
+
+
+def deepspeed_python(device: str) -> str:
+    """The interpreter check d's replicas run: ``GPU_CHECK_PYTHON``, else the dry run's ``.venvs/launchers`` when
+    it exists, else this one (Airflow's, whose replicas' default it is)."""
+    if os.environ.get("GPU_CHECK_PYTHON"):
+        return os.environ["GPU_CHECK_PYTHON"]
+    if device == "cpu" and LAUNCHERS_PYTHON.exists():
+        return str(LAUNCHERS_PYTHON)
+    return sys.executable
+
+
+def no_deepspeed_reason(python: str, env: dict[str, str]) -> str | None:
+    """Why ``python`` cannot run check d (it cannot import deepspeed), or ``None`` when it can."""
+    try:
+        probe = subprocess.run([python, "-c", "import deepspeed"], env=env, capture_output=True, text=True,
+                               timeout=180)
+    except (OSError, subprocess.SubprocessError) as err:
+        return f"{python} cannot be run to import deepspeed ({err})"
+    if probe.returncode == 0:
+        return None
+    lines = probe.stderr.strip().splitlines()
+    raised = [line.strip() for line in lines if re.match(r"[\w.]+(Error|Exception): ", line.strip())]
+    said = (raised or lines or [f"exit {probe.returncode}"])[-1][:200]
+    return (f"deepspeed cannot be imported by the replicas' interpreter {python} ({said}); docs/gpu.md says how to "
+            "carry it")
 
 
 def parse_errors(files: list[Path]) -> dict[str, str]:
@@ -148,6 +175,12 @@ def judge_training(check: Check, verdict: dict[str, Any] | None, log: Path) -> t
     if check.key == "a":
         detail = (f"{facts.get('backend')} on {facts.get('device')} ({facts.get('device_name')}), "
                   f"CUDA_VISIBLE_DEVICES={facts.get('cuda_visible_devices')}")
+    elif check.key == "d":
+        processes = facts.get("processes", [])
+        detail = (f"world size {facts.get('world_size')}, {facts.get('backend')}, ZeRO {facts.get('zero_stage')}, "
+                  f"RANK {sorted(p.get('RANK') for p in processes)} on {[p.get('device') for p in processes]}, loss "
+                  f"{facts.get('initial_loss', 0):.4f} -> {facts.get('final_loss', 0):.4f}, deepspeed "
+                  f"{facts.get('deepspeed_version')}")
     else:
         processes = facts.get("processes", [])
         detail = (f"{len(processes)} processes, {facts.get('backend')}, LOCAL_RANK "
@@ -235,15 +268,27 @@ def run_checks(args: argparse.Namespace, wanted: list[Check], work: Path, out: P
                PYTHONUNBUFFERED="1")
     if args.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = CPU_FAKE_GPUS
+    skipped: dict[str, str] = {}
+    if any(check.key == "d" for check in wanted):
+        env["GPU_CHECK_PYTHON"] = deepspeed_python(args.device)
+        reason = no_deepspeed_reason(env["GPU_CHECK_PYTHON"], env)
+        if reason:
+            skipped["d"] = reason
+        report["deepspeed_python"] = env["GPU_CHECK_PYTHON"]
     os.environ.update(env)  # this process parses the DAGs (and counts the GPUs) as the DAG runs will
     os.environ["AIRFLOW__LOGGING__LOGGING_LEVEL"] = "CRITICAL"  # a parse error is reported in the table
     from airflow_distributed.hooks.local import LocalProcessHook
 
     visible = LocalProcessHook.visible_gpus()  # the product's own count: what the checks ask for
     env["GPU_CHECK_GPUS"] = os.environ["GPU_CHECK_GPUS"] = str(len(visible))
+    env["GPU_CHECK_VISIBLE"] = os.environ["GPU_CHECK_VISIBLE"] = ",".join(visible)
     report["visible"] = visible
     names = "".join(f"; {name}" for name in report["gpus"])
     print(f"GPU check ({args.device}): the local backend sees GPUs {visible}{names}")
+    if all(check.key in skipped for check in wanted):  # nothing to run: no Airflow to set up
+        for check in wanted:
+            row(check, "SKIP", skipped[check.key])
+        return
     migrate = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True,
                              text=True)
     if migrate.returncode != 0:
@@ -251,16 +296,16 @@ def run_checks(args: argparse.Namespace, wanted: list[Check], work: Path, out: P
         for check in wanted:
             row(check, "FAIL", f"airflow db migrate failed (exit {migrate.returncode}), see logs/migrate.log")
         return
-    errors = parse_errors([c.dag_file for c in wanted if c.dag_id])
+    errors = parse_errors([c.dag_file for c in wanted if c.key not in skipped])
     for check in wanted:
-        if not check.dag_id:
-            row(check, "SKIP", DEEPSPEED_SKIPPED)
+        if check.key in skipped:
+            row(check, "SKIP", skipped[check.key])
             continue
         error = errors.get(check.dag_file.name)
         if error is not None:
             # The spec refusing n_proc_per_node is this build's answer to check b, not a broken check.
             refusal = [line.strip() for line in error.splitlines() if "n_proc_per_node" in line]
-            if check.key == "b" and refusal:
+            if check.key in ("b", "d") and refusal:
                 row(check, "UNSUPPORTED", f"not supported by this build: {refusal[-1]}")
             else:
                 row(check, "FAIL", "the DAG does not parse: " + " ".join(error.split())[-300:])

@@ -14,11 +14,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "bench" / "gpu_check" / "run.py"
+LAUNCHERS_PYTHON = ROOT / ".venvs" / "launchers" / "bin" / "python"
 
 
-def gpu_check(out: Path, *args: str, path: str | None = None, timeout: float = 240) -> tuple[int, str, dict]:
+def gpu_check(out: Path, *args: str, path: str | None = None, timeout: float = 240,
+              **env_vars: str) -> tuple[int, str, dict]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     env.pop("OUT", None)
+    env.pop("GPU_CHECK_PYTHON", None)
+    env.update(env_vars)
     if path is not None:
         env["PATH"] = path
     proc = subprocess.run([sys.executable, str(RUN), "--out", str(out), *args], env=env, capture_output=True,
@@ -82,6 +86,25 @@ def test_cpu_dry_run_of_check_a_trains_one_replica_on_its_faked_gpu(tmp_path):
     assert "a      one GPU, one process" in output and "PASS" in output
 
 
+def test_check_d_skips_naming_the_interpreter_that_cannot_import_deepspeed(tmp_path):
+    # An interpreter without DeepSpeed: the suite's own (the GPU image's python3 too, unless the carry brings it).
+    python = sys.executable
+    probe = subprocess.run([python, "-c", "import deepspeed"], capture_output=True)
+    if probe.returncode == 0:
+        pytest.skip(f"{python} has deepspeed: no interpreter without it to point check d at")
+
+    rc, output, report = gpu_check(tmp_path / "out", "--device", "cpu", "--checks", "d", GPU_CHECK_PYTHON=python)
+
+    assert rc == 0, output
+    [row] = report["checks"]
+    assert (row["check"], row["status"]) == ("d", "SKIP"), row
+    assert row["detail"] == (f"deepspeed cannot be imported by the replicas' interpreter {python} "
+                             "(ModuleNotFoundError: No module named 'deepspeed'); docs/gpu.md says how to carry it")
+    assert report["deepspeed_python"] == python
+    # nothing else ran: no DAG run logged
+    assert list((tmp_path / "out" / "logs").iterdir()) == []
+
+
 @pytest.mark.slow
 def test_cpu_dry_run_of_every_check(tmp_path):
     rc, output, report = gpu_check(tmp_path / "out", "--device", "cpu", timeout=500)
@@ -89,15 +112,23 @@ def test_cpu_dry_run_of_every_check(tmp_path):
     assert rc == 0, output
     rows = {row["check"]: row for row in report["checks"]}
     assert rows["a"]["status"] == "PASS"
-    # n_proc_per_node="auto" on the local backend: two processes on the two faked GPUs, or this build's refusal
-    if rows["b"]["status"] == "UNSUPPORTED":
-        assert rows["b"]["detail"].startswith("not supported by this build: environment.pytorch.n_proc_per_node")
-    else:
-        assert rows["b"]["status"] == "PASS", rows["b"]
-        assert sorted(p["LOCAL_RANK"] for p in rows["b"]["facts"]["processes"]) == [0, 1]
+    # n_proc_per_node="auto" on the local backend: two processes on the two faked GPUs
+    assert rows["b"]["status"] == "PASS", rows["b"]
+    assert sorted(p["LOCAL_RANK"] for p in rows["b"]["facts"]["processes"]) == [0, 1]
     refusal = rows["c"]
     assert refusal["status"] == "PASS", refusal
     assert (refusal["facts"]["asked"], refusal["facts"]["visible"], refusal["facts"]["replicas_started"]) == (3, 2, 0)
     assert "3 GPU" in refusal["facts"]["message"] and "2 visible" in refusal["facts"]["message"]
     assert refusal["facts"]["airflow_exit"] != 0
-    assert rows["d"]["status"] == "SKIP"
+    deepspeed = rows["d"]
+    if not LAUNCHERS_PYTHON.exists():
+        assert deepspeed["status"] == "SKIP" and "deepspeed cannot be imported" in deepspeed["detail"], deepspeed
+        return
+    # DeepSpeed's launcher started a process per faked GPU in the one replica, ZeRO-2 over gloo trained them
+    assert deepspeed["status"] == "PASS", deepspeed
+    facts = deepspeed["facts"]
+    assert (facts["world_size"], facts["backend"], facts["zero_stage"]) == (2, "gloo", 2)
+    assert sorted((p["RANK"], p["LOCAL_RANK"], p["LOCAL_SIZE"], p["CROSS_RANK"]) for p in facts["processes"]) == [
+        ("0", "0", "2", "0"), ("1", "1", "2", "0")]
+    assert facts["final_loss"] < facts["initial_loss"]
+    assert report["deepspeed_python"] == str(LAUNCHERS_PYTHON)

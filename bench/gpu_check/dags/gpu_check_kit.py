@@ -2,8 +2,11 @@
 
 Read when a DAG file is parsed: ``GPU_CHECK_DEVICE`` (``cuda``, or ``cpu`` for the dry run: gloo instead of NCCL,
 the GPUs faked with ``CUDA_VISIBLE_DEVICES``, which the local backend counts), ``GPU_CHECK_GPUS`` (how many GPUs
-the local backend sees: the number the checks ask for, or ask one more than). Read when a task runs:
+the local backend sees: the number the checks ask for, or ask one more than), ``GPU_CHECK_VISIBLE`` (their ids,
+comma-separated: what a replica given every GPU must see). Read when a task runs:
 ``GPU_CHECK_RESULTS``, the folder each check writes ``<check>.json`` to and the replicas mark their start in.
+``GPU_CHECK_PYTHON`` (read at parse time, set by run.py for check d): the interpreter the replicas run, when it is
+not Airflow's (the dry run's ``.venvs/launchers``, which has DeepSpeed).
 """
 
 from __future__ import annotations
@@ -18,11 +21,14 @@ import pendulum
 
 from airflow_distributed.operators import DistributedTrainingOperator
 
-SCRIPT = Path(__file__).resolve().parent.parent / "training" / "gpu_replica.py"
+TRAINING = Path(__file__).resolve().parent.parent / "training"
+SCRIPT = TRAINING / "gpu_replica.py"
 DEVICE = os.environ.get("GPU_CHECK_DEVICE", "cuda")
 BACKEND = "nccl" if DEVICE == "cuda" else "gloo"
 GPUS = int(os.environ.get("GPU_CHECK_GPUS", "1"))
+VISIBLE = os.environ.get("GPU_CHECK_VISIBLE", "")
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
+PYTHON = os.environ.get("GPU_CHECK_PYTHON") or None
 
 
 def results_dir() -> Path:
@@ -40,14 +46,16 @@ def replica_args(check: str, steps: int = 20) -> list[str]:
     return ["--backend", BACKEND, "--device", DEVICE, "--steps", str(steps), "--started", started_dir(check)]
 
 
-def training_task(check: str, environment: dict[str, Any], minutes: int, **kwargs: Any) -> DistributedTrainingOperator:
-    """The check's PyTorch job on the local backend: ``gpu_replica.py`` in every process of ``environment``."""
+def training_task(check: str, environment: dict[str, Any], minutes: int, script: Path = SCRIPT,
+                  **kwargs: Any) -> DistributedTrainingOperator:
+    """The check's PyTorch job on the local backend: ``script`` (default ``gpu_replica.py``) in every process of
+    ``environment``."""
     return DistributedTrainingOperator(
         task_id="train",
         framework="pytorch",
         backend="local",
         environment=environment,
-        command=["python", str(SCRIPT)],
+        command=["python", str(script)],
         args=replica_args(check),
         env={"NCCL_DEBUG": "WARN"},  # NCCL says why when it cannot set up
         execution_timeout=timedelta(minutes=minutes),

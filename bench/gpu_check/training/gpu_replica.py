@@ -71,14 +71,21 @@ def train(device: torch.device, rank: int, world: int, steps: int) -> tuple[floa
         tracking.log_progress(step, steps)
     with torch.no_grad():
         last = loss_fn(model(x), y).item()
+    return first, last, parameters_identical(model, world)
+
+
+def parameters_identical(model: torch.nn.Module, world: int) -> bool:
+    """Whether every rank ends with the same parameters (a checksum of each, all-gathered)."""
+    with torch.no_grad():
         checksum = torch.cat([p.detach().flatten() for p in model.parameters()]).double().sum().reshape(1)
     sums = [torch.zeros_like(checksum) for _ in range(world)]
     dist.all_gather(sums, checksum)
-    return first, last, all(torch.equal(s, sums[0]) for s in sums)
+    return all(torch.equal(s, sums[0]) for s in sums)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+def parse_args(doc: str) -> argparse.Namespace:
+    """The arguments every check's process takes; marks the process's start in ``--started`` first."""
+    parser = argparse.ArgumentParser(description=doc.split("\n", 1)[0])
     parser.add_argument("--backend", choices=("nccl", "gloo"), required=True)
     parser.add_argument("--device", choices=("cuda", "cpu"), required=True)
     parser.add_argument("--steps", type=int, default=20)
@@ -88,6 +95,11 @@ def main() -> int:
     if args.started:
         Path(args.started).mkdir(parents=True, exist_ok=True)
         Path(args.started, f"started-{os.environ.get('RANK', '0')}").touch()
+    return args
+
+
+def main() -> int:
+    args = parse_args(__doc__)
 
     device = pick_device(args.device)
     extra = {"device_id": device} if args.backend == "nccl" else {}

@@ -45,6 +45,11 @@ ENV_RECORD_INTERVAL = "AIRFLOW_DISTRIBUTED_RECORD_INTERVAL"
 #: processes a launcher starts (``environment.pytorch.launcher``): each process compares it with the ``WORLD_SIZE``
 #: its launcher gave it before it trains (``replica/world_size.py``).
 ENV_WORLD_SIZE = "AIRFLOW_DISTRIBUTED_WORLD_SIZE"
+#: The GPUs a ``local`` replica was given (its ``CUDA_VISIBLE_DEVICES``, kept under this name too): a launcher that
+#: sets its processes' ``CUDA_VISIBLE_DEVICES`` to its own slot numbers (DeepSpeed's, from ``--world_info``) would
+#: hand them GPUs 0..n-1 of the machine; each launched process maps its slots back onto these first
+#: (``replica/world_size.py``).
+ENV_REPLICA_GPUS = "AIRFLOW_DISTRIBUTED_REPLICA_GPUS"
 
 #: The output document's keys: what the master reported. ``progress`` and ``return_value`` are there once reported.
 METRICS, MODEL_PATH, HISTORY, PROGRESS, RETURN_VALUE = "metrics", "model_path", "history", "progress", "return_value"
@@ -67,6 +72,7 @@ __all__ = [
     "ENV_MODEL_DIR",
     "ENV_OUTPUT",
     "ENV_RECORD_INTERVAL",
+    "ENV_REPLICA_GPUS",
     "ENV_ROLE",
     "ENV_STACKS_DIR",
     "ENV_STACKS_SIGNAL",

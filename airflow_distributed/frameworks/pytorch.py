@@ -14,20 +14,17 @@ so that a worker process that dies is restarted by its agent and the group forms
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from airflow_distributed.contract import ENV_WORLD_SIZE
 from airflow_distributed.frameworks.base import Framework, Role, master_rank_env
 from airflow_distributed.frameworks.pytorch_launchers import (
     launched_command,
     launcher_in_command,
+    operator_launched_command,
     replica_launcher,
     world_size,
 )
 from airflow_distributed.launch import Operator
-
-if TYPE_CHECKING:
-    from airflow_distributed.cluster_plan import ClusterPlan
 
 
 class PyTorch(Framework):
@@ -86,7 +83,7 @@ class PyTorch(Framework):
         if elastic is None:
             # Under a training operator every pod of a role has one template: its node rank is read when it runs.
             if plan.launch.operator is not None:
-                return tuple(command) if plan.processes_per_replica == 1 else _launched_by_operator(plan, command)
+                return tuple(command) if plan.processes_per_replica == 1 else operator_launched_command(plan, command)
             launcher = replica_launcher(plan)
             return tuple(command) if launcher is None else launched_command(launcher, replica, plan, command)
         # Every replica's address resolves to this machine on the local backend, so torchrun cannot tell which
@@ -107,16 +104,3 @@ class PyTorch(Framework):
             *command,
         )
 
-
-def _launched_by_operator(plan: ClusterPlan, command: Sequence[str]) -> tuple[str, ...]:
-    """``command`` under torch's launcher where a training operator runs one pod template per role and sets the node's
-    ``RANK`` (its node rank), ``MASTER_ADDR`` and ``MASTER_PORT`` (a TrainJob's node program sets them from Trainer's
-    ``PET_*``): the per-node values are read from those when the pod runs, the counts are said outright, so that an
-    operator that sets no ``PET_NNODES`` or ``PET_NPROC_PER_NODE`` cannot leave a node training alone. Neither the
-    Training Operator nor Trainer starts the launcher itself."""
-    launch = (
-        'export NODE_RANK="$RANK"; exec python3 -m torch.distributed.run '
-        f'--nnodes {len(plan.replicas)} --node-rank "$RANK" --nproc-per-node {plan.processes_per_replica} '
-        '--master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" --no-python "$@"'
-    )
-    return ("sh", "-c", launch, "sh", *command)

@@ -16,6 +16,9 @@ lone process at world size 1 without an error.
   divides it by ``--num_machines``. Never ``--cpu``: with it Accelerate runs one process per node whatever the
   counts say.
 
+Under a training operator (``plan.launch.operator``) torchrun only, one line per role's pod template that reads the
+node's rank and the master's address when it runs (``operator_launched_command``).
+
 Where the command is run by a Python interpreter, each process first runs ``replica/world_size.py`` (by that
 interpreter, so on the ``local`` backend the job's): it refuses to train unless its launcher's ``WORLD_SIZE`` is the
 plan's, ``contract.ENV_WORLD_SIZE``.
@@ -100,6 +103,20 @@ def launched_command(launcher: str, replica: Replica, plan: ClusterPlan, command
                 "--max_restarts", "0",
                 "--no_python", *checked)
     raise ValueError(f"unknown launcher {launcher!r}")
+
+
+def operator_launched_command(plan: ClusterPlan, command: Sequence[str]) -> tuple[str, ...]:
+    """``command`` under torch's launcher where a training operator runs one pod template per role and sets the node's
+    ``RANK`` (its node rank), ``MASTER_ADDR`` and ``MASTER_PORT`` (a TrainJob's node program sets them from Trainer's
+    ``PET_*``): the per-node values are read from those when the pod runs, the counts are said outright, so that an
+    operator that sets no ``PET_NNODES`` or ``PET_NPROC_PER_NODE`` cannot leave a node training alone. Neither the
+    Training Operator nor Trainer starts the launcher itself."""
+    launch = (
+        'export NODE_RANK="$RANK"; exec python3 -m torch.distributed.run '
+        f'--nnodes {len(plan.replicas)} --node-rank "$RANK" --nproc-per-node {plan.processes_per_replica} '
+        '--master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" --no-python "$@"'
+    )
+    return ("sh", "-c", launch, "sh", *command)
 
 
 def checked_command(command: Sequence[str]) -> tuple[str, ...]:

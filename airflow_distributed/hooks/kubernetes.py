@@ -411,13 +411,14 @@ class PodJobHook(KubeApiHook):
         if sidecar == ContainerState.RUNNING:
             try:
                 text = PodManager(self.core_v1_client).extract_xcom_json(self._model(pod, "V1Pod"))
-                if text and text.strip() != EMPTY_XCOM_RESULT:
-                    return text
             except Exception as error:
+                # Not stopped either: the same exec would fail the same way; it ends at the deletion's SIGTERM.
                 self.job_log.info("could not read the output of %s/%s from its XCom sidecar (%s); "
                                   "using its termination message", namespace, name, short_error(error))
-            finally:
+            else:
                 self.stop_sidecar(namespace, name)
+                if text and text.strip() != EMPTY_XCOM_RESULT:
+                    return text
         return termination_message(pod)
 
     def stop_sidecar(self, namespace: str, pod: str) -> None:

@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from airflow_distributed.contract import ENV_REPLICA_GPUS
 from airflow_distributed.launch import Launch
 from airflow_distributed.plan import ClusterPlan
 
@@ -59,7 +60,7 @@ def process_specs(
         cpu_limit = replica.resources.cpu_limit() if replica.resources else None
         env.setdefault("OMP_NUM_THREADS", str(max(1, math.floor(cpu_limit)) if cpu_limit else share))
         if gpus or replica.name in devices:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(devices.get(replica.name, []))
+            env["CUDA_VISIBLE_DEVICES"] = env[ENV_REPLICA_GPUS] = ",".join(devices.get(replica.name, []))
         argv = replica.command if replica.command is not None else (interpreter, "-c", STANDBY_CODE)
         specs.append(
             ProcessSpec(replica.name, replica.role, replica.index, replica.is_master, _resolve(argv, interpreter), env)

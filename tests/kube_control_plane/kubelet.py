@@ -7,7 +7,7 @@ same calls as on the emulator (``run_pod``, ``set_pod_phase``, ``fail_pod``, ``a
 ``tests/kubernetes_helpers.py`` drive either. Container logs are served over HTTPS at the node's
 ``status.daemonEndpoints.kubeletEndpoint`` port, the way the API server proxies ``pods/log`` to a kubelet, and so
 is exec over the websocket channel protocol (``v4.channel.k8s.io``), as much of it as the XCom sidecar's reads take:
-``cat`` of its output file (``write_file``) and the ``kill`` that ends the sidecar.
+``cat`` of its output file (``write_file``) and the ``kill`` that ends the sidecar (``SIDECAR_STOP``).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from kubernetes import client
 
 from airflow_distributed.jobstate.hang_watch import STACKS_COMMAND
 from airflow_distributed.jobstate.log_cursor import parse_timestamp_ns
+from airflow_distributed.manifests.kubernetes import SIDECAR_STOP
 from tests.k8s_emulator import kubelet as kubelet_status
 from tests.k8s_emulator.cluster import now_rfc3339
 from tests.k8s_emulator.server import rfc3339nano
@@ -39,7 +40,7 @@ from tests.kube_control_plane.control_plane import ControlPlane, wait_for
 CAPACITY = {"cpu": "16", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "8", "ephemeral-storage": "100Gi"}
 HOST_IP = "127.0.0.1"
 WEBSOCKET_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
-STDIN, STDOUT, STDERR, ERROR = 0, 1, 2, 3
+STDOUT, STDERR, ERROR = 1, 2, 3  # exec channels (0, stdin, is never read)
 XCOM_FILE = f"{PodDefaults.XCOM_MOUNT_PATH}/return.json"
 
 
@@ -438,8 +439,7 @@ class KubeletNode:
                              + (f"Sec-WebSocket-Protocol: {protocol}\r\n" if protocol else "") + "\r\n").encode())
         command = query.get("command", [])
         self.execs.append((namespace, pod, container, command))
-        out, code = self._run(handler, namespace, pod, container, command,
-                              stdin=(query.get("input") or [""])[-1] in ("true", "1"))  # the kubelet's name
+        out, code = self._run(namespace, pod, container, command)
         if out:
             handler.wfile.write(_frame(bytes([STDOUT]) + out.encode()))
         status: dict[str, Any] = {"metadata": {}, "status": "Success"}
@@ -452,9 +452,8 @@ class KubeletNode:
         handler.wfile.flush()
         handler.close_connection = True
 
-    def _run(self, handler: BaseHTTPRequestHandler, namespace: str, pod: str, container: str, command: list[str],
-             stdin: bool) -> tuple[str, int]:
-        """The XCom sidecar's two commands: reading its output file, and (a shell reading stdin) its kill; and the
+    def _run(self, namespace: str, pod: str, container: str, command: list[str]) -> tuple[str, int]:
+        """The XCom sidecar's two commands: reading its output file, and its stop (``SIDECAR_STOP``); and the
         hang watchdog's signal to the processes that imported ``tracking``, whose stacks (``stacks``) are logged."""
         if command == STACKS_COMMAND:
             text = self.stacks.get((namespace, pod))
@@ -463,11 +462,9 @@ class KubeletNode:
             return f"{int(text is not None)}\n", 0
         if command[:2] == ["/bin/sh", "-c"] and f"cat {XCOM_FILE}" in command[2]:
             return self._files.get((namespace, pod, XCOM_FILE)) or EMPTY_XCOM_RESULT + "\n", 0
-        if command == ["/bin/sh"] and stdin:
-            line = _read_stdin_line(handler)
-            if line.startswith("kill"):
-                # The sidecar's shell ends; the kubelet reports it soon after, as a real one would.
-                threading.Thread(target=self._sidecar_ended, args=(namespace, pod, container), daemon=True).start()
+        if command == SIDECAR_STOP:
+            # The sidecar's shell (PID 1 of its container) ends; the kubelet reports it soon after, as a real one would.
+            threading.Thread(target=self._sidecar_ended, args=(namespace, pod, container), daemon=True).start()
             return "", 0
         return "", 127
 
@@ -507,24 +504,3 @@ def _frame(payload: bytes, opcode: int = 0x2) -> bytes:
     else:
         head = bytes([0x80 | opcode, 127]) + size.to_bytes(8, "big")
     return head + payload
-
-
-def _read_stdin_line(handler: BaseHTTPRequestHandler) -> str:
-    """The client's stdin (channel 0) up to its first newline, from masked websocket frames."""
-    text = ""
-    while "\n" not in text:
-        head = handler.rfile.read(2)
-        if len(head) < 2:
-            break
-        opcode, size = head[0] & 0x0F, head[1] & 0x7F
-        if size == 126:
-            size = int.from_bytes(handler.rfile.read(2), "big")
-        elif size == 127:
-            size = int.from_bytes(handler.rfile.read(8), "big")
-        mask = handler.rfile.read(4) if head[1] & 0x80 else b"\0\0\0\0"
-        data = bytes(b ^ mask[i % 4] for i, b in enumerate(handler.rfile.read(size)))
-        if opcode == 0x8:
-            break
-        if opcode in (0x1, 0x2) and data[:1] == bytes([STDIN]):
-            text += data[1:].decode(errors="replace")
-    return text

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from typing import Any
 
 import pytest
 
@@ -150,6 +151,20 @@ def test_a_task_distributed_function_runs_in_real_pods_from_its_configmap_with_i
                                for role in ("master", "worker")) + " after its delete")
 
 
+def run_under_controller(node: RealNode, namespace: str, operator: type[JobOperator], capfd) -> tuple[Any, str]:
+    """The namespace's DAG run while the controller's stand-in plays its kind; its run and output, once it
+    succeeded with the controller in no error."""
+    controller = operator(node.control_plane, namespace).start()
+    try:
+        run, states = run_dag_at(namespace.replace("-", "_"))
+    finally:
+        controller.stop()
+    out = capfd.readouterr().out
+    assert controller.errors == []
+    assert states == {"train": "success"}, out[-6000:]
+    return run, out
+
+
 # Each a couple of minutes: a job of three real pods, and its controller's stand-in's pace.
 @pytest.mark.slow
 @pytest.mark.parametrize(("dag_namespace", "operator", "backend", "master"), [
@@ -159,15 +174,7 @@ def test_a_task_distributed_function_runs_in_real_pods_from_its_configmap_with_i
 def test_a_job_whose_pods_its_controller_makes_trains_over_gloo_in_real_pods(
         node: RealNode, dag_namespace, operator: type[JobOperator], backend: str, master: str, capfd):
     namespace, user = dag_namespace
-    controller = operator(node.control_plane, namespace).start()
-    try:
-        run, states = run_dag_at(namespace.replace("-", "_"))
-    finally:
-        controller.stop()
-
-    out = capfd.readouterr().out
-    assert controller.errors == []
-    assert states == {"train": "success"}, out[-6000:]
+    run, out = run_under_controller(node, namespace, operator, capfd)
     result = xcom(run, "train")
     assert result["state"] == "succeeded" and result["backend"] == backend
     metrics = result["metrics"]
@@ -185,15 +192,7 @@ def test_a_job_whose_pods_its_controller_makes_trains_over_gloo_in_real_pods(
 def test_replicas_of_several_processes_train_one_ddp_model_in_pods_a_controller_makes(
         node: RealNode, dag_namespace, operator: type[JobOperator], capfd):
     namespace, user = dag_namespace
-    controller = operator(node.control_plane, namespace).start()
-    try:
-        run, states = run_dag_at(namespace.replace("-", "_"))
-    finally:
-        controller.stop()
-
-    out = capfd.readouterr().out
-    assert controller.errors == []
-    assert states == {"train": "success"}, out[-6000:]
+    run, out = run_under_controller(node, namespace, operator, capfd)
     result = xcom(run, "train")
     # The script fails unless all 6 ranks ended with the same parameters; global rank 0 reports the group's size.
     assert result["metrics"]["world_size"] == 6 and result["metrics"]["parameters_identical"], result

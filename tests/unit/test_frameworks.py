@@ -10,11 +10,11 @@ import pytest
 
 from airflow_distributed.manifests.kubeflow import KUBEFLOW_LAUNCH
 from airflow_distributed.manifests.kubernetes import POD_LAUNCH
-from airflow_distributed.manifests.local import LOCAL_LAUNCH
+from airflow_distributed.manifests.local import LOCAL_LAUNCH, process_specs
 from airflow_distributed.manifests.trainjob import TRAINJOB_LAUNCH
 from airflow_distributed.naming import job_name
 from airflow_distributed.plan import KubernetesAddressing, Layout, LocalAddressing, build_plan
-from airflow_distributed.replica.world_size import world_size_problem
+from airflow_distributed.replica.world_size import replica_gpus, world_size_problem
 from airflow_distributed.spec import load_spec
 
 LAYOUT = Layout(model_dir="/m", output_path="/o/output.json", files_dir="/f")
@@ -397,3 +397,29 @@ def test_a_command_no_python_runs_goes_unchecked():
 def test_the_world_size_check_names_what_the_launcher_gave_and_what_was_planned(environ, problem):
     found = world_size_problem(environ)
     assert found == problem if problem is None else problem in found
+
+
+@pytest.mark.parametrize("environ, gpus", [
+    # DeepSpeed's launcher set its slots 0,1: they are the replica's GPUs 2,3.
+    ({"AIRFLOW_DISTRIBUTED_REPLICA_GPUS": "2,3", "CUDA_VISIBLE_DEVICES": "0,1"}, "2,3"),
+    ({"AIRFLOW_DISTRIBUTED_REPLICA_GPUS": "5,7", "CUDA_VISIBLE_DEVICES": "1"}, "7"),
+    # A replica that asked for no GPU sees none, whatever slots the launcher numbered.
+    ({"AIRFLOW_DISTRIBUTED_REPLICA_GPUS": "", "CUDA_VISIBLE_DEVICES": "0,1"}, ""),
+    # torchrun passes the replica's list through: nothing to change.
+    ({"AIRFLOW_DISTRIBUTED_REPLICA_GPUS": "2,3", "CUDA_VISIBLE_DEVICES": "2,3"}, None),
+    # No word from the backend (a pod numbers its own GPUs from 0), or no list at all.
+    ({"CUDA_VISIBLE_DEVICES": "0,1"}, None),
+    ({"AIRFLOW_DISTRIBUTED_REPLICA_GPUS": "2,3"}, None),
+])
+def test_a_launched_process_gets_its_replica_s_gpus_back_from_the_launcher_s_slots(environ, gpus):
+    assert replica_gpus(environ) == gpus
+
+
+def test_the_local_backend_says_each_replica_s_gpus_beside_cuda_visible_devices():
+    spec = load_spec("pytorch", {"pytorch": {"n_workers": 1}, "resources": {"gpu": {"limits": 1}}})
+    plan = build_plan(spec, "j", LocalAddressing(ports=[1, 2]), LAYOUT, ["python", "t.py"], backend="local",
+                      launch=LOCAL_LAUNCH)
+    specs = process_specs(plan, interpreter="python", gpus=["4", "6", "9"])
+    # The master asked for a GPU (the environment's resources are the master's), the worker for none.
+    assert [(s.env["CUDA_VISIBLE_DEVICES"], s.env["AIRFLOW_DISTRIBUTED_REPLICA_GPUS"]) for s in specs] == [
+        ("4", "4"), ("", "")]

@@ -55,12 +55,14 @@ from airflow_distributed.jobstate.progress_watch import HangWatchdog
 from airflow_distributed.manifests.local import PYTHON_NAMES, STANDBY_CODE, resolve_python
 from airflow_distributed.manifests.ray import JOB_VARIABLE, RAY_LAUNCH, ActorAddressing, report_line
 from airflow_distributed.plan import ClusterPlan, Layout, build_plan
+from airflow_distributed.replica import orphan_guard
 from airflow_distributed.replica.live_report import is_record, reports_progress
+from airflow_distributed.replica.orphan_guard import MARK_VARIABLE, new_mark
 from airflow_distributed.spec.models import TrainingSpec
 from airflow_distributed.status import ReplicaState, ReplicaStatus
 
 #: The module that stops what is left of a launcher's replica once its actor is gone unannounced.
-GUARD_MODULE = "airflow_distributed.replica.orphan_guard"
+GUARD_MODULE = orphan_guard.__name__
 #: Seconds between two live reports (the master's document), when it changed.
 LIVE_INTERVAL = 2.0
 #: A stop of the Ray Job gives the driver 3 s (``RAY_JOB_STOP_WAIT_TIME_S``) before SIGKILL: the replicas get less.
@@ -157,31 +159,34 @@ class ReplicaActor:
             sessions of their own: should this actor die unannounced, the launcher is sent SIGTERM, which it handles by
             stopping its processes, rather than SIGKILL, which would leave them running; and as Ray SIGKILLs an
             actor's children when it kills the actor, an ``orphan_guard`` watching from outside the actor's tree
-            kills whatever of the replica is left.
+            kills whatever of the replica is left: the processes it saw in the replica's tree, and every process that
+            carries the replica's mark (``orphan_guard.MARK_VARIABLE``, given to the command here).
         """
         os.makedirs(files_dir, exist_ok=True)
         for file_name, text in files.items():
             with open(os.path.join(files_dir, file_name), "w", encoding="utf-8") as handle:
                 handle.write(text)
+        mark = new_mark()
         self._process = subprocess.Popen(
-            argv, env={**os.environ, **env}, cwd=os.path.dirname(files_dir), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+            argv, env={**os.environ, **env, **({MARK_VARIABLE: mark} if launcher else {})},
+            cwd=os.path.dirname(files_dir), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, start_new_session=True,
             preexec_fn=(lambda: die_with_parent(signal.SIGTERM)) if launcher else die_with_parent,
         )
         if launcher:
-            self._guard()
+            self._guard(mark)
         self._moments["started"] = time.time()
         self._pump = threading.Thread(target=self._read, args=(name,), daemon=True)
         self._pump.start()
         return self._process.pid
 
-    def _guard(self) -> None:
+    def _guard(self, mark: str) -> None:
         """Start the replica's ``orphan_guard``, detached from this actor: the shell that starts it in the background
-        exits at once, so the guard is no child of the actor that Ray would kill with it."""
+        exits at once, so the guard is no child of the actor that Ray would kill with it. ``mark``: the replica's."""
         assert self._process is not None
         subprocess.run(
             ["sh", "-c", 'exec "$@" </dev/null >/dev/null 2>&1 &', "sh", sys.executable, "-m", GUARD_MODULE,
-             str(os.getpid()), str(self._process.pid)],
+             str(os.getpid()), str(self._process.pid), mark],
             check=True, start_new_session=True,
         )
 

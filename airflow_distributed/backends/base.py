@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, Typ
 
 from airflow_distributed.exceptions import DistributedJobError
 from airflow_distributed.manifests.trainjob_checks import RUNTIME_KINDS
-from airflow_distributed.plan import process_count_problems, processes_per_replica
+from airflow_distributed.plan import process_count_problems
 from airflow_distributed.spec import TrainingSpec
 from airflow_distributed.spec.models import SECTION_OF
 
@@ -56,20 +56,12 @@ def trainjob_only(settings: BackendSettings, spec: TrainingSpec | None, backend:
     return problems
 
 
-def process_problems(spec: TrainingSpec | None, backend: str, *, one_process: str | None = None) -> list[Problem]:
+def process_problems(spec: TrainingSpec | None) -> list[Problem]:
     """``n_proc_per_node`` problems, found when the DAG is parsed, whatever form ``environment`` was given in:
-    replicas that would run different process counts, or several processes on a backend that runs one per replica.
-
-    :param one_process: why ``backend`` runs one process per replica; ``None`` where it runs several.
-    """
+    replicas that would run different process counts. Every backend runs several processes per replica."""
     if spec is None or getattr(spec.cluster, "n_proc_per_node", None) is None:
         return []
-    problems = process_count_problems(spec)
-    if one_process is not None and not problems and processes_per_replica(spec) > 1:
-        problems.append((f"environment.{SECTION_OF[spec.framework]}.n_proc_per_node",
-                         f"backend={backend!r} runs one process per replica ({one_process}); use backend='local', "
-                         "'kubernetes', 'kubeflow' or 'trainjob', or n_proc_per_node 1"))
-    return problems
+    return process_count_problems(spec)
 
 
 def launcher_problems(spec: TrainingSpec | None, backend: str, *, runs: tuple[str, ...] | None = None,

@@ -80,7 +80,7 @@ class KubeflowBackend:
 
     def check(self, settings: ForCluster, spec: TrainingSpec | None) -> list[tuple[str, str]]:
         return (check_kubeflow_arguments(settings, spec) + trainjob_only(settings, spec, self.name)
-                + process_problems(spec, self.name)
+                + process_problems(spec)
                 + launcher_problems(spec, self.name, runs=("torchrun",),
                                     why="each role's pods run one template, under torchrun only")
                 + own_launcher_problems(spec, settings.command, settings.args, operator_processes=True))

@@ -56,7 +56,7 @@ class KubernetesBackend:
 
     def check(self, settings: ForCluster, spec: TrainingSpec | None) -> list[Problem]:
         return (check_kubernetes_arguments(settings, spec) + trainjob_only(settings, spec, self.name)
-                + process_problems(spec, self.name) + launcher_problems(spec, self.name)
+                + process_problems(spec) + launcher_problems(spec, self.name)
                 + own_launcher_problems(spec, settings.command, settings.args))
 
     def run(self, task: TaskCalls, settings: ForCluster, context: Context, spec: TrainingSpec, job_name: str,

@@ -103,7 +103,7 @@ def check_local_arguments(settings: ForProcesses, spec: TrainingSpec | None) -> 
                 problems.append((f"{path}.{name}", "the local backend has no Secrets or ConfigMaps: the replicas "
                                  "would start without their variables; give them with env= or use "
                                  "backend='kubernetes'"))
-    return (problems + trainjob_only(settings, spec, LocalBackend.name) + process_problems(spec, LocalBackend.name)
+    return (problems + trainjob_only(settings, spec, LocalBackend.name) + process_problems(spec)
             + launcher_problems(spec, LocalBackend.name)
             + own_launcher_problems(spec, settings.command, settings.args))
 

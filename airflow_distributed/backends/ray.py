@@ -28,6 +28,7 @@ from airflow_distributed.backends.base import (
 from airflow_distributed.backends.local import pod_settings
 from airflow_distributed.frameworks import get_framework
 from airflow_distributed.manifests.ray import ray_option_problems
+from airflow_distributed.spec.commands import own_launcher_problems
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -113,9 +114,9 @@ def check_ray_arguments(settings: ForRay, spec: TrainingSpec | None) -> list[Pro
         for name, why in REFUSED_POD_SETTINGS.items():
             if getattr(settings_of, name):
                 problems.append((f"{path}.{name}", f"is not honoured by backend='ray': {why}"))
-    return (problems + trainjob_only(settings, spec, RayBackend.name)
-            + process_problems(spec, RayBackend.name, one_process="one actor per replica, no launcher in it yet")
-            + launcher_problems(spec, RayBackend.name, runs=(), why="one actor per replica runs its command"))
+    return (problems + trainjob_only(settings, spec, RayBackend.name) + process_problems(spec)
+            + launcher_problems(spec, RayBackend.name, runs=(), why="one actor per replica runs its command")
+            + own_launcher_problems(spec, settings.command, settings.args))
 
 
 __all__ = ["RayBackend", "check_ray_arguments"]

@@ -56,7 +56,7 @@ def check_trainjob_arguments(settings: ForCluster, spec: TrainingSpec | None) ->
             problems.append((argument, f"not taken by backend='trainjob': {why}"))
     if spec is None:
         return problems
-    return (problems + trainjob_problems(spec, trainjob_options(settings).runtime) + process_problems(spec, "trainjob")
+    return (problems + trainjob_problems(spec, trainjob_options(settings).runtime) + process_problems(spec)
             + launcher_problems(spec, "trainjob", runs=("torchrun",), why="its runtime starts torchrun in every node")
             + own_launcher_problems(spec, settings.command, settings.args, operator_processes=True))
 

@@ -42,10 +42,11 @@ STACKS_WAIT = 1.0
 STACKS_STAGGER = 0.1
 
 
-def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    # If the Airflow task process is SIGKILLed it cannot stop its replicas; the kernel does it instead.
+def die_with_parent(sig: int = signal.SIGKILL) -> None:  # pragma: no cover - runs in the child before exec
+    # If the Airflow task process is SIGKILLed it cannot stop its replicas; the kernel does it instead (``sig``: a
+    # launcher is sent one it handles, so that it stops the workers it started in sessions of their own).
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
     except OSError:
         pass
 

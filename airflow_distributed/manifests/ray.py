@@ -239,9 +239,14 @@ def job_description(
 
 def ray_job(description: Mapping[str, Any], interpreter: str) -> tuple[str, dict[str, Any]]:
     """``(entrypoint, runtime_env)`` of the Ray Job: ``interpreter`` (the cluster's Python: the entrypoint runs
-    with the cluster's PATH, so it is named) runs the driver with the description in ``JOB_VARIABLE``."""
+    with the cluster's PATH, so it is named) runs the driver with the description in ``JOB_VARIABLE``.
+
+    The driver prints every line of its actors (``RAY_DEDUP_LOGS=0``): Ray's default folds lines of different actors
+    that differ only in their numbers into one ("repeated 2x across cluster"), which would drop from the job's log
+    the lines of all but one replica or process, their ranks and losses among them."""
     entrypoint = shlex.join([interpreter, "-m", DRIVER_MODULE])
-    return entrypoint, {"env_vars": {JOB_VARIABLE: json.dumps(description, separators=(",", ":"))}}
+    return entrypoint, {"env_vars": {JOB_VARIABLE: json.dumps(description, separators=(",", ":")),
+                                     "RAY_DEDUP_LOGS": "0"}}
 
 
 def ray_startup(report: Mapping[str, Any] | None, created: float | None = None) -> dict[str, Any]:

@@ -22,6 +22,7 @@ Ray and this package (shipped with the job) on the cluster, not Airflow.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -34,22 +35,34 @@ import time
 from collections import deque
 from typing import Any
 
+import psutil
 import ray
 from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_get
 from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from airflow_distributed.contract import ENV_STACKS_DIR, ENV_STACKS_SIGNAL
-from airflow_distributed.hooks.local import STACKS_SIGNAL, STACKS_WAIT, TAIL_LINES, LocalProcessHook, die_with_parent
+from airflow_distributed.hooks.local import (
+    STACKS_SIGNAL,
+    STACKS_STAGGER,
+    STACKS_WAIT,
+    TAIL_LINES,
+    LocalProcessHook,
+    die_with_parent,
+)
 from airflow_distributed.jobstate.outcome import Ending
 from airflow_distributed.jobstate.progress_watch import HangWatchdog
 from airflow_distributed.manifests.local import PYTHON_NAMES, STANDBY_CODE, resolve_python
 from airflow_distributed.manifests.ray import JOB_VARIABLE, RAY_LAUNCH, ActorAddressing, report_line
 from airflow_distributed.plan import ClusterPlan, Layout, build_plan
+from airflow_distributed.replica import orphan_guard
 from airflow_distributed.replica.live_report import is_record, reports_progress
+from airflow_distributed.replica.orphan_guard import MARK_VARIABLE, new_mark
 from airflow_distributed.spec.models import TrainingSpec
 from airflow_distributed.status import ReplicaState, ReplicaStatus
 
+#: The module that stops what is left of a launcher's replica once its actor is gone unannounced.
+GUARD_MODULE = orphan_guard.__name__
 #: Seconds between two live reports (the master's document), when it changed.
 LIVE_INTERVAL = 2.0
 #: A stop of the Ray Job gives the driver 3 s (``RAY_JOB_STOP_WAIT_TIME_S``) before SIGKILL: the replicas get less.
@@ -117,6 +130,9 @@ class ReplicaActor:
 
     def __init__(self) -> None:
         self._process: subprocess.Popen[bytes] | None = None
+        #: the replica's descendants as last seen alive (``_family``): a launcher (torch's) starts its processes in
+        #: sessions of their own, which neither its process group nor, once it is gone, its tree reaches
+        self._known_family: list[psutil.Process] = []
         self._tail: deque[str] = deque(maxlen=TAIL_LINES)
         self._exited_at: float | None = None
         self._pump: threading.Thread | None = None
@@ -135,20 +151,44 @@ class ReplicaActor:
             probe.bind((host, 0))
             return host, probe.getsockname()[1]
 
-    def start(self, name: str, argv: list[str], env: dict[str, str], files_dir: str, files: dict[str, str]) -> int:
-        """Write the job's files on this node and start the replica's command in the work folder; its pid."""
+    def start(self, name: str, argv: list[str], env: dict[str, str], files_dir: str, files: dict[str, str],
+              launcher: bool = False) -> int:
+        """Write the job's files on this node and start the replica's command in the work folder; its pid.
+
+        :param launcher: the command is a launcher of several processes (``n_proc_per_node``), which it starts in
+            sessions of their own: should this actor die unannounced, the launcher is sent SIGTERM, which it handles by
+            stopping its processes, rather than SIGKILL, which would leave them running; and as Ray SIGKILLs an
+            actor's children when it kills the actor, an ``orphan_guard`` watching from outside the actor's tree
+            kills whatever of the replica is left: the processes it saw in the replica's tree, and every process that
+            carries the replica's mark (``orphan_guard.MARK_VARIABLE``, given to the command here).
+        """
         os.makedirs(files_dir, exist_ok=True)
         for file_name, text in files.items():
             with open(os.path.join(files_dir, file_name), "w", encoding="utf-8") as handle:
                 handle.write(text)
+        mark = new_mark()
         self._process = subprocess.Popen(
-            argv, env={**os.environ, **env}, cwd=os.path.dirname(files_dir), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent,
+            argv, env={**os.environ, **env, **({MARK_VARIABLE: mark} if launcher else {})},
+            cwd=os.path.dirname(files_dir), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=(lambda: die_with_parent(signal.SIGTERM)) if launcher else die_with_parent,
         )
+        if launcher:
+            self._guard(mark)
         self._moments["started"] = time.time()
         self._pump = threading.Thread(target=self._read, args=(name,), daemon=True)
         self._pump.start()
         return self._process.pid
+
+    def _guard(self, mark: str) -> None:
+        """Start the replica's ``orphan_guard``, detached from this actor: the shell that starts it in the background
+        exits at once, so the guard is no child of the actor that Ray would kill with it. ``mark``: the replica's."""
+        assert self._process is not None
+        subprocess.run(
+            ["sh", "-c", 'exec "$@" </dev/null >/dev/null 2>&1 &', "sh", sys.executable, "-m", GUARD_MODULE,
+             str(os.getpid()), str(self._process.pid), mark],
+            check=True, start_new_session=True,
+        )
 
     def _read(self, name: str) -> None:
         assert self._process is not None and self._process.stdout is not None
@@ -167,52 +207,88 @@ class ReplicaActor:
     def poll(self) -> dict[str, Any]:
         """The exit code (``None`` while it runs), when it exited, its last lines and how many it printed."""
         code = self._process.poll() if self._process is not None else None
-        if code is not None and self._exited_at is None:
+        if code is None:
+            self._remember_family()
+        elif self._exited_at is None:
             self._exited_at = time.time()
             if self._pump is not None:
                 self._pump.join(1.0)
         return {"exit_code": code, "exited_at": self._exited_at, "tail": list(self._tail), "lines": self._lines,
                 "moments": dict(self._moments)}
 
+    def _family(self) -> list[psutil.Process]:
+        """The replica's process and every descendant alive, those in sessions of their own included."""
+        process = self._process
+        if process is None:
+            return []
+        try:
+            root = psutil.Process(process.pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def _remember_family(self) -> None:
+        # Those seen before are kept while they run (a process gone from the tree, the replica's exit reparenting
+        # it, may live on as an orphan); a pid seen again with another start time is another process.
+        known = {member.pid: member for member in self._known_family if member.is_running()}
+        known.update((member.pid, member) for member in self._family()[1:] if member.pid not in known)
+        self._known_family = list(known.values())
+
     def dump_stacks(self, signal_name: str, folder: str) -> int:
         """Send ``signal_name`` to each process of the replica that registered its stack dump in ``folder``
-        (``stack_dump``: one file per pid); how many. Only processes of the replica's own session are signalled: a
-        pid reused since by another process is not, and neither is a launcher that did not register (the signal
-        would end it)."""
+        (``stack_dump``: one file per pid); how many. Only processes of the replica's own tree are signalled (a
+        launcher's processes are in sessions of their own): a pid reused since by another process is not, and
+        neither is a launcher that did not register (the signal would end it)."""
         process = self._process
         if process is None or process.poll() is not None:
             return 0
         try:
-            entries = os.listdir(folder)
+            registered = {int(entry) for entry in os.listdir(folder) if entry.isdigit()}
         except FileNotFoundError:
             return 0
         sent = 0
-        for entry in entries:
-            try:
-                pid = int(entry)
-                if os.getsid(pid) == process.pid:
-                    os.kill(pid, getattr(signal, signal_name))
+        for member in self._family():
+            if member.pid in registered:
+                if sent:  # a launcher's ranks share the replica's output: one dump at a time, each read whole
+                    time.sleep(STACKS_STAGGER)
+                try:
+                    member.send_signal(getattr(signal, signal_name))
                     sent += 1
-            except (ValueError, ProcessLookupError, PermissionError):
-                continue
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
         return sent
 
     def stop(self, grace: float) -> int | None:
-        """TERM the replica's process group, KILL it after ``grace``; its exit code."""
+        """TERM the replica's process group and its descendants, KILL what is left after ``grace``; its exit code.
+
+        A launcher's processes are in sessions of their own: they are signalled each, as last seen if the launcher
+        is gone, and waited for, so that none outlives its replica (a replica that ended leaves none either)."""
         process = self._process
         if process is None:
             return None
+        self._remember_family()
+        family = self._known_family
         for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-            if process.poll() is not None:
+            alive = [member for member in family if member.is_running()]
+            if process.poll() is not None and not alive:
                 break
-            try:
-                os.killpg(process.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+            if process.poll() is None:
+                try:
+                    os.killpg(process.pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            for member in alive:
+                with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                    member.send_signal(sig)
+            deadline = time.monotonic() + wait
+            # The replica's own process is reaped by Popen only (psutil's wait would leave Popen an unknown code).
             try:
                 process.wait(timeout=wait)
             except subprocess.TimeoutExpired:
-                continue
+                pass
+            _, alive = psutil.wait_procs(alive, timeout=max(0.0, deadline - time.monotonic()))
+            if process.poll() is not None and not alive:
+                break
         if self._pump is not None:
             self._pump.join(1.0)
         return process.poll()
@@ -289,7 +365,8 @@ class Driver:
             env = dict(replica.env)
             if job.get("progress_timeout") is not None:  # the replicas print their stacks when the job hangs
                 env.update({ENV_STACKS_SIGNAL: STACKS_SIGNAL.name, ENV_STACKS_DIR: self._stacks_dir(replica.name)})
-            pids.append(actor.start.remote(replica.name, argv, env, self.layout.files_dir, dict(plan.files)))
+            pids.append(actor.start.remote(replica.name, argv, env, self.layout.files_dir, dict(plan.files),
+                                           launcher=plan.processes_per_replica > 1))
         ray.get(pids)
         if job.get("progress_timeout") is not None:  # the clock starts once every replica runs
             self.hang = HangWatchdog(

@@ -17,6 +17,7 @@ from airflow.sdk import DAG
 
 from airflow_distributed.operators import DistributedTrainingOperator
 from tests.hang_scripts import BURST_THEN_HANG, GLOO_HANG, SLOW_BUT_REPORTING
+from tests.process_variables import PRELUDE
 
 TRAINING_DIR = Path(__file__).resolve().parents[2] / "example_dags" / "training"
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
@@ -104,3 +105,27 @@ _burst = {"progress_timeout": timedelta(seconds=10), "execution_timeout": timede
 burst_hang = _job_dag("ray_burst_hang", ["python", "-c", BURST_THEN_HANG], **_burst)
 burst_hang_deferrable = _job_dag("ray_burst_hang_deferrable", ["python", "-c", BURST_THEN_HANG], deferrable=True,
                                  **_burst)
+# Several processes per replica: 2 replicas of 2 processes, one actor each running torch's launcher; every process
+# prints its rank variables first (tests.process_variables). A quarter of a core per process: the job fits a cluster
+# sized for two cores.
+with DAG(dag_id="ray_nproc_ddp", schedule=None, start_date=START, catchup=False, tags=["test", "ray"]) as nproc_dag:
+    DistributedTrainingOperator(
+        task_id="train", framework="pytorch", backend="ray", python=sys.executable,
+        command=["python", "-c", PRELUDE, str(TRAINING_DIR / "pytorch_ddp.py"), *quick],
+        environment={"pytorch": {"n_workers": 1, "n_proc_per_node": 2}, **HALF_A_CORE},
+        model_dir=os.path.join(MODELS, "ray_nproc_ddp"), stop_grace_period=1.0, settle_period=2.0,
+    )
+# One replica of 3 processes, 2 blocked in a gloo all-reduce that the third never joins: the driver's hang watchdog
+# asks every process of the replica for its stacks, though torch's launcher started each in a session of its own.
+with DAG(dag_id="ray_nproc_hung", schedule=None, start_date=START, catchup=False, tags=["test", "ray"]) as nproc_hung:
+    DistributedTrainingOperator(
+        task_id="train", framework="pytorch", backend="ray", python=sys.executable, command=["python", "-c", GLOO_HANG],
+        environment={"pytorch": {"n_workers": 0, "n_proc_per_node": 3}, **HALF_A_CORE},
+        model_dir=os.path.join(MODELS, "ray_nproc_hung"), stop_grace_period=1.0, retries=0, **_hangs)
+# 2 replicas of 2 processes that would train for an hour: for the tests that end them from outside.
+with DAG(dag_id="ray_nproc_long", schedule=None, start_date=START, catchup=False, tags=["test", "ray"]) as nproc_long:
+    DistributedTrainingOperator(
+        task_id="train", framework="pytorch", backend="ray", python=sys.executable,
+        command=["python", str(TRAINING_DIR / "pytorch_ddp.py"), *slow],
+        environment={"pytorch": {"n_workers": 1, "n_proc_per_node": 2}, **HALF_A_CORE},
+        model_dir=os.path.join(MODELS, "ray_nproc_long"), stop_grace_period=1.0, retries=0)

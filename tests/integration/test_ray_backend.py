@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,9 +22,10 @@ import urllib.error
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
-from airflow_distributed.manifests.ray import DEFAULT_WORK_ROOT
+from airflow_distributed.manifests.ray import DEFAULT_WORK_ROOT, DRIVER_MODULE, REPORT_MARK
 from airflow_distributed.replica.checkpoints import CHECKPOINT_FILE
 from tests.conftest import ROOT
 from tests.hang_scripts import gloo_hang_failure, last_report_named
@@ -36,6 +38,7 @@ from tests.helpers import (
     wait_until,
     xcom,
 )
+from tests.process_variables import ranks_expected, ranks_seen
 from tests.ray_cluster import LOOPBACK_ONLY, RayCluster
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
@@ -219,6 +222,61 @@ def test_a_failing_worker_stops_the_others_and_fails_the_task_naming_it(ray_clus
     assert_nothing_left(ray_cluster)
 
 
+def test_two_replicas_of_two_processes_on_ray_train_one_ddp_model_with_every_rank_variable_right(ray_cluster, capfd):
+    # One actor per replica runs torch's launcher, which starts the replica's 2 processes.
+    run, states = run_dag("ray_nproc_ddp")
+
+    out = capfd.readouterr().out
+    assert states == {"train": "success"}, out[-6000:]
+    result = xcom(run, "train")
+    assert [(r["role"], r["index"], r["exit_code"]) for r in result["replicas"]] == [("master", 0, 0), ("worker", 0, 0)]
+    # Every process's lines are in the Ray Job's log, as its actor read them from the launcher's output.
+    logs = actor_lines(ray_cluster, result["job_name"])
+    assert ranks_seen(logs) == ranks_expected(2, 2), logs[-6000:]
+    # The script fails unless all 4 ranks ended with the same parameters; rank 0 alone reports, having compared them.
+    assert "parameters identical on all ranks" in logs
+    metrics = xcom(run, "train", "metrics")
+    assert metrics["world_size"] == 4 and metrics["final_loss"] < metrics["initial_loss"]
+    assert_no_process_left(ray_cluster)
+
+
+def orphan_guards() -> list[psutil.Process]:
+    """The orphan guards of this test session's replicas still running (``replica.orphan_guard``)."""
+    from airflow_distributed.replica.ray_driver import GUARD_MODULE
+
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            if GUARD_MODULE in proc.cmdline() and proc.environ().get("AIRFLOW_HOME") == os.environ.get("AIRFLOW_HOME"):
+                found.append(proc)
+    return found
+
+
+def assert_no_process_left(cluster: RayCluster) -> None:
+    """``assert_nothing_left``, and no orphan guard either: each ends with its replica's processes."""
+    assert_nothing_left(cluster)
+    wait_until(lambda: orphan_guards() == [], timeout=10)
+
+
+def actor_lines(cluster: RayCluster, job: str) -> str:
+    """The lines the actors printed to the Ray Job's log (the driver's reports, which quote them as JSON, left out)."""
+    logs = cluster.get(f"/api/jobs/{job}/logs")["logs"]  # type: ignore[index]
+    return "\n".join(line for line in logs.splitlines() if not line.startswith(REPORT_MARK))
+
+
+def test_a_hung_replica_of_several_processes_on_ray_prints_the_stacks_of_each_and_leaves_none(ray_cluster, capfd):
+    run, states = run_dag("ray_nproc_hung")
+
+    out = capfd.readouterr().out
+    assert states == {"train": "failed"}, out[-6000:]
+    assert "JobHungError: " in out, out[-6000:]
+    # faulthandler's stack of each rank's main thread names the function it is blocked in, one line per process.
+    lines = actor_lines(ray_cluster, xcom(run, "train", "job")["job_name"])
+    assert sum("in block_in_all_reduce" in line for line in lines.splitlines()) == 2, lines[-6000:]
+    assert sum("in never_join" in line for line in lines.splitlines()) == 1, lines[-6000:]
+    assert_no_process_left(ray_cluster)
+
+
 # The driver keeps the clock in both wait modes; the synchronous case (about 30 s) runs with the slow tests.
 @pytest.mark.parametrize("dag_id", [pytest.param("ray_hung", marks=pytest.mark.slow), "ray_hung_deferrable"])
 def test_a_job_whose_ranks_block_in_an_all_reduce_fails_as_hung_with_their_stacks(ray_cluster, capfd, dag_id):
@@ -294,6 +352,41 @@ def test_a_killed_task_stops_its_ray_job_and_leaves_nothing_running(ray_cluster)
 
     assert [job["status"] for job in jobs_of(ray_cluster, "ray_long_running")] == ["STOPPED"]
     assert_nothing_left(ray_cluster)
+
+
+def _driver_of(cluster: RayCluster, job: str) -> list:
+    """The driver process of Ray Job ``job`` (one of the cluster's processes)."""
+    found = []
+    for proc in cluster.family():
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            # The interpreter running the module (Ray starts it through a shell, whose command line names it too).
+            if proc.cmdline()[1:3] == ["-m", DRIVER_MODULE] and job in json.dumps(proc.environ()):
+                found.append(proc)
+    return found
+
+
+@pytest.mark.parametrize("end", ["task killed", "driver killed"])
+def test_an_ended_job_of_several_processes_per_replica_on_ray_leaves_none_of_them(ray_cluster, end):
+    # Torch's launcher starts each process in a session of its own: neither the launcher's process group nor, once
+    # it is gone, its process tree reaches them. A killed task stops the job (SIGTERM to its driver); a driver
+    # SIGKILLed takes its actors with it, and each launcher is then sent SIGTERM by the kernel, so that it stops its
+    # processes rather than leave them training.
+    with _in_a_task_process("ray_nproc_long") as proc:
+        wait_until(lambda: len(replica_processes("train-")) == 6 and jobs_of(ray_cluster, "ray_nproc_long"),
+                   timeout=120, interval=0.5)
+        [job] = jobs_of(ray_cluster, "ray_nproc_long")
+        assert len(orphan_guards()) == 2  # one per replica, while it runs
+        if end == "task killed":
+            proc.send_signal(signal.SIGTERM)  # what Airflow sends a task it kills; its handler runs on_kill()
+        else:
+            [driver] = _driver_of(ray_cluster, job["submission_id"])
+            driver.kill()
+        proc.wait(timeout=60)
+
+    wait_until(lambda: replica_processes("train-") == [], timeout=30)
+    if end == "driver killed":  # no clean-up ran: the job's work folder stays on its node (Ray removes the rest)
+        shutil.rmtree(WORK_ROOT / "jobs" / job["submission_id"], ignore_errors=True)
+    assert_no_process_left(ray_cluster)
 
 
 def _gone_with_nothing_left(cluster: RayCluster, job: str) -> None:

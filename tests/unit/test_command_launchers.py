@@ -16,12 +16,12 @@ from airflow_distributed.spec import SpecValidationError, load_spec
 from airflow_distributed.spec.commands import launcher_call
 
 CLUSTER_BACKENDS = ["kubernetes", "kubeflow", "trainjob"]
-ALL_BACKENDS = ["local", *CLUSTER_BACKENDS]
+ALL_BACKENDS = ["local", *CLUSTER_BACKENDS, "ray"]
 
 
 def operator(backend: str, command: list[str], environment: dict[str, Any],
              **kwargs: Any) -> DistributedTrainingOperator:
-    if backend != "local":
+    if backend in CLUSTER_BACKENDS:
         kwargs.setdefault("image", "trainer:1")
     return DistributedTrainingOperator(task_id="t", framework="pytorch", command=command, environment=environment,
                                        backend=backend, **kwargs)

@@ -25,6 +25,7 @@ from airflow_distributed.backends.job_run import TAIL_LINES, clean_pod_policy, l
 from airflow_distributed.backends.job_usage import usage_over_tries
 from airflow_distributed.backends.kubernetes_elastic import ElasticRestarts
 from airflow_distributed.exceptions import KubernetesJobError
+from airflow_distributed.frameworks import get_framework
 from airflow_distributed.jobstate.hang_watch import HUNG_REPLICAS
 from airflow_distributed.jobstate.log_cursor import LogCursor
 from airflow_distributed.jobstate.outcome import HUNG_TAIL_LINES, Ending, JobOutcome
@@ -132,7 +133,7 @@ class KubernetesJobFinish:
         grace = watch_timings(self.settings).grace_after_success()
         if not outcome.succeeded or grace <= 0 or self.policy(True) == "none":
             return outcome
-        running = sum(row.state == ReplicaState.RUNNING for row in outcome.replicas)
+        running = sum(self.ends_by_itself(row) for row in outcome.replicas)
         starting = {row.name for row in outcome.replicas
                     if row.state == ReplicaState.PENDING and may_have_started(outcome.pods.get(row.name))}
         if not running and not starting:
@@ -149,7 +150,7 @@ class KubernetesJobFinish:
                 rows = tracker.statuses()
                 waited = time.monotonic() - began
                 if waited >= grace or (
-                        not any(row.state == ReplicaState.RUNNING for row in rows)
+                        not any(self.ends_by_itself(row) for row in rows)
                         and (waited >= late or not any(row.state == ReplicaState.PENDING and row.name in starting
                                                        for row in rows))):
                     break
@@ -159,6 +160,14 @@ class KubernetesJobFinish:
                              "deleted", self.namespace, self.name, error)
             return outcome
         return replace(outcome, replicas=rows, pods={**outcome.pods, **tracker.last_pods()})
+
+    def ends_by_itself(self, row: ReplicaStatus) -> bool:
+        """Whether a replica still running may end on its own: not a standby replica of a launcher model (its
+        sshd, which the launcher's ranks were started through, runs until the pod is deleted: waiting for it would
+        cost every such job its whole ``finish_grace``)."""
+        if row.state != ReplicaState.RUNNING:
+            return False
+        return row.name == self.master.name or not get_framework(self.framework).launches_over_ssh
 
     def hung_logs(self, outcome: JobOutcome) -> dict[str, list[str]]:
         """The last lines of a hung job's replicas (the first ``HUNG_REPLICAS``), after asking each to print its

@@ -5,6 +5,8 @@ OpenSSH), built and pushed at the first ask. Slow: the image weighs hundreds of 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.helpers import replica_lines, run_dag_at, xcom
@@ -38,6 +40,9 @@ def test_horovod_trains_over_ssh_between_real_pods_and_leaves_nothing(
         assert any(f"rank {rank}/3" in line for line in launcher), launcher[-30:]
     replicas = {r["name"]: r["state"] for r in result["replicas"]}
     assert replicas[f"{job}-launcher-0"] == "succeeded", replicas
-    # Workers, whose sshd the clean-up stops once the launcher is done, are never failed.
+    # Workers, whose sshd the clean-up stops once the launcher is done, are never failed; nor waited for: an sshd
+    # never ends on its own, and finish_grace is for replicas that may.
     assert "failed" not in replicas.values(), replicas
+    waits = re.findall(r"waiting up to \S+ for its (\d+) replica\(s\) still running", out)
+    assert waits in ([], ["0"]), waits
     node.control_plane.assert_clean(namespace, user, timeout=90)

@@ -14,7 +14,7 @@ trap 'rm -rf "$work"' EXIT
 pip=("$work/venv/bin/python" -m pip --disable-pip-version-check --quiet)
 "${pip[@]}" wheel --no-deps --wheel-dir "$work/dist" "$here" > "$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
 wheel=("$work"/dist/airflow_distributed-*.whl)
-"${pip[@]}" install "${wheel[0]}" > "$work/install.log" 2>&1 || { cat "$work/install.log"; exit 1; }
+"${pip[@]}" install --no-compile "${wheel[0]}" > "$work/install.log" 2>&1 || { cat "$work/install.log"; exit 1; }
 
 # The DAG files are copied: run from the checkout, they could pick up its package instead of the installed one.
 cp -r "$here/example_dags" "$work/dags"

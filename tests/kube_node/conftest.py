@@ -44,7 +44,7 @@ def node() -> Iterator[RealNode]:
         raise
     # Where the session's minutes went (-s shows it): images built or reused, then the node up to Ready.
     print(f"\nreal node Ready {real.timings['ready']:.1f} s after its start, {real.timings['images']:.1f} s of it the "
-          f"images (built or reused)", file=sys.stderr)
+          f"images (built or reused), {real.timings['pull']:.1f} s their pull into containerd", file=sys.stderr)
     try:
         with pytest.MonkeyPatch.context() as patch:
             for image, variable in IMAGE_VARIABLES.items():

@@ -33,7 +33,6 @@ def test_a_replica_asking_more_than_the_real_node_has_fails_the_task_naming_it_a
     assert "-worker-0 " in failure and limit in failure, failure
     assert asked in failure, (failure, capacity)
     assert insufficient in failure, failure
-    # The first job of a node's session: its master pod, deleted while the node's fresh containerd still pulls the
-    # trainer image, took about 50 s to go in each run measured (the test 64 s, four times) and once over 60 s in a
-    # CI run; why so long is not established. The bound is for nothing left, not for how fast.
+    # The bound is for nothing left, not for how fast: this was the session's first job, whose master pod, deleted
+    # while the kubelet still pulled the trainer image, took 50-100 s to go before the node pulled its images at start.
     node.control_plane.assert_clean(namespace, user, timeout=150)

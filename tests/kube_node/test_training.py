@@ -124,12 +124,25 @@ def test_a_job_outliving_execution_timeout_is_deleted_with_real_grace_periods_an
         node.control_plane.assert_clean(namespace, user, timeout=120)
     # Each replica's PID 1 got SIGTERM from the kubelet, and the scripts (no handler for it) ended of it at once:
     # PID 1 is the forwarder (the master's relay) whose child's default action is to end, so it exits 128 + 15. A
-    # script run as PID 1 itself would ignore it and be SIGKILLed at the end of its grace period: 137.
+    # script run as PID 1 itself would ignore it and be SIGKILLed at the end of its grace period (30 s): 137.
     ended = {name.rsplit("-", 2)[-2]: main_container_exit(pod) for name, pod in last.items()}
-    assert ended == {"master": 143, "worker": 143}, ended
+    terminating = {role: terminating_seconds(node, namespace, f"-{role}-0") for role in ("master", "worker")}
+    assert set(ended) == {"master", "worker"}, ended
+    # The product sets no grace period: the API server's default (30 s) is in every pod's spec.
+    (grace,) = {pod["spec"]["terminationGracePeriodSeconds"] for pod in last.values()}
+    assert grace == 30
+    for role, code in ended.items():
+        if code is None:
+            # The 1.20 kubelet may remove a deleted pod without reporting how its container ended (a known kubelet
+            # defect of those versions: kubernetes/kubernetes#104107; seen once here, in CI, on the worker). The
+            # pod's Terminating time still tells the two cases apart: a container SIGKILLed at the end of its grace
+            # period keeps its pod at least that long (30 s), one ended by the SIGTERM takes the kubelet 4-12 s.
+            assert terminating[role] < grace - 5, (role, terminating, last_statuses(last))
+        else:
+            assert code == 143, (role, ended, last_statuses(last))
     with capfd.disabled():
-        print("\n" + ", ".join(f"{role} pod Terminating {terminating_seconds(node, namespace, f'-{role}-0'):.1f} s"
-                               for role in ("master", "worker")) + " after its delete")
+        print("\n" + ", ".join(f"{role} pod Terminating {seconds:.1f} s" for role, seconds in terminating.items())
+              + f" after its delete; exit codes seen {ended}")
 
 
 @pytest.mark.parametrize("dag_namespace", ["node_task_distributed"], indirect=True)
@@ -281,11 +294,16 @@ def last_pod_states(node: RealNode, namespace: str) -> Iterator[dict[str, dict]]
 
 
 def main_container_exit(pod: dict) -> int | None:
-    """The exit code of the pod's main container, if it was seen terminated."""
+    """The exit code of the pod's main container, if the kubelet reported it terminated."""
     for status in (pod.get("status") or {}).get("containerStatuses") or ():
         if status["name"] == MAIN_CONTAINER:
             return ((status.get("state") or {}).get("terminated") or {}).get("exitCode")
     return None
+
+
+def last_statuses(last: dict[str, dict]) -> dict[str, Any]:
+    """Each pod's container statuses as last seen: what an assertion about how they ended shows when it fails."""
+    return {name: (pod.get("status") or {}).get("containerStatuses") for name, pod in last.items()}
 
 
 def terminating_seconds(node: RealNode, namespace: str, suffix: str) -> float:

@@ -14,6 +14,7 @@ the ranks it was given and the device it used.
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import os
 import sys
@@ -86,10 +87,18 @@ def main() -> int:
         )
     print(f"rank {rank}/{world} on {device}: ZeRO {engine.zero_optimization_stage()}, loss {first:.4f} -> "
           f"{last:.4f}, identical={identical}", flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
+    dist.barrier()  # every rank is done with the group: what ends each process below cannot cut a collective
     return 0 if identical and last < first else 4
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # DeepSpeed on the CPU (gloo, its shared-memory collectives' op) aborted once at the end of a finished job,
+    # after every rank had trained and reported ("terminate called without an active exception", SIGABRT, the
+    # launcher's exit 250): a C++ thread still joinable as the group or the interpreter was torn down. The process
+    # ends here instead, once its exit hooks ran (the tracking module's last record among them), with none of the
+    # C++ destructors that race.
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -134,10 +134,11 @@ def test_a_job_outliving_execution_timeout_is_deleted_with_real_grace_periods_an
     for role, code in ended.items():
         if code is None:
             # The 1.20 kubelet may remove a deleted pod without reporting how its container ended (a known kubelet
-            # defect of those versions: kubernetes/kubernetes#104107; seen once here, in CI, on the worker). The
-            # pod's Terminating time still tells the two cases apart: a container SIGKILLed at the end of its grace
-            # period keeps its pod at least that long (30 s), one ended by the SIGTERM takes the kubelet 4-12 s.
-            assert terminating[role] < grace - 5, (role, terminating, last_statuses(last))
+            # defect of those versions: kubernetes/kubernetes#104107; seen twice in CI runs, once on the worker, once
+            # on the master). The pod's Terminating time still tells the two cases apart: a container SIGKILLed at
+            # the end of its grace period keeps its pod at least that long (30 s), one ended by the SIGTERM took the
+            # kubelet 4-18 s in every run measured.
+            assert terminating[role] < grace, (role, terminating, last_statuses(last))
         else:
             assert code == 143, (role, ended, last_statuses(last))
     with capfd.disabled():

@@ -121,10 +121,13 @@ class CustomJobController(Player):
         self.job = wait_until(lambda: next(iter(self.jobs()), None), timeout=timeout, interval=0.02)
         return self.job
 
-    def watched(self) -> bool:
-        """The task (or trigger) has a watch open on this kind: the verdict will come from an event."""
-        return any(r.is_watch and f"/{self.plural}" in r.path and f"/namespaces/{self.namespace}/" in r.path
-                   for r in self.emu.requests)
+    def watched(self, pods: bool = False) -> bool:
+        """The task (or trigger) has a watch open on this kind: the verdict will come from an event. With ``pods``,
+        one on the namespace's pods too: the operator's wait opens that one beside the job's, from a thread (task)
+        or an asyncio task of its own, and a job judged before it opened it ends the wait without it."""
+        watches = [r.path for r in self.emu.requests if r.is_watch and f"/namespaces/{self.namespace}/" in r.path]
+        return (any(f"/{self.plural}" in path for path in watches)
+                and (not pods or any(path.endswith("/pods") for path in watches)))
 
     # -- its pods
     def run_all(self) -> None:

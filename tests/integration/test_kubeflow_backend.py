@@ -35,8 +35,9 @@ def settled(emu: KubeEmulator, namespace: str, expected: tuple[list[str], list[s
     comes_to(lambda: left(emu, namespace), expected)
 
 
-def train_and_succeed(controller: KubeflowController, document: dict = DOCUMENT) -> None:
-    """Play a job of a Master and two workers through to success, as the kind's operator reports it."""
+def train_and_succeed(controller: KubeflowController, document: dict = DOCUMENT, pods_watched: bool = False) -> None:
+    """Play a job of a Master and two workers through to success, as the kind's operator reports it (once the job,
+    and with ``pods_watched`` its pods too, are watched)."""
     controller.wait_for_job()
     kind = controller.kind
     master = controller.job["spec"][controller.specs_key]["Master"]["template"]["spec"]["containers"][0]["name"]
@@ -45,7 +46,7 @@ def train_and_succeed(controller: KubeflowController, document: dict = DOCUMENT)
     controller.run_all()
     controller.conditions(("Created", f"{kind}Created", ""), ("Running", f"{kind}Running", ""))
     # The verdict comes from a watch event, not from the first LIST.
-    wait_until(controller.watched, timeout=60, interval=0.02)
+    wait_until(lambda: controller.watched(pods=pods_watched), timeout=60, interval=0.02)
     controller.log("master-0", "step 1 loss 0.5", container=master)
     controller.succeed("master-0", document)
     controller.succeed("worker-0")
@@ -71,7 +72,8 @@ def test_a_pytorchjob_that_succeeds_hands_the_masters_output_to_xcom_and_is_dele
     namespace = namespace_of(dag_id)
     emulator.create_namespace(namespace)
     emulator.reset_requests()
-    controller = KubeflowController(emulator, namespace, PLURAL).play(train_and_succeed)
+    # Its pods watched before the verdict: the test counts that watch, which a job judged at once could end unopened.
+    controller = KubeflowController(emulator, namespace, PLURAL).play(lambda c: train_and_succeed(c, pods_watched=True))
     run, states = run_dag_at(dag_id)
     controller.check()
 

@@ -208,14 +208,15 @@ class TrainerController(CustomJobController):
                 {"name": "PET_MASTER_ADDR", "value": f"{name}-node-0-0.{name}"},
                 {"name": "PET_MASTER_PORT", "value": "29500"}]
 
-    def start(self) -> None:
+    def start(self, pods_watched: bool = False) -> None:
         """The TrainJob the task made runs: its node pods made and running, one active Job in ``jobsStatus``, and
-        the task watching it (so the verdict that follows comes from a watch event, not from the first LIST)."""
+        the task watching it (so the verdict that follows comes from a watch event, not from the first LIST), and with
+        ``pods_watched`` its pods too."""
         self.wait_for_job()
         self.create_pods()
         self.run_all()
         self.write_status(active=1)
-        wait_until(self.watched, timeout=60, interval=0.02)
+        wait_until(lambda: self.watched(pods=pods_watched), timeout=60, interval=0.02)
 
     def log(self, rank: int, *lines: str) -> None:
         self.emu.append_log(self.namespace, self.pods[rank], "\n".join(lines), container="node")

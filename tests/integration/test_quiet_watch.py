@@ -2,7 +2,7 @@
 
 The emulator here holds every watch past its ``timeoutSeconds`` and sends no bookmark, so each watch of a quiet
 job ends by the client's read timeout (``QUIET_TIMINGS``: 1.3 s), as when a real API server's bookmarks come
-less often than the client's read timeout. Each test lets at least 10 such watch periods go by (counted in the
+less often than the client's read timeout. Each test lets at least 5 such watch periods go by (counted in the
 emulator's request log) before the job ends, in every waiter: the operator's sync and deferred waits on the
 ``kubernetes``, ``kubeflow`` and ``trainjob`` backends and the sensor's deferred wait (its ``reschedule`` mode
 pokes with a LIST instead of watching). Then the real errors: 401/403 ends the wait at once, a server refusing
@@ -23,7 +23,7 @@ from tests.integration.trainjob_controller import TrainerController, register_tr
 from tests.k8s_emulator import KubeEmulator
 from tests.kubernetes_helpers import DOCUMENT, NOTHING, Kubelet, first_event, make_job, new_hook, settled, trigger_for
 
-QUIET_PERIODS = 10
+QUIET_PERIODS = 5
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def quiet_for(emu: KubeEmulator, count, periods: int = QUIET_PERIODS) -> int:
 
 # The deferred cases (the same watch rules, in the triggerer) run with the slow tests, to keep the default run short.
 @pytest.mark.parametrize("dag_id", ["quiet_k8s", pytest.param("quiet_k8s_deferrable", marks=pytest.mark.slow)])
-def test_a_kubernetes_job_quiet_for_ten_watch_periods_succeeds(emulator, dag_id):
+def test_a_kubernetes_job_quiet_for_five_watch_periods_succeeds(emulator, dag_id):
     namespace = namespace_of(dag_id)
     emulator.create_namespace(namespace)
     emulator.reset_requests()
@@ -102,7 +102,7 @@ def _kubeflow_quiet_then_succeed(emulator: KubeEmulator, seen: list[int]):
 
 @pytest.mark.parametrize("dag_id", ["quiet_kubeflow",
                                     pytest.param("quiet_kubeflow_deferrable", marks=pytest.mark.slow)])
-def test_a_kubeflow_job_quiet_for_ten_watch_periods_succeeds(emulator, dag_id):
+def test_a_kubeflow_job_quiet_for_five_watch_periods_succeeds(emulator, dag_id):
     namespace = namespace_of(dag_id)
     emulator.create_namespace(namespace)
     emulator.reset_requests()
@@ -121,7 +121,7 @@ def test_a_kubeflow_job_quiet_for_ten_watch_periods_succeeds(emulator, dag_id):
 
 @pytest.mark.parametrize("dag_id", ["quiet_trainjob",
                                     pytest.param("quiet_trainjob_deferrable", marks=pytest.mark.slow)])
-def test_a_trainjob_quiet_for_ten_watch_periods_succeeds(emulator, dag_id):
+def test_a_trainjob_quiet_for_five_watch_periods_succeeds(emulator, dag_id):
     namespace = namespace_of(dag_id)
     emulator.create_namespace(namespace)
     emulator.reset_requests()
@@ -168,7 +168,7 @@ def labelled_pods(emu: KubeEmulator, namespace: str) -> dict[str, str]:
 @pytest.mark.slow  # with the slow tests (CI runs them too), to keep the default run near 20 minutes
 @pytest.mark.parametrize(("dag_id", "count"), [("quiet_sensor_deferrable", watches),
                                                ("quiet_sensor_reschedule", pod_lists)])
-def test_a_sensor_waits_through_ten_quiet_periods(emulator, dag_id, count):
+def test_a_sensor_waits_through_five_quiet_periods(emulator, dag_id, count):
     namespace = namespace_of(dag_id)
     emulator.create_namespace(namespace)
     pods = labelled_pods(emulator, namespace)

@@ -6,10 +6,13 @@ kubelet running the pods.
 For each replica of the job the task created: a headless Service ``<job>-<type>-<index>`` (the operator's per
 replica Service, whose DNS name the replicas meet at, answered by the node's DNS stand-in from its Endpoints) and a
 pod of the replica's template with the operator's labels, an ownerReference to the job (deleting the job deletes
-them) and the variables the operator sets in the ``pytorch`` container (``MASTER_ADDR``, ``MASTER_PORT``,
-``WORLD_SIZE``, ``RANK``, ``PYTHONUNBUFFERED``). Then ``status`` follows the real pods, as the operator's does:
-``Created``, ``Running`` once every pod runs, ``Succeeded`` when the master's container exits 0, ``Failed`` when a
-replica's does not (the ``Running`` condition turned ``False`` at the end), and the replicas' counts.
+them) and the variables the operator (v1.9) sets in the ``pytorch`` container: ``MASTER_ADDR``, ``MASTER_PORT``,
+``RANK`` and ``PET_NODE_RANK`` (the node's rank), ``WORLD_SIZE`` (replicas x ``nprocPerNode``), ``PET_NNODES``,
+``PET_NPROC_PER_NODE`` (where the job sets ``nprocPerNode``) and ``PYTHONUNBUFFERED``; torch's launcher reads the
+``PET_*`` as its defaults, so the task's launch line must hold against them. Then ``status`` follows the real pods,
+as the operator's does: ``Created``, ``Running`` once every pod runs, ``Succeeded`` when the master's container exits
+0, ``Failed`` when a replica's does not (the ``Running`` condition turned ``False`` at the end), and the replicas'
+counts.
 
 ``TrainJobOperator``: the node pods of ``tests/integration/trainjob_controller.py``'s stand-in (its ``create_pods``,
 over the real API), JobSet's headless Service ``<job>`` (``<job>-node-0-<rank>.<job>`` is torch's master address,
@@ -143,6 +146,8 @@ class PyTorchJobOperator(JobOperator):
                             for container in template["spec"]["containers"] if container["name"] == CONTAINER
                             for port in container.get("ports") or [] if port.get("name") == PORT_NAME),
                            DEFAULT_PORT)
+        processes = (job["spec"].get("nprocPerNode") or "1")
+        world_size = len(replicas) * (int(processes) if processes.isdigit() else 1)  # "auto": the operator's 1
         for rank, (rtype, index, template) in enumerate(replicas):
             pod_name = f"{name}-{rtype.lower()}-{index}"
             labels = {**((template.get("metadata") or {}).get("labels") or {}), JOB_NAME_LABEL: name,
@@ -153,7 +158,11 @@ class PyTorchJobOperator(JobOperator):
                                              "ports": [{"name": PORT_NAME, "port": master_port}]}})
             variables = [{"name": "MASTER_ADDR", "value": f"{name}-master-0"},
                          {"name": "MASTER_PORT", "value": str(master_port)},
-                         {"name": "WORLD_SIZE", "value": str(len(replicas))}, {"name": "RANK", "value": str(rank)},
+                         {"name": "WORLD_SIZE", "value": str(world_size)}, {"name": "RANK", "value": str(rank)},
+                         {"name": "PET_NODE_RANK", "value": str(rank)},
+                         {"name": "PET_NNODES", "value": str(len(replicas))},
+                         *([{"name": "PET_NPROC_PER_NODE", "value": processes}] if "nprocPerNode" in job["spec"]
+                           else []),
                          {"name": "PYTHONUNBUFFERED", "value": "1"}]
             spec = {**template["spec"], "restartPolicy": "Never"}
             spec["containers"] = [{**container, "env": [*(container.get("env") or []), *variables]}

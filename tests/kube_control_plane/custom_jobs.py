@@ -25,10 +25,12 @@ def control_plane_with_custom_jobs() -> ControlPlane:
     return ControlPlane(min_request_timeout=5, **custom_job_kinds())
 
 
-def watched(plane: ControlPlane, namespace: str, plural: str) -> bool:
-    """Some identity has a watch open on ``plural`` in ``namespace`` (the task's, or its trigger's)."""
-    return any(e["verb"] == "watch" and (e.get("objectRef") or {}).get("resource") == plural
-               and (e.get("objectRef") or {}).get("namespace") == namespace for e in plane.audit_events())
+def watched(plane: ControlPlane, namespace: str, plural: str, pods: bool = False) -> bool:
+    """Some identity has a watch open on ``plural`` in ``namespace`` (the task's, or its trigger's), and with ``pods``
+    one on its pods too (``CustomJobController.watched``)."""
+    resources = {(e.get("objectRef") or {}).get("resource") for e in plane.audit_events()
+                 if e["verb"] == "watch" and (e.get("objectRef") or {}).get("namespace") == namespace}
+    return plural in resources and (not pods or "pods" in resources)
 
 
 class RealKubeflowController(KubeflowController):
@@ -36,8 +38,8 @@ class RealKubeflowController(KubeflowController):
         super().__init__(node, namespace, plural)  # type: ignore[arg-type]  # the node answers the same calls
         self.plane = plane
 
-    def watched(self) -> bool:
-        return watched(self.plane, self.namespace, self.plural)
+    def watched(self, pods: bool = False) -> bool:
+        return watched(self.plane, self.namespace, self.plural, pods)
 
 
 class RealTrainerController(TrainerController):
@@ -45,5 +47,5 @@ class RealTrainerController(TrainerController):
         super().__init__(node, namespace)  # type: ignore[arg-type]  # the node answers the same calls
         self.plane = plane
 
-    def watched(self) -> bool:
-        return watched(self.plane, self.namespace, PLURAL)
+    def watched(self, pods: bool = False) -> bool:
+        return watched(self.plane, self.namespace, PLURAL, pods)

@@ -572,8 +572,16 @@ def _wait_for(probe: Callable[[], Any], timeout: float = 30) -> Any:
 @contextmanager
 def as_pid_1(command: Sequence[str], cwd: str | None = None) -> Iterator[tuple[subprocess.Popen, int]]:
     """``command`` as PID 1 of a PID namespace of its own, as in its container: ``unshare``'s process (its exit
-    status is the command's) and the command's pid, once it runs."""
-    outer = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", *command], cwd=cwd)
+    status is the command's) and the command's pid, once it runs. With the signals' default dispositions, as a
+    container's runtime starts it: a shell cannot trap a signal ignored when it started, and the test session may
+    ignore SIGINT by then (so did a CI run's: the sidecar's ``trap ... INT`` then did nothing)."""
+
+    def default_signals() -> None:
+        for number in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(number, signal.SIG_DFL)
+
+    outer = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", *command], cwd=cwd,
+                             preexec_fn=default_signals)
     try:
         yield outer, _wait_for(lambda: _first_child(outer.pid))
     finally:
